@@ -1,0 +1,405 @@
+"""Invariant similarity (paper eq. 2.2): the best alignment of every pair.
+
+``d_ij = min_tau || v_j - v_i o tau ||`` over all rotations and translations,
+for unit-norm images on a common canvas.  The search is global and then local:
+
+1. **Rotation candidates** from the Fourier magnitude in polar coordinates.
+   ``|F(v o tau)|`` does not depend on the translation and rotates with the
+   image, so a circular cross-correlation over the polar angle scores every
+   rotation on the grid for every pair at once (one batched matrix product
+   per angular frequency).  The best few peaks are kept (``|F|`` is
+   symmetric, so each orientation comes with its 180-degree twin).
+2. **Translation** for each candidate angle by FFT cross-correlation on a
+   zero-padded canvas: every translation at once, with a sub-pixel peak.
+3. **Continuous refinement** of the best candidate in ``(theta, tx, ty)`` by
+   damped Gauss-Newton steps on ``||v_i o tau - v_j||^2`` with the analytic
+   warp derivative.
+
+``candidates=None`` evaluates every grid angle (exhaustive, slower).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import se2
+from .backend import array_module, fft_module, ndimage_module, to_host
+from .warp import warp
+
+__all__ = ["SimilarityResult", "invariant_distances", "plain_distances", "angle_grid"]
+
+_BLOCK = 1 << 22  # elements per temporary block
+
+
+@dataclass
+class SimilarityResult:
+    """Pairwise invariant distances and the transforms that achieve them.
+
+    Attributes
+    ----------
+    distances : ndarray, shape (n, n)
+        ``d_ij``, symmetric with a zero diagonal (host, float64).
+    transforms : ndarray, shape (n, n, 3)
+        ``transforms[i, j]`` is ``tau`` with ``v_i o tau ~ v_j`` (image ``i``
+        aligned onto image ``j``), ``(theta [rad], tx, ty)`` in canvas pixels.
+    """
+
+    distances: np.ndarray
+    transforms: np.ndarray
+
+
+def angle_grid(angle_step: float, rotation_range: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The full-circle angle grid and which of its angles are allowed.
+
+    Parameters
+    ----------
+    angle_step : float
+        Degrees; the grid has ``round(360 / angle_step)`` equal steps.
+    rotation_range : float, optional
+        Degrees: only relative rotations in ``[-R, R]`` are allowed.
+
+    Returns
+    -------
+    angles : ndarray
+        Radians in ``[-pi, pi)``, grid index ``m`` at ``2 pi m / M``.
+    allowed : ndarray of bool
+    """
+    if angle_step <= 0:
+        raise ValueError("angle step must be > 0")
+    m = max(4, int(round(360.0 / angle_step)))
+    angles = se2.wrap_angle(2 * np.pi * np.arange(m) / m)
+    if rotation_range is None or rotation_range >= 180:
+        allowed = np.ones(m, dtype=bool)
+    else:
+        allowed = np.abs(angles) <= np.deg2rad(rotation_range) + 1e-9
+    return angles, allowed
+
+
+def _fast_len(n: int) -> int:
+    import scipy.fft
+
+    return scipy.fft.next_fast_len(int(n), real=True)
+
+
+def _polar_spectra(images, n_angles, xp):
+    """Ring-normalised ``|F|`` on a polar grid, rFFT'd along the angle."""
+    fft = fft_module(xp)
+    ndi = ndimage_module(xp)
+    n, h, w = images.shape[:3]
+    p = _fast_len(2 * max(h, w))
+    spec = xp.abs(fft.fftshift(fft.fft2(images, s=(p, p), axes=(1, 2)), axes=(1, 2)))
+    if spec.ndim == 4:  # colour: sum the channels' magnitudes
+        spec = spec.sum(axis=-1)
+    centre = p // 2
+    radii = np.linspace(2.0, 0.4 * p, max(8, p // 6))
+    phi = 2 * np.pi * np.arange(n_angles) / n_angles
+    # k = rho (cos phi, sin phi) in (row, col): then |F(v o tau)|(phi) = |F(v)|(phi - theta)
+    rr = centre + radii[:, None] * np.cos(phi)[None, :]
+    cc = centre + radii[:, None] * np.sin(phi)[None, :]
+    coords = xp.asarray(np.stack([rr.ravel(), cc.ravel()]))
+    out = xp.empty((n, radii.size, n_angles), dtype=np.float32)
+    for i in range(n):
+        vals = ndi.map_coordinates(spec[i], coords, order=1, mode="constant")
+        out[i] = vals.reshape(radii.size, n_angles)
+    out *= xp.asarray(np.sqrt(radii), dtype=np.float32)[None, :, None]  # emphasise detail
+    out -= out.mean(axis=2, keepdims=True)  # only the angular structure counts
+    norm = xp.sqrt((out * out).sum(axis=(1, 2), keepdims=True))
+    out /= xp.maximum(norm, 1e-12)
+    return fft.rfft(out, axis=2)
+
+
+def _rotation_scores(q, rows, cols, n_angles, xp):
+    """Circular correlation over the polar angle for pairs ``(rows, cols)``.
+
+    Returns ``(M, E)`` scores: entry ``m`` rates rotating image ``rows`` by
+    grid angle ``m`` to match image ``cols``.
+    """
+    fft = fft_module(xp)
+    qt = xp.transpose(q, (2, 0, 1))  # (freq, n, R)
+    g = xp.einsum("fer,fer->fe", xp.conj(qt[:, rows]), qt[:, cols])
+    return fft.irfft(g, n=n_angles, axis=0)
+
+
+def _pick_candidates(scores, allowed, k, xp):
+    """Top-``k`` circular local maxima per column of ``scores`` (M, E)."""
+    s = xp.where(xp.asarray(allowed)[:, None], scores, -xp.inf)
+    if k is None or k >= s.shape[0]:
+        m = int(np.count_nonzero(allowed))
+        idx = xp.asarray(np.flatnonzero(allowed))[:, None]
+        return xp.broadcast_to(idx, (m, s.shape[1]))
+    peak = (s >= xp.roll(s, 1, axis=0)) & (s >= xp.roll(s, -1, axis=0))
+    s = xp.where(peak, s, -xp.inf)
+    # where fewer than k peaks exist the rest are arbitrary grid angles,
+    # evaluated but harmless (disallowed ones are discarded by the caller)
+    return xp.argsort(-s, axis=0)[:k]
+
+
+def _translation_search(fv, images, pairs_i, pairs_j, angle_idx, angles, p, xp, progress):
+    """Best translation for each (pair, grid angle) entry by FFT correlation.
+
+    Every (grid angle, source image) combination is rotated and transformed
+    once, in blocks of bounded memory.  Returns ``scores`` (correlation) and
+    ``shift`` (row, col): ``v_i o rot(theta)`` shifted by ``shift`` best
+    matches ``v_j``.
+    """
+    fft = fft_module(xp)
+    n = images.shape[0]
+    n_e = int(angle_idx.shape[0])
+    score = xp.full(n_e, -xp.inf, dtype=np.float64)
+    shift = xp.zeros((n_e, 2), dtype=np.float64)
+    key = to_host(angle_idx).astype(np.int64) * n + to_host(pairs_i).astype(np.int64)
+    order = np.argsort(key, kind="stable")
+    uniq, first = np.unique(key[order], return_index=True)
+    slot = np.repeat(np.arange(uniq.size), np.diff(np.append(first, order.size)))  # per sorted entry
+    per_combo = p * (p // 2 + 1) * (images.shape[3] if images.ndim == 4 else 1)
+    combos_per_block = max(1, (_BLOCK * 4) // per_combo)
+    entries_per_block = max(1, _BLOCK // (p * p))
+    pj_sorted = pairs_j[xp.asarray(order)]
+    for c0 in range(0, uniq.size, combos_per_block):
+        c1 = min(uniq.size, c0 + combos_per_block)
+        ks = uniq[c0:c1]
+        params = np.zeros((ks.size, 3))
+        params[:, 0] = angles[ks // n]
+        rot = warp(images, xp.asarray(params), index=xp.asarray(ks % n))
+        fu = fft.rfft2(rot, s=(p, p), axes=(1, 2))
+        e0, e1 = int(first[c0]), int(first[c1]) if c1 < uniq.size else order.size
+        for lo in range(e0, e1, entries_per_block):
+            hi = min(e1, lo + entries_per_block)
+            prod = xp.conj(fv[pj_sorted[lo:hi]]) * fu[xp.asarray(slot[lo:hi] - c0)]
+            if prod.ndim == 4:
+                prod = prod.sum(axis=-1)
+            corr = fft.irfft2(prod, s=(p, p), axes=(1, 2))
+            sc, sh = _peak(corr, xp)
+            dest = xp.asarray(order[lo:hi])
+            score[dest] = sc
+            shift[dest] = sh
+        progress(c1 / uniq.size)
+    return score, shift
+
+
+def _peak(corr, xp):
+    """Maximum of each correlation surface with a parabolic sub-pixel offset."""
+    e, p, _ = corr.shape
+    flat = corr.reshape(e, -1)
+    k = xp.argmax(flat, axis=1)
+    r, c = k // p, k % p
+    ar = xp.arange(e)
+    top = flat[ar, k]
+
+    def sub(m1, m0, p1):
+        den = m1 - 2 * m0 + p1
+        off = xp.where(xp.abs(den) > 1e-12, 0.5 * (m1 - p1) / xp.where(den == 0, 1, den), 0.0)
+        return xp.clip(off, -0.5, 0.5)
+
+    dr = sub(corr[ar, (r - 1) % p, c], top, corr[ar, (r + 1) % p, c])
+    dc = sub(corr[ar, r, (c - 1) % p], top, corr[ar, r, (c + 1) % p])
+    rr = ((r + p // 2) % p - p // 2) + dr
+    cc = ((c + p // 2) % p - p // 2) + dc
+    return top.astype(np.float64), xp.stack([rr, cc], axis=1).astype(np.float64)
+
+
+def refine_alignment(images, targets, params, *, index=None, target_index=None, steps=6, xp=None):
+    """Damped Gauss-Newton refinement of ``min_tau ||v o tau - target||^2``.
+
+    Parameters
+    ----------
+    images : ndarray, shape (N, H, W[, C])
+        Sources ``v``.
+    targets : ndarray, shape (M, H, W[, C])
+        What each source is aligned onto.
+    params : ndarray, shape (E, 3)
+        Starting transforms, one per entry.
+    index, target_index : ndarray of int, shape (E,)
+        Source and target image of each entry (default ``arange(E)``).
+    steps : int
+        Gauss-Newton iterations; a step is kept only where it lowers the
+        residual (Levenberg-Marquardt damping otherwise).
+
+    Returns
+    -------
+    params : ndarray, shape (E, 3)
+    residual : ndarray, shape (E,)
+        ``||v o tau - target||^2`` at the returned transforms.
+    """
+    xp = xp or array_module(images)
+    params = xp.asarray(params, dtype=np.float64).copy()
+    e = params.shape[0]
+    index = xp.arange(e) if index is None else xp.asarray(index)
+    target_index = xp.arange(e) if target_index is None else xp.asarray(target_index)
+    h, w = images.shape[1:3]
+    per = h * w * (3 if images.ndim == 4 else 1)
+    chunk = max(1, _BLOCK // (4 * per))
+    resid = xp.empty(e, dtype=np.float64)
+    for lo in range(0, e, chunk):
+        sl = slice(lo, min(e, lo + chunk))
+        params[sl], resid[sl] = _gauss_newton(images, targets, params[sl], index[sl], target_index[sl], steps, xp)
+    return params, resid
+
+
+def _gauss_newton(images, targets, params, index, tindex, steps, xp):
+    """Levenberg-Marquardt on the entries still moving (an active set)."""
+    e = params.shape[0]
+    tgt = targets[tindex]
+
+    def evaluate(p, rows):
+        out, grad = warp(images, p, index=index[rows], gradient=True)
+        r = out - tgt[rows]
+        f = (r.astype(np.float64) ** 2).reshape(r.shape[0], -1).sum(axis=1)
+        return r, grad, f
+
+    active = xp.arange(e)
+    r, grad, f = evaluate(params, active)
+    f_all = f.copy()
+    lam = xp.full(e, 1e-3)
+    eye = xp.eye(3)
+    tail = (1,) * (r.ndim - 1)
+    for _ in range(steps):
+        if active.shape[0] == 0:
+            break
+        jtj = _jtj(grad, xp)
+        jtr = (grad * r[:, None]).reshape(grad.shape[0], 3, -1).sum(axis=2).astype(np.float64)
+        diag = xp.diagonal(jtj, axis1=1, axis2=2)
+        la = lam[active]
+        damp = jtj + la[:, None, None] * (eye * (diag[:, None, :] + 1e-9))
+        delta = -xp.linalg.solve(damp, jtr[..., None])[..., 0]
+        cand = params[active] + delta
+        r2, g2, f2 = evaluate(cand, active)
+        better = f2 < f
+        f_prev = f
+        params[active] = xp.where(better[:, None], cand, params[active])
+        f = xp.where(better, f2, f)
+        f_all[active] = f
+        r = xp.where(better.reshape((-1,) + tail), r2, r)
+        grad = xp.where(better.reshape((-1, 1) + tail), g2, grad)
+        lam[active] = xp.where(better, la / 3.0, la * 4.0)
+        small = (xp.abs(delta[:, 0]) < 2e-4) & (xp.abs(delta[:, 1:]).max(axis=1) < 2e-3)
+        small |= (f_prev - f) < 1e-7 + 1e-4 * f_prev
+        keep = ~((better & small) | (lam[active] > 1.0))
+        active, r, grad, f = active[keep], r[keep], grad[keep], f[keep]
+    params[:, 0] = se2.wrap_angle(params[:, 0])
+    return params, f_all
+
+
+def _jtj(grad, xp):
+    g = grad.reshape(grad.shape[0], 3, -1).astype(np.float64)
+    return xp.matmul(g, xp.transpose(g, (0, 2, 1)))
+
+
+def invariant_distances(
+    images,
+    *,
+    angle_step: float = 5.0,
+    rotation_range: float | None = None,
+    candidates: int | None = 6,
+    refine_steps: int = 6,
+    on_progress=None,
+) -> SimilarityResult:
+    """Invariant distances and optimal relative transforms for all pairs.
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W) or (n, H, W, C)
+        Unit-norm images on one canvas (NumPy or CuPy; see
+        :func:`core.preprocess.preprocess`).
+    angle_step : float
+        Degrees between the grid angles searched globally.
+    rotation_range : float, optional
+        Degrees; restrict relative rotations to ``[-R, R]``.  ``None``: the
+        whole circle (SE(2)).
+    candidates : int or None
+        Rotation candidates per pair taken from the polar Fourier step (each
+        orientation and its 180-degree twin count separately).  ``None``
+        evaluates every grid angle.
+    refine_steps : int
+        Gauss-Newton steps of the continuous refinement (0 disables it).
+    on_progress : callable(fraction), optional
+
+    Returns
+    -------
+    SimilarityResult
+    """
+    xp = array_module(images)
+    images = xp.asarray(images, dtype=np.float32)
+    n = images.shape[0]
+    h, w = images.shape[1:3]
+    angles, allowed = angle_grid(angle_step, rotation_range)
+    n_angles = angles.size
+    dist = np.zeros((n, n))
+    trans = np.zeros((n, n, 3))
+    if n < 2:
+        return SimilarityResult(dist, trans)
+    progress = on_progress or (lambda f: None)
+    pi_host, pj_host = np.triu_indices(n, 1)
+    pi, pj = xp.asarray(pi_host), xp.asarray(pj_host)
+    n_pairs = pi_host.size
+
+    # 1. rotation candidates
+    q = _polar_spectra(images, n_angles, xp)
+    cand_list = []
+    step = max(1, _BLOCK // (n_angles * q.shape[1]))
+    for lo in range(0, n_pairs, step):
+        sl = slice(lo, lo + step)
+        sc = _rotation_scores(q, pi[sl], pj[sl], n_angles, xp)
+        cand_list.append(_pick_candidates(sc, allowed, candidates, xp))
+    cand = xp.concatenate(cand_list, axis=1)  # (K, E)
+    k = cand.shape[0]
+    progress(0.1)
+
+    # 2. translations for each candidate angle
+    p = _fast_len(int(np.ceil(1.5 * max(h, w))))
+    fft = fft_module(xp)
+    fv = fft.rfft2(images, s=(p, p), axes=(1, 2))
+    ent_pair = xp.tile(xp.arange(n_pairs), k)
+    ent_angle = cand.reshape(-1)
+    score, shift = _translation_search(
+        fv, images, pi[ent_pair], pj[ent_pair], ent_angle, angles, p, xp,
+        lambda f: progress(0.1 + 0.5 * f),
+    )
+    score = xp.where(xp.asarray(allowed)[ent_angle], score, -xp.inf)
+    best = xp.argmax(score.reshape(k, n_pairs), axis=0)
+    pick = best * n_pairs + xp.arange(n_pairs)
+    theta = xp.asarray(angles)[ent_angle[pick]]
+    d = shift[pick]  # (row, col) shift of the rotated image
+    c, s = xp.cos(theta), xp.sin(theta)
+    ty = c * d[:, 0] + s * d[:, 1]
+    tx = -s * d[:, 0] + c * d[:, 1]
+    params = xp.stack([theta, tx, ty], axis=1)
+
+    # 3. continuous refinement, in blocks for progress reports
+    resid = None
+    if refine_steps > 0:
+        out_p, out_r = [], []
+        blk = max(1, n_pairs // 10)
+        for lo in range(0, n_pairs, blk):
+            sl = slice(lo, lo + blk)
+            pp, rr = refine_alignment(images, images, params[sl], index=pi[sl], target_index=pj[sl],
+                                      steps=refine_steps, xp=xp)
+            out_p.append(pp)
+            out_r.append(rr)
+            progress(0.6 + 0.4 * min(1.0, (lo + blk) / n_pairs))
+        params = xp.concatenate(out_p)
+        resid = xp.concatenate(out_r)
+    else:
+        warped = warp(images, params, index=pi)
+        resid = ((warped - images[pj]) ** 2).reshape(n_pairs, -1).sum(axis=1)
+    params_h = to_host(params, np.float64)
+    d_h = np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
+    dist[pi_host, pj_host] = d_h
+    dist[pj_host, pi_host] = d_h
+    trans[pi_host, pj_host] = params_h
+    trans[pj_host, pi_host] = se2.invert(params_h)
+    progress(1.0)
+    return SimilarityResult(dist, trans)
+
+
+def plain_distances(images) -> np.ndarray:
+    """Euclidean distances ``||v_i - v_j||`` between untransformed images (for KA)."""
+    xp = array_module(images)
+    x = xp.asarray(images, dtype=np.float64).reshape(images.shape[0], -1)
+    sq = (x * x).sum(axis=1)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * (x @ x.T)
+    d = xp.sqrt(xp.maximum(d2, 0.0))
+    d = to_host(d, np.float64)
+    np.fill_diagonal(d, 0.0)
+    return d
