@@ -1,0 +1,39 @@
+"""Invariant Attention: clustering images regardless of rotation and shift.
+
+The algorithms, with no Qt: arrays in, arrays out (NumPy or CuPy).
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .attention import AttentionRun, RunResult, Settings, Snapshot  # noqa: E402
+from .backend import get_backend, to_host  # noqa: E402
+from .demos import DEMO_NAMES, load_demo  # noqa: E402
+from .imageset import ImageSet, NoUsableImagesError, load_images  # noqa: E402
+from .invariant_mean import invariant_means  # noqa: E402
+from .preprocess import Canvas, preprocess  # noqa: E402
+from .similarity import invariant_distances  # noqa: E402
+from .warp import warp  # noqa: E402
+from .weights import attention_weights, auto_beta  # noqa: E402
+
+__all__ = [
+    "__version__",
+    "AttentionRun",
+    "RunResult",
+    "Settings",
+    "Snapshot",
+    "get_backend",
+    "to_host",
+    "DEMO_NAMES",
+    "load_demo",
+    "ImageSet",
+    "NoUsableImagesError",
+    "load_images",
+    "invariant_means",
+    "Canvas",
+    "preprocess",
+    "invariant_distances",
+    "warp",
+    "attention_weights",
+    "auto_beta",
+]

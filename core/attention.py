@@ -1,0 +1,446 @@
+"""The Invariant Attention iteration with live snapshots, and the KA baseline.
+
+:class:`AttentionRun` owns the state of a run.  :meth:`AttentionRun.steps` is a
+generator that advances the state one meaningful step at a time and yields a
+:class:`Snapshot` after each (similarity done, every few invariant-mean steps,
+iteration done).  The state is committed before every yield, so stopping the
+iteration (``run.cancel()`` or simply not asking for the next snapshot) and
+calling :meth:`steps` again later resumes exactly where it stopped: a
+cancelled-then-resumed run equals an uninterrupted one.  No Qt here; the app's
+worker thread drives this generator.
+
+One IA iteration (paper §2): invariant distances ``d(S_i, S_j)`` of the current
+features -> ``W`` -> the invariant mean of every column -> ``V <- [mu_1..mu_n]``.
+``method="ka"`` runs kernel attention instead (eq. 2.1): plain distances and
+plain weighted means ``V <- V W``.  After the last iteration the distances of
+the final features are computed once more, and clusters are read out from
+them (:mod:`core.clustering`).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .backend import Backend, get_backend, to_host
+from .clustering import cluster_labels, grouping_order
+from .invariant_mean import invariant_mean_step, invariant_means, start_invariant_means
+from .similarity import invariant_distances, plain_distances
+from .weights import attention_weights, rbf_similarity
+
+__all__ = ["Settings", "Snapshot", "AttentionRun", "RunResult"]
+
+
+@dataclass
+class Settings:
+    """Options of a run (all keyword-only in the public API).
+
+    Attributes
+    ----------
+    method : {"ia", "ka"}
+    beta : float or "auto"
+        RBF bandwidth on unit-norm images (see :mod:`core.weights`).
+    iterations : int
+        IA iterations; ``1`` computes W on the inputs and one round of means.
+    clusters : int or "auto"
+    rotation_range : float or None
+        Degrees; restrict the relative rotations searched (None: full circle).
+    angle_step : float
+        Degrees between the angles of the global search.
+    mean_steps : int
+        Gradient steps per invariant mean (Algorithm 1's N).
+    sigmas : tuple of float
+        Smoothing levels tried at each mean step.
+    init : {"pairwise", "identity"}
+        Start each ``tau_i`` from the pairwise alignment, or from the identity
+        as in the paper (for demos).
+    weight_tol : float
+        Weights below this are skipped in the means.
+    snapshot_every : int
+        Yield a snapshot every this many mean steps.
+    converge_tol : float
+        Stop early when no entry of W moves more than this between iterations.
+    """
+
+    method: str = "ia"
+    beta: object = "auto"
+    iterations: int = 3
+    clusters: object = "auto"
+    rotation_range: float | None = None
+    angle_step: float = 5.0
+    mean_steps: int = 10
+    sigmas: tuple = (0.0, 1.0, 2.0)
+    init: str = "pairwise"
+    weight_tol: float = 2e-3
+    snapshot_every: int = 2
+    converge_tol: float = 1e-3
+
+    def validate(self, n: int) -> None:
+        """Raise ``ValueError`` with a plain message for a bad option."""
+        if self.method not in ("ia", "ka"):
+            raise ValueError("method must be 'ia' or 'ka'")
+        if self.beta != "auto" and not float(self.beta) > 0:
+            raise ValueError("beta must be > 0 or 'auto'")
+        if int(self.iterations) < 1:
+            raise ValueError("iterations must be at least 1")
+        if not self.angle_step > 0:
+            raise ValueError("angle step must be > 0")
+        if self.clusters != "auto" and not 1 <= int(self.clusters) <= n:
+            raise ValueError(f"clusters must be between 1 and the number of images ({n})")
+        if self.init not in ("pairwise", "identity"):
+            raise ValueError("init must be 'pairwise' or 'identity'")
+
+
+@dataclass
+class Snapshot:
+    """The state of a run after one step, on the host (NumPy, float32).
+
+    Attributes
+    ----------
+    iteration : int
+        The IA iteration the step belongs to (1-based).
+    stage : {"similarity", "means", "iteration", "done"}
+    step, n_steps : int
+        Mean step within the iteration (``means`` stage).
+    weights : ndarray (n, n)
+        The current W.
+    means : ndarray (n, H, W[, C])
+        The current means (during the means stage) or features.
+    distances : ndarray (n, n)
+        Manifold distances ``d(S_i, S_j)`` of the features W was computed on.
+    transforms : ndarray (n, n, 3) or None
+        During the means stage: ``tau_ij`` aligning image i into mean j;
+        otherwise the pairwise alignments (i onto j).
+    labels : ndarray (n,)
+        Clusters read from the current distances.
+    objective : list of float
+        Mean objective per step of the current iteration (summed over columns).
+    timings : dict
+        Seconds spent per stage so far (``similarity_s``, ``mean_s``, ``total_s``).
+    progress : float
+        Fraction of the run done, 0..1.
+    """
+
+    iteration: int
+    stage: str
+    step: int
+    n_steps: int
+    weights: np.ndarray
+    means: np.ndarray
+    distances: np.ndarray
+    transforms: np.ndarray | None
+    labels: np.ndarray
+    objective: list
+    timings: dict
+    progress: float
+    beta: float = float("nan")
+
+
+@dataclass
+class RunResult:
+    """What a finished run gives: clusters, per-image alignment and the history.
+
+    Attributes
+    ----------
+    labels : ndarray (n,)
+    n_clusters : int
+    cluster_means : ndarray (k, H, W[, C])
+        The invariant mean of each cluster's input images.
+    image_transforms : ndarray (n, 3)
+        ``tau_i`` with ``v_i o tau_i ~ cluster_means[labels[i]]`` (canvas px).
+    scores : ndarray (n,)
+        Cosine similarity of each aligned image with its cluster mean.
+    weights : ndarray (n, n)
+        W of the last iteration computed.
+    input_distances : ndarray (n, n)
+        Invariant distances of the inputs.
+    final_distances : ndarray (n, n)
+        Manifold distances of the final features.
+    history : list of ndarray
+        Manifold distances per iteration (inputs first, final last).
+    features : ndarray (n, H, W[, C])
+        The final features V.
+    iterations : int
+        Iterations run.
+    beta : float
+    timings : dict
+    """
+
+    labels: np.ndarray
+    n_clusters: int
+    cluster_means: np.ndarray
+    image_transforms: np.ndarray
+    scores: np.ndarray
+    weights: np.ndarray
+    input_distances: np.ndarray
+    final_distances: np.ndarray
+    history: list
+    features: np.ndarray
+    iterations: int
+    beta: float
+    timings: dict = field(default_factory=dict)
+
+
+class AttentionRun:
+    """A resumable Invariant Attention (or KA) run over preprocessed images.
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W[, C])
+        Unit-norm images on one canvas (:func:`core.preprocess.preprocess`).
+    backend : str or Backend
+        ``"auto"``, ``"numpy"`` or ``"cupy"``.
+    **options
+        Fields of :class:`Settings`.
+
+    Examples
+    --------
+    >>> from core import load_demo, preprocess, AttentionRun
+    >>> canvas = preprocess(load_demo("shapes").images)
+    >>> run = AttentionRun(canvas.images, iterations=2)
+    >>> for snap in run.steps():
+    ...     pass                      # draw snap.weights, snap.means, ...
+    >>> result = run.result()         # doctest: +SKIP
+    """
+
+    def __init__(self, images, *, backend="auto", **options):
+        self.settings = Settings(**options)
+        images = np.asarray(to_host(images), dtype=np.float32)
+        if images.ndim not in (3, 4) or images.shape[0] < 2:
+            raise ValueError("need at least 2 images of shape (H, W) or (H, W, C)")
+        self.settings.validate(images.shape[0])
+        self.backend: Backend = backend if isinstance(backend, Backend) else get_backend(backend)
+        xp = self.backend.xp
+        self._inputs = xp.asarray(images)
+        self.n = images.shape[0]
+        # committed state
+        self._features = self._inputs
+        self._iteration = 1
+        self._stage = "similarity"  # next thing to do: similarity | means | final | done
+        self._sim = None
+        self._weights = None
+        self._beta = float("nan")
+        self._mean_state = None
+        self._history: list[np.ndarray] = []
+        self._input_sim = None
+        self._labels = np.zeros(self.n, dtype=int)
+        self._timings = {"similarity_s": 0.0, "mean_s": 0.0, "total_s": 0.0}
+        self._result: RunResult | None = None
+        self._cancel = threading.Event()
+
+    # ------------------------------------------------------------------ control
+    def cancel(self) -> None:
+        """Ask the generator to stop at the next step boundary (thread-safe)."""
+        self._cancel.set()
+
+    @property
+    def finished(self) -> bool:
+        """True once the run is complete and :meth:`result` is available."""
+        return self._stage == "done"
+
+    @property
+    def _steps_per_iteration(self) -> int:
+        s = self.settings
+        return 1 + (s.mean_steps if s.method == "ia" else 1)
+
+    @property
+    def total_steps(self) -> int:
+        return self.settings.iterations * self._steps_per_iteration + 1
+
+    def _done_steps(self) -> int:
+        s = self.settings
+        per = self._steps_per_iteration
+        done = (self._iteration - 1) * per
+        if self._stage == "means":
+            done += 1 + (self._mean_state.step if self._mean_state is not None else 0)
+        elif self._stage in ("final", "done"):
+            done = s.iterations * per + (1 if self._stage == "done" else 0)
+        return done
+
+    # ------------------------------------------------------------------ steps
+    def steps(self):
+        """Advance the run, yielding a :class:`Snapshot` after each step.
+
+        Stops early, with the state committed, when :meth:`cancel` was called;
+        calling :meth:`steps` again resumes.
+        """
+        self._cancel.clear()
+        while self._stage != "done":
+            if self._cancel.is_set():
+                return
+            t0 = time.perf_counter()
+            snap = self._advance()
+            self._timings["total_s"] += time.perf_counter() - t0
+            if snap is not None:
+                snap.timings = dict(self._timings)
+                yield snap
+
+    def run(self, on_snapshot=None) -> RunResult:
+        """Run to the end and return :meth:`result`."""
+        for snap in self.steps():
+            if on_snapshot is not None:
+                on_snapshot(snap)
+        return self.result()
+
+    def _distances(self, feats):
+        t0 = time.perf_counter()
+        s = self.settings
+        if s.method == "ia":
+            sim = invariant_distances(feats, angle_step=s.angle_step, rotation_range=s.rotation_range)
+            out = (sim.distances, sim.transforms)
+        else:
+            out = (plain_distances(feats), np.zeros((self.n, self.n, 3)))
+        self._timings["similarity_s"] += time.perf_counter() - t0
+        return out
+
+    def _read_labels(self, distances, beta):
+        k = self.settings.clusters
+        return cluster_labels(rbf_similarity(distances, beta), k=k)
+
+    def _advance(self):
+        s = self.settings
+        xp = self.backend.xp
+        if self._stage == "similarity":
+            dist, trans = self._distances(self._features)
+            w, beta = attention_weights(dist, s.beta if s.beta == "auto" else float(s.beta))
+            if self._input_sim is None:
+                self._input_sim = (dist, trans)
+                self._beta_inputs = beta
+            prev = self._weights
+            self._sim, self._weights, self._beta = (dist, trans), w, beta
+            self._history.append(dist.astype(np.float32))
+            self._labels = self._read_labels(dist, beta)
+            if prev is not None and np.abs(w - prev).max() < s.converge_tol:
+                self._stage = "final"  # W stopped moving: converged
+                self._finish()
+                return self._snapshot("done")
+            self._stage = "means"
+            t0 = time.perf_counter()
+            if s.method == "ia":
+                init = trans if s.init == "pairwise" else None
+                self._mean_state = start_invariant_means(self._features, xp.asarray(w, dtype=np.float32),
+                                                         init, tol=s.weight_tol)
+            self._timings["mean_s"] += time.perf_counter() - t0
+            return self._snapshot("similarity")
+        if self._stage == "means":
+            t0 = time.perf_counter()
+            if s.method == "ka":
+                w = xp.asarray(self._weights, dtype=np.float32)
+                feats = xp.tensordot(w.T, self._features, axes=1)
+                self._mean_state = None
+                done = True
+            else:
+                self._mean_state = invariant_mean_step(self._features, self._mean_state, sigmas=s.sigmas)
+                feats = self._mean_state.means
+                done = self._mean_state.step >= s.mean_steps
+            self._timings["mean_s"] += time.perf_counter() - t0
+            if not done:
+                if self._mean_state.step % max(1, s.snapshot_every) == 0:
+                    return self._snapshot("means")
+                return None
+            self._features = feats
+            snap = self._snapshot("iteration")
+            self._mean_state = None
+            if self._iteration >= s.iterations:
+                self._stage = "final"
+            else:
+                self._iteration += 1
+                self._stage = "similarity"
+            return snap
+        if self._stage == "final":
+            dist, trans = self._distances(self._features)
+            self._history.append(dist.astype(np.float32))
+            self._sim = (dist, trans)
+            self._labels = self._read_labels(dist, self._beta)
+            self._finish()
+            return self._snapshot("done")
+        raise RuntimeError(f"unknown stage {self._stage}")
+
+    def _finish(self):
+        """Cluster read-out and per-image alignment to the cluster means."""
+        t0 = time.perf_counter()
+        s = self.settings
+        xp = self.backend.xp
+        labels = self._labels
+        k = int(labels.max()) + 1
+        d0, t_in = self._input_sim
+        weights = np.zeros((self.n, k))
+        init = np.zeros((self.n, k, 3))
+        for c in range(k):
+            members = np.flatnonzero(labels == c)
+            weights[members, c] = 1.0 / members.size
+            medoid = members[np.argmin((d0[np.ix_(members, members)] ** 2).sum(axis=1))]
+            init[:, c] = t_in[:, medoid]
+        if s.method == "ia":
+            state = invariant_means(self._inputs, xp.asarray(weights, dtype=np.float32), init,
+                                    steps=s.mean_steps, sigmas=s.sigmas, tol=0.0)
+            means = state.means
+            tr = state.transforms(self.n)[np.arange(self.n), labels]
+        else:
+            means = xp.tensordot(xp.asarray(weights.T, dtype=np.float32), self._inputs, axes=1)
+            tr = np.zeros((self.n, 3))
+        from .warp import warp
+
+        aligned = warp(self._inputs, xp.asarray(tr), index=xp.arange(self.n))
+        m = means[xp.asarray(labels)]
+        num = (aligned * m).reshape(self.n, -1).sum(axis=1)
+        den = xp.sqrt((aligned**2).reshape(self.n, -1).sum(axis=1) * (m**2).reshape(self.n, -1).sum(axis=1))
+        scores = to_host(num / xp.maximum(den, 1e-12), np.float64)
+        self._timings["mean_s"] += time.perf_counter() - t0
+        self._result = RunResult(
+            labels=labels,
+            n_clusters=k,
+            cluster_means=to_host(means, np.float32),
+            image_transforms=tr,
+            scores=scores,
+            weights=self._weights.astype(np.float32),
+            input_distances=d0,
+            final_distances=self._sim[0],
+            history=list(self._history),
+            features=to_host(self._features, np.float32),
+            iterations=self._iteration,
+            beta=self._beta,
+            timings=dict(self._timings),
+        )
+        self._stage = "done"
+
+    def _snapshot(self, stage):
+        st = self._mean_state
+        if stage == "means" or (stage == "iteration" and st is not None):
+            means = st.means
+            transforms = st.transforms(self.n)
+            objective = [float(o.sum()) for o in st.objective]
+            step = st.step
+        else:
+            means = self._features
+            transforms = self._sim[1] if self._sim is not None else None
+            objective = []
+            step = 0
+        n_steps = self.settings.mean_steps if self.settings.method == "ia" else 1
+        return Snapshot(
+            iteration=self._iteration,
+            stage=stage,
+            step=step,
+            n_steps=n_steps,
+            weights=self._weights.astype(np.float32),
+            means=to_host(means, np.float32),
+            distances=self._sim[0].astype(np.float32),
+            transforms=None if transforms is None else transforms.astype(np.float32),
+            labels=self._labels.copy(),
+            objective=objective,
+            timings={},
+            progress=min(1.0, self._done_steps() / self.total_steps),
+            beta=self._beta,
+        )
+
+    def result(self) -> RunResult:
+        """The finished run's :class:`RunResult` (raises if not finished)."""
+        if self._result is None:
+            raise RuntimeError("the run has not finished")
+        return self._result
+
+    def grouping(self) -> np.ndarray:
+        """Image order grouping the current clusters together."""
+        return grouping_order(self._labels)

@@ -1,0 +1,271 @@
+"""``ia-cluster``: cluster images with Invariant Attention from the command line.
+
+Exit status: 0 on success (even when some files were skipped), 1 when nothing
+is usable or the run fails (one plain line on stderr, the traceback in the
+log file), 2 for bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__, se2
+from .demos import DEMO_NAMES, load_demo
+from .imageset import ImageSet, NoUsableImagesError, load_images
+
+log = logging.getLogger("ia-cluster")
+
+
+def _positive_float(name):
+    def conv(text):
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"{name} must be > 0, got {text}")
+        return v
+
+    return conv
+
+
+def _beta(text):
+    return "auto" if text == "auto" else _positive_float("--beta")(text)
+
+
+def _clusters(text):
+    if text == "auto":
+        return "auto"
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--clusters must be a whole number or 'auto', got {text!r}") from None
+    if k < 1:
+        raise argparse.ArgumentTypeError("--clusters must be at least 1")
+    return k
+
+
+def _size(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--size must be a whole number, got {text!r}") from None
+    if v < 8:
+        raise argparse.ArgumentTypeError(f"--size must be at least 8, got {v}")
+    return v
+
+
+def _iterations(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--iterations must be a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError("--iterations must be at least 1")
+    return v
+
+
+def _transform(text):
+    try:
+        rot, frac = (float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--transform takes ROT_DEG,SHIFT_FRAC (e.g. 180,0.1), got {text!r}") from None
+    if rot < 0 or not 0 <= frac < 0.5:
+        raise argparse.ArgumentTypeError("--transform needs ROT_DEG >= 0 and 0 <= SHIFT_FRAC < 0.5")
+    return rot, frac
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ia-cluster",
+        description="Cluster images regardless of rotation and shift (Invariant Attention).",
+        epilog=f"Demos: {', '.join('demo:' + d for d in DEMO_NAMES)}. Results go to --out.",
+    )
+    p.add_argument("inputs", nargs="*", metavar="INPUT",
+                   help="image file, folder (recursive; subfolder names are true labels) or demo:NAME")
+    p.add_argument("--out", default="ia-results", help="output folder (default: ./ia-results)")
+    p.add_argument("--method", choices=("ia", "ka"), default="ia",
+                   help="ia: Invariant Attention; ka: plain kernel attention baseline")
+    p.add_argument("--clusters", type=_clusters, default="auto", metavar="K|auto")
+    p.add_argument("--beta", type=_beta, default="auto", metavar="B|auto",
+                   help="RBF bandwidth on unit-norm images (auto: from near-neighbour distances)")
+    p.add_argument("--iterations", type=_iterations, default=3, metavar="N")
+    p.add_argument("--rotation-range", type=_positive_float("--rotation-range"), default=None, metavar="DEG",
+                   help="search relative rotations in [-DEG, DEG] only (default: the whole circle)")
+    p.add_argument("--angle-step", type=_positive_float("--angle-step"), default=5.0, metavar="DEG")
+    p.add_argument("--size", type=_size, default=64, metavar="PX", help="longest side after resizing")
+    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
+    p.add_argument("--transform", type=_transform, default=None, metavar="ROT_DEG,SHIFT_FRAC",
+                   help="first apply random transforms: rotation in [-ROT, ROT], shift up to SHIFT_FRAC of the size")
+    p.add_argument("--seed", type=int, default=0, help="seed for demos and --transform")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return p
+
+
+class _Progress:
+    def __init__(self, quiet):
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+        self.last = -1
+
+    def __call__(self, frac, text):
+        if self.quiet:
+            return
+        pct = int(100 * frac)
+        if self.tty:
+            bar = "#" * (pct // 4)
+            sys.stderr.write(f"\r[{bar:<25}] {pct:3d}% {text:<40}")
+            sys.stderr.flush()
+        elif pct // 10 != self.last // 10 or pct == 100:
+            sys.stderr.write(f"{pct:3d}% {text}\n")
+        self.last = pct
+
+    def close(self):
+        if not self.quiet and self.tty:
+            sys.stderr.write("\n")
+
+
+def gather_inputs(inputs, seed) -> ImageSet:
+    """Load files, folders and ``demo:NAME`` inputs into one set."""
+    result = None
+    files = []
+    for item in inputs:
+        if str(item).startswith("demo:"):
+            part = load_demo(str(item), seed=seed)
+            result = part if result is None else result.extend(part)
+        else:
+            files.append(item)
+    if files:
+        try:
+            part = load_images(files)
+        except NoUsableImagesError as exc:
+            if result is None:
+                raise
+            part = ImageSet([], [], [], exc.skipped)
+        result = part if result is None else result.extend(part)
+    return result
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.inputs:
+        parser.error("give at least one INPUT (an image, a folder or demo:shapes)")
+    for item in args.inputs:
+        if item.startswith("demo:") and item[5:] not in DEMO_NAMES:
+            parser.error(f"unknown demo {item!r}; choose one of {', '.join('demo:' + d for d in DEMO_NAMES)}")
+    from .logs import setup_file_logging
+
+    log_path = setup_file_logging("ia-cluster")
+    try:
+        return _run(args, parser)
+    except NoUsableImagesError as exc:
+        log.info("no usable images: %s", exc)
+        print(f"ia-cluster: {exc}", file=sys.stderr)
+        return 1
+    except _UsageError as exc:
+        parser.error(str(exc))
+    except Exception as exc:  # noqa: BLE001 - the user sees one line, the log the traceback
+        log.exception("run failed")
+        print(f"ia-cluster: failed: {exc} (details in {log_path})", file=sys.stderr)
+        return 1
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _run(args, parser) -> int:
+    from .attention import AttentionRun
+    from .preprocess import canvas_to_original, preprocess
+    from .report import save_convergence_png, save_means_png, save_weights_png, write_assignments, write_json
+
+    t_start = time.perf_counter()
+    progress = _Progress(args.quiet)
+    data = gather_inputs(args.inputs, args.seed)
+    for s in data.skipped:
+        print(f"ia-cluster: skipped {s['path']}: {s['reason']}", file=sys.stderr)
+    n = len(data)
+    if n < 2:
+        raise NoUsableImagesError(f"need at least 2 usable images, found {n}", data.skipped)
+    if args.clusters != "auto" and args.clusters > n:
+        raise _UsageError(f"--clusters {args.clusters} is more than the {n} usable images")
+    canvas = preprocess(data.images, size=args.size)
+    images = canvas.images
+    if args.transform is not None:
+        from .warp import warp
+
+        rot, frac = args.transform
+        tau = se2.random_transforms(n, rotation_range=rot, shift_range=frac * args.size, seed=args.seed + 1)
+        images = np.clip(warp(images, tau), 0, None).astype(np.float32)
+        images /= np.maximum(np.sqrt((images.astype(np.float64) ** 2).reshape(n, -1).sum(1)), 1e-12)[:, None, None]
+    run = AttentionRun(images, backend=args.backend, method=args.method, beta=args.beta,
+                       iterations=args.iterations, clusters=args.clusters,
+                       rotation_range=args.rotation_range, angle_step=args.angle_step)
+    stage_names = {"similarity": "invariant similarity", "means": "invariant means",
+                   "iteration": "iteration done", "done": "done"}
+    if args.method == "ka":
+        stage_names["similarity"] = "kernel similarity"
+    for snap in run.steps():
+        progress(snap.progress, f"iteration {snap.iteration}: {stage_names.get(snap.stage, snap.stage)}")
+    progress.close()
+    res = run.result()
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(n):
+        t = canvas_to_original(res.image_transforms[i], canvas, i)
+        rows.append({
+            "path": data.paths[i], "cluster": int(res.labels[i]),
+            "theta_deg": f"{t['theta_deg']:.3f}", "tx_px": f"{t['tx_px']:.3f}", "ty_px": f"{t['ty_px']:.3f}",
+            "score": f"{res.scores[i]:.4f}", "label": data.labels[i] if data.labels[i] is not None else "",
+        })
+    write_assignments(out / "assignments.csv", rows)
+    np.save(out / "weights.npy", res.weights.astype(np.float32))
+    np.save(out / "distances.npy", res.input_distances.astype(np.float32))
+    np.save(out / "means.npy", res.cluster_means.astype(np.float32))
+    save_means_png(out / "means.png", res.cluster_means)
+    save_weights_png(out / "weights.png", res.weights, res.labels)
+    save_convergence_png(out / "convergence.png", res.history, res.labels)
+    summary = {
+        "n_images": n,
+        "n_clusters": int(res.n_clusters),
+        "skipped": data.skipped,
+        "backend": run.backend.describe(),
+        "iterations": int(res.iterations),
+        "parameters": {
+            "method": args.method, "clusters": args.clusters, "beta": args.beta, "beta_used": res.beta,
+            "iterations": args.iterations, "rotation_range": args.rotation_range,
+            "angle_step": args.angle_step, "size": args.size, "canvas": canvas.size,
+            "transform": list(args.transform) if args.transform else None, "seed": args.seed,
+        },
+        "timings": {
+            "total_s": round(time.perf_counter() - t_start, 3),
+            "similarity_s": round(res.timings.get("similarity_s", 0.0), 3),
+            "mean_s": round(res.timings.get("mean_s", 0.0), 3),
+        },
+        "version": __version__,
+    }
+    if data.has_labels:
+        from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+        summary["metrics"] = {
+            "ari": float(adjusted_rand_score(data.labels, res.labels)),
+            "nmi": float(normalized_mutual_info_score(data.labels, res.labels)),
+        }
+    write_json(out / "summary.json", summary)
+    if not args.quiet:
+        extra = f", ARI {summary['metrics']['ari']:.3f}" if "metrics" in summary else ""
+        print(f"{n} images -> {res.n_clusters} clusters{extra}; results in {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

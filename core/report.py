@@ -1,0 +1,140 @@
+"""Writing a run's results: CSV, JSON, arrays and PNG figures (matplotlib, Agg)."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .clustering import grouping_order
+
+__all__ = ["ASSIGNMENT_COLUMNS", "write_assignments", "write_json", "save_means_png",
+           "save_weights_png", "save_convergence_png", "convergence_curves"]
+
+ASSIGNMENT_COLUMNS = ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label"]
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def write_assignments(path, rows) -> None:
+    """Write ``assignments.csv`` (columns :data:`ASSIGNMENT_COLUMNS`, extra keys appended)."""
+    import io
+
+    rows = list(rows)
+    cols = list(ASSIGNMENT_COLUMNS)
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
+    _atomic_write_text(Path(path), buf.getvalue())
+
+
+def write_json(path, data) -> None:
+    """Write JSON atomically."""
+    _atomic_write_text(Path(path), json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def _tile(images, cols=None):
+    imgs = np.asarray(images, dtype=np.float32)
+    n = imgs.shape[0]
+    cols = cols or int(np.ceil(np.sqrt(n)))
+    rows = int(np.ceil(n / cols))
+    h, w = imgs.shape[1:3]
+    grid = np.zeros((rows * (h + 2), cols * (w + 2)) + imgs.shape[3:], dtype=np.float32)
+    for k in range(n):
+        r, c = divmod(k, cols)
+        im = imgs[k]
+        top = float(np.abs(im).max()) or 1.0
+        grid[r * (h + 2) + 1:r * (h + 2) + 1 + h, c * (w + 2) + 1:c * (w + 2) + 1 + w] = np.clip(im / top, 0, 1)
+    return grid
+
+
+def _figure():
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_means_png(path, means, names=None) -> None:
+    """One tile per cluster mean, titled with the cluster's name."""
+    plt = _figure()
+    k = len(means)
+    cols = min(k, 6)
+    rows = int(np.ceil(k / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(1.8 * cols, 2.0 * rows), squeeze=False)
+    for i, ax in enumerate(axes.ravel()):
+        ax.axis("off")
+        if i < k:
+            ax.imshow(means[i], cmap="gray" if np.ndim(means[i]) == 2 else None)
+            ax.set_title(names[i] if names else f"cluster {i}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def save_weights_png(path, weights, labels) -> None:
+    """The weight matrix with rows and columns grouped by cluster."""
+    plt = _figure()
+    order = grouping_order(labels)
+    w = np.asarray(weights)[np.ix_(order, order)]
+    fig, ax = plt.subplots(figsize=(5.5, 4.6))
+    im = ax.imshow(w, cmap="viridis", interpolation="nearest")
+    fig.colorbar(im, ax=ax, label="W_ij")
+    lab = np.asarray(labels)[order]
+    for b in np.flatnonzero(np.diff(lab)) + 0.5:
+        ax.axhline(b, color="white", lw=0.6)
+        ax.axvline(b, color="white", lw=0.6)
+    ax.set_title("Weight matrix W (grouped by cluster)")
+    ax.set_xlabel("image j")
+    ax.set_ylabel("image i")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def convergence_curves(history, labels) -> dict:
+    """Within-cluster max, between-cluster min and median manifold distance per iteration."""
+    labels = np.asarray(labels)
+    same = labels[:, None] == labels[None, :]
+    off = ~np.eye(labels.size, dtype=bool)
+    out = {"within_max": [], "between_min": [], "median": []}
+    for d in history:
+        d = np.asarray(d, dtype=float)
+        out["within_max"].append(float(d[same & off].max()) if (same & off).any() else float("nan"))
+        out["between_min"].append(float(d[~same].min()) if (~same).any() else float("nan"))
+        out["median"].append(float(np.median(d[off])) if off.any() else float("nan"))
+    return out
+
+
+def save_convergence_png(path, history, labels) -> None:
+    """Manifold distances over iterations (log scale)."""
+    plt = _figure()
+    curves = convergence_curves(history, labels)
+    x = np.arange(len(history))
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for key, name in (("within_max", "within-cluster max"), ("between_min", "between-cluster min"),
+                      ("median", "median")):
+        y = np.maximum(np.asarray(curves[key]), 1e-6)
+        ax.plot(x, y, marker="o", label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("iteration (0 = inputs)")
+    ax.set_ylabel("manifold distance d(S_i, S_j)")
+    ax.set_title("Convergence of the image manifolds")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,22 @@
+import numpy as np
+import pytest
+
+from core.demos import base_shapes
+
+
+@pytest.fixture(scope="session")
+def shape_images():
+    """The three demo base shapes on a 64-px canvas, unit norm, float64."""
+    bases, _ = base_shapes()
+    return bases / np.linalg.norm(bases.reshape(3, -1), axis=1)[:, None, None]
+
+
+def smooth_blob(size=32, seed=0):
+    """A smooth random test image (float64), zero near the border."""
+    from scipy.ndimage import gaussian_filter
+
+    rng = np.random.default_rng(seed)
+    img = gaussian_filter(rng.random((size, size)), 2.0)
+    yy, xx = np.mgrid[:size, :size] - (size - 1) / 2
+    img *= np.exp(-(yy**2 + xx**2) / (2 * (size / 6) ** 2))
+    return img / img.max()

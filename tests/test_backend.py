@@ -1,0 +1,86 @@
+import builtins
+
+import numpy as np
+import pytest
+
+from core import backend as bk
+
+
+def test_numpy_backend():
+    b = bk.get_backend("numpy")
+    assert b.name == "numpy" and b.xp is np and b.device == "CPU"
+    assert b.describe() == "numpy (CPU)"
+
+
+def test_unknown_backend_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown backend"):
+        bk.get_backend("tpu")
+
+
+@pytest.mark.parametrize("exc", [ImportError("no cupy"), RuntimeError("cudaErrorNoDevice")])
+def test_auto_falls_back_to_numpy(monkeypatch, exc):
+    def fail():
+        raise exc
+
+    monkeypatch.setattr(bk, "_probe_cupy", fail)
+    b = bk.get_backend("auto")
+    assert b.name == "numpy"
+    assert b.fallback_reason
+    with pytest.raises(bk.BackendUnavailableError, match="GPU backend is not available"):
+        bk.get_backend("cupy")
+
+
+def test_auto_without_cupy_installed(monkeypatch):
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "cupy" or name.startswith("cupy."):
+            raise ImportError("No module named 'cupy'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    b = bk.get_backend("auto")
+    assert b.name == "numpy" and "not installed" in b.fallback_reason
+
+
+def test_to_host_and_modules():
+    a = np.arange(3.0)
+    assert bk.to_host(a) is not None and np.array_equal(bk.to_host(a), a)
+    assert bk.array_module(a) is np
+    import scipy.fft
+    import scipy.ndimage
+
+    assert bk.fft_module(np) is scipy.fft
+    assert bk.ndimage_module(np) is scipy.ndimage
+
+
+def _gpu():
+    try:
+        return bk.get_backend("cupy")
+    except bk.BackendUnavailableError as exc:
+        pytest.skip(f"no GPU: {exc}")
+
+
+@pytest.mark.gpu
+def test_cupy_warp_matches_numpy():
+    from core.warp import warp
+    from tests.conftest import smooth_blob
+
+    b = _gpu()
+    img = smooth_blob(32)[None].astype(np.float32)
+    p = np.array([[0.7, 1.3, -2.1], [-2.0, 0.2, 0.4]])
+    o_np, g_np = warp(np.repeat(img, 2, 0), p, gradient=True)
+    o_cp, g_cp = warp(b.asarray(np.repeat(img, 2, 0)), b.asarray(p), gradient=True)
+    assert np.allclose(bk.to_host(o_cp), o_np, rtol=1e-5, atol=1e-5 * np.abs(o_np).max())
+    assert np.allclose(bk.to_host(g_cp), g_np, rtol=1e-5, atol=1e-5 * np.abs(g_np).max())
+
+
+@pytest.mark.gpu
+def test_cupy_distances_match_numpy(shape_images):
+    from core.similarity import invariant_distances
+
+    b = _gpu()
+    imgs = shape_images.astype(np.float32)
+    d_np = invariant_distances(imgs).distances
+    d_cp = invariant_distances(b.asarray(imgs)).distances
+    assert np.allclose(d_cp, d_np, rtol=1e-3, atol=1e-4)

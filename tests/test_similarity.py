@@ -1,0 +1,61 @@
+import numpy as np
+import pytest
+
+from core import se2
+from core.similarity import angle_grid, invariant_distances, plain_distances
+from core.warp import warp
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_known_transform_recovered_anywhere_on_the_circle(shape_images, seed):
+    rng = np.random.default_rng(seed)
+    base = shape_images[seed % 3]
+    tau = np.array([rng.uniform(-np.pi, np.pi), rng.uniform(-8, 8), rng.uniform(-8, 8)])
+    moved = warp(base[None], tau[None])[0]
+    imgs = np.stack([base, moved]).astype(np.float32)
+    res = invariant_distances(imgs)
+    t = res.transforms[0, 1]  # v_0 o t ~ v_1 = base o tau  ->  t = tau
+    assert abs(np.rad2deg(se2.wrap_angle(t[0] - tau[0]))) < 0.5
+    assert np.abs(t[1:] - tau[1:]).max() < 0.25
+    assert res.distances[0, 1] < 0.02
+    assert np.allclose(res.transforms[1, 0], se2.invert(t))
+    assert res.distances[1, 0] == res.distances[0, 1] and res.distances[0, 0] == 0
+
+
+def test_rotation_range_restricts_the_search(shape_images):
+    base = shape_images[1]
+    moved = warp(base[None], np.array([[np.deg2rad(120), 0, 0]]))[0]
+    imgs = np.stack([base, moved]).astype(np.float32)
+    full = invariant_distances(imgs)
+    limited = invariant_distances(imgs, rotation_range=65)
+    assert full.distances[0, 1] < 0.02
+    assert abs(np.rad2deg(limited.transforms[0, 1, 0])) <= 65 + 1e-6
+    assert limited.distances[0, 1] > 10 * full.distances[0, 1]
+
+
+def test_candidates_agree_with_exhaustive_grid_on_same_class_pairs(shape_images):
+    tau = se2.random_transforms(6, rotation_range=180, shift_range=5, seed=2)
+    imgs = warp(np.repeat(shape_images, 2, axis=0), tau).astype(np.float32)
+    fast = invariant_distances(imgs)
+    slow = invariant_distances(imgs, candidates=None)
+    same = np.repeat(np.arange(3), 2)
+    mask = same[:, None] == same[None, :]
+    assert np.abs(fast.distances - slow.distances)[mask].max() < 0.01
+    assert (fast.distances[~mask] > 0.3).all()  # different shapes stay far apart
+
+
+def test_angle_grid():
+    a, ok = angle_grid(5.0)
+    assert a.size == 72 and ok.all()
+    a, ok = angle_grid(10.0, rotation_range=30)
+    assert np.allclose(np.sort(np.rad2deg(a[ok])), [-30, -20, -10, 0, 10, 20, 30])
+    with pytest.raises(ValueError):
+        angle_grid(0)
+
+
+def test_plain_distances_known_answer():
+    x = np.zeros((2, 4, 4))
+    x[0, 0, 0] = 1
+    x[1, 3, 3] = 1
+    d = plain_distances(x)
+    assert d[0, 1] == pytest.approx(np.sqrt(2)) and d[0, 0] == 0

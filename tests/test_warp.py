@@ -1,0 +1,104 @@
+import numpy as np
+import pytest
+
+from core import se2
+from core.warp import keys_kernel, keys_kernel_derivative, warp
+from tests.conftest import smooth_blob
+
+
+def test_keys_kernel_interpolates_samples():
+    assert keys_kernel(np.array(0.0)) == 1.0
+    assert np.allclose(keys_kernel(np.array([-2.0, -1.0, 1.0, 2.0, 2.5, -3.0])), 0.0)
+
+
+def test_keys_partition_of_unity_and_linear_ramp():
+    f = np.linspace(0, 1, 37)
+    taps = np.stack([keys_kernel(f + 1), keys_kernel(f), keys_kernel(f - 1), keys_kernel(f - 2)])
+    assert np.allclose(taps.sum(0), 1.0)
+    # reproduces a ramp: sum_k k phi(x - k) = x
+    ks = np.array([-1, 0, 1, 2])[:, None]
+    assert np.allclose((taps * ks).sum(0), f)
+
+
+def test_keys_derivative_matches_finite_differences():
+    s = np.linspace(-2.4, 2.4, 97) + 1e-3
+    h = 1e-6
+    fd = (keys_kernel(s + h) - keys_kernel(s - h)) / (2 * h)
+    assert np.allclose(keys_kernel_derivative(s), fd, atol=1e-6)
+
+
+def test_not_a_bspline():
+    # a cubic B-spline (scipy order=3) would smooth a sample; Keys reproduces it exactly
+    img = np.zeros((1, 9, 9))
+    img[0, 4, 4] = 1.0
+    assert warp(img, np.zeros((1, 3)))[0, 4, 4] == pytest.approx(1.0)
+
+
+def test_rot90_and_integer_shift_known_answers():
+    img = smooth_blob(33, seed=1)[None]
+    for k in (1, 2, 3):
+        out = warp(img, np.array([[k * np.pi / 2, 0.0, 0.0]]))[0]
+        options = [np.rot90(img[0], j) for j in (1, 2, 3)]
+        errs = [np.abs(out[3:-3, 3:-3] - o[3:-3, 3:-3]).max() for o in options]
+        assert min(errs) < 1e-9
+    out = warp(img, np.array([[0.0, 3.0, -2.0]]))[0]  # samples at (r - 2, c + 3)
+    expected = np.roll(np.roll(img[0], 2, axis=0), -3, axis=1)
+    assert np.abs(out[4:-4, 4:-4] - expected[4:-4, 4:-4]).max() < 1e-12
+
+
+def test_rot90_direction_is_consistent():
+    img = smooth_blob(33, seed=1)[None]
+    a = warp(img, np.array([[np.pi / 2, 0, 0]]))[0]
+    b = warp(img, np.array([[-np.pi / 2, 0, 0]]))[0]
+    assert np.abs(a - b).max() > 0.1  # the two directions differ
+    assert np.abs(warp(a[None], np.array([[-np.pi / 2, 0, 0]]))[0] - img[0])[3:-3, 3:-3].max() < 1e-9
+
+
+def test_transform_then_inverse_returns_the_image():
+    img = smooth_blob(48, seed=3)[None]
+    p = np.array([[1.1, 2.5, -1.5]])
+    back = warp(warp(img, p), se2.invert(p))[0]
+    # two cubic interpolations: a small, smooth loss only
+    assert np.linalg.norm(back - img[0]) / np.linalg.norm(img[0]) < 0.02
+    assert np.abs(back - img[0]).max() < 0.05
+
+
+@pytest.mark.parametrize("param", [0, 1, 2])
+def test_derivative_matches_central_differences(param):
+    img = smooth_blob(32, seed=4)[None]
+    p = np.array([[0.37, 1.3, -0.8]])
+    _, grad = warp(img, p, gradient=True)
+    h = 1e-5
+    dp = np.zeros((1, 3))
+    dp[0, param] = h
+    fd = (warp(img, p + dp) - warp(img, p - dp)) / (2 * h)
+    rel = np.linalg.norm(grad[0, param] - fd[0]) / np.linalg.norm(fd[0])
+    assert rel < 1e-3
+
+
+def test_batch_index_and_broadcast():
+    imgs = np.stack([smooth_blob(24, seed=s) for s in range(3)])
+    p = se2.random_transforms(5, rotation_range=180, shift_range=2, seed=0)
+    idx = np.array([2, 0, 1, 2, 0])
+    out = warp(imgs, p, index=idx)
+    for k in range(5):
+        assert np.allclose(out[k], warp(imgs[idx[k]][None], p[k][None])[0])
+    one = warp(imgs[:1], p)  # one image, many transforms
+    assert one.shape == (5, 24, 24)
+    single = warp(imgs[:1], p[0])
+    assert single.shape == (24, 24)
+
+
+def test_colour_channels_warp_like_gray():
+    imgs = np.stack([smooth_blob(24, seed=s) for s in range(3)], axis=-1)[None]
+    p = np.array([[0.5, 1.0, 0.5]])
+    out, grad = warp(imgs, p, gradient=True)
+    assert out.shape == (1, 24, 24, 3) and grad.shape == (1, 3, 24, 24, 3)
+    for c in range(3):
+        assert np.allclose(out[0, ..., c], warp(imgs[..., c], p)[0])
+
+
+def test_far_outside_is_zero_and_float32_kept():
+    img = smooth_blob(16).astype(np.float32)[None]
+    out = warp(img, np.array([[0.0, 500.0, -500.0]]))
+    assert out.dtype == np.float32 and np.all(out == 0)
