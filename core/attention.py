@@ -183,6 +183,10 @@ class RunResult:
     timings: dict = field(default_factory=dict)
 
 
+class _Cancelled(Exception):
+    """Raised inside a long stage when the run was cancelled; the stage is redone on resume."""
+
+
 class AttentionRun:
     """A resumable Invariant Attention (or KA) run over preprocessed images.
 
@@ -229,6 +233,8 @@ class AttentionRun:
         self._timings = {"similarity_s": 0.0, "mean_s": 0.0, "total_s": 0.0}
         self._result: RunResult | None = None
         self._cancel = threading.Event()
+        #: optional ``callable(fraction, text)`` told how far a long stage has got
+        self.on_progress = None
 
     # ------------------------------------------------------------------ control
     def cancel(self) -> None:
@@ -271,8 +277,12 @@ class AttentionRun:
             if self._cancel.is_set():
                 return
             t0 = time.perf_counter()
-            snap = self._advance()
-            self._timings["total_s"] += time.perf_counter() - t0
+            try:
+                snap = self._advance()
+            except _Cancelled:
+                return  # nothing of the interrupted step was committed
+            finally:
+                self._timings["total_s"] += time.perf_counter() - t0
             if snap is not None:
                 snap.timings = dict(self._timings)
                 yield snap
@@ -284,11 +294,20 @@ class AttentionRun:
                 on_snapshot(snap)
         return self.result()
 
+    def _stage_progress(self, fraction):
+        """Progress inside the similarity stage; raises ``_Cancelled`` on cancel."""
+        if self._cancel.is_set():
+            raise _Cancelled
+        if self.on_progress is not None:
+            overall = (self._done_steps() + fraction) / self.total_steps
+            self.on_progress(min(1.0, overall), f"invariant similarity {int(100 * fraction)} %")
+
     def _distances(self, feats):
         t0 = time.perf_counter()
         s = self.settings
         if s.method == "ia":
-            sim = invariant_distances(feats, angle_step=s.angle_step, rotation_range=s.rotation_range)
+            sim = invariant_distances(feats, angle_step=s.angle_step, rotation_range=s.rotation_range,
+                                      on_progress=self._stage_progress)
             out = (sim.distances, sim.transforms)
         else:
             out = (plain_distances(feats), np.zeros((self.n, self.n, 3)))

@@ -1,0 +1,293 @@
+"""The control panels: image set, transforms and run settings."""
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QAbstractListModel, QModelIndex, QSize, Qt, Signal
+from PySide6.QtGui import QImage, QPixmap
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QListView,
+    QProgressBar, QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget,
+)
+
+from core.demos import DEMO_NAMES
+
+THUMB = 56
+
+
+def to_qimage(img: np.ndarray) -> QImage:
+    """Gray float image -> 8-bit QImage (scaled to its max)."""
+    a = np.asarray(img, dtype=np.float32)
+    if a.ndim == 3:
+        a = a.mean(axis=-1)
+    top = float(a.max()) or 1.0
+    u8 = np.ascontiguousarray((np.clip(a / top, 0, 1) * 255).astype(np.uint8))
+    q = QImage(u8.data, u8.shape[1], u8.shape[0], u8.strides[0], QImage.Format.Format_Grayscale8)
+    return q.copy()
+
+
+class ThumbnailModel(QAbstractListModel):
+    """Thumbnails made lazily, when a view first asks for them, and cached."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.images = np.zeros((0, 1, 1), np.float32)
+        self.names: list[str] = []
+        self._cache: dict[int, QPixmap] = {}
+
+    def set_images(self, images, names):
+        self.beginResetModel()
+        self.images, self.names, self._cache = images, list(names), {}
+        self.endResetModel()
+
+    def update_images(self, images):
+        self.images, self._cache = images, {}
+        if len(images):
+            self.dataChanged.emit(self.index(0), self.index(len(images) - 1), [Qt.ItemDataRole.DecorationRole])
+
+    def rowCount(self, parent=QModelIndex()):
+        return 0 if parent.isValid() else len(self.names)
+
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
+        i = index.row()
+        if role == Qt.ItemDataRole.DecorationRole:
+            if i not in self._cache:
+                self._cache[i] = QPixmap.fromImage(to_qimage(self.images[i])).scaled(
+                    THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
+            return self._cache[i]
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return self.names[i]
+        return None
+
+
+class ImageSetPanel(QGroupBox):
+    """Thumbnails, open/add buttons, demos and a one-line summary."""
+
+    openFolder = Signal()
+    addFiles = Signal()
+    demoChosen = Signal(str)
+    detailsRequested = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__("Image set", parent)
+        lay = QVBoxLayout(self)
+        buttons = QHBoxLayout()
+        self.open_btn = QPushButton("Open folder…")
+        self.add_btn = QPushButton("Add files…")
+        self.demo_box = QComboBox()
+        self.demo_box.addItem("Demo…")
+        self.demo_box.addItems(DEMO_NAMES)
+        buttons.addWidget(self.open_btn)
+        buttons.addWidget(self.add_btn)
+        buttons.addWidget(self.demo_box)
+        lay.addLayout(buttons)
+        self.summary = QLabel("No images yet: open a folder, add files, drop them here, or pick a demo.")
+        self.summary.setWordWrap(True)
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.summary.linkActivated.connect(lambda _: self.detailsRequested.emit())
+        lay.addWidget(self.summary)
+        self.thumbs = ThumbnailModel(self)
+        self.view = QListView()
+        self.view.setViewMode(QListView.ViewMode.IconMode)
+        self.view.setIconSize(QSize(THUMB, THUMB))
+        self.view.setGridSize(QSize(THUMB + 8, THUMB + 8))
+        self.view.setUniformItemSizes(True)
+        self.view.setResizeMode(QListView.ResizeMode.Adjust)
+        self.view.setMovement(QListView.Movement.Static)
+        self.view.setModel(self.thumbs)
+        lay.addWidget(self.view, 1)
+        self.open_btn.clicked.connect(self.openFolder)
+        self.add_btn.clicked.connect(self.addFiles)
+        self.demo_box.activated.connect(self._demo)
+
+    def _demo(self, index):
+        if index > 0:
+            self.demoChosen.emit(self.demo_box.itemText(index))
+            self.demo_box.setCurrentIndex(0)
+
+    def set_summary(self, text: str, n_skipped: int):
+        link = f' — <a href="details">details</a>' if n_skipped else ""
+        self.summary.setText(text + link)
+
+
+class TransformPanel(QGroupBox):
+    """Random SE(2) transforms for the whole set, and per-image controls with a preview."""
+
+    applyRandom = Signal(float, float, int)  # rotation deg, shift %, seed
+    reset = Signal()
+    imageTransformChanged = Signal(float, float, float)  # theta deg, tx, ty
+
+    def __init__(self, parent=None):
+        super().__init__("Transforms (SE(2))", parent)
+        lay = QVBoxLayout(self)
+        form = QFormLayout()
+        self.rotation = QDoubleSpinBox(minimum=0, maximum=180, value=180, suffix=" °")
+        self.shift = QDoubleSpinBox(minimum=0, maximum=40, value=10, suffix=" %")
+        self.seed = QSpinBox(minimum=0, maximum=10**6, value=0)
+        form.addRow("Rotation range ±", self.rotation)
+        form.addRow("Translation range ±", self.shift)
+        form.addRow("Seed", self.seed)
+        lay.addLayout(form)
+        row = QHBoxLayout()
+        self.apply_btn = QPushButton("Apply")
+        self.reset_btn = QPushButton("Reset to originals")
+        row.addWidget(self.apply_btn)
+        row.addWidget(self.reset_btn)
+        lay.addLayout(row)
+        self.image_label = QLabel("Select a thumbnail to transform one image.")
+        lay.addWidget(self.image_label)
+        per = QFormLayout()
+        self.theta = QDoubleSpinBox(minimum=-180, maximum=180, decimals=1, suffix=" °", singleStep=5)
+        self.theta_slider = QSlider(Qt.Orientation.Horizontal, minimum=-180, maximum=180)
+        self.tx = QDoubleSpinBox(minimum=-64, maximum=64, decimals=1, suffix=" px")
+        self.ty = QDoubleSpinBox(minimum=-64, maximum=64, decimals=1, suffix=" px")
+        per.addRow("θ", self.theta)
+        per.addRow("", self.theta_slider)
+        per.addRow("tx", self.tx)
+        per.addRow("ty", self.ty)
+        lay.addLayout(per)
+        self.show_original = QCheckBox("show original")
+        lay.addWidget(self.show_original)
+        self.preview = QLabel()
+        self.preview.setFixedSize(128, 128)
+        self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.preview.setStyleSheet("background: #222;")
+        lay.addWidget(self.preview, 0, Qt.AlignmentFlag.AlignHCenter)
+        self.apply_btn.clicked.connect(
+            lambda: self.applyRandom.emit(self.rotation.value(), self.shift.value(), self.seed.value()))
+        self.reset_btn.clicked.connect(self.reset)
+        self.theta_slider.valueChanged.connect(lambda v: self.theta.setValue(float(v)))
+        self.theta.valueChanged.connect(lambda v: self._sync_slider(v))
+        for box in (self.theta, self.tx, self.ty):
+            box.valueChanged.connect(self._emit)
+        self._loading = False
+        self.set_enabled_image(False)
+
+    def _sync_slider(self, v):
+        self.theta_slider.blockSignals(True)
+        self.theta_slider.setValue(int(round(v)))
+        self.theta_slider.blockSignals(False)
+
+    def _emit(self, *_):
+        if not self._loading:
+            self.imageTransformChanged.emit(self.theta.value(), self.tx.value(), self.ty.value())
+
+    def set_enabled_image(self, on: bool):
+        for w in (self.theta, self.theta_slider, self.tx, self.ty, self.show_original):
+            w.setEnabled(on)
+
+    def load_image(self, name: str, theta_deg: float, tx: float, ty: float):
+        self._loading = True
+        self.image_label.setText(f"Image: {name}")
+        self.theta.setValue(theta_deg)
+        self._sync_slider(theta_deg)
+        self.tx.setValue(tx)
+        self.ty.setValue(ty)
+        self._loading = False
+        self.set_enabled_image(True)
+
+    def set_preview(self, img: np.ndarray):
+        pm = QPixmap.fromImage(to_qimage(img)).scaled(
+            128, 128, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
+        self.preview.setPixmap(pm)
+
+
+class RunPanel(QGroupBox):
+    """Settings, Start / Stop / Resume and the progress bar."""
+
+    startRequested = Signal()
+    stopRequested = Signal()
+    resumeRequested = Signal()
+
+    def __init__(self, gpu_ok: bool, gpu_reason: str, parent=None):
+        super().__init__("Run", parent)
+        lay = QVBoxLayout(self)
+        form = QFormLayout()
+        self.method = QComboBox()
+        self.method.addItem("Invariant Attention (IA)", "ia")
+        self.method.addItem("Kernel attention (KA)", "ka")
+        self.beta_auto = QCheckBox("auto")
+        self.beta_auto.setChecked(True)
+        self.beta = QDoubleSpinBox(minimum=0.01, maximum=1000, value=10, decimals=2)
+        self.beta.setEnabled(False)
+        beta_row = QHBoxLayout()
+        beta_row.addWidget(self.beta_auto)
+        beta_row.addWidget(self.beta)
+        self.iterations = QSpinBox(minimum=1, maximum=50, value=3)
+        self.clusters_auto = QCheckBox("auto")
+        self.clusters_auto.setChecked(True)
+        self.clusters = QSpinBox(minimum=1, maximum=1000, value=3)
+        self.clusters.setEnabled(False)
+        k_row = QHBoxLayout()
+        k_row.addWidget(self.clusters_auto)
+        k_row.addWidget(self.clusters)
+        self.rotation_range = QDoubleSpinBox(minimum=1, maximum=180, value=180, suffix=" °")
+        self.angle_step = QDoubleSpinBox(minimum=0.5, maximum=45, value=5, suffix=" °")
+        self.size = QSpinBox(minimum=8, maximum=256, value=64, suffix=" px")
+        self.backend = QComboBox()
+        self.backend.addItem("Auto", "auto")
+        self.backend.addItem("CPU", "numpy")
+        self.backend.addItem("GPU", "cupy")
+        if not gpu_ok:
+            item = self.backend.model().item(2)
+            item.setEnabled(False)
+            item.setToolTip(gpu_reason)
+            self.backend.setItemText(2, "GPU (unavailable)")
+        self.backend.setToolTip("GPU: " + gpu_reason)
+        form.addRow("Method", self.method)
+        form.addRow("β", beta_row)
+        form.addRow("Iterations", self.iterations)
+        form.addRow("Clusters", k_row)
+        form.addRow("Rotation range ±", self.rotation_range)
+        form.addRow("Angle step", self.angle_step)
+        form.addRow("Working size", self.size)
+        form.addRow("Backend", self.backend)
+        lay.addLayout(form)
+        self.gpu_note = QLabel("" if gpu_ok else f"GPU unavailable: {gpu_reason}")
+        self.gpu_note.setWordWrap(True)
+        self.gpu_note.setStyleSheet("color: #666;")
+        lay.addWidget(self.gpu_note)
+        row = QHBoxLayout()
+        self.start_btn = QPushButton("Start")
+        self.stop_btn = QPushButton("Stop")
+        self.resume_btn = QPushButton("Resume")
+        for b in (self.start_btn, self.stop_btn, self.resume_btn):
+            row.addWidget(b)
+        lay.addLayout(row)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setFormat("idle")
+        self.progress.setTextVisible(True)
+        lay.addWidget(self.progress)
+        self.beta_auto.toggled.connect(lambda on: self.beta.setEnabled(not on))
+        self.clusters_auto.toggled.connect(lambda on: self.clusters.setEnabled(not on))
+        self.start_btn.clicked.connect(self.startRequested)
+        self.stop_btn.clicked.connect(self.stopRequested)
+        self.resume_btn.clicked.connect(self.resumeRequested)
+        self.set_state("idle")
+
+    def options(self) -> dict:
+        rr = self.rotation_range.value()
+        return {
+            "method": self.method.currentData(),
+            "beta": "auto" if self.beta_auto.isChecked() else self.beta.value(),
+            "iterations": self.iterations.value(),
+            "clusters": "auto" if self.clusters_auto.isChecked() else self.clusters.value(),
+            "rotation_range": None if rr >= 180 else rr,
+            "angle_step": self.angle_step.value(),
+        }
+
+    def set_state(self, state: str):
+        running = state in ("running", "stopping")
+        self.start_btn.setEnabled(not running)
+        self.stop_btn.setEnabled(state == "running")
+        self.resume_btn.setEnabled(state == "stopped")
+        if state in ("idle", "stopped", "failed", "finished"):
+            self.progress.setFormat({"idle": "idle", "stopped": "stopped — Resume continues",
+                                     "failed": "failed", "finished": "done"}[state])
+        if state == "finished":
+            self.progress.setValue(1000)
+
+    def set_progress(self, fraction: float, text: str, eta: float):
+        self.progress.setValue(int(1000 * fraction))
+        eta_text = f" · ETA {eta:.0f} s" if eta >= 0 else ""
+        self.progress.setFormat(f"{text} · {100 * fraction:.0f} %{eta_text}")

@@ -1,0 +1,242 @@
+"""Thin pyqtgraph views: each is created once and only updates its items.
+
+Every ``show_frame`` runs in the GUI thread, called by the main window's
+redraw timer with the latest frame (at most ~30 per second).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+pg.setConfigOptions(imageAxisOrder="row-major", antialias=True, background="w", foreground="k")
+
+CLUSTER_COLOURS = [
+    (31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
+    (140, 86, 75), (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207),
+]
+
+
+def colour(k: int):
+    return CLUSTER_COLOURS[int(k) % len(CLUSTER_COLOURS)]
+
+
+def tile(images: np.ndarray, cols: int | None = None, pad: int = 2) -> np.ndarray:
+    """A mosaic of images (each scaled to its own max), rows from the top."""
+    imgs = np.asarray(images, dtype=np.float32)
+    if imgs.ndim == 4:
+        imgs = imgs.mean(axis=-1)
+    n = len(imgs)
+    if n == 0:
+        return np.zeros((8, 8), np.float32)
+    cols = cols or int(np.ceil(np.sqrt(n)))
+    rows = int(np.ceil(n / cols))
+    h, w = imgs.shape[1:3]
+    out = np.full((rows * (h + pad) + pad, cols * (w + pad) + pad), 0.15, np.float32)
+    for k in range(n):
+        r, c = divmod(k, cols)
+        top = float(imgs[k].max()) or 1.0
+        out[pad + r * (h + pad):pad + r * (h + pad) + h, pad + c * (w + pad):pad + c * (w + pad) + w] = \
+            np.clip(imgs[k] / top, 0, 1)
+    return out
+
+
+class _Titled(QWidget):
+    def __init__(self, title: str, parent=None):
+        super().__init__(parent)
+        self.layout_ = QVBoxLayout(self)
+        self.layout_.setContentsMargins(4, 4, 4, 4)
+        self.title = QLabel(f"<b>{title}</b>")
+        self.layout_.addWidget(self.title)
+
+
+class WeightsView(_Titled):
+    """The weight matrix W as a heatmap with a colour bar, grouped by cluster."""
+
+    def __init__(self, parent=None):
+        super().__init__("Weight matrix W (rows, columns grouped by cluster)", parent)
+        self.plot = pg.PlotWidget()
+        self.plot.setAspectLocked(True)
+        self.plot.invertY(True)
+        self.plot.setLabel("bottom", "image j (column)")
+        self.plot.setLabel("left", "image i (row)")
+        self.image_item = pg.ImageItem(np.zeros((2, 2), np.float32))
+        self.plot.addItem(self.image_item)
+        self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get("viridis"), label="W_ij")
+        self.colorbar.setImageItem(self.image_item, insert_in=self.plot.getPlotItem())
+        self.hover = QLabel("Hover over W to see i, j, W_ij and the two images.")
+        self.layout_.addWidget(self.plot, 1)
+        self.layout_.addWidget(self.hover)
+        self.weights = np.zeros((0, 0))
+        self.order = np.zeros(0, int)
+        self.names: list[str] = []
+        self.image_item.hoverEvent = self._hover
+
+    def set_names(self, names):
+        self.names = list(names)
+
+    def show_frame(self, frame):
+        w = frame.snapshot.weights
+        self.weights, self.order = w, frame.order
+        shown = w[np.ix_(frame.order, frame.order)]
+        self.image_item.setImage(shown, autoLevels=False)
+        top = float(shown.max()) if shown.size else 1.0
+        self.colorbar.setLevels((0.0, max(top, 1e-6)))
+
+    def _hover(self, event):
+        if event.isExit() or self.weights.size == 0:
+            return
+        pos = event.pos()
+        r, c = int(np.floor(pos.y())), int(np.floor(pos.x()))
+        n = len(self.order)
+        if 0 <= r < n and 0 <= c < n:
+            i, j = int(self.order[r]), int(self.order[c])
+            ni = self.names[i] if i < len(self.names) else str(i)
+            nj = self.names[j] if j < len(self.names) else str(j)
+            self.hover.setText(f"i = {i} ({ni.split('/')[-1]}), j = {j} ({nj.split('/')[-1]}): "
+                               f"W_ij = {self.weights[i, j]:.4f}")
+
+
+class MeansView(_Titled):
+    """The current means as a grid: one per image, or one per cluster."""
+
+    def __init__(self, parent=None):
+        super().__init__("Invariant means", parent)
+        self.per_cluster = QCheckBox("one per cluster")
+        self.layout_.addWidget(self.per_cluster)
+        self.plot = pg.PlotWidget()
+        self.plot.setAspectLocked(True)
+        self.plot.invertY(True)
+        self.plot.hideAxis("bottom")
+        self.plot.hideAxis("left")
+        self.image_item = pg.ImageItem(np.zeros((2, 2), np.float32))
+        self.plot.addItem(self.image_item)
+        self.layout_.addWidget(self.plot, 1)
+        self.caption = QLabel("")
+        self.layout_.addWidget(self.caption)
+        self.n_tiles = 0
+        self._frame = None
+        self.per_cluster.toggled.connect(lambda _: self._frame is not None and self.show_frame(self._frame))
+
+    def show_frame(self, frame):
+        self._frame = frame
+        snap = frame.snapshot
+        if self.per_cluster.isChecked():
+            if frame.cluster_means is not None:
+                tiles = frame.cluster_means
+            else:
+                firsts = [int(np.flatnonzero(snap.labels == c)[0]) for c in np.unique(snap.labels)]
+                tiles = snap.means[firsts]
+            what = "cluster"
+        else:
+            tiles = snap.means[frame.order]
+            what = "image (grouped by cluster)"
+        self.n_tiles = len(tiles)
+        self.image_item.setImage(tile(tiles), levels=(0, 1))
+        self.caption.setText(f"{self.n_tiles} means, one per {what} · iteration {snap.iteration}, "
+                             f"{snap.stage}" + (f" step {snap.step}/{snap.n_steps}" if snap.stage == "means" else ""))
+
+
+class ConvergenceView(_Titled):
+    """Manifold distances over iterations and a 2-D map of the manifolds."""
+
+    pointClicked = Signal(int)
+
+    def __init__(self, parent=None):
+        super().__init__("Manifold convergence", parent)
+        row = QHBoxLayout()
+        self.curves_plot = pg.PlotWidget(title="d(S_i, S_j) per iteration")
+        self.curves_plot.setLogMode(y=True)
+        self.curves_plot.setLabel("bottom", "iteration (0 = inputs)")
+        self.curves_plot.setLabel("left", "manifold distance")
+        self.curves_plot.addLegend(offset=(-10, 10))
+        for p in ("bottom", "left"):
+            self.curves_plot.getAxis(p).enableAutoSIPrefix(False)
+        self.curves_plot.getAxis("bottom").setTickSpacing(1, 1)
+        self.curves = {}
+        for key, name, col in (("within_max", "within-cluster max", (214, 39, 40)),
+                               ("between_min", "between-cluster min", (31, 119, 180)),
+                               ("median", "median", (90, 90, 90))):
+            self.curves[key] = self.curves_plot.plot([], [], pen=pg.mkPen(col, width=2), symbol="o",
+                                                     symbolBrush=col, symbolSize=6, name=name)
+        self.map_plot = pg.PlotWidget(title="Map of the image manifolds (classical MDS)")
+        self.map_plot.setAspectLocked(True)
+        self.map_plot.setLabel("bottom", "MDS 1")
+        self.map_plot.setLabel("left", "MDS 2")
+        for p in ("bottom", "left"):
+            self.map_plot.getAxis(p).enableAutoSIPrefix(False)
+        self.scatter = pg.ScatterPlotItem(size=11, pen=pg.mkPen("k", width=0.5))
+        self.map_plot.addItem(self.scatter)
+        self.highlight = pg.ScatterPlotItem(size=20, pen=pg.mkPen((0, 0, 0), width=2), brush=None)
+        self.map_plot.addItem(self.highlight)
+        self.scatter.sigClicked.connect(self._clicked)
+        row.addWidget(self.curves_plot, 1)
+        row.addWidget(self.map_plot, 1)
+        self.layout_.addLayout(row, 1)
+        self.coords = np.zeros((0, 2))
+
+    def show_frame(self, frame):
+        c = frame.curves
+        x = np.arange(len(c["median"]))
+        for key, item in self.curves.items():
+            y = np.maximum(np.nan_to_num(np.asarray(c[key], float), nan=1e-6), 1e-6)
+            item.setData(x, y)
+        self.coords = frame.mds
+        labels = frame.snapshot.labels
+        brushes = [pg.mkBrush(*colour(k)) for k in labels]
+        self.scatter.setData(pos=frame.mds, brush=brushes, data=np.arange(len(labels)))
+
+    def select(self, i: int):
+        if 0 <= i < len(self.coords):
+            self.highlight.setData(pos=self.coords[i:i + 1])
+        else:
+            self.highlight.setData(pos=np.zeros((0, 2)))
+
+    def _clicked(self, _item, points, *args):
+        if len(points):
+            self.pointClicked.emit(int(points[0].data()))
+
+
+class CompareView(_Titled):
+    """KA's plain averages next to IA's invariant means (the paper's Fig. 3b vs Fig. 4)."""
+
+    def __init__(self, parent=None):
+        super().__init__("Kernel attention vs Invariant Attention", parent)
+        row = QHBoxLayout()
+        self.plots = []
+        self.items = []
+        for title in ("KA: plain average of each cluster", "IA: invariant mean of each cluster"):
+            p = pg.PlotWidget(title=title)
+            p.setAspectLocked(True)
+            p.invertY(True)
+            p.hideAxis("bottom")
+            p.hideAxis("left")
+            it = pg.ImageItem(np.zeros((2, 2), np.float32))
+            p.addItem(it)
+            row.addWidget(p, 1)
+            self.plots.append(p)
+            self.items.append(it)
+        self.layout_.addLayout(row, 1)
+        self.caption = QLabel("Finish a run to compare.")
+        self.caption.setWordWrap(True)
+        self.layout_.addWidget(self.caption)
+        self.n_tiles = 0
+
+    def show_final(self, frame, true_labels=None):
+        if frame.plain_means is None or frame.cluster_means is None:
+            return
+        k = len(frame.cluster_means)
+        cols = min(k, 4)
+        self.items[0].setImage(tile(frame.plain_means, cols), levels=(0, 1))
+        self.items[1].setImage(tile(frame.cluster_means, cols), levels=(0, 1))
+        self.n_tiles = k
+        text = f"{k} clusters found by IA. Left: what plain kernel attention averages to; right: the invariant means."
+        if true_labels is not None and frame.ka_labels is not None:
+            from sklearn.metrics import adjusted_rand_score
+
+            res = frame.extra.get("result")
+            ari_ia = adjusted_rand_score(true_labels, res.labels)
+            ari_ka = adjusted_rand_score(true_labels, frame.ka_labels)
+            text += f" Against the true labels: IA ARI {ari_ia:.2f}, KA ARI {ari_ka:.2f}."
+        self.caption.setText(text)

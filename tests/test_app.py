@@ -1,0 +1,218 @@
+"""GUI tests (pytest-qt, offscreen): what is drawn and emitted, not only that nothing crashed."""
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from PIL import Image  # noqa: E402
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
+from PySide6.QtGui import QDropEvent  # noqa: E402
+from PySide6.QtWidgets import QMessageBox  # noqa: E402
+
+from core import __version__  # noqa: E402
+from core.attention import AttentionRun  # noqa: E402
+from core.backend import Backend  # noqa: E402
+
+from app.main_window import MainWindow  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _logs(tmp_path, monkeypatch):
+    monkeypatch.setenv("IA_STUDIO_LOG_DIR", str(tmp_path / "logs"))
+
+
+@pytest.fixture
+def window(qtbot):
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.model.shutdown(5000)
+
+
+def _wait_state(qtbot, window, states, timeout=60000):
+    qtbot.waitUntil(lambda: window.model.state in states, timeout=timeout)
+
+
+def test_title_size_and_gpu_choice(window):
+    assert window.windowTitle() == f"Invariant Attention Studio {__version__}"
+    assert window.width() >= 1280 and window.height() >= 800
+    gpu_item = window.run_panel.backend.model().item(2)
+    if not gpu_item.isEnabled():  # no GPU here: disabled, with the reason
+        assert "not available" in gpu_item.toolTip() or "no working" in gpu_item.toolTip()
+
+
+def test_demo_loading_and_summary(window):
+    window.images_panel.demo_box.setCurrentIndex(1)
+    window.images_panel.demo_box.activated.emit(1)  # "shapes"
+    assert window.model.n == 18
+    assert window.images_panel.thumbs.rowCount() == 18
+    assert "18 images · 3 labels" in window.images_panel.summary.text()
+    icon = window.images_panel.thumbs.data(window.images_panel.thumbs.index(0), Qt.ItemDataRole.DecorationRole)
+    assert not icon.isNull() and icon.width() > 10
+
+
+def test_random_transforms_apply_and_reset(window):
+    m = window.model
+    m.load_demo("shapes")
+    before = m.working.copy()
+    window.transform_panel.seed.setValue(3)
+    window.transform_panel.apply_btn.click()
+    assert np.abs(np.rad2deg(m.transforms[:, 0])).max() > 20
+    assert not np.allclose(m.working, before)
+    assert np.allclose(np.linalg.norm(m.working.reshape(m.n, -1), axis=1), 1, atol=1e-4)
+    window.transform_panel.reset_btn.click()
+    assert np.array_equal(m.working, m.base)
+
+
+def test_per_image_transform_and_preview(window, qtbot):
+    m = window.model
+    m.load_demo("shapes")
+    window.images_panel.view.setCurrentIndex(window.images_panel.thumbs.index(4))
+    assert m.selected == 4
+    other = m.working[5].copy()
+    window.transform_panel.theta.setValue(90.0)
+    assert m.transforms[4, 0] == pytest.approx(np.pi / 2)
+    assert np.array_equal(m.working[5], other)  # only the selected image changed
+    assert not np.allclose(m.working[4], m.base[4])
+    assert window.transform_panel.theta_slider.value() == 90
+    pix = window.transform_panel.preview.pixmap()
+    assert pix is not None and not pix.isNull()
+    window.transform_panel.show_original.setChecked(True)
+    assert not window.transform_panel.preview.pixmap().toImage() == pix.toImage()
+
+
+def test_full_run_panels_match_the_engine(window, qtbot):
+    m = window.model
+    m.load_demo("shapes")
+    window.run_panel.size.setValue(32)
+    window.transform_panel.apply_btn.click()
+    frames = []
+    m.frameReady.connect(frames.append)
+    window.run_panel.start_btn.click()
+    assert m.state == "running" and not window.run_panel.start_btn.isEnabled()
+    _wait_state(qtbot, window, ("finished", "failed"))
+    assert m.state == "finished"
+    window.redraw()
+    res = m.final.extra["result"]
+    order = m.final.order
+    assert np.allclose(window.weights_view.image_item.image, res.weights[np.ix_(order, order)])
+    assert window.means_view.n_tiles == 18
+    assert len(window.convergence_view.scatter.data) == 18
+    assert window.compare_view.n_tiles == res.n_clusters == 3
+    assert "IA ARI 1.00" in window.compare_view.caption.text()
+    assert len(frames) >= 3 and window.redraws >= 1
+    stages = {f.snapshot.stage for f in frames}
+    assert {"similarity", "means", "done"} <= stages
+    assert window.run_panel.progress.value() == 1000
+    # the same run done directly gives the same W
+    direct = AttentionRun(m.working, backend="numpy", **window.run_panel.options()).run()
+    assert np.allclose(direct.weights, res.weights)
+
+
+def test_stop_within_a_second_and_resume_to_the_same_result(window, qtbot):
+    m = window.model
+    m.load_demo("digits")
+    window.run_panel.size.setValue(24)
+    window.run_panel.iterations.setValue(2)
+    window.run_panel.start_btn.click()
+    qtbot.waitUntil(lambda: m.latest is not None and m.latest.snapshot.stage == "means", timeout=60000)
+    import time
+
+    t0 = time.monotonic()
+    window.run_panel.stop_btn.click()
+    _wait_state(qtbot, window, ("stopped", "finished"), timeout=5000)
+    assert time.monotonic() - t0 < 1.0
+    assert m.state == "stopped" and window.run_panel.resume_btn.isEnabled()
+    window.run_panel.resume_btn.click()
+    _wait_state(qtbot, window, ("finished",), timeout=120000)
+    direct = AttentionRun(m.working, backend="numpy", **window.run_panel.options()).run()
+    assert np.array_equal(m.final.extra["result"].weights, direct.weights)
+    assert np.array_equal(m.final.extra["result"].labels, direct.labels)
+
+
+def test_errors_reach_a_dialog(window, qtbot, monkeypatch):
+    def boom(self):
+        raise RuntimeError("simulated failure in the engine")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(AttentionRun, "steps", boom)
+    window.model.load_demo("shapes")
+    window.run_panel.start_btn.click()
+    _wait_state(qtbot, window, ("failed",))
+    box = window.last_dialog
+    assert isinstance(box, QMessageBox) and "simulated failure" in box.text()
+    assert "Traceback" in box.detailedText()
+
+
+def test_gpu_failure_falls_back_to_cpu(window, qtbot, monkeypatch):
+    real_steps = AttentionRun.steps
+
+    def flaky(self):
+        if self.backend.name == "cupy":
+            raise RuntimeError("CUDA error: an illegal memory access")
+        yield from real_steps(self)
+
+    monkeypatch.setattr(AttentionRun, "steps", flaky)
+    m = window.model
+    m.load_demo("shapes")
+    window.run_panel.size.setValue(24)
+    messages = []
+    m.message.connect(messages.append)
+    m.run = AttentionRun(m.working, backend=Backend("cupy", np, "Fake GPU"), iterations=1)
+    m._launch()
+    _wait_state(qtbot, window, ("finished", "failed"))
+    assert m.state == "finished"
+    assert any("continuing on the CPU" in t for t in messages)
+
+
+def test_start_with_fewer_than_two_images_is_refused(window):
+    assert window.start_run() is False
+    assert window.last_dialog is not None and "at least 2 images" in window.last_dialog.text()
+    assert window.model.state == "idle"
+
+
+def _drop(window, paths):
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    ev = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                    Qt.KeyboardModifier.NoModifier)
+    window.dropEvent(ev)
+
+
+def test_drag_and_drop_files_and_unreadable_ones(window, tmp_path):
+    img = np.zeros((20, 20), np.uint8)
+    img[5:12, 4:15] = 255
+    for k in range(3):
+        Image.fromarray(np.roll(img, k, axis=1)).save(tmp_path / f"{k}.png")
+    (tmp_path / "bad.png").write_text("garbage")
+    messages = []
+    window.model.message.connect(messages.append)
+    _drop(window, [tmp_path / "bad.png"])
+    assert window.model.n == 0 and "bad.png" in messages[-1]
+    _drop(window, [tmp_path])
+    assert window.model.n == 3
+    assert "skipped 1" in messages[-1] and "bad.png" in messages[-1]
+    assert "details" in window.images_panel.summary.text()
+
+
+def test_closing_during_a_run_stops_cleanly(qtbot):
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    w.model.load_demo("digits")
+    w.run_panel.start_btn.click()
+    qtbot.waitUntil(lambda: w.model.latest is not None, timeout=60000)
+    w.close()
+    assert w.model._thread.isFinished()
+
+
+def test_selftest_entry_point(qtbot, tmp_path, capsys):
+    from app.__main__ import main
+
+    shot = tmp_path / "shot.png"
+    assert main(["--selftest", "--screenshot", str(shot)]) == 0
+    out = capsys.readouterr().out
+    assert "FAIL" not in out and "W heatmap = result W" in out
+    assert Image.open(shot).size[0] >= 1280
