@@ -17,6 +17,7 @@ import numpy as np
 from . import __version__, se2
 from .demos import DEMO_NAMES, load_demo
 from .imageset import ImageSet, NoUsableImagesError, load_images
+from .project import ProjectError
 
 log = logging.getLogger("ia-cluster")
 
@@ -104,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first apply random transforms: rotation in [-ROT, ROT], shift up to SHIFT_FRAC of the size")
     p.add_argument("--seed", type=int, default=0, help="seed for demos and --transform")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--save-project", metavar="P.iaproj", default=None,
+                   help="also save the run as a project the desktop app opens")
+    p.add_argument("--project", metavar="P.iaproj", default=None,
+                   help="export a saved project's clusters (edits included) to --out; no INPUT needed")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
@@ -155,7 +160,9 @@ def gather_inputs(inputs, seed) -> ImageSet:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not args.inputs:
+    if args.project and args.inputs:
+        parser.error("give either INPUTs or --project, not both")
+    if not args.inputs and not args.project:
         parser.error("give at least one INPUT (an image, a folder or demo:shapes)")
     for item in args.inputs:
         if item.startswith("demo:") and item[5:] not in DEMO_NAMES:
@@ -164,7 +171,13 @@ def main(argv=None) -> int:
 
     log_path = setup_file_logging("ia-cluster")
     try:
+        if args.project:
+            return _export_project(args)
         return _run(args, parser)
+    except ProjectError as exc:
+        log.info("project refused: %s", exc)
+        print(f"ia-cluster: {exc}", file=sys.stderr)
+        return 1
     except NoUsableImagesError as exc:
         log.info("no usable images: %s", exc)
         print(f"ia-cluster: {exc}", file=sys.stderr)
@@ -212,8 +225,12 @@ def _run(args, parser) -> int:
                    "iteration": "iteration done", "done": "done"}
     if args.method == "ka":
         stage_names["similarity"] = "kernel similarity"
+    history = []
     for snap in run.steps():
         progress(snap.progress, f"iteration {snap.iteration}: {stage_names.get(snap.stage, snap.stage)}")
+        if args.save_project and snap.stage in ("similarity", "iteration", "done"):
+            history.append({"iteration": snap.iteration, "stage": snap.stage, "weights": snap.weights,
+                            "means": snap.means, "distances": snap.distances, "labels": snap.labels})
     progress.close()
     res = run.result()
 
@@ -261,9 +278,87 @@ def _run(args, parser) -> int:
             "nmi": float(normalized_mutual_info_score(data.labels, res.labels)),
         }
     write_json(out / "summary.json", summary)
+    if args.save_project:
+        from .clusterbook import ClusterBook
+        from .project import Project, save_project
+
+        proj = Project(
+            paths=list(data.paths), labels=list(data.labels), skipped=list(data.skipped), size=args.size,
+            transforms=tau if args.transform is not None else np.zeros((n, 3)),
+            base=canvas.images, scale=canvas.scale, offset=canvas.offset,
+            parameters=summary["parameters"], clusters=ClusterBook.from_labels(res.labels), history=history,
+            result=_result_arrays(res),
+        )
+        save_project(args.save_project, proj)
     if not args.quiet:
         extra = f", ARI {summary['metrics']['ari']:.3f}" if "metrics" in summary else ""
         print(f"{n} images -> {res.n_clusters} clusters{extra}; results in {out}", file=sys.stderr)
+    return 0
+
+
+def _result_arrays(res) -> dict:
+    return {
+        "cluster_means": res.cluster_means, "image_transforms": res.image_transforms, "scores": res.scores,
+        "weights": res.weights, "input_distances": res.input_distances,
+        "final_distances": res.final_distances, "run_labels": res.labels,
+    }
+
+
+def _export_project(args) -> int:
+    """``--project P``: write the saved clusters, edits included, to ``--out``."""
+    from .clusterbook import UNASSIGNED
+    from .preprocess import Canvas, canvas_to_original
+    from .project import load_project
+    from .report import write_assignments, write_json
+
+    proj = load_project(args.project)
+    book = proj.clusters
+    if book is None:
+        raise ProjectError(f"{Path(args.project).name}: the project has no clusters yet (run it first)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run_labels = proj.result.get("run_labels")
+    tr = proj.result.get("image_transforms")
+    scores = proj.result.get("scores")
+    side = int(proj.base.shape[1]) if proj.base is not None else proj.size
+    canvas = None
+    if proj.scale is not None and proj.offset is not None:
+        canvas = Canvas(np.zeros((0, side, side), np.float32), proj.scale, proj.offset, [])
+    rows = []
+    for i, path in enumerate(proj.paths):
+        c = book.labels[i]
+        row = {"path": path, "cluster": c if c != UNASSIGNED else "", "theta_deg": "", "tx_px": "", "ty_px": "",
+               "score": "", "label": proj.labels[i] if proj.labels[i] is not None else "",
+               "cluster_name": book.name_of(c)}
+        # the run's alignment still describes the image when the user did not move it
+        unchanged = run_labels is not None and c != UNASSIGNED and int(run_labels[i]) == c
+        if unchanged and tr is not None and canvas is not None:
+            t = canvas_to_original(tr[i], canvas, i)
+            row.update(theta_deg=f"{t['theta_deg']:.3f}", tx_px=f"{t['tx_px']:.3f}", ty_px=f"{t['ty_px']:.3f}")
+            if scores is not None:
+                row["score"] = f"{float(scores[i]):.4f}"
+        rows.append(row)
+    write_assignments(out / "assignments.csv", rows)
+    counts = book.counts()
+    summary = {
+        "n_images": proj.n,
+        "n_clusters": len(book.cluster_ids()),
+        "clusters": [{"cluster": c, "name": book.name_of(c), "count": counts[c]} for c in book.cluster_ids()],
+        "unassigned": counts[UNASSIGNED],
+        "skipped": proj.skipped,
+        "parameters": proj.parameters,
+        "edits": proj.edits,
+        "project": str(args.project),
+        "version": __version__,
+    }
+    if all(lab is not None for lab in proj.labels) and counts[UNASSIGNED] == 0:
+        from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+        summary["metrics"] = {"ari": float(adjusted_rand_score(proj.labels, book.labels)),
+                              "nmi": float(normalized_mutual_info_score(proj.labels, book.labels))}
+    write_json(out / "summary.json", summary)
+    if not args.quiet:
+        print(f"{proj.n} images in {len(book.cluster_ids())} clusters exported to {out}", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,116 @@
+"""GUI responsiveness during a run: n = 200 images at 48 px on the CPU.
+
+While the worker thread runs Invariant Attention, the GUI thread is probed:
+
+* input latency — every 50 ms a synthetic key press is posted to the window and
+  the delay until Qt delivers it is recorded;
+* redraw rate — the time to redraw every live panel from a new frame (W
+  heatmap, means grid, curves, manifold map), i.e. the highest rate at which
+  the window can follow the run; the window itself redraws at most every
+  33 ms (~30 fps), the latest frame winning.
+
+    QT_QPA_PLATFORM=offscreen python benchmarks/bench_gui.py [--n 200] [--px 48] [--seconds 40]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer  # noqa: E402
+from PySide6.QtGui import QKeyEvent  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from core.demos import load_demo  # noqa: E402
+
+
+class LatencyProbe(QObject):
+    """Posts key events and measures how long they wait in the queue."""
+
+    def __init__(self, target):
+        super().__init__()
+        self.target = target
+        self.sent = {}
+        self.delays = []
+        target.installEventFilter(self)
+        self.k = 0
+
+    def post(self):
+        self.k += 1
+        ev = QKeyEvent(QEvent.Type.KeyPress, Qt.Key.Key_F24, Qt.KeyboardModifier.NoModifier, str(self.k))
+        self.sent[str(self.k)] = time.perf_counter()
+        QApplication.postEvent(self.target, ev)
+
+    def eventFilter(self, obj, ev):
+        if ev.type() == QEvent.Type.KeyPress and ev.key() == Qt.Key.Key_F24:
+            t = self.sent.pop(ev.text(), None)
+            if t is not None:
+                self.delays.append(time.perf_counter() - t)
+            return True
+        return False
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--px", type=int, default=48)
+    ap.add_argument("--seconds", type=float, default=40.0)
+    args = ap.parse_args(argv)
+    from app.main_window import MainWindow
+
+    app = QApplication.instance() or QApplication([])
+    w = MainWindow()
+    w.show()
+    data = load_demo("digits", seed=0)
+    s = 1
+    while len(data) < args.n:
+        data = data.extend(load_demo("digits", seed=s))
+        s += 1
+    w.model._set_data(data.subset(range(args.n)))
+    w.run_panel.size.setValue(args.px)
+    w.run_panel.backend.setCurrentIndex(1)  # CPU
+    probe = LatencyProbe(w)
+    timer = QTimer()
+    timer.setInterval(50)
+    timer.timeout.connect(probe.post)
+    frames = []
+    w.model.frameReady.connect(lambda f: frames.append(time.perf_counter()))
+    t0 = time.perf_counter()
+    w.start_run()
+    timer.start()
+    while time.perf_counter() - t0 < args.seconds and w.model.state == "running":
+        app.processEvents()
+        time.sleep(0.002)
+    timer.stop()
+    w.model.stop()
+    # redraw cost from the latest frame (all panels, forced)
+    frame = w.model.latest
+    costs = []
+    if frame is not None:
+        for _ in range(30):
+            w._drawn = None
+            t = time.perf_counter()
+            w.redraw()
+            app.processEvents()
+            costs.append(time.perf_counter() - t)
+    d = np.array(probe.delays) * 1000
+    print(f"n = {args.n} images at {args.px} px, CPU, {time.perf_counter() - t0:.0f} s of a run observed, "
+          f"{len(frames)} snapshots received, {w.redraws} window redraws")
+    if d.size:
+        print(f"input latency: median {np.median(d):.1f} ms, 95th percentile {np.percentile(d, 95):.1f} ms, "
+              f"max {d.max():.1f} ms over {d.size} probes")
+    if costs:
+        c = np.array(costs) * 1000
+        print(f"full redraw of all panels: median {np.median(c):.1f} ms -> up to {1000 / np.median(c):.0f} fps "
+              f"(the window caps it at ~30 fps)")
+    w.close()
+
+
+if __name__ == "__main__":
+    main()

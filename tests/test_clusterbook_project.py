@@ -1,0 +1,146 @@
+import csv
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from core.cli import main
+from core.clusterbook import UNASSIGNED, ClusterBook
+from core.project import Project, ProjectError, load_project, save_project
+
+
+def test_clusterbook_edits():
+    b = ClusterBook.from_labels([0, 0, 1, 1, 2])
+    assert b.names == {0: "Cluster 1", 1: "Cluster 2", 2: "Cluster 3"}
+    b2 = b.move([4], 0)
+    assert b2.labels == (0, 0, 1, 1, 0) and 2 not in b2.names  # an emptied cluster disappears
+    assert b.labels == (0, 0, 1, 1, 2)  # the original is untouched (undo keeps it)
+    b3 = b.rename(1, "sevens")
+    assert b3.name_of(1) == "sevens" and b3.labels == b.labels
+    b4 = b.merge([1, 2])
+    assert b4.labels == (0, 0, 1, 1, 1) and b4.names[1] == "Cluster 2"
+    b5 = b.split(0, [0, 1])
+    assert b5.labels == (0, 3, 1, 1, 2) and b5.names[3] == "Cluster 1 a"
+    b6 = b.move([0], UNASSIGNED)
+    assert b6.counts()[UNASSIGNED] == 1 and b6.name_of(UNASSIGNED) == "Unassigned"
+    b7 = b.new_cluster([2, 4], "mine")
+    assert b7.labels == (0, 0, 3, 1, 3) and b7.names[3] == "mine"
+    with pytest.raises(ValueError):
+        b.rename(0, "  ")
+    with pytest.raises(ValueError):
+        b.merge([0])
+    with pytest.raises(KeyError):
+        b.move([0], 9)
+    assert ClusterBook.from_json(b3.to_json(), 5) == b3
+    with pytest.raises(ValueError):
+        ClusterBook.from_json(b3.to_json(), 4)
+
+
+def _project(tmp_path, n=4):
+    rng = np.random.default_rng(0)
+    img = tmp_path / "a.png"
+    img.write_bytes(b"x")
+    return Project(
+        paths=[str(img)] + [f"demo:shapes/{i:03d}" for i in range(1, n)], labels=["x"] * n,
+        skipped=[{"path": "bad.png", "reason": "empty file (0 bytes)"}], size=32,
+        transforms=rng.normal(size=(n, 3)), base=rng.random((n, 8, 8)).astype(np.float32),
+        scale=np.ones(n), offset=np.zeros((n, 2)), parameters={"method": "ia", "beta": "auto"},
+        clusters=ClusterBook.from_labels([0, 0, 1, 1]).rename(1, "second"),
+        history=[{"iteration": 1, "stage": "similarity", "weights": rng.random((n, n)).astype(np.float32),
+                  "means": rng.random((n, 8, 8)).astype(np.float32), "distances": rng.random((n, n)),
+                  "labels": np.array([0, 0, 1, 1])}],
+        result={"scores": rng.random(n), "image_transforms": rng.normal(size=(n, 3)),
+                "run_labels": np.array([0, 0, 1, 1])},
+        edits=["Rename cluster"],
+    )
+
+
+def test_save_open_round_trip_is_identical(tmp_path):
+    p = _project(tmp_path)
+    path = save_project(tmp_path / "p.iaproj", p)
+    q = load_project(path)
+    assert q.paths == p.paths and q.labels == p.labels and q.skipped == p.skipped and q.size == 32
+    assert np.array_equal(q.transforms, p.transforms) and np.array_equal(q.base, p.base)
+    assert q.clusters == p.clusters and q.edits == p.edits and q.parameters == p.parameters
+    for key in ("weights", "means", "distances", "labels"):
+        assert np.array_equal(q.history[0][key], p.history[0][key])
+    for key, arr in p.result.items():
+        assert np.array_equal(q.result[key], arr) and q.result[key].dtype == arr.dtype
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+        assert "manifest.json" in names and all(x.endswith(".npy") or x == "manifest.json" for x in names)
+    no_embed = load_project(save_project(tmp_path / "small.iaproj", p, embed=False))
+    assert no_embed.base is None
+
+
+def test_missing_originals_reported(tmp_path):
+    p = _project(tmp_path)
+    q = load_project(save_project(tmp_path / "p.iaproj", p))
+    assert q.missing_originals() == []
+    (tmp_path / "a.png").unlink()
+    assert q.missing_originals() == [str(tmp_path / "a.png")]
+
+
+def test_corrupted_and_truncated_projects_are_refused(tmp_path):
+    path = save_project(tmp_path / "p.iaproj", _project(tmp_path))
+    data = path.read_bytes()
+    (tmp_path / "trunc.iaproj").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ProjectError, match="truncated or corrupted"):
+        load_project(tmp_path / "trunc.iaproj")
+    bad = bytearray(data)
+    mid = len(bad) // 3
+    bad[mid:mid + 64] = bytes(64)
+    (tmp_path / "flip.iaproj").write_bytes(bytes(bad))
+    with pytest.raises(ProjectError):
+        load_project(tmp_path / "flip.iaproj")
+    (tmp_path / "text.iaproj").write_text("hello")
+    with pytest.raises(ProjectError, match="truncated or corrupted"):
+        load_project(tmp_path / "text.iaproj")
+    with zipfile.ZipFile(tmp_path / "other.iaproj", "w") as zf:
+        zf.writestr("manifest.json", json.dumps({"format": "something else"}))
+    with pytest.raises(ProjectError, match="not an Invariant Attention Studio project"):
+        load_project(tmp_path / "other.iaproj")
+    with pytest.raises(ProjectError, match="does not exist"):
+        load_project(tmp_path / "nope.iaproj")
+
+
+def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
+    path = save_project(tmp_path / "p.iaproj", _project(tmp_path))
+    before = path.read_bytes()
+    import core.project as cp
+
+    def boom(arr):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cp, "_npy_bytes", boom)
+    with pytest.raises(OSError):
+        save_project(path, _project(tmp_path))
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
+
+
+def test_cli_save_project_then_export_with_edits(tmp_path, monkeypatch):
+    monkeypatch.setenv("IA_STUDIO_LOG_DIR", str(tmp_path / "logs"))
+    proj = tmp_path / "run.iaproj"
+    assert main(["demo:shapes", "--size", "24", "--iterations", "1", "--quiet", "--out", str(tmp_path / "o1"),
+                 "--save-project", str(proj)]) == 0
+    p = load_project(proj)
+    assert p.n == 18 and p.clusters is not None and len(p.history) >= 2 and p.base is not None
+    # edit: rename cluster 0, move image 0 into cluster 1
+    p.clusters = p.clusters.rename(0, "horses").move([0], 1)
+    p.edits += ["Rename", "Move 1 image"]
+    save_project(proj, p)
+    out = tmp_path / "o2"
+    assert main(["--project", str(proj), "--out", str(out), "--quiet"]) == 0
+    with open(out / "assignments.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0])[:7] == ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label"]
+    assert rows[0]["cluster"] == "1" and rows[0]["theta_deg"] == ""  # moved by hand: no stale transform
+    assert rows[1]["cluster_name"] == "horses" and rows[1]["theta_deg"] != ""
+    s = json.loads((out / "summary.json").read_text())
+    assert s["edits"] == ["Rename", "Move 1 image"] and s["n_clusters"] == 3
+    # truncated project: exit 1 with a plain message
+    data = proj.read_bytes()
+    proj.write_bytes(data[:100])
+    assert main(["--project", str(proj), "--out", str(out), "--quiet"]) == 1
