@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     app.setApplicationName(APP_NAME)
     app.setOrganizationName("InvariantAttentionStudio")
     sys.excepthook = _excepthook
-    window = MainWindow()
+    window = MainWindow(recover=not args.selftest)
     window.show()
     if args.selftest:
         from .selftest import run_selftest

@@ -11,10 +11,16 @@ import time
 
 import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal
+from PySide6.QtGui import QUndoCommand, QUndoStack
 
 from core import se2
 from core.attention import AttentionRun
 from core.backend import BackendUnavailableError, get_backend
+from core.clusterbook import UNASSIGNED, ClusterBook
+from core.clustering import cluster_labels
+from core.project import Project, load_project, save_project
+from core.similarity import invariant_distances
+from core.weights import rbf_similarity
 from core.demos import load_demo
 from core.imageset import ImageSet, NoUsableImagesError, load_images
 from core.preprocess import preprocess
@@ -39,7 +45,10 @@ class StudioModel(QObject):
 
     imagesChanged = Signal()
     transformsChanged = Signal()
-    selectionChanged = Signal(int)
+    selectionChanged = Signal(list)  # image indices
+    clustersChanged = Signal()
+    inspectReady = Signal(dict)
+    projectChanged = Signal()  # path or dirty flag changed
     message = Signal(str)  # plain one-line status messages
     runStateChanged = Signal(str)  # idle | running | stopping | stopped | finished | failed
     frameReady = Signal(object)  # latest Frame (views pull at <= 30 fps)
@@ -52,10 +61,18 @@ class StudioModel(QObject):
         super().__init__(parent)
         self.data: ImageSet = ImageSet([], [], [], [])
         self.size = 64
+        self.canvas = None
         self.base = np.zeros((0, self.size, self.size), np.float32)  # preprocessed originals
         self.transforms = np.zeros((0, 3))  # applied per image (canvas px)
         self.working = self.base  # the transformed set: what runs
-        self.selected = -1
+        self.selection: list[int] = []
+        self.book: ClusterBook | None = None
+        self.history_frames: list = []  # iteration-level frames of the last run (for replay/export)
+        self.project_path = None
+        self.dirty = False
+        self.edits: list[str] = []
+        self.undo_stack = QUndoStack(self)
+        self.undo_stack.indexChanged.connect(self._on_undo_index)
         self.state = "idle"
         self.run: AttentionRun | None = None
         self.latest: Frame | None = None
@@ -78,6 +95,11 @@ class StudioModel(QObject):
     @property
     def n(self) -> int:
         return len(self.data)
+
+    @property
+    def selected(self) -> int:
+        """The first selected image, or -1."""
+        return self.selection[0] if self.selection else -1
 
     def load_demo(self, name: str, *, seed: int = 0) -> None:
         self._set_data(load_demo(name, seed=seed))
@@ -121,15 +143,23 @@ class StudioModel(QObject):
         self._preprocess()
         self.transforms = np.zeros((self.n, 3))
         self.working = self.base
-        self.selected = -1
+        self.selection = []
         self.latest = self.final = None
+        self.book = None
+        self.history_frames = []
+        self.undo_stack.clear()
+        self.edits = []
         self.imagesChanged.emit()
         self.transformsChanged.emit()
+        self.clustersChanged.emit()
+        self._mark_dirty()
 
     def _preprocess(self) -> None:
         if self.n:
-            self.base = preprocess(self.data.images, size=self.size).images
+            self.canvas = preprocess(self.data.images, size=self.size)
+            self.base = self.canvas.images
         else:
+            self.canvas = None
             self.base = np.zeros((0, self.size, self.size), np.float32)
 
     # ---------------------------------------------------------------- transforms
@@ -159,10 +189,210 @@ class StudioModel(QObject):
             self.working = w
         self.transformsChanged.emit()
 
-    def select(self, i: int) -> None:
-        if i != self.selected and -1 <= i < self.n:
-            self.selected = i
-            self.selectionChanged.emit(i)
+    def select(self, indices) -> None:
+        """Select images (an index, a list of indices, or -1/[] for none), shared by every view."""
+        if isinstance(indices, (int, np.integer)):
+            indices = [] if indices < 0 else [int(indices)]
+        sel = [int(i) for i in dict.fromkeys(indices) if 0 <= int(i) < self.n]
+        if sel != self.selection:
+            self.selection = sel
+            self.selectionChanged.emit(sel)
+
+    def select_cluster(self, cluster: int) -> None:
+        if self.book is not None:
+            self.select(self.book.members(cluster).tolist())
+
+    # ---------------------------------------------------------------- clusters (undoable)
+    def edit_clusters(self, text: str, new_book: ClusterBook) -> None:
+        """Replace the clusters by ``new_book`` as one undoable edit called ``text``."""
+        if self.book is None or new_book == self.book:
+            return
+        self.undo_stack.push(_BookCommand(self, self.book, new_book, text))
+
+    def _set_book(self, book: ClusterBook) -> None:
+        self.book = book
+        self.clustersChanged.emit()
+
+    def reread(self, *, k=None, threshold: float | None = None) -> None:
+        """Relabel from the current state: k clusters, or a distance threshold."""
+        frame = self.final or self.latest
+        if frame is None:
+            self.message.emit("Run first: clusters are read from a run's result.")
+            return
+        d = frame.extra["result"].final_distances if "result" in frame.extra else frame.snapshot.distances
+        if threshold is not None:
+            from scipy.cluster.hierarchy import fcluster, linkage
+            from scipy.spatial.distance import squareform
+
+            z = linkage(squareform(np.asarray(d, float), checks=False), method="single")
+            labels = fcluster(z, t=float(threshold), criterion="distance") - 1
+            from core.clustering import relabel_by_appearance
+
+            labels = relabel_by_appearance(labels)
+            text = f"Re-read clusters at distance {threshold:.3g}"
+        else:
+            beta = frame.snapshot.beta
+            kk = "auto" if k in (None, "auto") else min(int(k), self.n)
+            labels = cluster_labels(rbf_similarity(d, beta), k=kk)
+            text = f"Re-read clusters with k = {kk}"
+        self.edit_clusters(text, ClusterBook.from_labels(labels))
+
+    # ---------------------------------------------------------------- inspect
+    def inspect(self, i: int, j: int) -> dict | None:
+        """Align image i onto image j and report the transform, score and images."""
+        if not (0 <= i < self.n and 0 <= j < self.n):
+            return None
+        pair = self.working[[i, j]]
+        opts = {}
+        if self.run is not None:
+            opts = dict(angle_step=self.run.settings.angle_step, rotation_range=self.run.settings.rotation_range)
+        sim = invariant_distances(pair, **opts)
+        t = sim.transforms[0, 1]
+        aligned = warp(pair[:1], t[None])[0]
+        score = float((aligned * pair[1]).sum() / max(np.linalg.norm(aligned) * np.linalg.norm(pair[1]), 1e-12))
+        info = {"i": i, "j": j, "vi": pair[0], "vj": pair[1], "aligned": aligned,
+                "difference": np.abs(aligned - pair[1]), "theta_deg": float(np.rad2deg(t[0])),
+                "tx": float(t[1]), "ty": float(t[2]), "distance": float(sim.distances[0, 1]), "score": score,
+                "name_i": self.data.paths[i], "name_j": self.data.paths[j]}
+        self.inspectReady.emit(info)
+        return info
+
+    # ---------------------------------------------------------------- projects
+    def _on_undo_index(self, _index: int) -> None:
+        self._mark_dirty()
+
+    def _mark_dirty(self, dirty: bool = True) -> None:
+        self.dirty = dirty
+        self.projectChanged.emit()
+
+    def to_project(self) -> Project:
+        """The current session as a :class:`core.project.Project`."""
+        res = self.final.extra.get("result") if self.final is not None else None
+        result = {}
+        if res is not None:
+            result = {"cluster_means": res.cluster_means, "image_transforms": res.image_transforms,
+                      "scores": res.scores, "weights": res.weights, "input_distances": res.input_distances,
+                      "final_distances": res.final_distances, "run_labels": res.labels}
+        history = [{"iteration": f.snapshot.iteration, "stage": f.snapshot.stage, "weights": f.snapshot.weights,
+                    "means": f.snapshot.means, "distances": f.snapshot.distances, "labels": f.snapshot.labels}
+                   for f in self.history_frames]
+        params = dict(vars(self.run.settings)) if self.run is not None else {}
+        params["sigmas"] = list(params.get("sigmas", []))
+        if self.run is not None:
+            params["backend"] = self.run.backend.name
+            params["beta_used"] = float(res.beta) if res is not None else None
+        return Project(
+            paths=list(self.data.paths), labels=list(self.data.labels), skipped=list(self.data.skipped),
+            size=self.size, transforms=self.transforms.copy(), base=self.base,
+            scale=None if self.canvas is None else self.canvas.scale,
+            offset=None if self.canvas is None else self.canvas.offset,
+            parameters=params, clusters=self.book, history=history, result=result, edits=list(self.edits),
+        )
+
+    def save_project(self, path, *, embed: bool = True) -> None:
+        save_project(path, self.to_project(), embed=embed)
+        self.project_path = str(path)
+        self._mark_dirty(False)
+        self.message.emit(f"Saved {path}")
+
+    def autosave(self, path) -> bool:
+        """Write the session to ``path`` (not changing the project's own path)."""
+        if not self.n:
+            return False
+        save_project(path, self.to_project())
+        return True
+
+    def open_project(self, path) -> Project:
+        """Open a ``.iaproj``; raises :class:`core.project.ProjectError` when it cannot be used."""
+        from core.project import ProjectError
+
+        proj = load_project(path)
+        missing = proj.missing_originals()
+        if proj.base is None:
+            if missing:
+                raise ProjectError(f"{path}: the original images were moved and the project has no embedded "
+                                   f"copies; missing: {', '.join(missing[:5])}")
+            data = load_images(proj.paths)
+            self.size = proj.size
+            self._set_data(ImageSet(data.images, proj.paths, proj.labels, proj.skipped))
+        else:
+            self.stop()
+            self.size = proj.size
+            self.data = ImageSet(list(proj.base), list(proj.paths), list(proj.labels), list(proj.skipped))
+            self.base = proj.base.astype(np.float32)
+            from core.preprocess import Canvas
+
+            n = proj.n
+            self.canvas = Canvas(self.base, proj.scale if proj.scale is not None else np.ones(n),
+                                 proj.offset if proj.offset is not None else np.zeros((n, 2)), [])
+            self.selection = []
+            self.run = None
+            self.latest = self.final = None
+            self.undo_stack.clear()
+            self.imagesChanged.emit()
+        self.transforms = proj.transforms.copy()
+        self._update_working()
+        self._restore_run(proj)
+        self.book = proj.clusters
+        self.edits = list(proj.edits)
+        self.undo_stack.clear()
+        self.clustersChanged.emit()
+        self.project_path = str(path)
+        self._mark_dirty(False)
+        note = ""
+        if missing:
+            note = (f"; {len(missing)} original file(s) moved or missing, using the embedded images: "
+                    + ", ".join(p.split('/')[-1] for p in missing[:5]))
+        self.message.emit(f"Opened {path}: {proj.n} images{note}")
+        proj.missing = missing
+        return proj
+
+    def _restore_run(self, proj: Project) -> None:
+        """Rebuild the frames of a saved run so every view shows it again."""
+        from core.attention import RunResult, Snapshot
+
+        self.history_frames = []
+        self.latest = self.final = None
+        if not proj.history:
+            return
+        res = None
+        if "run_labels" in proj.result:
+            r = proj.result
+            res = RunResult(
+                labels=np.asarray(r["run_labels"]), n_clusters=int(np.max(r["run_labels"])) + 1,
+                cluster_means=r.get("cluster_means"), image_transforms=r.get("image_transforms"),
+                scores=r.get("scores"), weights=r.get("weights"), input_distances=r.get("input_distances"),
+                final_distances=r.get("final_distances"),
+                history=[h["distances"] for h in proj.history if h["stage"] in ("similarity", "done")],
+                features=proj.history[-1]["means"], iterations=int(proj.history[-1]["iteration"]),
+                beta=float(proj.parameters.get("beta_used") or float("nan")),
+            )
+        from .worker import classical_mds
+        from core.report import convergence_curves
+
+        mds = None
+        hist = []
+        for h in proj.history:
+            snap = Snapshot(iteration=h["iteration"], stage=h["stage"], step=0, n_steps=0, weights=h["weights"],
+                            means=h["means"], distances=h["distances"], transforms=None, labels=h["labels"],
+                            objective=[], timings={}, progress=1.0,
+                            beta=float(proj.parameters.get("beta_used") or float("nan")))
+            if h["stage"] in ("similarity", "done"):
+                hist.append(h["distances"])
+            mds = classical_mds(h["distances"], mds)
+            self.history_frames.append(Frame(snapshot=snap, order=np.argsort(h["labels"], kind="stable"),
+                                             mds=mds, curves=convergence_curves(hist, h["labels"])))
+        last = self.history_frames[-1]
+        if res is not None:
+            last.extra["result"] = res
+            last.cluster_means = res.cluster_means
+            labels = res.labels
+            last.plain_means = np.stack([self.working[labels == c].mean(axis=0) for c in range(res.n_clusters)])
+            self.final = last
+        self.latest = last
+        self.frameReady.emit(last)
+        if self.final is not None:
+            self.runFinished.emit(last)
 
     # ---------------------------------------------------------------- run
     def start(self, *, backend: str = "auto", **options) -> bool:
@@ -179,6 +409,7 @@ class StudioModel(QObject):
             self.message.emit(f"Cannot start: {exc}")
             return False
         self.latest = self.final = None
+        self.history_frames = []
         self.worker.reset()
         self._launch()
         self.message.emit(f"Running {options.get('method', 'ia').upper()} on {self.n} images "
@@ -214,6 +445,8 @@ class StudioModel(QObject):
 
     def _on_frame(self, frame: Frame) -> None:
         self.latest = frame
+        if frame.snapshot.stage in ("similarity", "iteration", "done"):
+            self.history_frames.append(frame)
         self.frameReady.emit(frame)
 
     def _on_progress(self, fraction: float, text: str) -> None:
@@ -223,6 +456,12 @@ class StudioModel(QObject):
 
     def _on_finished(self, frame: Frame) -> None:
         self.latest = self.final = frame
+        if not self.history_frames or self.history_frames[-1] is not frame:
+            self.history_frames.append(frame)
+        self.undo_stack.clear()
+        self.edits = []
+        self._set_book(ClusterBook.from_labels(frame.extra["result"].labels))
+        self._mark_dirty()
         self._set_state("finished")
         self.frameReady.emit(frame)
         self.runFinished.emit(frame)
@@ -236,6 +475,23 @@ class StudioModel(QObject):
     def _on_failed(self, message: str, tb: str) -> None:
         self._set_state("failed")
         self.runFailed.emit(message, tb)
+
+
+class _BookCommand(QUndoCommand):
+    """One cluster edit: swaps the model's cluster book before/after."""
+
+    def __init__(self, model: StudioModel, before: ClusterBook, after: ClusterBook, text: str):
+        super().__init__(text)
+        self.model, self.before, self.after = model, before, after
+
+    def redo(self):
+        self.model._set_book(self.after)
+        self.model.edits.append(self.text())
+
+    def undo(self):
+        self.model._set_book(self.before)
+        if self.model.edits:
+            self.model.edits.pop()
 
 
 def _renorm(images: np.ndarray) -> np.ndarray:

@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QSize, Qt, Signal
-from PySide6.QtGui import QImage, QPixmap
+from PySide6.QtCore import QAbstractListModel, QMimeData, QModelIndex, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QListView,
-    QProgressBar, QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget,
+    QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
+    QListView, QListWidget, QListWidgetItem, QProgressBar, QPushButton, QSlider, QSpinBox, QVBoxLayout,
 )
+
+from core.clusterbook import UNASSIGNED
+
+MIME_IMAGES = "application/x-ia-images"
 
 from core.demos import DEMO_NAMES
 
@@ -25,19 +29,59 @@ def to_qimage(img: np.ndarray) -> QImage:
     return q.copy()
 
 
+def cluster_qcolor(k: int) -> QColor:
+    from .views import colour
+
+    return QColor(*colour(k)) if k != UNASSIGNED else QColor(150, 150, 150)
+
+
 class ThumbnailModel(QAbstractListModel):
-    """Thumbnails made lazily, when a view first asks for them, and cached."""
+    """Thumbnails made lazily, when a view first asks for them, and cached.
+
+    Each thumbnail has a border in its cluster's colour once clusters exist;
+    thumbnails can be dragged onto a cluster in the clusters panel.
+    """
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.images = np.zeros((0, 1, 1), np.float32)
         self.names: list[str] = []
+        self.labels = None
         self._cache: dict[int, QPixmap] = {}
 
     def set_images(self, images, names):
         self.beginResetModel()
-        self.images, self.names, self._cache = images, list(names), {}
+        self.images, self.names, self._cache, self.labels = images, list(names), {}, None
         self.endResetModel()
+
+    def set_labels(self, labels):
+        self.labels = None if labels is None else list(labels)
+        self._cache = {}
+        if len(self.names):
+            self.dataChanged.emit(self.index(0), self.index(len(self.names) - 1), [Qt.ItemDataRole.DecorationRole])
+
+    def flags(self, index):
+        base = super().flags(index)
+        return base | Qt.ItemFlag.ItemIsDragEnabled if index.isValid() else base
+
+    def mimeTypes(self):
+        return [MIME_IMAGES]
+
+    def mimeData(self, indexes):
+        mime = QMimeData()
+        rows = sorted({i.row() for i in indexes})
+        mime.setData(MIME_IMAGES, ",".join(map(str, rows)).encode())
+        return mime
+
+    def _pixmap(self, i):
+        pm = QPixmap.fromImage(to_qimage(self.images[i])).scaled(
+            THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
+        if self.labels is not None:
+            p = QPainter(pm)
+            p.setPen(QPen(cluster_qcolor(self.labels[i]), 4))
+            p.drawRect(1, 1, pm.width() - 3, pm.height() - 3)
+            p.end()
+        return pm
 
     def update_images(self, images):
         self.images, self._cache = images, {}
@@ -51,8 +95,7 @@ class ThumbnailModel(QAbstractListModel):
         i = index.row()
         if role == Qt.ItemDataRole.DecorationRole:
             if i not in self._cache:
-                self._cache[i] = QPixmap.fromImage(to_qimage(self.images[i])).scaled(
-                    THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
+                self._cache[i] = self._pixmap(i)
             return self._cache[i]
         if role == Qt.ItemDataRole.ToolTipRole:
             return self.names[i]
@@ -93,6 +136,9 @@ class ImageSetPanel(QGroupBox):
         self.view.setUniformItemSizes(True)
         self.view.setResizeMode(QListView.ResizeMode.Adjust)
         self.view.setMovement(QListView.Movement.Static)
+        self.view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.view.setDragEnabled(True)
+        self.view.setDragDropMode(QAbstractItemView.DragDropMode.DragOnly)
         self.view.setModel(self.thumbs)
         lay.addWidget(self.view, 1)
         self.open_btn.clicked.connect(self.openFolder)
@@ -291,3 +337,128 @@ class RunPanel(QGroupBox):
         self.progress.setValue(int(1000 * fraction))
         eta_text = f" · ETA {eta:.0f} s" if eta >= 0 else ""
         self.progress.setFormat(f"{text} · {100 * fraction:.0f} %{eta_text}")
+
+
+class ClusterList(QListWidget):
+    """The clusters as bins: accepts thumbnails dropped onto a cluster."""
+
+    imagesDropped = Signal(list, int)  # image indices, cluster id
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setAcceptDrops(True)
+        self.setDragDropMode(QAbstractItemView.DragDropMode.DropOnly)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.setIconSize(QSize(40, 40))
+
+    def dragEnterEvent(self, event):
+        if event.mimeData().hasFormat(MIME_IMAGES):
+            event.acceptProposedAction()
+
+    def dragMoveEvent(self, event):
+        if event.mimeData().hasFormat(MIME_IMAGES) and self.itemAt(event.position().toPoint()) is not None:
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dropEvent(self, event):
+        item = self.itemAt(event.position().toPoint())
+        data = bytes(event.mimeData().data(MIME_IMAGES)).decode()
+        if item is None or not data:
+            event.ignore()
+            return
+        self.imagesDropped.emit([int(x) for x in data.split(",")], int(item.data(Qt.ItemDataRole.UserRole)))
+        event.acceptProposedAction()
+
+
+class ClustersPanel(QGroupBox):
+    """Named clusters with counts and means; edits; re-reading k or a distance threshold."""
+
+    renameRequested = Signal(int)
+    mergeRequested = Signal(list)
+    splitRequested = Signal(int, int)  # cluster, k
+    newFromSelection = Signal()
+    unassignSelection = Signal()
+    clusterSelected = Signal(int)
+    rereadK = Signal(object)  # int or "auto"
+    rereadThreshold = Signal(float)
+
+    def __init__(self, parent=None):
+        super().__init__("Clusters", parent)
+        lay = QVBoxLayout(self)
+        self.list = ClusterList()
+        lay.addWidget(self.list, 1)
+        row = QHBoxLayout()
+        self.rename_btn = QPushButton("Rename…")
+        self.merge_btn = QPushButton("Merge")
+        self.split_btn = QPushButton("Split")
+        self.split_k = QSpinBox(minimum=2, maximum=50, value=2, prefix="k=")
+        for w in (self.rename_btn, self.merge_btn, self.split_btn, self.split_k):
+            row.addWidget(w)
+        lay.addLayout(row)
+        row2 = QHBoxLayout()
+        self.new_btn = QPushButton("New from selection")
+        self.unassign_btn = QPushButton("Unassign selection")
+        row2.addWidget(self.new_btn)
+        row2.addWidget(self.unassign_btn)
+        lay.addLayout(row2)
+        form = QFormLayout()
+        k_row = QHBoxLayout()
+        self.k_auto = QCheckBox("auto")
+        self.k = QSpinBox(minimum=1, maximum=1000, value=2)
+        self.k_apply = QPushButton("Re-read")
+        k_row.addWidget(self.k)
+        k_row.addWidget(self.k_auto)
+        k_row.addWidget(self.k_apply)
+        form.addRow("Clusters k", k_row)
+        t_row = QHBoxLayout()
+        self.threshold = QDoubleSpinBox(minimum=0.0, maximum=2.0, value=0.3, decimals=3, singleStep=0.01)
+        self.t_apply = QPushButton("Re-read")
+        t_row.addWidget(self.threshold)
+        t_row.addWidget(self.t_apply)
+        form.addRow("Distance threshold", t_row)
+        lay.addLayout(form)
+        self.hint = QLabel("Drag thumbnails onto a cluster to move them. Ctrl+Z undoes any edit.")
+        self.hint.setWordWrap(True)
+        self.hint.setStyleSheet("color: #666;")
+        lay.addWidget(self.hint)
+        self.rename_btn.clicked.connect(lambda: self._one(self.renameRequested))
+        self.merge_btn.clicked.connect(lambda: self.mergeRequested.emit(self.selected_clusters()))
+        self.split_btn.clicked.connect(
+            lambda: self.selected_clusters() and self.splitRequested.emit(self.selected_clusters()[0],
+                                                                          self.split_k.value()))
+        self.new_btn.clicked.connect(self.newFromSelection)
+        self.unassign_btn.clicked.connect(self.unassignSelection)
+        self.list.itemClicked.connect(lambda it: self.clusterSelected.emit(int(it.data(Qt.ItemDataRole.UserRole))))
+        self.k.valueChanged.connect(lambda v: self.rereadK.emit(v))
+        self.k_auto.toggled.connect(lambda on: on and self.rereadK.emit("auto"))
+        self.k_apply.clicked.connect(lambda: self.rereadK.emit("auto" if self.k_auto.isChecked() else self.k.value()))
+        self.threshold.valueChanged.connect(lambda v: self.rereadThreshold.emit(float(v)))
+        self.t_apply.clicked.connect(lambda: self.rereadThreshold.emit(float(self.threshold.value())))
+        self._updating = False
+
+    def _one(self, signal):
+        sel = self.selected_clusters()
+        if sel:
+            signal.emit(sel[0])
+
+    def selected_clusters(self) -> list[int]:
+        return [int(it.data(Qt.ItemDataRole.UserRole)) for it in self.list.selectedItems()
+                if int(it.data(Qt.ItemDataRole.UserRole)) != UNASSIGNED]
+
+    def set_book(self, book, means: dict):
+        """Show the clusters: ``means`` maps cluster id -> image for the icon."""
+        self.list.clear()
+        if book is None:
+            return
+        counts = book.counts()
+        for c in book.cluster_ids() + [UNASSIGNED]:
+            it = QListWidgetItem(f"{book.name_of(c)}  ({counts[c]})")
+            it.setData(Qt.ItemDataRole.UserRole, c)
+            if c in means:
+                it.setIcon(QIcon(QPixmap.fromImage(to_qimage(means[c]))))
+            it.setForeground(cluster_qcolor(c))
+            self.list.addItem(it)
+        self.k.blockSignals(True)
+        self.k.setValue(max(1, len(book.cluster_ids())))
+        self.k.blockSignals(False)

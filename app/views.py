@@ -51,8 +51,24 @@ class _Titled(QWidget):
         self.layout_.addWidget(self.title)
 
 
+def _overlay_rgba(shape, rows=(), cols=()):
+    """A transparent RGBA image with the given rows and columns tinted."""
+    over = np.zeros(shape + (4,), np.uint8)
+    for r in rows:
+        over[r, :] = (255, 60, 60, 90)
+    for c in cols:
+        over[:, c] = (255, 60, 60, 90)
+    return over
+
+
 class WeightsView(_Titled):
-    """The weight matrix W as a heatmap with a colour bar, grouped by cluster."""
+    """The weight matrix W as a heatmap with a colour bar, grouped by cluster.
+
+    Clicking W_ij emits ``cellClicked(i, j)``; the selected images' rows and
+    columns are tinted.
+    """
+
+    cellClicked = Signal(int, int)
 
     def __init__(self, parent=None):
         super().__init__("Weight matrix W (rows, columns grouped by cluster)", parent)
@@ -72,6 +88,37 @@ class WeightsView(_Titled):
         self.order = np.zeros(0, int)
         self.names: list[str] = []
         self.image_item.hoverEvent = self._hover
+        self.image_item.mouseClickEvent = self._click
+        self.overlay = pg.ImageItem(np.zeros((2, 2, 4), np.uint8))
+        self.overlay.setZValue(5)
+        self.plot.addItem(self.overlay)
+        self.selection: list[int] = []
+
+    def _cell(self, pos):
+        r, c = int(np.floor(pos.y())), int(np.floor(pos.x()))
+        n = len(self.order)
+        if 0 <= r < n and 0 <= c < n:
+            return int(self.order[r]), int(self.order[c])
+        return None
+
+    def _click(self, event):
+        cell = self._cell(event.pos())
+        if cell is not None:
+            event.accept()
+            self.cellClicked.emit(*cell)
+
+    def set_selection(self, indices):
+        self.selection = list(indices)
+        self._draw_overlay()
+
+    def _draw_overlay(self):
+        n = len(self.order)
+        if n == 0:
+            return
+        pos = np.empty(n, int)
+        pos[self.order] = np.arange(n)
+        sel = [pos[i] for i in self.selection if i < n]
+        self.overlay.setImage(_overlay_rgba((n, n), sel, sel), autoLevels=False)
 
     def set_names(self, names):
         self.names = list(names)
@@ -83,15 +130,14 @@ class WeightsView(_Titled):
         self.image_item.setImage(shown, autoLevels=False)
         top = float(shown.max()) if shown.size else 1.0
         self.colorbar.setLevels((0.0, max(top, 1e-6)))
+        self._draw_overlay()
 
     def _hover(self, event):
         if event.isExit() or self.weights.size == 0:
             return
-        pos = event.pos()
-        r, c = int(np.floor(pos.y())), int(np.floor(pos.x()))
-        n = len(self.order)
-        if 0 <= r < n and 0 <= c < n:
-            i, j = int(self.order[r]), int(self.order[c])
+        cell = self._cell(event.pos())
+        if cell is not None:
+            i, j = cell
             ni = self.names[i] if i < len(self.names) else str(i)
             nj = self.names[j] if j < len(self.names) else str(j)
             self.hover.setText(f"i = {i} ({ni.split('/')[-1]}), j = {j} ({nj.split('/')[-1]}): "
@@ -99,7 +145,14 @@ class WeightsView(_Titled):
 
 
 class MeansView(_Titled):
-    """The current means as a grid: one per image, or one per cluster."""
+    """The current means as a grid: one per image, or one per cluster.
+
+    Clicking a tile emits ``tileClicked`` with the image index (per image) or
+    ``clusterClicked`` with the cluster (per cluster); selected images' tiles are outlined.
+    """
+
+    tileClicked = Signal(int)
+    clusterClicked = Signal(int)
 
     def __init__(self, parent=None):
         super().__init__("Invariant means", parent)
@@ -117,23 +170,67 @@ class MeansView(_Titled):
         self.layout_.addWidget(self.caption)
         self.n_tiles = 0
         self._frame = None
+        self._tile_ids: list[int] = []
+        self._geom = (1, 1, 1)  # cols, tile h, tile w
+        self.selection: list[int] = []
+        self.overlay = pg.ImageItem(np.zeros((2, 2, 4), np.uint8))
+        self.overlay.setZValue(5)
+        self.plot.addItem(self.overlay)
+        self.image_item.mouseClickEvent = self._click
         self.per_cluster.toggled.connect(lambda _: self._frame is not None and self.show_frame(self._frame))
+
+    def _click(self, event):
+        cols, h, w = self._geom
+        r, c = int((event.pos().y() - 2) // (h + 2)), int((event.pos().x() - 2) // (w + 2))
+        k = r * cols + c
+        if 0 <= c < cols and 0 <= k < len(self._tile_ids):
+            event.accept()
+            (self.clusterClicked if self.per_cluster.isChecked() else self.tileClicked).emit(self._tile_ids[k])
+
+    def set_selection(self, indices, labels=None):
+        self.selection = list(indices)
+        self._draw_overlay(labels)
+
+    def _draw_overlay(self, labels=None):
+        img = self.image_item.image
+        if img is None or not self._tile_ids:
+            return
+        cols, h, w = self._geom
+        over = np.zeros(img.shape[:2] + (4,), np.uint8)
+        if self.per_cluster.isChecked():
+            lab = labels if labels is not None else (self._frame.snapshot.labels if self._frame else None)
+            chosen = {int(lab[i]) for i in self.selection} if lab is not None else set()
+        else:
+            chosen = set(self.selection)
+        for k, tid in enumerate(self._tile_ids):
+            if tid in chosen:
+                r, c = divmod(k, cols)
+                y, x = 2 + r * (h + 2), 2 + c * (w + 2)
+                over[y - 2:y + h + 2, x - 2:x + w + 2] = (255, 60, 60, 255)
+                over[y:y + h, x:x + w] = 0
+        self.overlay.setImage(over, autoLevels=False)
 
     def show_frame(self, frame):
         self._frame = frame
         snap = frame.snapshot
         if self.per_cluster.isChecked():
+            ids = [int(c) for c in np.unique(snap.labels)]
             if frame.cluster_means is not None:
                 tiles = frame.cluster_means
             else:
-                firsts = [int(np.flatnonzero(snap.labels == c)[0]) for c in np.unique(snap.labels)]
+                firsts = [int(np.flatnonzero(snap.labels == c)[0]) for c in ids]
                 tiles = snap.means[firsts]
             what = "cluster"
         else:
+            ids = [int(i) for i in frame.order]
             tiles = snap.means[frame.order]
             what = "image (grouped by cluster)"
         self.n_tiles = len(tiles)
-        self.image_item.setImage(tile(tiles), levels=(0, 1))
+        self._tile_ids = ids
+        cols = int(np.ceil(np.sqrt(len(tiles)))) if len(tiles) else 1
+        self._geom = (cols, tiles.shape[1], tiles.shape[2]) if len(tiles) else (1, 1, 1)
+        self.image_item.setImage(tile(tiles, cols), levels=(0, 1))
+        self._draw_overlay()
         self.caption.setText(f"{self.n_tiles} means, one per {what} · iteration {snap.iteration}, "
                              f"{snap.stage}" + (f" step {snap.step}/{snap.n_steps}" if snap.stage == "means" else ""))
 
@@ -175,6 +272,7 @@ class ConvergenceView(_Titled):
         row.addWidget(self.map_plot, 1)
         self.layout_.addLayout(row, 1)
         self.coords = np.zeros((0, 2))
+        self.highlighted: list[int] = []
 
     def show_frame(self, frame):
         c = frame.curves
@@ -187,11 +285,12 @@ class ConvergenceView(_Titled):
         brushes = [pg.mkBrush(*colour(k)) for k in labels]
         self.scatter.setData(pos=frame.mds, brush=brushes, data=np.arange(len(labels)))
 
-    def select(self, i: int):
-        if 0 <= i < len(self.coords):
-            self.highlight.setData(pos=self.coords[i:i + 1])
-        else:
-            self.highlight.setData(pos=np.zeros((0, 2)))
+    def select(self, indices):
+        if isinstance(indices, (int, np.integer)):
+            indices = [indices] if indices >= 0 else []
+        idx = [i for i in indices if 0 <= i < len(self.coords)]
+        self.highlighted = idx
+        self.highlight.setData(pos=self.coords[idx] if idx else np.zeros((0, 2)))
 
     def _clicked(self, _item, points, *args):
         if len(points):
@@ -240,3 +339,35 @@ class CompareView(_Titled):
             ari_ka = adjusted_rand_score(true_labels, frame.ka_labels)
             text += f" Against the true labels: IA ARI {ari_ia:.2f}, KA ARI {ari_ka:.2f}."
         self.caption.setText(text)
+
+
+class InspectView(_Titled):
+    """Why two images were judged alike: v_i, v_j, v_i aligned onto v_j and their difference."""
+
+    def __init__(self, parent=None):
+        super().__init__("Inspect a decision", parent)
+        self.glw = pg.GraphicsLayoutWidget()
+        self.items = {}
+        for col, (key, title) in enumerate((("vi", "v_i"), ("vj", "v_j"), ("aligned", "v_i aligned onto v_j"),
+                                            ("difference", "|difference|"))):
+            vb = self.glw.addViewBox(row=1, col=col, lockAspect=True, invertY=True, enableMouse=False)
+            self.glw.addLabel(title, row=0, col=col)
+            it = pg.ImageItem(np.zeros((2, 2), np.float32))
+            vb.addItem(it)
+            self.items[key] = it
+        self.layout_.addWidget(self.glw, 1)
+        self.caption = QLabel("Click W_ij in the heatmap, or select exactly two thumbnails.")
+        self.caption.setWordWrap(True)
+        self.layout_.addWidget(self.caption)
+        self.info = None
+
+    def show_pair(self, info: dict):
+        self.info = info
+        top = max(float(info["vi"].max()), float(info["vj"].max()), 1e-12)
+        for key in ("vi", "vj", "aligned"):
+            self.items[key].setImage(np.asarray(info[key]) / top, levels=(0, 1))
+        self.items["difference"].setImage(np.asarray(info["difference"]) / top, levels=(0, 1))
+        self.caption.setText(
+            f"i = {info['i']} ({info['name_i'].split('/')[-1]}) onto j = {info['j']} ({info['name_j'].split('/')[-1]}):"
+            f" θ = {info['theta_deg']:.2f}°, tx = {info['tx']:.2f} px, ty = {info['ty']:.2f} px; "
+            f"distance {info['distance']:.4f}, score (cosine) {info['score']:.4f}")

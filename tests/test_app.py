@@ -19,7 +19,7 @@ from app.main_window import MainWindow  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _logs(tmp_path, monkeypatch):
-    monkeypatch.setenv("IA_STUDIO_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("IA_STUDIO_LOG_DIR", str(tmp_path / "home" / "logs"))
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def _wait_state(qtbot, window, states, timeout=60000):
 
 
 def test_title_size_and_gpu_choice(window):
-    assert window.windowTitle() == f"Invariant Attention Studio {__version__}"
+    assert window.windowTitle().startswith(f"Invariant Attention Studio {__version__}")
     assert window.width() >= 1280 and window.height() >= 800
     gpu_item = window.run_panel.backend.model().item(2)
     if not gpu_item.isEnabled():  # no GPU here: disabled, with the reason
@@ -70,7 +70,7 @@ def test_per_image_transform_and_preview(window, qtbot):
     m = window.model
     m.load_demo("shapes")
     window.images_panel.view.setCurrentIndex(window.images_panel.thumbs.index(4))
-    assert m.selected == 4
+    assert m.selected == 4 and m.selection == [4]
     other = m.working[5].copy()
     window.transform_panel.theta.setValue(90.0)
     assert m.transforms[4, 0] == pytest.approx(np.pi / 2)
@@ -182,6 +182,8 @@ def _drop(window, paths):
 
 
 def test_drag_and_drop_files_and_unreadable_ones(window, tmp_path):
+    tmp_path = tmp_path / "drop"
+    tmp_path.mkdir()
     img = np.zeros((20, 20), np.uint8)
     img[5:12, 4:15] = 255
     for k in range(3):

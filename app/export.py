@@ -1,0 +1,168 @@
+"""Exports: assignments CSV, per-cluster folders, panels as PNG/SVG, the convergence GIF."""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from core.clusterbook import UNASSIGNED
+from core.preprocess import canvas_to_original
+from core.report import write_assignments
+from core.similarity import invariant_distances
+from core.warp import warp
+
+
+def assignment_rows(model) -> list[dict]:
+    """The CLI's columns plus ``cluster_name``, for the current (edited) clusters."""
+    book = model.book
+    res = model.final.extra.get("result") if model.final is not None else None
+    rows = []
+    for i, path in enumerate(model.data.paths):
+        c = book.labels[i]
+        row = {"path": path, "cluster": "" if c == UNASSIGNED else c, "theta_deg": "", "tx_px": "", "ty_px": "",
+               "score": "", "label": model.data.labels[i] or "", "cluster_name": book.name_of(c)}
+        if res is not None and c != UNASSIGNED and int(res.labels[i]) == c and model.canvas is not None:
+            t = canvas_to_original(res.image_transforms[i], model.canvas, i)
+            row.update(theta_deg=f"{t['theta_deg']:.3f}", tx_px=f"{t['tx_px']:.3f}", ty_px=f"{t['ty_px']:.3f}",
+                       score=f"{float(res.scores[i]):.4f}")
+        rows.append(row)
+    return rows
+
+
+def export_assignments(model, path) -> Path:
+    write_assignments(path, assignment_rows(model))
+    return Path(path)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^\w\- .]+", "_", name).strip() or "cluster"
+
+
+def _png(path, img):
+    from skimage.io import imsave
+
+    a = np.asarray(img, dtype=np.float32)
+    top = float(a.max()) or 1.0
+    imsave(str(path), (np.clip(a / top, 0, 1) * 255).astype(np.uint8), check_contrast=False)
+
+
+def aligned_images(model) -> np.ndarray:
+    """Each working image aligned onto its (current) cluster's mean."""
+    res = model.final.extra["result"]
+    book = model.book
+    out = model.working.copy()
+    for i in range(model.n):
+        c = book.labels[i]
+        if c == UNASSIGNED:
+            continue
+        if int(res.labels[i]) == c:
+            t = res.image_transforms[i]
+        else:  # moved by hand: align it onto the mean of the cluster it was moved to
+            members = book.members(c)
+            ref = model.working[members[members != i][0]] if (members != i).any() else model.working[i]
+            t = invariant_distances(np.stack([model.working[i], ref])).transforms[0, 1]
+        out[i] = warp(model.working[i][None], np.asarray(t)[None])[0]
+    return out
+
+
+def export_cluster_folders(model, folder, *, aligned: bool, progress=None) -> Path:
+    """One sub-folder per cluster (named after it) with its original or aligned images."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    imgs = aligned_images(model) if aligned else None
+    book = model.book
+    for i, path in enumerate(model.data.paths):
+        if progress is not None and progress(i, model.n) is False:
+            break
+        sub = folder / _safe(book.name_of(book.labels[i]))
+        sub.mkdir(exist_ok=True)
+        stem = _safe(Path(path).stem if not path.startswith("demo:") else path.replace("demo:", "").replace("/", "_"))
+        src = Path(path)
+        if not aligned and src.exists():
+            shutil.copy2(src, sub / src.name)
+        else:
+            _png(sub / f"{stem}{'_aligned' if aligned else ''}.png", imgs[i] if aligned else model.working[i])
+    if progress is not None:
+        progress(model.n, model.n)
+    return folder
+
+
+def export_panels(window, folder) -> list[Path]:
+    """Every live panel as PNG (pyqtgraph's exporter, >= 600 px wide) and SVG (Qt's SVG generator)."""
+    import pyqtgraph.exporters as ex
+    from PySide6.QtCore import QRect, QSize
+    from PySide6.QtGui import QPainter
+    from PySide6.QtSvg import QSvgGenerator
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    widgets = {
+        "weights": window.weights_view.plot,
+        "means": window.means_view.plot,
+        "convergence_curves": window.convergence_view.curves_plot,
+        "manifold_map": window.convergence_view.map_plot,
+        "ka_means": window.compare_view.plots[0],
+        "ia_means": window.compare_view.plots[1],
+    }
+    written = []
+    for name, widget in widgets.items():
+        item = widget.getPlotItem()
+        png = ex.ImageExporter(item)
+        png.parameters()["width"] = max(600, int(item.sceneBoundingRect().width() * 2))
+        png.export(str(folder / f"{name}.png"))
+        size = widget.size() if widget.width() > 10 else QSize(600, 450)
+        gen = QSvgGenerator()
+        gen.setFileName(str(folder / f"{name}.svg"))
+        gen.setSize(size)
+        gen.setViewBox(QRect(0, 0, size.width(), size.height()))
+        gen.setTitle(name.replace("_", " "))
+        painter = QPainter(gen)
+        widget.render(painter)
+        painter.end()
+        written += [folder / f"{name}.png", folder / f"{name}.svg"]
+    return written
+
+
+def animation_frames(frames) -> list[np.ndarray]:
+    """One RGB picture per recorded step: W (grouped) beside the means mosaic."""
+    from matplotlib import colormaps
+    from skimage.transform import resize
+
+    from .views import tile
+
+    cmap = colormaps["viridis"]
+    out = []
+    for f in frames:
+        w = f.snapshot.weights[np.ix_(f.order, f.order)]
+        w = w / max(float(w.max()), 1e-12)
+        heat = (cmap(resize(w, (256, 256), order=0))[..., :3] * 255).astype(np.uint8)
+        mosaic = tile(f.snapshot.means[f.order])
+        mosaic = resize(mosaic, (256, int(256 * mosaic.shape[1] / mosaic.shape[0])), order=1)
+        gray = (np.repeat(mosaic[..., None], 3, axis=2) * 255).astype(np.uint8)
+        gap = np.full((256, 8, 3), 255, np.uint8)
+        out.append(np.concatenate([heat, gap, gray], axis=1))
+    width = max(o.shape[1] for o in out)
+    pics = []
+    for k, o in enumerate(out):
+        o = np.pad(o, ((0, 8), (0, width - o.shape[1]), (0, 0)), constant_values=255)
+        o[-6:, : int(width * (k + 1) / len(out))] = (214, 39, 40)  # how far through the run
+        pics.append(o)
+    return pics
+
+
+def export_gif(model, path, *, progress=None) -> Path:
+    """The convergence animation (every recorded step of the run) as a looping GIF."""
+    import imageio.v3 as iio
+
+    frames = model.history_frames
+    if not frames:
+        raise ValueError("run first: there is no animation to export")
+    pics = []
+    for k, pic in enumerate(animation_frames(frames)):
+        pics.append(pic)
+        if progress is not None:
+            progress(k + 1, len(frames))
+    iio.imwrite(path, np.stack(pics), duration=600, loop=0)
+    return Path(path)

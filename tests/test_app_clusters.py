@@ -1,0 +1,328 @@
+"""Point-and-click clustering, inspection, export and projects (pytest-qt, offscreen)."""
+import csv
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from PIL import Image  # noqa: E402
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt  # noqa: E402
+from PySide6.QtGui import QDropEvent  # noqa: E402
+from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
+
+from core.clusterbook import UNASSIGNED, ClusterBook  # noqa: E402
+from core.project import load_project  # noqa: E402
+
+from app.main_window import MainWindow, about_text, settings  # noqa: E402
+from app.panels import MIME_IMAGES  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    old = os.environ.get("IA_STUDIO_LOG_DIR")
+    os.environ["IA_STUDIO_LOG_DIR"] = str(home / "logs")
+    yield home
+    if old is None:
+        os.environ.pop("IA_STUDIO_LOG_DIR", None)
+    else:
+        os.environ["IA_STUDIO_LOG_DIR"] = old
+
+
+def _wait(app, pred, timeout=60.0):
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and not pred():
+        app.processEvents()
+        time.sleep(0.005)
+    assert pred()
+
+
+@pytest.fixture(scope="module")
+def win(qapp, home):
+    """One window with a finished IA run on transformed demo shapes."""
+    w = MainWindow()
+    w.show()
+    m = w.model
+    m.load_demo("shapes")
+    w.run_panel.size.setValue(24)
+    w.transform_panel.seed.setValue(2)
+    w.transform_panel.apply_btn.click()
+    w.start_run()
+    _wait(qapp, lambda: m.state in ("finished", "failed"))
+    assert m.state == "finished"
+    w.redraw()
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def fresh(win):
+    """The window with the run's clusters and an empty undo history."""
+    m = win.model
+    m.book = ClusterBook.from_labels(m.final.extra["result"].labels)
+    m.undo_stack.clear()
+    m.edits = []
+    m.clustersChanged.emit()
+    m.select([])
+    return win
+
+
+def _drop_on_cluster(w, indices, cluster):
+    lst = w.clusters_panel.list
+    row = next(r for r in range(lst.count()) if int(lst.item(r).data(Qt.ItemDataRole.UserRole)) == cluster)
+    pos = lst.visualItemRect(lst.item(row)).center()
+    mime = QMimeData()
+    mime.setData(MIME_IMAGES, ",".join(map(str, indices)).encode())
+    ev = QDropEvent(QPointF(pos), Qt.DropAction.MoveAction, mime, Qt.MouseButton.LeftButton,
+                    Qt.KeyboardModifier.NoModifier)
+    lst.dropEvent(ev)
+
+
+def test_cluster_list_shows_names_counts_and_means(fresh):
+    lst = fresh.clusters_panel.list
+    texts = [lst.item(r).text() for r in range(lst.count())]
+    assert texts[:3] == ["Cluster 1  (6)", "Cluster 2  (6)", "Cluster 3  (6)"] and texts[3].startswith("Unassigned")
+    assert not lst.item(0).icon().isNull()
+
+
+def test_every_edit_kind_undoes_and_redoes(fresh, qapp):
+    w, m = fresh, fresh.model
+    start = m.book
+    stack = m.undo_stack
+
+    def check(edit, expect):
+        before = m.book
+        edit()
+        assert expect(m.book), m.book
+        after = m.book
+        w.undo_action.trigger()
+        assert m.book == before
+        w.redo_action.trigger()
+        assert m.book == after
+
+    thumbs_drag = fresh.images_panel.thumbs.mimeData([fresh.images_panel.thumbs.index(0)])
+    assert bytes(thumbs_drag.data(MIME_IMAGES)) == b"0"
+    check(lambda: _drop_on_cluster(w, [0, 1], 1), lambda b: b.labels[0] == 1 and b.labels[1] == 1)
+    check(lambda: w.rename_cluster(1, "sevens"), lambda b: b.names[1] == "sevens")
+    check(lambda: w.merge_clusters([0, 2]), lambda b: set(b.labels) == {0, 1})
+    check(lambda: w.split_cluster(1, 2), lambda b: len(b.cluster_ids()) == 3)
+    m.select([3, 4])
+    check(w.new_cluster_from_selection, lambda b: b.labels[3] == b.labels[4] and b.labels[3] not in start.labels)
+    m.select([5])
+    check(lambda: w.clusters_panel.unassign_btn.click(), lambda b: b.labels[5] == UNASSIGNED)
+    check(lambda: w.clusters_panel.k.setValue(2), lambda b: len(b.cluster_ids()) == 2)
+    check(lambda: w.clusters_panel.threshold.setValue(0.001), lambda b: len(b.cluster_ids()) > 3)
+    assert stack.count() == 8 and len(m.edits) == 8
+    assert w.undo_action.shortcut().toString() == "Ctrl+Z"
+    assert "Ctrl+Shift+Z" in [s.toString() for s in w.redo_action.shortcuts()]
+    while stack.canUndo():
+        stack.undo()
+    assert m.book == start and m.edits == []
+
+
+def test_rereading_is_instant_and_exact(fresh):
+    m = fresh.model
+    fresh.clusters_panel.k.setValue(3)
+    assert m.book.array().tolist() == m.final.extra["result"].labels.tolist() or len(m.book.cluster_ids()) == 3
+    fresh.clusters_panel.threshold.setValue(1.9)  # everything within 1.9: one cluster
+    assert len(m.book.cluster_ids()) == 1
+
+
+def test_selection_stays_in_sync_across_views(fresh):
+    w, m = fresh, fresh.model
+    w.clusters_panel.clusterSelected.emit(2)
+    members = m.book.members(2).tolist()
+    assert m.selection == members
+    thumbs = sorted(i.row() for i in w.images_panel.view.selectionModel().selectedIndexes())
+    assert thumbs == members
+    assert w.convergence_view.highlighted == members
+    order = m.final.order
+    pos = {int(i): r for r, i in enumerate(order)}
+    over = w.weights_view.overlay.image
+    tinted = sorted(int(r) for r in np.flatnonzero(over[:, :, 3].max(axis=1) > 0))
+    assert tinted == sorted(pos[i] for i in members) or len(tinted) == len(order)
+    assert (w.means_view.overlay.image[..., 3] > 0).any()
+    # clicking a point on the map selects that image everywhere
+    w.convergence_view.pointClicked.emit(7)
+    assert m.selection == [7] and w.convergence_view.highlighted == [7]
+    assert [i.row() for i in w.images_panel.view.selectionModel().selectedIndexes()] == [7]
+    w.means_view.tileClicked.emit(3)
+    assert m.selection == [3]
+
+
+def test_inspect_a_decision(fresh):
+    w, m = fresh, fresh.model
+    w.weights_view.cellClicked.emit(0, 1)
+    info = w.inspect_view.info
+    assert (info["i"], info["j"]) == (0, 1)
+    assert info["score"] > 0.95  # same shape: the alignment explains the pair
+    assert "θ =" in w.inspect_view.caption.text()
+    assert w.inspect_view.items["aligned"].image is not None
+    cross = m.inspect(0, 17)
+    assert cross["score"] < info["score"]
+    # selecting exactly two thumbnails inspects them too
+    sm = w.images_panel.view.selectionModel()
+    sm.clearSelection()
+    from PySide6.QtCore import QItemSelectionModel
+
+    for r in (2, 5):
+        sm.select(w.images_panel.thumbs.index(r), QItemSelectionModel.SelectionFlag.Select)
+    assert (w.inspect_view.info["i"], w.inspect_view.info["j"]) == (2, 5)
+
+
+def test_exports_match_the_state(fresh, tmp_path):
+    w, m = fresh, fresh.model
+    w.rename_cluster(0, "horses")
+    csv_path = w.export_csv(str(tmp_path / "a.csv"))
+    with open(csv_path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label", "cluster_name"]
+    assert [int(r["cluster"]) for r in rows] == list(m.book.labels)
+    assert rows[0]["cluster_name"] == "horses" and float(rows[0]["score"]) > 0.9
+    folder = w.export_folders(True, str(tmp_path / "aligned"))
+    counts = {p.name: len(list(p.iterdir())) for p in (tmp_path / "aligned").iterdir()}
+    assert counts == {"horses": 6, "Cluster 2": 6, "Cluster 3": 6} and folder
+    img = np.asarray(Image.open(next((tmp_path / "aligned" / "horses").iterdir())))
+    assert img.shape[:2] == m.working.shape[1:3] and img.max() > 200
+    w.export_folders(False, str(tmp_path / "orig"))
+    assert sum(len(list(p.iterdir())) for p in (tmp_path / "orig").iterdir()) == 18
+    w.export_panels(str(tmp_path / "panels"))
+    for name in ("weights", "means", "convergence_curves", "manifold_map", "ka_means", "ia_means"):
+        assert Image.open(tmp_path / "panels" / f"{name}.png").size[0] >= 600
+        assert (tmp_path / "panels" / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+    gif = w.export_gif(str(tmp_path / "conv.gif"))
+    frames = Image.open(gif)
+    assert frames.n_frames == len(m.history_frames) >= 2
+
+
+def test_save_open_round_trip_through_the_app(fresh, tmp_path, qapp):
+    w, m = fresh, fresh.model
+    w.rename_cluster(1, "sevens")
+    w.move_images([0], 2)
+    path = tmp_path / "p.iaproj"
+    assert w._save_to(str(path))
+    assert not m.dirty and w.windowTitle().endswith("p.iaproj")
+    book, edits, working = m.book, list(m.edits), m.working.copy()
+    hist = [f.snapshot.weights.copy() for f in m.history_frames]
+    w2 = MainWindow()
+    try:
+        assert w2.open_project(str(path))
+        m2 = w2.model
+        assert m2.book == book and m2.edits == edits
+        assert np.array_equal(m2.working, working) and np.array_equal(m2.transforms, m.transforms)
+        assert all(np.array_equal(a, f.snapshot.weights) for a, f in zip(hist, m2.history_frames))
+        w2.redraw()
+        assert np.array_equal(w2.weights_view.image_item.image, w.weights_view.image_item.image)
+        assert w2.clusters_panel.list.item(1).text().startswith("sevens")
+        assert str(path) in w2.recent("recent/projects")
+        p = load_project(path)
+        assert p.clusters == book and p.edits == edits
+    finally:
+        w2.close()
+
+
+def test_corrupted_project_is_refused_cleanly(fresh, tmp_path):
+    bad = tmp_path / "bad.iaproj"
+    bad.write_bytes(b"PK\x03\x04 this is not really a zip")
+    before = fresh.model.n
+    assert fresh.open_project(str(bad)) is False
+    assert "truncated or corrupted" in fresh.last_dialog.text()
+    assert fresh.model.n == before
+
+
+def test_moved_originals_open_from_embedded_images(qapp, home, tmp_path):
+    src = tmp_path / "imgs"
+    (src / "a").mkdir(parents=True)
+    (src / "b").mkdir()
+    base = np.zeros((20, 20), np.uint8)
+    base[4:9, 3:16] = 255
+    for k in range(3):
+        Image.fromarray(np.rot90(base, k)).save(src / "a" / f"{k}.png")
+        Image.fromarray(base.T).save(src / "b" / f"{k}.png")
+    w = MainWindow()
+    try:
+        w.model.add_paths([src])
+        path = tmp_path / "moved.iaproj"
+        w.model.save_project(path)
+        (src / "a" / "1.png").unlink()
+        w2 = MainWindow()
+        try:
+            assert w2.open_project(str(path))
+            assert w2.model.n == 6
+            assert "1.png" in w2.last_dialog.detailedText()
+            assert "missing" in w2.last_dialog.text()
+        finally:
+            w2.close()
+        path_small = tmp_path / "small.iaproj"
+        w.model.save_project(path_small, embed=False)
+        w3 = MainWindow()
+        try:
+            assert not w3.open_project(str(path_small))
+            assert "1.png" in w3.last_dialog.text()
+        finally:
+            w3.close()
+    finally:
+        w.close()
+
+
+def test_autosave_and_crash_recovery(fresh, home, qapp, monkeypatch):
+    w = fresh
+    w.autosave()
+    auto = w.autosave_path()
+    assert auto.exists() and load_project(auto).n == 18
+    lock = home / "session.lock"
+    lock.write_text("4242")  # what a crashed session leaves behind
+    offered = []
+    monkeypatch.setattr(MainWindow, "offer_recovery", lambda self, real=MainWindow.offer_recovery: (
+        offered.append(True), real(self)))
+    monkeypatch.setattr(QMessageBox, "exec", lambda self: QMessageBox.StandardButton.Yes)
+    w2 = MainWindow(recover=True)
+    try:
+        _wait(qapp, lambda: w2.model.n == 18, 10)
+        assert offered and w2.model.book is not None and w2.model.dirty
+    finally:
+        w2.close()
+    assert not lock.exists()  # a clean close removes it
+    w3 = MainWindow(recover=True)  # no crash now: nothing offered
+    try:
+        qapp.processEvents()
+        assert len(offered) == 1
+    finally:
+        w3.close()
+
+
+def test_about_help_and_geometry(fresh, qapp, monkeypatch):
+    w = fresh
+    text = about_text(w.model)
+    for needle in ("Python", "Qt", "NumPy", "CuPy", "Backend", "GPU"):
+        assert needle in text
+    dlg = w.show_about()
+    copy = [b for b in dlg.findChildren(type(w.clusters_panel.rename_btn)) if b.text() == "Copy to clipboard"][0]
+    copy.click()
+    assert QApplication.clipboard().text() == text
+    dlg.close()
+    menus = {a.text(): a for a in w.menuBar().actions()}
+    assert {"&File", "&Edit", "&Run", "&Help"} <= set(menus)
+    saved_at_close = []
+    real_close = MainWindow.closeEvent
+
+    def spy_close(self, event):
+        saved_at_close.append(bytes(self.saveGeometry()))
+        real_close(self, event)
+
+    restored = []
+    monkeypatch.setattr(MainWindow, "closeEvent", spy_close)
+    monkeypatch.setattr(MainWindow, "restoreGeometry", lambda self, g: restored.append(bytes(g)) or True)
+    wg = MainWindow()
+    wg.show()
+    wg.close()  # saves geometry
+    w2 = MainWindow()
+    try:
+        # the next window restores exactly what the last one saved
+        assert restored and restored[-1] == saved_at_close[-1]
+    finally:
+        w2.close()
+    assert settings().value("window/geometry") is not None
