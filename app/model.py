@@ -10,7 +10,7 @@ import logging
 import time
 
 import numpy as np
-from PySide6.QtCore import QObject, QThread, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
 from PySide6.QtGui import QUndoCommand, QUndoStack
 
 from core import se2
@@ -90,6 +90,9 @@ class StudioModel(QObject):
         self.worker.failed.connect(self._on_failed)
         self.worker.notice.connect(self.message)
         self._thread.start()
+        app = QCoreApplication.instance()
+        if app is not None:
+            app.aboutToQuit.connect(self.shutdown)
 
     # ---------------------------------------------------------------- images
     @property
@@ -403,6 +406,7 @@ class StudioModel(QObject):
         if self.n < 2:
             self.message.emit("Add at least 2 images before starting a run.")
             return False
+        options.setdefault("snapshot_every", 1)  # the window shows every mean step
         try:
             self.run = AttentionRun(self.working, backend=backend, **options)
         except (ValueError, BackendUnavailableError) as exc:

@@ -23,7 +23,7 @@ def colour(k: int):
 
 
 def tile(images: np.ndarray, cols: int | None = None, pad: int = 2) -> np.ndarray:
-    """A mosaic of images (each scaled to its own max), rows from the top."""
+    """A mosaic of images (each scaled to its own max), rows from the top (vectorised)."""
     imgs = np.asarray(images, dtype=np.float32)
     if imgs.ndim == 4:
         imgs = imgs.mean(axis=-1)
@@ -33,13 +33,12 @@ def tile(images: np.ndarray, cols: int | None = None, pad: int = 2) -> np.ndarra
     cols = cols or int(np.ceil(np.sqrt(n)))
     rows = int(np.ceil(n / cols))
     h, w = imgs.shape[1:3]
-    out = np.full((rows * (h + pad) + pad, cols * (w + pad) + pad), 0.15, np.float32)
-    for k in range(n):
-        r, c = divmod(k, cols)
-        top = float(imgs[k].max()) or 1.0
-        out[pad + r * (h + pad):pad + r * (h + pad) + h, pad + c * (w + pad):pad + c * (w + pad) + w] = \
-            np.clip(imgs[k] / top, 0, 1)
-    return out
+    top = imgs.reshape(n, -1).max(axis=1)
+    top[top <= 0] = 1.0
+    cells = np.full((rows * cols, h + pad, w + pad), 0.15, np.float32)
+    cells[:n, pad:, pad:] = np.clip(imgs / top[:, None, None], 0, 1)
+    grid = cells.reshape(rows, cols, h + pad, w + pad).transpose(0, 2, 1, 3).reshape(rows * (h + pad), cols * (w + pad))
+    return np.pad(grid, ((0, pad), (0, pad)), constant_values=0.15)
 
 
 class _Titled(QWidget):
@@ -273,6 +272,7 @@ class ConvergenceView(_Titled):
         self.layout_.addLayout(row, 1)
         self.coords = np.zeros((0, 2))
         self.highlighted: list[int] = []
+        self._brushes = [pg.mkBrush(*c) for c in CLUSTER_COLOURS]
 
     def show_frame(self, frame):
         c = frame.curves
@@ -282,7 +282,8 @@ class ConvergenceView(_Titled):
             item.setData(x, y)
         self.coords = frame.mds
         labels = frame.snapshot.labels
-        brushes = [pg.mkBrush(*colour(k)) for k in labels]
+        # the same brush objects every time, so pyqtgraph reuses its rendered symbols
+        brushes = [self._brushes[int(k) % len(self._brushes)] for k in labels]
         self.scatter.setData(pos=frame.mds, brush=brushes, data=np.arange(len(labels)))
 
     def select(self, indices):
@@ -355,6 +356,7 @@ class InspectView(_Titled):
             it = pg.ImageItem(np.zeros((2, 2), np.float32))
             vb.addItem(it)
             self.items[key] = it
+            self.glw.ci.layout.setColumnStretchFactor(col, 1)
         self.layout_.addWidget(self.glw, 1)
         self.caption = QLabel("Click W_ij in the heatmap, or select exactly two thumbnails.")
         self.caption.setWordWrap(True)
