@@ -32,6 +32,38 @@ def _excepthook(exc_type, exc, tb):
         pass
 
 
+# Libraries Qt needs on Linux, by platform plugin, with the Debian packages that provide them.
+_LINUX_LIBS = {
+    "common": [("libGL.so.1", "libgl1"), ("libEGL.so.1", "libegl1"), ("libxkbcommon.so.0", "libxkbcommon0"),
+               ("libfontconfig.so.1", "libfontconfig1"), ("libglib-2.0.so.0", "libglib2.0-0"),
+               ("libdbus-1.so.3", "libdbus-1-3")],
+    "xcb": [("libxkbcommon-x11.so.0", "libxkbcommon-x11-0"), ("libxcb-cursor.so.0", "libxcb-cursor0"),
+            ("libxcb-icccm.so.4", "libxcb-icccm4"), ("libxcb-image.so.0", "libxcb-image0"),
+            ("libxcb-keysyms.so.1", "libxcb-keysyms1"), ("libxcb-render-util.so.0", "libxcb-render-util0"),
+            ("libxcb-shape.so.0", "libxcb-shape0"), ("libxcb-xkb.so.1", "libxcb-xkb1")],
+}
+
+
+def missing_system_libraries(platform_name: str | None = None) -> list[tuple[str, str]]:
+    """Linux libraries the Qt window needs but this machine lacks: ``[(library, package)]``."""
+    if not sys.platform.startswith("linux"):
+        return []
+    import ctypes
+
+    if platform_name is None:
+        platform_name = os.environ.get("QT_QPA_PLATFORM") or ("wayland" if os.environ.get("WAYLAND_DISPLAY") else "xcb")
+    wanted = list(_LINUX_LIBS["common"])
+    if platform_name.startswith("xcb"):
+        wanted += _LINUX_LIBS["xcb"]
+    missing = []
+    for lib, pkg in wanted:
+        try:
+            ctypes.CDLL(lib)
+        except OSError:
+            missing.append((lib, pkg))
+    return missing
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="ia-studio", description="Invariant Attention Studio")
     ap.add_argument("--demo", choices=DEMO_NAMES, help="open with a demo set loaded")
@@ -39,25 +71,42 @@ def main(argv=None) -> int:
                     help="load demo shapes, transform, run IA through the worker, check every panel, exit 0/1")
     ap.add_argument("--screenshot", metavar="PATH", help="with --selftest: save a screenshot of the window")
     ap.add_argument("--version", action="version", version=f"ia-studio {__version__}")
+    ap.add_argument("--quit-after-show", action="store_true", help=argparse.SUPPRESS)  # start-up timing
     args = ap.parse_args(argv)
     if args.selftest and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from core.logs import setup_file_logging
 
-    setup_file_logging("ia-studio")
+    log_path = setup_file_logging("ia-studio")
+    missing = missing_system_libraries()
+    if missing:
+        msg = ("ia-studio: cannot open the window: this system lacks "
+               + ", ".join(lib for lib, _ in missing)
+               + ". On Debian/Ubuntu: sudo apt-get install " + " ".join(pkg for _, pkg in missing))
+        log.error(msg)
+        print(msg, file=sys.stderr)
+        return 1
     try:
         from PySide6.QtWidgets import QApplication
-    except ImportError as exc:  # a missing system library (libGL, libEGL, ...)
-        print(f"ia-studio: cannot start the window: {exc}", file=sys.stderr)
+    except ImportError as exc:  # a missing system library not in the list above
+        log.exception("Qt failed to load")
+        print(f"ia-studio: cannot start the window: {exc} (details in {log_path})", file=sys.stderr)
         return 1
     from .main_window import APP_NAME, MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName(APP_NAME)
     app.setOrganizationName("InvariantAttentionStudio")
+    from .resources import app_icon
+
+    app.setWindowIcon(app_icon())
     sys.excepthook = _excepthook
-    window = MainWindow(recover=not args.selftest)
+    window = MainWindow(recover=not (args.selftest or args.quit_after_show))
     window.show()
+    if args.quit_after_show:
+        app.processEvents()
+        window.close()
+        return 0
     if args.selftest:
         from .selftest import run_selftest
 

@@ -127,17 +127,17 @@ def export_panels(window, folder) -> list[Path]:
 
 def animation_frames(frames) -> list[np.ndarray]:
     """One RGB picture per recorded step: W (grouped) beside the means mosaic."""
-    from matplotlib import colormaps
+    import pyqtgraph as pg
     from skimage.transform import resize
 
     from .views import tile
 
-    cmap = colormaps["viridis"]
+    cmap = pg.colormap.get("viridis")
     out = []
     for f in frames:
         w = f.snapshot.weights[np.ix_(f.order, f.order)]
         w = w / max(float(w.max()), 1e-12)
-        heat = (cmap(resize(w, (256, 256), order=0))[..., :3] * 255).astype(np.uint8)
+        heat = cmap.map(resize(w, (256, 256), order=0), mode="byte")[..., :3].astype(np.uint8)
         mosaic = tile(f.snapshot.means[f.order])
         mosaic = resize(mosaic, (256, int(256 * mosaic.shape[1] / mosaic.shape[0])), order=1)
         gray = (np.repeat(mosaic[..., None], 3, axis=2) * 255).astype(np.uint8)

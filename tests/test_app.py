@@ -218,3 +218,27 @@ def test_selftest_entry_point(qtbot, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "FAIL" not in out and "W heatmap = result W" in out
     assert Image.open(shot).size[0] >= 1280
+
+
+def test_missing_system_library_gives_a_readable_message(monkeypatch, capsys, tmp_path):
+    import ctypes
+    import sys as _sys
+
+    from app import __main__ as entry
+
+    if not _sys.platform.startswith("linux"):
+        pytest.skip("the library check is for Linux")
+    real = ctypes.CDLL
+
+    def fake(name, *a, **k):
+        if name == "libEGL.so.1":
+            raise OSError("libEGL.so.1: cannot open shared object file")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(ctypes, "CDLL", fake)
+    assert entry.missing_system_libraries("offscreen") == [("libEGL.so.1", "libegl1")]
+    assert entry.main(["--quit-after-show"]) == 1
+    err = capsys.readouterr().err
+    assert "libEGL.so.1" in err and "apt-get install libegl1" in err
+    log = (tmp_path / "home" / "logs" / "ia-studio.log").read_text()
+    assert "libEGL.so.1" in log
