@@ -234,6 +234,18 @@ class MeansView(_Titled):
                              f"{snap.stage}" + (f" step {snap.step}/{snap.n_steps}" if snap.stage == "means" else ""))
 
 
+def log_ticks(lo: float, hi: float) -> list[tuple[float, str]]:
+    """Readable ticks for a log axis: 1-2-5 steps (1..9 when the range is narrow), as (log10 v, label)."""
+    lo, hi = max(lo, 1e-6), max(hi, 1e-6)
+    for mults in ((1, 2, 5), tuple(range(1, 10))):
+        vals = [m * 10.0**e for e in range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
+                for m in mults]
+        inside = [v for v in vals if lo / 1.5 <= v <= hi * 1.5]
+        if len(inside) >= 3:
+            break
+    return [(float(np.log10(v)), f"{v:.3g}") for v in inside]
+
+
 class ConvergenceView(_Titled):
     """Manifold distances over iterations and a 2-D map of the manifolds."""
 
@@ -277,9 +289,13 @@ class ConvergenceView(_Titled):
     def show_frame(self, frame):
         c = frame.curves
         x = np.arange(len(c["median"]))
+        ys = []
         for key, item in self.curves.items():
             y = np.maximum(np.nan_to_num(np.asarray(c[key], float), nan=1e-6), 1e-6)
             item.setData(x, y)
+            ys.append(y)
+        if ys:
+            self.curves_plot.getAxis("left").setTicks([log_ticks(float(np.min(ys)), float(np.max(ys)))])
         self.coords = frame.mds
         labels = frame.snapshot.labels
         # the same brush objects every time, so pyqtgraph reuses its rendered symbols

@@ -111,8 +111,9 @@ class Snapshot:
     distances : ndarray (n, n)
         Manifold distances ``d(S_i, S_j)`` of the features W was computed on.
     transforms : ndarray (n, n, 3) or None
-        During the means stage: ``tau_ij`` aligning image i into mean j;
-        otherwise the pairwise alignments (i onto j).
+        During the means stage: ``tau_ij`` aligning image i into mean j (None
+        above 500 images, to keep snapshots light); otherwise the pairwise
+        alignments (i onto j).
     labels : ndarray (n,)
         Clusters read from the current distances.
     objective : list of float
@@ -181,6 +182,9 @@ class RunResult:
     iterations: int
     beta: float
     timings: dict = field(default_factory=dict)
+
+
+_DENSE_TRANSFORMS_MAX = 500  # images; above this, mean-step snapshots carry no (n, n, 3) transforms
 
 
 class _Cancelled(Exception):
@@ -429,7 +433,8 @@ class AttentionRun:
         st = self._mean_state
         if stage == "means" or (stage == "iteration" and st is not None):
             means = st.means
-            transforms = st.transforms(self.n)
+            # the dense (n, n, 3) entry transforms only while they stay small
+            transforms = st.transforms(self.n) if self.n <= _DENSE_TRANSFORMS_MAX else None
             objective = [float(o.sum()) for o in st.objective]
             step = st.step
         else:

@@ -39,36 +39,27 @@ def _beta(text):
     return "auto" if text == "auto" else _positive_float("--beta")(text)
 
 
-def _clusters(text):
-    if text == "auto":
-        return "auto"
-    try:
-        k = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--clusters must be a whole number or 'auto', got {text!r}") from None
-    if k < 1:
-        raise argparse.ArgumentTypeError("--clusters must be at least 1")
-    return k
+def _whole_number(name, minimum, *, auto=False):
+    """An argparse type: a whole number >= ``minimum`` (or "auto" when allowed)."""
+
+    def conv(text):
+        if auto and text == "auto":
+            return "auto"
+        try:
+            v = int(text)
+        except ValueError:
+            extra = " or 'auto'" if auto else ""
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number{extra}, got {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be at least {minimum}, got {v}")
+        return v
+
+    return conv
 
 
-def _size(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--size must be a whole number, got {text!r}") from None
-    if v < 8:
-        raise argparse.ArgumentTypeError(f"--size must be at least 8, got {v}")
-    return v
-
-
-def _iterations(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--iterations must be a whole number, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError("--iterations must be at least 1")
-    return v
+_clusters = _whole_number("--clusters", 1, auto=True)
+_size = _whole_number("--size", 8)
+_iterations = _whole_number("--iterations", 1)
 
 
 def _transform(text):

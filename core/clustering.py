@@ -30,15 +30,17 @@ def eigengap_k(affinity: np.ndarray, *, max_k: int | None = None) -> int:
     affinity : ndarray, shape (n, n)
         Nonnegative similarities.
     max_k : int, optional
-        Largest k considered (default ``min(n, 20)``... at most ``n - 1``).
+        Largest k considered: 20 by default, never more than ``n - 1``.
 
     Returns
     -------
     int
     """
     n = affinity.shape[0]
-    if n < 3:
-        return n if n < 2 else (1 if affinity[0, 1] > 0.5 * min(affinity[0, 0], affinity[1, 1]) else 2)
+    if n == 1:
+        return 1
+    if n == 2:  # no spectrum to speak of: together when they are at least half as alike as themselves
+        return 1 if affinity[0, 1] >= 0.5 * np.sqrt(affinity[0, 0] * affinity[1, 1]) else 2
     ev = np.sort(np.linalg.eigvalsh(_normalised(affinity)))[::-1]
     kmax = min(n - 1, max_k or 20)
     gaps = ev[:kmax] - ev[1:kmax + 1]

@@ -30,6 +30,7 @@ from .warp import warp
 __all__ = ["SimilarityResult", "invariant_distances", "plain_distances", "angle_grid"]
 
 _BLOCK = 1 << 22  # elements per temporary block
+_PAIR_CHUNK = 200_000  # pairs searched together (bounds every per-pair array)
 
 
 @dataclass
@@ -331,11 +332,36 @@ def invariant_distances(
         return SimilarityResult(dist, trans)
     progress = on_progress or (lambda f: None)
     pi_host, pj_host = np.triu_indices(n, 1)
-    pi, pj = xp.asarray(pi_host), xp.asarray(pj_host)
     n_pairs = pi_host.size
+    q = _polar_spectra(images, n_angles, xp)  # per image, once
+    p = _fast_len(int(np.ceil(1.5 * max(h, w))))
+    fv = fft_module(xp).rfft2(images, s=(p, p), axes=(1, 2))
+    # pairs in chunks: every temporary is bounded by the chunk, whatever n is
+    chunk = max(1, min(n_pairs, _PAIR_CHUNK))
+    for lo in range(0, n_pairs, chunk):
+        hi = min(n_pairs, lo + chunk)
 
+        def part(f, lo=lo, hi=hi):
+            progress((lo + f * (hi - lo)) / n_pairs)
+
+        params, resid = _align_pairs(images, q, fv, xp.asarray(pi_host[lo:hi]), xp.asarray(pj_host[lo:hi]),
+                                     angles, allowed, candidates, refine_steps, p, xp, part)
+        params_h = to_host(params, np.float64)
+        d_h = np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
+        a, b = pi_host[lo:hi], pj_host[lo:hi]
+        dist[a, b] = d_h
+        dist[b, a] = d_h
+        trans[a, b] = params_h
+        trans[b, a] = se2.invert(params_h)
+    progress(1.0)
+    return SimilarityResult(dist, trans)
+
+
+def _align_pairs(images, q, fv, pi, pj, angles, allowed, candidates, refine_steps, p, xp, progress):
+    """Global search then refinement for the pairs ``(pi, pj)``: ``(params, squared residual)``."""
+    n_angles = angles.size
+    n_pairs = int(pi.shape[0])
     # 1. rotation candidates
-    q = _polar_spectra(images, n_angles, xp)
     cand_list = []
     step = max(1, _BLOCK // (n_angles * q.shape[1]))
     for lo in range(0, n_pairs, step):
@@ -347,9 +373,6 @@ def invariant_distances(
     progress(0.1)
 
     # 2. translations for each candidate angle
-    p = _fast_len(int(np.ceil(1.5 * max(h, w))))
-    fft = fft_module(xp)
-    fv = fft.rfft2(images, s=(p, p), axes=(1, 2))
     ent_pair = xp.tile(xp.arange(n_pairs), k)
     ent_angle = cand.reshape(-1)
     score, shift = _translation_search(
@@ -367,30 +390,19 @@ def invariant_distances(
     params = xp.stack([theta, tx, ty], axis=1)
 
     # 3. continuous refinement, in blocks for progress reports
-    resid = None
-    if refine_steps > 0:
-        out_p, out_r = [], []
-        blk = max(1, n_pairs // 10)
-        for lo in range(0, n_pairs, blk):
-            sl = slice(lo, lo + blk)
-            pp, rr = refine_alignment(images, images, params[sl], index=pi[sl], target_index=pj[sl],
-                                      steps=refine_steps, xp=xp)
-            out_p.append(pp)
-            out_r.append(rr)
-            progress(0.6 + 0.4 * min(1.0, (lo + blk) / n_pairs))
-        params = xp.concatenate(out_p)
-        resid = xp.concatenate(out_r)
-    else:
+    if refine_steps <= 0:
         warped = warp(images, params, index=pi)
-        resid = ((warped - images[pj]) ** 2).reshape(n_pairs, -1).sum(axis=1)
-    params_h = to_host(params, np.float64)
-    d_h = np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
-    dist[pi_host, pj_host] = d_h
-    dist[pj_host, pi_host] = d_h
-    trans[pi_host, pj_host] = params_h
-    trans[pj_host, pi_host] = se2.invert(params_h)
-    progress(1.0)
-    return SimilarityResult(dist, trans)
+        return params, ((warped - images[pj]) ** 2).reshape(n_pairs, -1).sum(axis=1)
+    out_p, out_r = [], []
+    blk = max(1, n_pairs // 10)
+    for lo in range(0, n_pairs, blk):
+        sl = slice(lo, lo + blk)
+        pp, rr = refine_alignment(images, images, params[sl], index=pi[sl], target_index=pj[sl],
+                                  steps=refine_steps, xp=xp)
+        out_p.append(pp)
+        out_r.append(rr)
+        progress(0.6 + 0.4 * min(1.0, (lo + blk) / n_pairs))
+    return xp.concatenate(out_p), xp.concatenate(out_r)
 
 
 def plain_distances(images) -> np.ndarray:

@@ -1,7 +1,12 @@
-import numpy as np
-import pytest
+import os
 
-from core.demos import base_shapes
+# GUI tests run without a screen unless the caller chose a platform
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from core.demos import base_shapes  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -242,3 +242,39 @@ def test_missing_system_library_gives_a_readable_message(monkeypatch, capsys, tm
     assert "libEGL.so.1" in err and "apt-get install libegl1" in err
     log = (tmp_path / "home" / "logs" / "ia-studio.log").read_text()
     assert "libEGL.so.1" in log
+
+
+def test_heatmap_hover_names_the_pair(window, qtbot):
+    m = window.model
+    m.load_demo("shapes")
+    window.run_panel.size.setValue(24)
+    window.run_panel.iterations.setValue(1)
+    window.start_run()
+    _wait_state(qtbot, window, ("finished",))
+    window.redraw()
+
+    class Ev:
+        def __init__(self, x, y):
+            self._p = QPointF(x, y)
+
+        def isExit(self):
+            return False
+
+        def pos(self):
+            return self._p
+
+    order = m.final.order
+    window.weights_view._hover(Ev(2.5, 1.5))  # row 1, column 2 of the grouped matrix
+    i, j = int(order[1]), int(order[2])
+    text = window.weights_view.hover.text()
+    w = m.final.extra["result"].weights
+    assert f"i = {i} ({i:03d})" in text and f"j = {j} ({j:03d})" in text and f"{w[i, j]:.4f}" in text
+
+
+def test_log_ticks_are_readable():
+    from app.views import log_ticks
+
+    labels = [t[1] for t in log_ticks(0.01, 0.8)]
+    assert labels == ["0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "1"]
+    narrow = [t[1] for t in log_ticks(0.3, 0.6)]
+    assert len(narrow) >= 3 and "0.5" in narrow

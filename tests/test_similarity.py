@@ -59,3 +59,17 @@ def test_plain_distances_known_answer():
     x[1, 3, 3] = 1
     d = plain_distances(x)
     assert d[0, 1] == pytest.approx(np.sqrt(2)) and d[0, 0] == 0
+
+
+def test_pair_chunks_give_the_same_answer(shape_images, monkeypatch):
+    import core.similarity as cs
+
+    tau = se2.random_transforms(6, rotation_range=180, shift_range=4, seed=5)
+    imgs = warp(np.repeat(shape_images, 2, axis=0), tau).astype(np.float32)
+    whole = invariant_distances(imgs)
+    monkeypatch.setattr(cs, "_PAIR_CHUNK", 4)  # 15 pairs in 4 chunks
+    seen = []
+    chunked = invariant_distances(imgs, on_progress=seen.append)
+    assert np.allclose(chunked.distances, whole.distances, atol=1e-6)
+    assert np.allclose(chunked.transforms, whole.transforms, atol=1e-6)
+    assert seen == sorted(seen) and seen[-1] == 1.0

@@ -51,3 +51,9 @@ def test_relabel_and_grouping():
     assert list(grouping_order([1, 0, 1, 0])) == [1, 3, 0, 2]
     with pytest.raises(ValueError):
         cluster_labels(np.eye(3), k=4)
+
+
+def test_two_images_together_or_apart():
+    assert eigengap_k(np.array([[1.0, 0.9], [0.9, 1.0]])) == 1
+    assert eigengap_k(np.array([[1.0, 0.01], [0.01, 1.0]])) == 2
+    assert eigengap_k(np.array([[1.0]])) == 1
