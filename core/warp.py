@@ -156,16 +156,42 @@ def warp(images, params, *, index=None, gradient=False):
     step = max(1, _CHUNK_ELEMENTS // (h * w))
     rr = xp.arange(h, dtype=dtype)[:, None] - (h - 1) / 2.0
     cc = xp.arange(w, dtype=dtype)[None, :] - (w - 1) / 2.0
-    for lo in range(0, b, step):
+
+    def block(lo):
         hi = min(b, lo + step)
         _warp_block(
             flat, params[lo:hi], index[lo:hi], rr, cc, h, w, hp, wp, dtype, xp,
             out[lo:hi], grad[lo:hi] if gradient else None,
         )
+
+    starts = range(0, b, step)
+    pool = _pool() if xp is np and len(starts) > 1 else None
+    if pool is None:
+        for lo in starts:
+            block(lo)
+    else:  # NumPy releases the GIL in its loops: blocks run on every core
+        list(pool.map(block, starts))
     if single:
         out = out[0]
         grad = grad[0] if gradient else None
     return (out, grad) if gradient else out
+
+
+_POOL = None
+
+
+def _pool():
+    """A thread pool over the CPU cores (None on a single core)."""
+    global _POOL
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if n < 2:
+        return None
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ia-warp")
+    return _POOL
 
 
 def _warp_block(flat, params, index, rr, cc, h, w, hp, wp, dtype, xp, out, grad):
