@@ -99,6 +99,10 @@ def save_weights_png(path, weights, labels) -> None:
         ax.axhline(b, color="white", lw=0.6)
         ax.axvline(b, color="white", lw=0.6)
     ax.set_title("Weight matrix W (grouped by cluster)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("image j")
     ax.set_ylabel("image i")
     fig.tight_layout()
@@ -131,6 +135,12 @@ def save_convergence_png(path, history, labels) -> None:
         y = np.maximum(np.asarray(curves[key]), 1e-6)
         ax.plot(x, y, marker="o", label=name)
     ax.set_yscale("log")
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("iteration (0 = inputs)")
     ax.set_ylabel("manifold distance d(S_i, S_j)")
     ax.set_title("Convergence of the image manifolds")
