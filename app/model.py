@@ -16,7 +16,7 @@ from PySide6.QtGui import QUndoCommand, QUndoStack
 from core import se2
 from core.attention import AttentionRun
 from core.backend import BackendUnavailableError, get_backend
-from core.clusterbook import UNASSIGNED, ClusterBook
+from core.clusterbook import ClusterBook
 from core.clustering import cluster_labels
 from core.project import Project, load_project, save_project
 from core.similarity import invariant_distances
@@ -117,7 +117,11 @@ class StudioModel(QObject):
             self.imagesChanged.emit()
             self.message.emit(f"Nothing added: {exc}")
             return exc.skipped
+        kept = self.transforms.copy() if self.n else None
         self._set_data(new if self.n == 0 else self.data.extend(new))
+        if kept is not None and kept.any():  # the transforms already set stay; new images start untransformed
+            self.transforms[: len(kept)] = kept  # pixels of the same scale: padding never rescales
+            self._update_working()
         msg = f"Added {len(new)} image{'s' if len(new) != 1 else ''}"
         if new.skipped:
             msg += f"; skipped {len(new.skipped)}: " + "; ".join(

@@ -151,7 +151,7 @@ class ImageSetPanel(QGroupBox):
             self.demo_box.setCurrentIndex(0)
 
     def set_summary(self, text: str, n_skipped: int):
-        link = f' — <a href="details">details</a>' if n_skipped else ""
+        link = ' — <a href="details">details</a>' if n_skipped else ""
         self.summary.setText(text + link)
 
 

@@ -226,7 +226,7 @@ class AttentionRun:
         # committed state
         self._features = self._inputs
         self._iteration = 1
-        self._stage = "similarity"  # next thing to do: similarity | means | final | done
+        self._stage = "similarity"  # next thing to do: similarity | means | final | finishing | done
         self._sim = None
         self._weights = None
         self._beta = float("nan")
@@ -265,7 +265,7 @@ class AttentionRun:
         done = (self._iteration - 1) * per
         if self._stage == "means":
             done += 1 + (self._mean_state.step if self._mean_state is not None else 0)
-        elif self._stage in ("final", "done"):
+        elif self._stage in ("final", "finishing", "done"):
             done = s.iterations * per + (1 if self._stage == "done" else 0)
         return done
 
@@ -297,6 +297,10 @@ class AttentionRun:
             if on_snapshot is not None:
                 on_snapshot(snap)
         return self.result()
+
+    def _check_cancel(self):
+        if self._cancel.is_set():
+            raise _Cancelled
 
     def _stage_progress(self, fraction):
         """Progress inside the similarity stage; raises ``_Cancelled`` on cancel."""
@@ -336,9 +340,8 @@ class AttentionRun:
             self._history.append(dist.astype(np.float32))
             self._labels = self._read_labels(dist, beta)
             if prev is not None and np.abs(w - prev).max() < s.converge_tol:
-                self._stage = "final"  # W stopped moving: converged
-                self._finish()
-                return self._snapshot("done")
+                self._stage = "finishing"  # W stopped moving: converged
+                return self._advance()
             self._stage = "means"
             t0 = time.perf_counter()
             if s.method == "ia":
@@ -355,7 +358,8 @@ class AttentionRun:
                 self._mean_state = None
                 done = True
             else:
-                self._mean_state = invariant_mean_step(self._features, self._mean_state, sigmas=s.sigmas)
+                self._mean_state = invariant_mean_step(self._features, self._mean_state, sigmas=s.sigmas,
+                                                       check=self._check_cancel)
                 feats = self._mean_state.means
                 done = self._mean_state.step >= s.mean_steps
             self._timings["mean_s"] += time.perf_counter() - t0
@@ -377,6 +381,9 @@ class AttentionRun:
             self._history.append(dist.astype(np.float32))
             self._sim = (dist, trans)
             self._labels = self._read_labels(dist, self._beta)
+            self._stage = "finishing"
+            return self._advance()
+        if self._stage == "finishing":  # committed state above; a cancel here redoes only this
             self._finish()
             return self._snapshot("done")
         raise RuntimeError(f"unknown stage {self._stage}")
@@ -398,7 +405,7 @@ class AttentionRun:
             init[:, c] = t_in[:, medoid]
         if s.method == "ia":
             state = invariant_means(self._inputs, xp.asarray(weights, dtype=np.float32), init,
-                                    steps=s.mean_steps, sigmas=s.sigmas, tol=0.0)
+                                    steps=s.mean_steps, sigmas=s.sigmas, tol=0.0, check=self._check_cancel)
             means = state.means
             tr = state.transforms(self.n)[np.arange(self.n), labels]
         else:

@@ -141,8 +141,20 @@ def _bcast(v, like):
     return v.reshape((-1,) + (1,) * (like.ndim - 1))
 
 
-def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), damping: float = 1e-3) -> MeanState:
+def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), damping: float = 1e-3,
+                        check=None) -> MeanState:
     """One step of Algorithm 1 for every column at once (see the module docstring).
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W[, C])
+    state : MeanState
+    sigmas : sequence of float
+        Smoothing levels tried (0: none).
+    damping : float
+        Levenberg-Marquardt damping of the Gauss-Newton metric.
+    check : callable, optional
+        Called between blocks; it may raise to abandon the step (``state`` is untouched).
 
     Returns
     -------
@@ -156,6 +168,8 @@ def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), dam
     obj = xp.zeros(m, dtype=np.float64)
     eye = xp.eye(3)
     for lo, hi in _blocks(params.shape[0], images):
+        if check is not None:
+            check()
         src = state.entry_src[lo:hi]
         col = state.entry_col[lo:hi]
         wt = state.entry_weight[lo:hi]
@@ -197,7 +211,8 @@ def _sqnorm(r, xp):
     return (r.astype(np.float64) ** 2).reshape(r.shape[0], -1).sum(axis=1)
 
 
-def invariant_means(images, weights, init=None, *, steps: int = 10, sigmas=(0.0, 1.0, 2.0), tol: float = 1e-4):
+def invariant_means(images, weights, init=None, *, steps: int = 10, sigmas=(0.0, 1.0, 2.0), tol: float = 1e-4,
+                    check=None):
     """Compute the invariant mean of every column of ``weights``.
 
     Parameters
@@ -212,6 +227,8 @@ def invariant_means(images, weights, init=None, *, steps: int = 10, sigmas=(0.0,
         Smoothing levels tried at each step (0 means no smoothing).
     tol : float
         Weights below ``tol`` are skipped.
+    check : callable, optional
+        Called between blocks of work; it may raise to abandon the computation.
 
     Returns
     -------
@@ -220,5 +237,5 @@ def invariant_means(images, weights, init=None, *, steps: int = 10, sigmas=(0.0,
     """
     state = start_invariant_means(images, weights, init, tol=tol)
     for _ in range(steps):
-        state = invariant_mean_step(images, state, sigmas=sigmas)
+        state = invariant_mean_step(images, state, sigmas=sigmas, check=check)
     return state

@@ -278,3 +278,18 @@ def test_log_ticks_are_readable():
     assert labels == ["0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "1"]
     narrow = [t[1] for t in log_ticks(0.3, 0.6)]
     assert len(narrow) >= 3 and "0.5" in narrow
+
+
+def test_adding_files_keeps_the_transforms_already_set(window, tmp_path):
+    img = np.zeros((20, 20), np.uint8)
+    img[5:12, 4:15] = 255
+    for k in range(2):
+        Image.fromarray(np.roll(img, k, axis=0)).save(tmp_path / f"a{k}.png")
+    Image.fromarray(img.T).save(tmp_path / "b.png")
+    m = window.model
+    m.add_paths([tmp_path / "a0.png", tmp_path / "a1.png"])
+    m.set_transform(1, 30.0, 1.5, -2.0)
+    m.add_paths([tmp_path / "b.png"])
+    assert m.n == 3
+    assert np.allclose(m.transforms[1], [np.deg2rad(30), 1.5, -2.0]) and not m.transforms[2].any()
+    assert not np.allclose(m.working[1], m.base[1])

@@ -121,3 +121,28 @@ def test_bad_settings_rejected(shapes):
             AttentionRun(imgs[:4], backend="numpy", **bad)
     with pytest.raises(ValueError):
         AttentionRun(imgs[:1], backend="numpy")
+
+
+def test_cancel_inside_a_mean_step_or_the_read_out_resumes_exactly(shapes):
+    _, imgs = shapes
+    opts = dict(backend="numpy", iterations=2, mean_steps=3, snapshot_every=1)
+    full = AttentionRun(imgs[:9], **opts).run()
+    run = AttentionRun(imgs[:9], **opts)
+    calls = {"n": 0}
+    real = run._check_cancel
+
+    def flaky():  # cancel from "another thread" in the middle of the work, several times
+        calls["n"] += 1
+        if calls["n"] in (2, 9, 15, 40):
+            run.cancel()
+        real()
+
+    run._check_cancel = flaky
+    stops = 0
+    while not run.finished:
+        list(run.steps())
+        stops += 1
+    res = run.result()
+    assert stops > 1
+    assert np.array_equal(res.weights, full.weights) and np.array_equal(res.features, full.features)
+    assert np.array_equal(res.cluster_means, full.cluster_means) and len(res.history) == len(full.history)
