@@ -208,6 +208,7 @@ class MainWindow(QMainWindow):
         cp.renameRequested.connect(self.rename_cluster)
         cp.mergeRequested.connect(self.merge_clusters)
         cp.splitRequested.connect(self.split_cluster)
+        cp.rerunRequested.connect(m.split_by_rerun)
         cp.newFromSelection.connect(self.new_cluster_from_selection)
         cp.unassignSelection.connect(lambda: self.move_images(m.selection, UNASSIGNED))
         cp.clusterSelected.connect(m.select_cluster)

@@ -56,6 +56,7 @@ class StudioModel(QObject):
     runFinished = Signal(object)  # Frame
     runFailed = Signal(str, str)  # message, traceback
     _drive = Signal(object)  # -> worker.drive (queued)
+    _drive_subset = Signal(object, int, object)  # -> worker.drive_subset (queued)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -75,6 +76,7 @@ class StudioModel(QObject):
         self.undo_stack.indexChanged.connect(self._on_undo_index)
         self.state = "idle"
         self.run: AttentionRun | None = None
+        self._subset_run: AttentionRun | None = None
         self.latest: Frame | None = None
         self.final: Frame | None = None
         self._t_start = 0.0
@@ -83,6 +85,8 @@ class StudioModel(QObject):
         self.worker = RunWorker()
         self.worker.moveToThread(self._thread)
         self._drive.connect(self.worker.drive)
+        self._drive_subset.connect(self.worker.drive_subset)
+        self.worker.subsetDone.connect(self._on_subset_done)
         self.worker.frame.connect(self._on_frame)
         self.worker.progress.connect(self._on_progress)
         self.worker.finished.connect(self._on_finished)
@@ -244,6 +248,40 @@ class StudioModel(QObject):
             text = f"Re-read clusters with k = {kk}"
         self.edit_clusters(text, ClusterBook.from_labels(labels))
 
+    def split_by_rerun(self, cluster: int) -> bool:
+        """Split a cluster by running Invariant Attention on its images alone (in the worker)."""
+        if self.book is None or self.state in ("running", "stopping", "splitting"):
+            return False
+        members = self.book.members(cluster)
+        if len(members) < 3:
+            self.message.emit("A cluster needs at least 3 images to be re-run.")
+            return False
+        opts = {} if self.run is None else {
+            k: v for k, v in vars(self.run.settings).items() if k not in ("clusters", "snapshot_every")}
+        sub = AttentionRun(self.working[members], backend="numpy", clusters="auto", **opts)
+        self._subset_run = sub
+        self._set_state("splitting")
+        self.message.emit(f"Re-running {self.book.name_of(cluster)} ({len(members)} images)…")
+        self._drive_subset.emit(sub, int(cluster), members)
+        return True
+
+    def _on_subset_done(self, cluster, members, labels) -> None:
+        self._subset_run = None
+        self._set_state("finished" if self.final is not None else "idle")
+        if labels is None:
+            self.message.emit("The re-run did not finish; nothing was split.")
+            return
+        k = int(np.max(labels)) + 1
+        if k < 2:
+            self.message.emit(f"Re-running {self.book.name_of(cluster)} found a single group; "
+                              "use Split with k to force one.")
+            return
+        if list(self.book.members(cluster)) != list(members):
+            self.message.emit("The cluster changed during the re-run; nothing was split.")
+            return
+        self.edit_clusters(f"Split {self.book.name_of(cluster)} by re-running ({k} groups)",
+                           self.book.split(cluster, labels))
+
     # ---------------------------------------------------------------- inspect
     def inspect(self, i: int, j: int) -> dict | None:
         """Align image i onto image j and report the transform, score and images."""
@@ -404,7 +442,7 @@ class StudioModel(QObject):
     # ---------------------------------------------------------------- run
     def start(self, *, backend: str = "auto", **options) -> bool:
         """Start a new run on the transformed set; False (with a message) when refused."""
-        if self.state in ("running", "stopping"):
+        if self.state in ("running", "stopping", "splitting"):
             self.message.emit("A run is already going.")
             return False
         if self.n < 2:
@@ -442,8 +480,9 @@ class StudioModel(QObject):
 
     def shutdown(self, timeout_ms: int = 10000) -> bool:
         """Stop the worker and its thread (window closing); True if it ended in time."""
-        if self.run is not None:
-            self.run.cancel()
+        for run in (self.run, self._subset_run):
+            if run is not None:
+                run.cancel()
         self._thread.quit()
         return self._thread.wait(timeout_ms)
 

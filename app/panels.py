@@ -323,7 +323,7 @@ class RunPanel(QGroupBox):
         }
 
     def set_state(self, state: str):
-        running = state in ("running", "stopping")
+        running = state in ("running", "stopping", "splitting")
         self.start_btn.setEnabled(not running)
         self.stop_btn.setEnabled(state == "running")
         self.resume_btn.setEnabled(state == "stopped")
@@ -377,6 +377,7 @@ class ClustersPanel(QGroupBox):
     renameRequested = Signal(int)
     mergeRequested = Signal(list)
     splitRequested = Signal(int, int)  # cluster, k
+    rerunRequested = Signal(int)  # cluster
     newFromSelection = Signal()
     unassignSelection = Signal()
     clusterSelected = Signal(int)
@@ -396,6 +397,8 @@ class ClustersPanel(QGroupBox):
         for w in (self.rename_btn, self.merge_btn, self.split_btn, self.split_k):
             row.addWidget(w)
         lay.addLayout(row)
+        self.rerun_btn = QPushButton("Split by re-running IA on the cluster")
+        lay.addWidget(self.rerun_btn)
         row2 = QHBoxLayout()
         self.new_btn = QPushButton("New from selection")
         self.unassign_btn = QPushButton("Unassign selection")
@@ -427,6 +430,7 @@ class ClustersPanel(QGroupBox):
         self.split_btn.clicked.connect(
             lambda: self.selected_clusters() and self.splitRequested.emit(self.selected_clusters()[0],
                                                                           self.split_k.value()))
+        self.rerun_btn.clicked.connect(lambda: self._one(self.rerunRequested))
         self.new_btn.clicked.connect(self.newFromSelection)
         self.unassign_btn.clicked.connect(self.unassignSelection)
         self.list.itemClicked.connect(lambda it: self.clusterSelected.emit(int(it.data(Qt.ItemDataRole.UserRole))))

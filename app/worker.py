@@ -65,6 +65,7 @@ class RunWorker(QObject):
     stopped = Signal()
     failed = Signal(str, str)  # message, traceback
     notice = Signal(str)  # e.g. "GPU failed, continuing on the CPU"
+    subsetDone = Signal(int, object, object)  # cluster, member indices, labels (None if failed/stopped)
 
     def __init__(self):
         super().__init__()
@@ -98,6 +99,21 @@ class RunWorker(QObject):
                     exc = exc2
             log.exception("run failed")
             self.failed.emit(str(exc) or type(exc).__name__, traceback.format_exc())
+
+    @Slot(object, int, object)
+    def drive_subset(self, run: AttentionRun, cluster: int, members):
+        """Run IA on one cluster's images alone (for a split); no frames are sent."""
+        self.run = run
+        try:
+            labels = None
+            for _ in run.steps():
+                pass
+            if run.finished:
+                labels = run.result().labels
+        except Exception:  # noqa: BLE001 - the split simply does not happen; logged
+            log.exception("re-run on a cluster failed")
+            labels = None
+        self.subsetDone.emit(cluster, members, labels)
 
     def _loop(self, run):
         last = None

@@ -326,3 +326,22 @@ def test_about_help_and_geometry(fresh, qapp, monkeypatch):
     finally:
         w2.close()
     assert settings().value("window/geometry") is not None
+
+
+def test_split_by_re_running_ia_on_a_cluster(fresh, qapp):
+    w, m = fresh, fresh.model
+    w.merge_clusters([0, 1])
+    merged = m.book
+    assert len(merged.cluster_ids()) == 2
+    lst = w.clusters_panel.list
+    lst.item(0).setSelected(True)
+    w.clusters_panel.rerun_btn.click()
+    assert m.state == "splitting" and not w.run_panel.start_btn.isEnabled()
+    _wait(qapp, lambda: m.state != "splitting", 60)
+    assert len(m.book.cluster_ids()) == 3
+    from sklearn.metrics import adjusted_rand_score
+
+    assert adjusted_rand_score(m.final.extra["result"].labels, m.book.labels) == 1.0  # the shapes, apart again
+    assert m.undo_stack.undoText().startswith("Split Cluster 1 by re-running")
+    w.undo_action.trigger()
+    assert m.book == merged
