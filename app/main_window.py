@@ -237,18 +237,26 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{APP_NAME} {__version__} — {name}{star}")
 
     # ------------------------------------------------------------ images
+    def load_paths(self, paths):
+        """Load files/folders with a progress dialog (Cancel keeps what was read)."""
+        dlg, step = self._progress("Loading images…", 0)
+        try:
+            return self.model.add_paths(paths, progress=step)
+        finally:
+            dlg.close()
+
     def open_folder(self, folder=None):
         folder = folder or QFileDialog.getExistingDirectory(self, "Open a folder of images")
         if folder:
             self.model.clear()
-            self.model.add_paths([folder])
+            self.load_paths([folder])
             self._remember("recent/folders", folder)
 
     def add_files(self):
         files, _ = QFileDialog.getOpenFileNames(
             self, "Add images", "", "Images (*.png *.jpg *.jpeg *.tif *.tiff *.bmp);;All files (*)")
         if files:
-            self.model.add_paths(files)
+            self.load_paths(files)
 
     def dragEnterEvent(self, event):
         if event.mimeData().hasUrls():
@@ -257,7 +265,7 @@ class MainWindow(QMainWindow):
     def dropEvent(self, event):
         paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
         if paths:
-            self.model.add_paths(paths)
+            self.load_paths(paths)
             event.acceptProposedAction()
 
     def show_skipped(self):

@@ -112,10 +112,13 @@ class StudioModel(QObject):
         self._set_data(load_demo(name, seed=seed))
         self.message.emit(f"Loaded demo '{name}': {self.data.summary()}")
 
-    def add_paths(self, paths) -> list[dict]:
-        """Add files/folders; returns the skipped list (also reported by message)."""
+    def add_paths(self, paths, progress=None) -> list[dict]:
+        """Add files/folders; returns the skipped list (also reported by message).
+
+        ``progress(done, total)`` is called after each file; returning False stops the loading.
+        """
         try:
-            new = load_images(paths)
+            new = load_images(paths, on_progress=progress)
         except NoUsableImagesError as exc:
             self.data.skipped.extend(exc.skipped)
             self.imagesChanged.emit()

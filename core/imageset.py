@@ -227,7 +227,8 @@ def load_images(inputs, *, on_progress=None) -> ImageSet:
         given) becomes its true label.  Files directly in the folder, and
         files given by name, have no label.
     on_progress : callable(done, total), optional
-        Called after each file.
+        Called after each file; returning ``False`` stops the loading (the
+        files not read yet are listed as skipped, "not loaded: cancelled").
 
     Returns
     -------
@@ -264,8 +265,9 @@ def load_images(inputs, *, on_progress=None) -> ImageSet:
             labels.append(label)
         except ImageLoadError as exc:
             skipped.append({"path": str(f), "reason": str(exc)})
-        if on_progress is not None:
-            on_progress(k + 1, len(jobs))
+        if on_progress is not None and on_progress(k + 1, len(jobs)) is False:
+            skipped += [{"path": str(f2), "reason": "not loaded: cancelled"} for f2, _ in jobs[k + 1:]]
+            break
     result = ImageSet(images, paths, labels, skipped)
     if not images:
         detail = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:5])

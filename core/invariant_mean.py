@@ -77,9 +77,9 @@ def _segment_sum(values, seg, n_seg, xp):
     else:
         import cupyx.scipy.sparse as sp
     e = flat.shape[0]
-    mat = sp.csr_matrix(
+    mat = sp.coo_matrix(
         (xp.ones(e, dtype=flat.dtype), (xp.asarray(seg), xp.arange(e))), shape=(n_seg, e)
-    )
+    ).tocsr()
     return xp.asarray(mat @ flat).reshape((n_seg,) + values.shape[1:])
 
 

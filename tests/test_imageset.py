@@ -80,3 +80,19 @@ def test_nothing_usable_is_a_clear_error(tmp_path):
         load_image(tmp_path / "x.png")
     res_missing = pytest.raises(NoUsableImagesError, load_images, [tmp_path / "missing"])
     assert "does not exist" in str(res_missing.value)
+
+
+def test_loading_can_be_cancelled_and_says_what_was_left(tmp_path):
+    img = np.zeros((6, 6), np.uint8)
+    img[1:4, 1:4] = 255
+    for k in range(5):
+        _png(tmp_path / f"{k}.png", img)
+    seen = []
+
+    def progress(done, total):
+        seen.append((done, total))
+        return done < 2  # stop after the second file
+
+    res = load_images(tmp_path, on_progress=progress)
+    assert len(res) == 2 and seen[-1] == (2, 5)
+    assert [s["reason"] for s in res.skipped] == ["not loaded: cancelled"] * 3
