@@ -28,6 +28,7 @@ from .backend import Backend, get_backend, to_host
 from .clustering import cluster_labels, grouping_order
 from .invariant_mean import invariant_mean_step, invariant_means, start_invariant_means
 from .similarity import invariant_distances, plain_distances
+from .warp import warp
 from .weights import attention_weights, rbf_similarity
 
 __all__ = ["Settings", "Snapshot", "AttentionRun", "RunResult"]
@@ -334,7 +335,6 @@ class AttentionRun:
             w, beta = attention_weights(dist, s.beta if s.beta == "auto" else float(s.beta))
             if self._input_sim is None:
                 self._input_sim = (dist, trans)
-                self._beta_inputs = beta
             prev = self._weights
             self._sim, self._weights, self._beta = (dist, trans), w, beta
             self._history.append(dist.astype(np.float32))
@@ -411,8 +411,6 @@ class AttentionRun:
         else:
             means = xp.tensordot(xp.asarray(weights.T, dtype=np.float32), self._inputs, axes=1)
             tr = np.zeros((self.n, 3))
-        from .warp import warp
-
         aligned = warp(self._inputs, xp.asarray(tr), index=xp.arange(self.n))
         m = means[xp.asarray(labels)]
         num = (aligned * m).reshape(self.n, -1).sum(axis=1)
