@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backend import Backend, get_backend, to_host
-from .clustering import cluster_labels, grouping_order
+from .clustering import KChoice, read_clusters, grouping_order
 from .invariant_mean import invariant_mean_step, invariant_means, start_invariant_means
 from .similarity import invariant_distances, plain_distances
 from .warp import warp
-from .weights import attention_weights, rbf_similarity
+from .weights import attention_weights, local_bandwidth
 
 __all__ = ["Settings", "Snapshot", "AttentionRun", "RunResult"]
 
@@ -59,6 +59,15 @@ class Settings:
         as in the paper (for demos).
     weight_tol : float
         Weights below this are skipped in the means.
+    guard : bool or None
+        Stop iterating, and keep the previous iteration, when an iteration
+        made the clusters less separated (the silhouette of the current
+        partition on the new manifold distances dropped).  ``None`` (default):
+        on with ``beta="auto"``, off with an explicit ``beta`` (the paper's
+        plain iteration).
+    group : {"se2", "e2"}
+        ``"e2"`` also matches mirror images (reflections), for data where a
+        flipped specimen is the same thing.
     snapshot_every : int
         Yield a snapshot every this many mean steps.
     converge_tol : float
@@ -77,19 +86,28 @@ class Settings:
     weight_tol: float = 2e-3
     snapshot_every: int = 2
     converge_tol: float = 1e-3
+    guard: bool | None = None
+    group: str = "se2"
+
+    @property
+    def guarded(self) -> bool:
+        """Whether the separation guard is on (see ``guard``)."""
+        return self.beta == "auto" if self.guard is None else bool(self.guard)
 
     def validate(self, n: int) -> None:
         """Raise ``ValueError`` with a plain message for a bad option."""
         if self.method not in ("ia", "ka"):
             raise ValueError("method must be 'ia' or 'ka'")
-        if self.beta != "auto" and not float(self.beta) > 0:
-            raise ValueError("beta must be > 0 or 'auto'")
+        if self.beta != "auto" and not (float(self.beta) > 0 and np.isfinite(float(self.beta))):
+            raise ValueError("beta must be a finite number > 0, or 'auto'")
         if int(self.iterations) < 1:
             raise ValueError("iterations must be at least 1")
         if not self.angle_step > 0:
             raise ValueError("angle step must be > 0")
         if self.clusters != "auto" and not 1 <= int(self.clusters) <= n:
             raise ValueError(f"clusters must be between 1 and the number of images ({n})")
+        if self.group not in ("se2", "e2"):
+            raise ValueError("group must be 'se2' or 'e2'")
         if self.init not in ("pairwise", "identity"):
             raise ValueError("init must be 'pairwise' or 'identity'")
 
@@ -123,6 +141,9 @@ class Snapshot:
         Seconds spent per stage so far (``similarity_s``, ``mean_s``, ``total_s``).
     progress : float
         Fraction of the run done, 0..1.
+    beta : float
+    k_choice : KChoice or None
+        How the current number of clusters was chosen.
     """
 
     iteration: int
@@ -138,6 +159,7 @@ class Snapshot:
     timings: dict
     progress: float
     beta: float = float("nan")
+    k_choice: KChoice | None = None
 
 
 @dataclass
@@ -167,7 +189,17 @@ class RunResult:
     iterations : int
         Iterations run.
     beta : float
+        The global ``beta`` used (explicit) or its equivalent (auto).
     timings : dict
+    k_choice : KChoice
+        How the number of clusters was chosen: candidates and confidence.
+    blank : ndarray of bool (n,)
+        Images with no content; they form a cluster of their own (the last).
+    mirrored : ndarray of bool (n,)
+        ``group="e2"``: the image is flipped left-right before
+        ``image_transforms`` aligns it onto its cluster mean.
+    notes : list of str
+        What the run decided on its own (e.g. the guard stopping it).
     """
 
     labels: np.ndarray
@@ -183,9 +215,24 @@ class RunResult:
     iterations: int
     beta: float
     timings: dict = field(default_factory=dict)
+    k_choice: KChoice | None = None
+    blank: np.ndarray | None = None
+    notes: list = field(default_factory=list)
+    mirrored: np.ndarray | None = None
 
 
 _DENSE_TRANSFORMS_MAX = 500  # images; above this, mean-step snapshots carry no (n, n, 3) transforms
+
+
+_GUARD_TOL = 0.01  # a silhouette drop larger than this stops the iteration
+
+
+def check_finite(images) -> None:
+    """Raise ``ValueError`` naming the first image that holds NaN or inf values."""
+    flat = np.asarray(images).reshape(len(images), -1)
+    bad = np.flatnonzero(~np.isfinite(flat).all(axis=1))
+    if bad.size:
+        raise ValueError(f"image {int(bad[0])} holds NaN or inf values")
 
 
 class _Cancelled(Exception):
@@ -219,7 +266,10 @@ class AttentionRun:
         images = np.asarray(to_host(images), dtype=np.float32)
         if images.ndim not in (3, 4) or images.shape[0] < 2:
             raise ValueError("need at least 2 images of shape (H, W) or (H, W, C)")
+        check_finite(images)
         self.settings.validate(images.shape[0])
+        #: images with no content (all zero): they form a cluster of their own
+        self.blank = ~np.any(images.reshape(images.shape[0], -1) != 0, axis=1)
         self.backend: Backend = backend if isinstance(backend, Backend) else get_backend(backend)
         xp = self.backend.xp
         self._inputs = xp.asarray(images)
@@ -232,9 +282,15 @@ class AttentionRun:
         self._weights = None
         self._beta = float("nan")
         self._mean_state = None
+        self._mean_src = None  # the images the means are made of ([v; flip(v)] for E(2))
         self._history: list[np.ndarray] = []
         self._input_sim = None
         self._labels = np.zeros(self.n, dtype=int)
+        self._k_choice: KChoice | None = None
+        self._bandwidth = None  # beta="auto": the local bandwidth s_i of the inputs, kept for every iteration
+        self._prev = None  # (features, sim, weights, labels, k_choice, beta) of the previous iteration, for the guard
+        self._accepted = 0  # mean rounds whose result is in self._features
+        self._notes: list[str] = []
         self._timings = {"similarity_s": 0.0, "mean_s": 0.0, "total_s": 0.0}
         self._result: RunResult | None = None
         self._cancel = threading.Event()
@@ -316,29 +372,78 @@ class AttentionRun:
         s = self.settings
         if s.method == "ia":
             sim = invariant_distances(feats, angle_step=s.angle_step, rotation_range=s.rotation_range,
-                                      on_progress=self._stage_progress)
-            out = (sim.distances, sim.transforms)
+                                      on_progress=self._stage_progress, group=s.group)
+            out = (sim.distances, sim.transforms, sim.mirrored)
         else:
-            out = (plain_distances(feats), np.zeros((self.n, self.n, 3)))
+            out = (plain_distances(feats), np.zeros((self.n, self.n, 3)), np.zeros((self.n, self.n), dtype=bool))
         self._timings["similarity_s"] += time.perf_counter() - t0
         return out
 
-    def _read_labels(self, distances, beta):
+    def _read_labels(self, distances):
+        """Labels and the k choice; blank images go to a cluster of their own (the last)."""
+        keep = np.flatnonzero(~self.blank)
+        labels = np.zeros(self.n, dtype=int)
+        if keep.size == 0:
+            return labels, KChoice(1, 1, 1.0, "trivial", [(1, 1.0)])
         k = self.settings.clusters
-        return cluster_labels(rbf_similarity(distances, beta), k=k)
+        if k != "auto" and self.blank.any():
+            k = min(int(k), keep.size)
+        sub, choice = read_clusters(distances[np.ix_(keep, keep)], k=k)
+        labels[keep] = sub
+        if self.blank.any():
+            labels[self.blank] = sub.max() + 1
+        return labels, choice
+
+    def _separation(self, distances, labels) -> float | None:
+        """Silhouette of a partition of the non-blank images (None when undefined)."""
+        from sklearn.metrics import silhouette_score
+
+        keep = np.flatnonzero(~self.blank)
+        lab = labels[keep]
+        if not 1 < np.unique(lab).size < keep.size:
+            return None
+        return float(silhouette_score(distances[np.ix_(keep, keep)], lab, metric="precomputed"))
+
+    def _guard_rejects(self, dist) -> bool:
+        """True when the last iteration made the current partition less separated."""
+        if not self.settings.guarded or self._prev is None:
+            return False
+        prev_dist = self._prev[1][0]
+        before = self._separation(prev_dist, self._prev[3])
+        if before is None:
+            return False
+        after = self._separation(dist, self._prev[3])
+        if after is None or after >= before - _GUARD_TOL:
+            return False
+        self._notes.append(
+            f"iteration {self._accepted} made the clusters less separated (silhouette {before:.3f} -> {after:.3f}); "
+            f"kept the result of iteration {self._accepted - 1} and stopped")
+        feats, self._sim, self._weights, self._labels, self._k_choice, self._beta = self._prev
+        self._features = feats
+        self._accepted -= 1
+        self._history.pop()  # the rejected iteration's distances
+        self._prev = None
+        return True
 
     def _advance(self):
         s = self.settings
         xp = self.backend.xp
         if self._stage == "similarity":
-            dist, trans = self._distances(self._features)
-            w, beta = attention_weights(dist, s.beta if s.beta == "auto" else float(s.beta))
-            if self._input_sim is None:
-                self._input_sim = (dist, trans)
-            prev = self._weights
-            self._sim, self._weights, self._beta = (dist, trans), w, beta
+            dist, trans, mirrored = sim = self._distances(self._features)
             self._history.append(dist.astype(np.float32))
-            self._labels = self._read_labels(dist, beta)
+            if self._guard_rejects(dist):
+                self._stage = "finishing"
+                return self._advance()
+            labels, choice = self._read_labels(dist)
+            if self._input_sim is None:
+                self._input_sim = sim
+                if s.beta == "auto":
+                    self._bandwidth = local_bandwidth(dist, neighbor=choice.scale)
+            w, beta = attention_weights(dist, s.beta if s.beta == "auto" else float(s.beta),
+                                        bandwidth=self._bandwidth)
+            prev = self._weights
+            self._sim, self._weights, self._beta = sim, w, beta
+            self._labels, self._k_choice = labels, choice
             if prev is not None and np.abs(w - prev).max() < s.converge_tol:
                 self._stage = "finishing"  # W stopped moving: converged
                 return self._advance()
@@ -346,7 +451,8 @@ class AttentionRun:
             t0 = time.perf_counter()
             if s.method == "ia":
                 init = trans if s.init == "pairwise" else None
-                self._mean_state = start_invariant_means(self._features, xp.asarray(w, dtype=np.float32),
+                self._mean_src, w_src, init = self._with_mirrors(self._features, w, init, mirrored)
+                self._mean_state = start_invariant_means(self._mean_src, xp.asarray(w_src, dtype=np.float32),
                                                          init, tol=s.weight_tol)
             self._timings["mean_s"] += time.perf_counter() - t0
             return self._snapshot("similarity")
@@ -358,7 +464,7 @@ class AttentionRun:
                 self._mean_state = None
                 done = True
             else:
-                self._mean_state = invariant_mean_step(self._features, self._mean_state, sigmas=s.sigmas,
+                self._mean_state = invariant_mean_step(self._mean_src, self._mean_state, sigmas=s.sigmas,
                                                        check=self._check_cancel)
                 feats = self._mean_state.means
                 done = self._mean_state.step >= s.mean_steps
@@ -367,7 +473,9 @@ class AttentionRun:
                 if self._mean_state.step % max(1, s.snapshot_every) == 0:
                     return self._snapshot("means")
                 return None
+            self._prev = (self._features, self._sim, self._weights, self._labels, self._k_choice, self._beta)
             self._features = feats
+            self._accepted += 1
             snap = self._snapshot("iteration")
             self._mean_state = None
             if self._iteration >= s.iterations:
@@ -377,16 +485,40 @@ class AttentionRun:
                 self._stage = "similarity"
             return snap
         if self._stage == "final":
-            dist, trans = self._distances(self._features)
+            sim = self._distances(self._features)
+            dist = sim[0]
             self._history.append(dist.astype(np.float32))
-            self._sim = (dist, trans)
-            self._labels = self._read_labels(dist, self._beta)
+            if not self._guard_rejects(dist):
+                self._sim = sim
+                self._labels, self._k_choice = self._read_labels(dist)
             self._stage = "finishing"
             return self._advance()
         if self._stage == "finishing":  # committed state above; a cancel here redoes only this
             self._finish()
             return self._snapshot("done")
         raise RuntimeError(f"unknown stage {self._stage}")
+
+    def _with_mirrors(self, images, weights, init, mirrored):
+        """E(2): sources ``[v; flip(v)]``, with weights and starts routed by the mirror flags.
+
+        Entry ``(i, j)`` uses ``flip(v_i)`` where ``mirrored[i, j]``; with SE(2)
+        everything is returned unchanged.
+        """
+        if self.settings.group != "e2":
+            return images, weights, init
+        xp = self.backend.xp
+        w = np.asarray(to_host(weights), dtype=float)
+        m = np.asarray(mirrored, dtype=bool)
+        w2 = np.concatenate([np.where(m, 0.0, w), np.where(m, w, 0.0)])
+        init2 = None if init is None else np.concatenate([init, init])
+        return xp.concatenate([images, xp.flip(images, axis=2)]), w2, init2
+
+    def _entry_transforms(self, st):
+        """The mean state's ``(n, m, 3)`` entry transforms, mirror sources folded back."""
+        t = st.transforms(int(self._mean_src.shape[0]))
+        if t.shape[0] == self.n:
+            return t
+        return np.where(self._sim[2][..., None], t[self.n:], t[:self.n])
 
     def _finish(self):
         """Cluster read-out and per-image alignment to the cluster means."""
@@ -395,23 +527,28 @@ class AttentionRun:
         xp = self.backend.xp
         labels = self._labels
         k = int(labels.max()) + 1
-        d0, t_in = self._input_sim
+        d0, t_in, m_in = self._input_sim
         weights = np.zeros((self.n, k))
         init = np.zeros((self.n, k, 3))
+        mirror = np.zeros((self.n, k), dtype=bool)
         for c in range(k):
             members = np.flatnonzero(labels == c)
             weights[members, c] = 1.0 / members.size
             medoid = members[np.argmin((d0[np.ix_(members, members)] ** 2).sum(axis=1))]
             init[:, c] = t_in[:, medoid]
+            mirror[:, c] = m_in[:, medoid]
+        mirrored = mirror[np.arange(self.n), labels]
+        src, w_src, init = self._with_mirrors(self._inputs, weights, init, mirror)
+        index = np.arange(self.n) + (self.n * mirrored if src.shape[0] > self.n else 0)
         if s.method == "ia":
-            state = invariant_means(self._inputs, xp.asarray(weights, dtype=np.float32), init,
+            state = invariant_means(src, xp.asarray(w_src, dtype=np.float32), init,
                                     steps=s.mean_steps, sigmas=s.sigmas, tol=0.0, check=self._check_cancel)
             means = state.means
-            tr = state.transforms(self.n)[np.arange(self.n), labels]
+            tr = state.transforms(src.shape[0])[index, labels]
         else:
             means = xp.tensordot(xp.asarray(weights.T, dtype=np.float32), self._inputs, axes=1)
             tr = np.zeros((self.n, 3))
-        aligned = warp(self._inputs, xp.asarray(tr), index=xp.arange(self.n))
+        aligned = warp(src, xp.asarray(tr), index=xp.asarray(index))
         m = means[xp.asarray(labels)]
         num = (aligned * m).reshape(self.n, -1).sum(axis=1)
         den = xp.sqrt((aligned**2).reshape(self.n, -1).sum(axis=1) * (m**2).reshape(self.n, -1).sum(axis=1))
@@ -428,9 +565,13 @@ class AttentionRun:
             final_distances=self._sim[0],
             history=list(self._history),
             features=to_host(self._features, np.float32),
-            iterations=self._iteration,
+            iterations=self._accepted,
             beta=self._beta,
             timings=dict(self._timings),
+            k_choice=self._k_choice,
+            blank=self.blank.copy(),
+            notes=list(self._notes),
+            mirrored=mirrored,
         )
         self._stage = "done"
 
@@ -439,7 +580,7 @@ class AttentionRun:
         if stage == "means" or (stage == "iteration" and st is not None):
             means = st.means
             # the dense (n, n, 3) entry transforms only while they stay small
-            transforms = st.transforms(self.n) if self.n <= _DENSE_TRANSFORMS_MAX else None
+            transforms = self._entry_transforms(st) if self.n <= _DENSE_TRANSFORMS_MAX else None
             objective = [float(o.sum()) for o in st.objective]
             step = st.step
         else:
@@ -462,6 +603,7 @@ class AttentionRun:
             timings={},
             progress=min(1.0, self._done_steps() / self.total_steps),
             beta=self._beta,
+            k_choice=self._k_choice,
         )
 
     def result(self) -> RunResult:

@@ -90,7 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rotation-range", type=_positive_float("--rotation-range"), default=None, metavar="DEG",
                    help="search relative rotations in [-DEG, DEG] only (default: the whole circle)")
     p.add_argument("--angle-step", type=_positive_float("--angle-step"), default=5.0, metavar="DEG")
-    p.add_argument("--size", type=_size, default=64, metavar="PX", help="longest side after resizing")
+    p.add_argument("--size", type=_size, default=64, metavar="PX", help="working size in pixels")
+    p.add_argument("--scale", choices=("content", "frame"), default="content",
+                   help="content: scale each image's object to the working size (default); "
+                        "frame: scale each file's longest side to it")
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
     p.add_argument("--transform", type=_transform, default=None, metavar="ROT_DEG,SHIFT_FRAC",
                    help="first apply random transforms: rotation in [-ROT, ROT], shift up to SHIFT_FRAC of the size")
@@ -200,7 +203,7 @@ def _run(args, parser) -> int:
         raise NoUsableImagesError(f"need at least 2 usable images, found {n}", data.skipped)
     if args.clusters != "auto" and args.clusters > n:
         raise _UsageError(f"--clusters {args.clusters} is more than the {n} usable images")
-    canvas = preprocess(data.images, size=args.size)
+    canvas = preprocess(data.images, size=args.size, scale=args.scale)
     images = canvas.images
     if args.transform is not None:
         from .warp import warp
@@ -251,7 +254,7 @@ def _run(args, parser) -> int:
         "parameters": {
             "method": args.method, "clusters": args.clusters, "beta": args.beta, "beta_used": res.beta,
             "iterations": args.iterations, "rotation_range": args.rotation_range,
-            "angle_step": args.angle_step, "size": args.size, "canvas": canvas.size,
+            "angle_step": args.angle_step, "size": args.size, "scale": args.scale, "canvas": canvas.size,
             "transform": list(args.transform) if args.transform else None, "seed": args.seed,
         },
         "timings": {
@@ -261,6 +264,7 @@ def _run(args, parser) -> int:
         },
         "version": __version__,
     }
+    summary.update(_k_evidence(res, data.paths))
     if data.has_labels:
         from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
@@ -283,8 +287,34 @@ def _run(args, parser) -> int:
         save_project(args.save_project, proj)
     if not args.quiet:
         extra = f", ARI {summary['metrics']['ari']:.3f}" if "metrics" in summary else ""
-        print(f"{n} images -> {res.n_clusters} clusters{extra}; results in {out}", file=sys.stderr)
+        print(f"{n} images -> {k_text(res.k_choice, res.n_clusters)}{extra}; results in {out}", file=sys.stderr)
+        if summary["blank"]:
+            print(f"ia-cluster: {len(summary['blank'])} blank image(s) put in a cluster of their own", file=sys.stderr)
+        for note in res.notes:
+            print(f"ia-cluster: {note}", file=sys.stderr)
     return 0
+
+
+def k_text(choice, n_clusters) -> str:
+    """``"4 clusters"``, or ``"4 clusters (3 or 5 also plausible)"`` when the choice was unsure."""
+    text = f"{n_clusters} cluster{'s' if n_clusters != 1 else ''}"
+    alt = choice.plausible() if choice is not None else []
+    if alt:
+        text += f" ({' or '.join(str(k) for k in alt)} also plausible)"
+    return text
+
+
+def _k_evidence(res, paths) -> dict:
+    """``k_candidates``, ``k_confidence``, ``k_method``, ``blank`` and ``notes`` for summary.json."""
+    ch = res.k_choice
+    out = {"k_candidates": [], "k_confidence": None, "k_method": None}
+    if ch is not None:
+        d = ch.as_dict()
+        out = {"k_candidates": d["candidates"], "k_confidence": d["confidence"], "k_method": d["method"]}
+    blank = res.blank if res.blank is not None else np.zeros(len(paths), dtype=bool)
+    out["blank"] = [paths[i] for i in np.flatnonzero(blank)]
+    out["notes"] = list(res.notes)
+    return out
 
 
 def _result_arrays(res) -> dict:

@@ -1,18 +1,121 @@
-"""Reading clusters out of the converged state.
+"""Reading clusters out of invariant distances: how many, and which.
 
-The affinity is ``A = exp(-beta d^2)`` on the manifold distances of the last
-state, symmetrised.  ``k="auto"`` takes the largest *eigengap* of the
-normalised affinity ``D^-1/2 A D^-1/2``: when Invariant Attention has
-converged, images of one cluster sit on (nearly) one manifold, A is
-block-diagonal and exactly ``k`` eigenvalues are close to 1.  Labels come from
-scikit-learn's spectral clustering on A (deterministic ``cluster_qr``
-assignment) and are numbered in order of first appearance.
+The affinity is *locally scaled* (Zelnik-Manor & Perona's self-tuning
+spectral clustering): ``A_ij = exp(-d_ij^2 / (s_i s_j))`` where ``s_i`` is the
+distance from image ``i`` to its ``m``-th nearest neighbour.  Each image sets
+its own bandwidth from its own neighbourhood, so a tight class and a loose one
+are both seen as classes, and no global bandwidth has to be guessed.
+
+``k="auto"`` (:func:`select_k`) looks at the *eigengap* of the normalised
+affinity ``D^-1/2 A D^-1/2`` at the neighbour scales ``m = 1, 2, 3``, smallest
+first: when the data holds ``k`` well-separated groups, ``k`` eigenvalues are
+close to 1 and the next ones are not.  The first scale whose largest gap is at
+least ``min_gap`` (0.4) decides ``k``; the smallest scale comes first so that
+classes of two or three images are not swallowed by their neighbours.  When no
+scale shows a clear gap the data is ambiguous: ``k`` is then the one with the
+best silhouette (on the distances, k = 2 .. 20) and the choice is reported as
+unsure (``confidence`` below ``min_gap``).  A spectrum with an appended zero
+lets the gap sit after the last eigenvalue, so ``k = n`` is possible.  Two
+absolute checks on unit-norm images come first: when 90 % of the invariant
+distances are below 0.1 (cosine above 0.995: copies that differ only by
+resampling) the set is one cluster; when no two images are even moderately
+alike (every distance above 0.5, cosine below 0.875) every image is its own
+cluster.
+
+Labels come from scikit-learn's spectral clustering on ``A`` (deterministic
+``cluster_qr`` assignment) and are numbered in order of first appearance.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
-__all__ = ["eigengap_k", "cluster_labels", "relabel_by_appearance", "grouping_order"]
+from .weights import local_bandwidth
+
+__all__ = [
+    "KChoice",
+    "local_scaling_affinity",
+    "eigengaps",
+    "eigengap_k",
+    "select_k",
+    "read_clusters",
+    "cluster_labels",
+    "relabel_by_appearance",
+    "grouping_order",
+]
+
+SCALES = (1, 2, 3)  # neighbour ranks m tried for the local bandwidth, smallest first
+MIN_GAP = 0.4  # an eigengap at least this large is a clear block structure
+MAX_K = 20  # largest k considered by the silhouette fallback
+DISTINCT = 0.5  # invariant distance (unit-norm images) above which two images are not alike
+SAME = 0.1  # invariant distance below which two images show the same thing (resampling differences)
+
+
+@dataclass
+class KChoice:
+    """How the number of clusters was chosen.
+
+    Attributes
+    ----------
+    k : int
+    scale : int
+        The neighbour rank ``m`` of the local bandwidth used for the labels.
+    confidence : float
+        The eigengap that decided (0..1); below ``MIN_GAP`` the choice is
+        unsure (no clear block structure) and the candidates say what else is
+        plausible.  1.0 when ``k`` was given.
+    method : {"given", "eigengap", "silhouette", "same", "distinct", "trivial"}
+    candidates : list of (int, float)
+        The best three ``k`` with their scores (eigengaps, or silhouettes for
+        the ``"silhouette"`` method), best first.
+    """
+
+    k: int
+    scale: int = 2
+    confidence: float = 1.0
+    method: str = "given"
+    candidates: list = field(default_factory=list)
+
+    @property
+    def unsure(self) -> bool:
+        """True when no neighbour scale showed a clear gap."""
+        return self.confidence < MIN_GAP
+
+    def plausible(self) -> list[int]:
+        """Other k worth a look: the candidates after the chosen one, when unsure."""
+        if not self.unsure:
+            return []
+        return [k for k, _ in self.candidates if k != self.k][:2]
+
+    def as_dict(self) -> dict:
+        """Plain JSON-able form (``summary.json``)."""
+        return {"k": int(self.k), "scale": int(self.scale), "confidence": round(float(self.confidence), 4),
+                "method": self.method,
+                "candidates": [{"k": int(k), "score": round(float(s), 4)} for k, s in self.candidates]}
+
+
+def local_scaling_affinity(distances: np.ndarray, *, neighbor: int = 2) -> np.ndarray:
+    """Self-tuning affinity ``exp(-d_ij^2 / (s_i s_j))``.
+
+    Parameters
+    ----------
+    distances : ndarray, shape (n, n)
+        Symmetric, nonnegative, zero diagonal.
+    neighbor : int
+        ``s_i`` is the distance from ``i`` to its ``neighbor``-th nearest
+        other image.
+
+    Returns
+    -------
+    ndarray, shape (n, n)
+        Symmetric, ones on the diagonal.
+    """
+    d = np.asarray(distances, dtype=float)
+    if d.shape[0] < 2:
+        return np.ones_like(d)
+    s = local_bandwidth(d, neighbor=neighbor)
+    return np.exp(-(d**2) / np.outer(s, s))
 
 
 def _normalised(affinity):
@@ -22,29 +125,147 @@ def _normalised(affinity):
     return a * s[:, None] * s[None, :]
 
 
+def eigengaps(affinity: np.ndarray) -> np.ndarray:
+    """Gaps ``lambda_k - lambda_{k+1}`` of the normalised affinity, k = 1..n.
+
+    The spectrum (descending) gets a zero appended, so the last gap is the
+    smallest eigenvalue itself: for an identity-like affinity (every image
+    alone) the largest gap is at ``k = n``.
+    """
+    ev = np.sort(np.linalg.eigvalsh(_normalised(np.asarray(affinity, dtype=float))))[::-1]
+    ev = np.append(np.clip(ev, 0.0, None), 0.0)
+    return ev[:-1] - ev[1:]
+
+
 def eigengap_k(affinity: np.ndarray, *, max_k: int | None = None) -> int:
-    """Number of clusters from the largest gap in the normalised affinity's spectrum.
+    """Number of clusters at the largest gap of the normalised affinity's spectrum.
 
     Parameters
     ----------
     affinity : ndarray, shape (n, n)
         Nonnegative similarities.
     max_k : int, optional
-        Largest k considered: 20 by default, never more than ``n - 1``.
+        Largest k considered (default: ``n``).
 
     Returns
     -------
     int
+        Between 1 and ``n``.
     """
     n = affinity.shape[0]
     if n == 1:
         return 1
-    if n == 2:  # no spectrum to speak of: together when they are at least half as alike as themselves
-        return 1 if affinity[0, 1] >= 0.5 * np.sqrt(affinity[0, 0] * affinity[1, 1]) else 2
-    ev = np.sort(np.linalg.eigvalsh(_normalised(affinity)))[::-1]
-    kmax = min(n - 1, max_k or 20)
-    gaps = ev[:kmax] - ev[1:kmax + 1]
-    return int(np.argmax(gaps)) + 1
+    g = eigengaps(affinity)[: min(n, max_k or n)]
+    return int(np.argmax(g)) + 1
+
+
+def _spectral(affinity, k):
+    from sklearn.cluster import SpectralClustering
+
+    n = affinity.shape[0]
+    if k == 1:
+        return np.zeros(n, dtype=int)
+    if k >= n:
+        return np.arange(n)
+    a = 0.5 * (affinity + affinity.T)
+    model = SpectralClustering(n_clusters=k, affinity="precomputed", assign_labels="cluster_qr", random_state=0)
+    return relabel_by_appearance(model.fit_predict(a + 1e-12))
+
+
+def _silhouette(distances, labels):
+    from sklearn.metrics import silhouette_score
+
+    if not 1 < len(np.unique(labels)) < len(labels):
+        return -1.0
+    return float(silhouette_score(distances, labels, metric="precomputed"))
+
+
+def select_k(distances: np.ndarray, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int = MAX_K) -> KChoice:
+    """Choose the number of clusters from invariant distances (see the module docstring).
+
+    Parameters
+    ----------
+    distances : ndarray, shape (n, n)
+    scales : tuple of int
+        Neighbour ranks tried for the local bandwidth, smallest first.
+    min_gap : float
+        Eigengap that counts as a clear structure.
+    max_k : int
+        Largest k the silhouette fallback tries.
+
+    Returns
+    -------
+    KChoice
+    """
+    d = np.asarray(distances, dtype=float)
+    n = d.shape[0]
+    if n == 1:
+        return KChoice(1, 1, 1.0, "trivial", [(1, 1.0)])
+    off = d[~np.eye(n, dtype=bool)]
+    if np.percentile(off, 90) < SAME:
+        return KChoice(1, 1, 1.0, "same", [(1, float(np.percentile(off, 90)))])
+    if off.min() > DISTINCT:
+        return KChoice(n, 1, 1.0, "distinct", [(n, float(off.min()))])
+    if n == 2:
+        return KChoice(1, 1, 1.0, "distinct", [(1, float(off.min()))])
+    best_gap, first = 0.0, None
+    for m in scales:
+        if m >= n:
+            break
+        g = eigengaps(local_scaling_affinity(d, neighbor=m))
+        top = np.argsort(-g)[:3]
+        best_gap = max(best_gap, float(g[top[0]]))
+        if g[top[0]] >= min_gap:
+            first = KChoice(int(top[0]) + 1, m, float(g[top[0]]), "eigengap",
+                            [(int(t) + 1, float(g[t])) for t in top])
+            break
+    if first is not None:
+        return first
+    m = min(2, n - 1)
+    aff = local_scaling_affinity(d, neighbor=m)
+    sil = {k: _silhouette(d, _spectral(aff, k)) for k in range(2, min(n - 1, max_k) + 1)}
+    if not sil or max(sil.values()) <= 0:
+        return KChoice(1, m, best_gap, "silhouette", [(1, 0.0)])
+    ranked = sorted(sil.items(), key=lambda t: -t[1])[:3]
+    return KChoice(int(ranked[0][0]), m, best_gap, "silhouette", [(int(k), float(s)) for k, s in ranked])
+
+
+def read_clusters(distances: np.ndarray, *, k="auto", scales=SCALES) -> tuple[np.ndarray, KChoice]:
+    """Labels and the :class:`KChoice` from invariant distances.
+
+    Parameters
+    ----------
+    distances : ndarray, shape (n, n)
+    k : int or "auto"
+        With a given ``k`` the neighbour scale whose partition has the best
+        silhouette is used.
+
+    Returns
+    -------
+    labels : ndarray of int, shape (n,)
+    choice : KChoice
+    """
+    d = np.asarray(distances, dtype=float)
+    n = d.shape[0]
+    if k == "auto":
+        choice = select_k(d, scales=scales)
+        if choice.method in ("same", "distinct", "trivial"):
+            return (np.arange(n) if choice.k == n else np.zeros(n, dtype=int)), choice
+        return _spectral(local_scaling_affinity(d, neighbor=choice.scale), choice.k), choice
+    k = int(k)
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be between 1 and {n}")
+    if k in (1, n) or n < 3:
+        return (np.zeros(n, dtype=int) if k == 1 else np.arange(n)), KChoice(k, 1)
+    best = None
+    for m in scales:
+        if m >= n:
+            break
+        labels = _spectral(local_scaling_affinity(d, neighbor=m), k)
+        s = _silhouette(d, labels)
+        if best is None or s > best[0]:
+            best = (s, labels, m)
+    return best[1], KChoice(k, best[2], 1.0, "given", [(k, best[0])])
 
 
 def relabel_by_appearance(labels) -> np.ndarray:
@@ -57,30 +278,23 @@ def relabel_by_appearance(labels) -> np.ndarray:
 
 
 def cluster_labels(affinity: np.ndarray, *, k="auto") -> np.ndarray:
-    """Cluster labels from an affinity matrix.
+    """Cluster labels from an affinity matrix (spectral clustering).
 
     Parameters
     ----------
     affinity : ndarray, shape (n, n)
     k : int or "auto"
+        ``"auto"``: :func:`eigengap_k` (at most 20 clusters).
 
     Returns
     -------
     ndarray of int, shape (n,)
     """
-    from sklearn.cluster import SpectralClustering
-
     n = affinity.shape[0]
-    kk = eigengap_k(affinity) if k == "auto" else int(k)
+    kk = eigengap_k(affinity, max_k=MAX_K) if k == "auto" else int(k)
     if not 1 <= kk <= n:
         raise ValueError(f"k must be between 1 and {n}")
-    if kk == 1:
-        return np.zeros(n, dtype=int)
-    if kk == n:
-        return np.arange(n)
-    a = 0.5 * (affinity + affinity.T)
-    model = SpectralClustering(n_clusters=kk, affinity="precomputed", assign_labels="cluster_qr", random_state=0)
-    return relabel_by_appearance(model.fit_predict(a + 1e-12))
+    return _spectral(affinity, kk)
 
 
 def grouping_order(labels) -> np.ndarray:

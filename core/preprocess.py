@@ -1,10 +1,12 @@
 """Preprocessing raw images onto one working canvas.
 
 Steps, per image: grayscale (or keep colour) -> optional invert -> subtract the
-background level estimated from the border -> resize so the longest side is
-``size`` -> pad onto a square canvas on which any rotation about the centre
-keeps the content -> scale to unit L2 norm (the RBF bandwidth ``beta`` is
-defined on these).  :class:`Canvas` keeps what is needed to report a transform
+background level estimated from the border -> scale and place it on a square
+canvas on which any rotation about the centre keeps the content -> scale to
+unit L2 norm (the RBF bandwidth ``beta`` is defined on these).  By default the
+scale follows the *content* (the object's mass above the background), so the
+same object in files of different pixel sizes matches; ``scale="frame"``
+scales the file's longest side to ``size`` instead.  :class:`Canvas` keeps what is needed to report a transform
 found on the canvas in the original image's pixels.
 """
 from __future__ import annotations
@@ -15,10 +17,11 @@ import numpy as np
 
 from . import se2
 
-__all__ = ["Canvas", "preprocess", "content_radius", "canvas_to_original"]
+__all__ = ["Canvas", "preprocess", "content_frame", "content_radius", "canvas_to_original"]
 
 _CONTENT_LEVEL = 0.02  # fraction of an image's maximum that counts as content
 _MARGIN = 2  # pixels kept free around the content disk (Keys kernel support)
+_GYRATION_REACH = 2.0  # content scaling fits this many radii of gyration into the canvas disk
 
 
 @dataclass
@@ -85,10 +88,56 @@ def _border_level(img: np.ndarray) -> np.ndarray | float:
     return np.median(border, axis=0)
 
 
+def content_frame(image: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """Where an object is and how big, from its mass above the background.
+
+    The image (background already subtracted) is smoothed by a Gaussian of
+    1 px; the noise level is estimated from the border (1.4826 x the median
+    absolute deviation) and everything below 3 noise levels is dropped.  The
+    remaining intensity is the object's *mass*.
+
+    Parameters
+    ----------
+    image : ndarray, shape (H, W) or (H, W, C)
+
+    Returns
+    -------
+    (centroid, radius) or None
+        ``centroid`` is ``(row, col)`` in pixels; ``radius`` is twice the
+        radius of gyration of the mass about it (a disk's edge lies at 1.41,
+        a bar's ends at 1.73 radii of gyration).  Both follow the
+        object under rotation and translation, and scale with it.  ``None``
+        for an image with no content (blank or pure noise).
+    """
+    from scipy.ndimage import gaussian_filter
+
+    img = np.asarray(image, dtype=np.float64)
+    if img.ndim == 3:
+        img = img.mean(axis=-1)
+    g = gaussian_filter(img, 1.0)
+    h, w = g.shape
+    k = max(1, int(round(0.03 * min(h, w))))
+    border = np.concatenate([g[:k].ravel(), g[-k:].ravel(), g[:, :k].ravel(), g[:, -k:].ravel()])
+    level = np.median(border)
+    noise = 1.4826 * np.median(np.abs(border - level))
+    m = np.clip(g - level - 3.0 * noise, 0.0, None)
+    m[m < 1e-3 * (m.max() if m.size else 0.0)] = 0.0
+    total = m.sum()
+    if not total > 0:
+        return None
+    rows, cols = np.nonzero(m)
+    wts = m[rows, cols]
+    centroid = np.array([(rows * wts).sum(), (cols * wts).sum()]) / total
+    r2 = (rows - centroid[0]) ** 2 + (cols - centroid[1]) ** 2
+    radius = _GYRATION_REACH * float(np.sqrt((r2 * wts).sum() / total))
+    return centroid, max(radius, 1.0)
+
+
 def preprocess(
     images,
     *,
     size: int = 64,
+    scale: str = "content",
     grayscale: bool = True,
     invert: bool = False,
     subtract_background: bool = True,
@@ -101,7 +150,17 @@ def preprocess(
     images : sequence of ndarray
         ``(H, W)`` or ``(H, W, 3)`` float images (e.g. ``ImageSet.images``).
     size : int
-        The longest side after resizing, in pixels (>= 8).
+        The working size in pixels (>= 8).
+    scale : {"content", "frame"}
+        ``"content"`` (default): find each image's object (:func:`content_frame`),
+        scale it so that twice its radius of gyration spans the canvas's
+        inscribed disk (radius ``size / 2 - 2``), put its centroid at the
+        centre and clear whatever lies outside that disk.  The same object saved in files of different pixel
+        sizes, or with different margins, then looks the same.  The canvas side
+        is ``size``.  A blank image falls back to ``"frame"``.
+        ``"frame"``: scale each image so that its longest side is ``size`` and
+        pad it onto the smallest square canvas on which every image's content
+        survives any rotation (version 0.1's behaviour).
     grayscale : bool
         Convert colour to gray (default).  ``False`` keeps 3 channels (gray
         images are repeated), as the paper allows ``n3`` channels.
@@ -112,60 +171,106 @@ def preprocess(
         background matches the zero the canvas is padded with.
     canvas_size : int, optional
         Force the canvas side; by default the smallest side (>= ``size``) on
-        which every image's content stays inside under any rotation.
+        which every image's content stays inside under any rotation
+        (``"frame"``), or ``size`` (``"content"``).
 
     Returns
     -------
     Canvas
     """
     from skimage.color import gray2rgb, rgb2gray
-    from skimage.transform import resize
 
     if size < 8:
         raise ValueError("size must be at least 8 pixels")
-    resized, scales, shapes = [], [], []
-    for img in images:
+    if scale not in ("content", "frame"):
+        raise ValueError("scale must be 'content' or 'frame'")
+    prepared, frames = [], []
+    for i, img in enumerate(images):
         img = np.asarray(img, dtype=np.float32)
+        if not np.all(np.isfinite(img)):
+            raise ValueError(f"image {i} holds NaN or inf values")
         if grayscale and img.ndim == 3:
             img = rgb2gray(img).astype(np.float32)
         elif not grayscale and img.ndim == 2:
             img = gray2rgb(img).astype(np.float32)
         if invert:
             img = img.max() - img
+        frames.append(content_frame(img) if scale == "content" else None)
         if subtract_background:
             img = np.clip(img - _border_level(img), 0.0, None)
-        h, w = img.shape[:2]
-        s = size / float(max(h, w))
-        out_shape = (max(1, int(round(h * s))), max(1, int(round(w * s)))) + img.shape[2:]
-        if out_shape != img.shape:
-            img = resize(img, out_shape, order=1, anti_aliasing=s < 1, preserve_range=True).astype(np.float32)
-        resized.append(img)
-        scales.append(s)
-        shapes.append((h, w))
-    if canvas_size is None:
-        radius = max((content_radius(im) for im in resized), default=0.0)
+        prepared.append(img)
+    side = int(canvas_size) if canvas_size is not None else None
+    if scale == "content":
+        side = side or size + size % 2
+    placed = [_place_frame(img, size) if fr is None else _place_content(img, fr, side)
+              for img, fr in zip(prepared, frames)]
+    if side is None:
+        radius = max((content_radius(p[0]) for p in placed), default=0.0)
         side = max(size, int(np.ceil(2 * (radius + _MARGIN))))
         side += side % 2  # even sides keep the centre between pixels for even images
-    else:
-        side = int(canvas_size)
     channels = () if grayscale else (3,)
-    out = np.zeros((len(resized), side, side) + channels, dtype=np.float32)
-    offsets = np.zeros((len(resized), 2))
-    for i, img in enumerate(resized):
+    out = np.zeros((len(placed), side, side) + channels, dtype=np.float32)
+    offsets = np.zeros((len(placed), 2))
+    scales = np.zeros(len(placed))
+    disk = _disk(side)
+    for i, (img, s, centre, crop0) in enumerate(placed):
         h, w = img.shape[:2]
-        # crop if forced smaller, otherwise centre (the same rounding both ways)
-        r0, c0 = (side - h) // 2, (side - w) // 2
+        if centre is None:  # centre the frame (crop if forced smaller), the same rounding both ways
+            r0, c0 = (side - h) // 2, (side - w) // 2
+        else:  # put the object's centroid on the canvas centre
+            r0, c0 = (int(np.round((side - 1) / 2.0 - centre[k])) for k in range(2))
         src_r, src_c = max(0, -r0), max(0, -c0)
         dst_r, dst_c = max(0, r0), max(0, c0)
         hh, ww = min(h - src_r, side - dst_r), min(w - src_c, side - dst_c)
-        out[i, dst_r:dst_r + hh, dst_c:dst_c + ww] = img[src_r:src_r + hh, src_c:src_c + ww]
+        if hh > 0 and ww > 0:
+            out[i, dst_r:dst_r + hh, dst_c:dst_c + ww] = img[src_r:src_r + hh, src_c:src_c + ww]
+        if frames[i] is not None:
+            out[i] *= disk if out.ndim == 3 else disk[..., None]
         # canvas coordinate of original pixel (0, 0): resize maps pixel centres
-        # x_canvas + 0.5 = s (x_orig + 0.5)
-        offsets[i] = (r0 + 0.5 * scales[i] - 0.5, c0 + 0.5 * scales[i] - 0.5)
+        # x_canvas + 0.5 = s (x_orig - crop0 + 0.5) + r0
+        offsets[i] = (r0 + s * (0.5 - crop0[0]) - 0.5, c0 + s * (0.5 - crop0[1]) - 0.5)
+        scales[i] = s
         norm = float(np.sqrt((out[i].astype(np.float64) ** 2).sum()))
         if norm > 0:
             out[i] /= norm
-    return Canvas(out, np.asarray(scales, dtype=float), offsets, shapes)
+    return Canvas(out, scales, offsets, [img.shape[:2] for img in prepared])
+
+
+def _resize(img, s):
+    from skimage.transform import resize
+
+    h, w = img.shape[:2]
+    out_shape = (max(1, int(round(h * s))), max(1, int(round(w * s)))) + img.shape[2:]
+    if out_shape == img.shape:
+        return img
+    return resize(img, out_shape, order=1, anti_aliasing=s < 1, preserve_range=True).astype(np.float32)
+
+
+def _place_frame(img, size):
+    """Frame scaling: (resized image, scale, None, crop origin)."""
+    s = size / float(max(img.shape[:2]))
+    return _resize(img, s), s, None, (0, 0)
+
+
+def _place_content(img, frame, side):
+    """Content scaling: crop around the object, resize; (image, scale, centroid in it, crop origin)."""
+    centroid, radius = frame
+    s = (side / 2.0 - _MARGIN) / radius
+    half = (side / 2.0 + 2.0) / s  # original pixels around the centroid that can reach the canvas
+    h, w = img.shape[:2]
+    r0 = max(0, int(np.floor(centroid[0] - half)))
+    c0 = max(0, int(np.floor(centroid[1] - half)))
+    r1 = min(h, int(np.ceil(centroid[0] + half)) + 1)
+    c1 = min(w, int(np.ceil(centroid[1] + half)) + 1)
+    crop = _resize(img[r0:r1, c0:c1], s)
+    centre = ((centroid[0] - r0 + 0.5) * s - 0.5, (centroid[1] - c0 + 0.5) * s - 0.5)
+    return crop, s, centre, (r0, c0)
+
+
+def _disk(side):
+    c = (side - 1) / 2.0
+    yy, xx = np.mgrid[:side, :side]
+    return (np.hypot(yy - c, xx - c) <= side / 2.0 - _MARGIN).astype(np.float32)
 
 
 def canvas_to_original(params, canvas: Canvas, index: int) -> dict:

@@ -95,6 +95,17 @@ def invert(params):
     return xp.stack([wrap_angle(-t), col, row], -1)
 
 
+def mirror_conjugate(params):
+    """``F o tau o F`` for the mirror ``F`` that flips the columns about the canvas centre.
+
+    With ``flip(v) = v[:, ::-1]``: ``warp(flip(v), tau) == flip(warp(v, mirror_conjugate(tau)))``.
+    The angle and the column shift change sign.
+    """
+    xp = _xp(params)
+    params = xp.asarray(params)
+    return xp.stack([wrap_angle(-params[..., 0]), -params[..., 1], params[..., 2]], -1)
+
+
 def apply_to_points(params, points, center):
     """Map ``(row, col)`` points through ``tau``.
 

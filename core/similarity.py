@@ -16,6 +16,10 @@ for unit-norm images on a common canvas.  The search is global and then local:
    warp derivative.
 
 ``candidates=None`` evaluates every grid angle (exhaustive, slower).
+
+``group="e2"`` adds mirror images (the group E(2) = SE(2) plus reflections):
+every pair is also searched with the first image flipped, and the better of
+the two alignments is kept (``SimilarityResult.mirrored``).
 """
 from __future__ import annotations
 
@@ -44,10 +48,18 @@ class SimilarityResult:
     transforms : ndarray, shape (n, n, 3)
         ``transforms[i, j]`` is ``tau`` with ``v_i o tau ~ v_j`` (image ``i``
         aligned onto image ``j``), ``(theta [rad], tx, ty)`` in canvas pixels.
+    mirrored : ndarray of bool, shape (n, n)
+        ``group="e2"``: where True, ``tau`` aligns the *flipped* image
+        (``v_i[:, ::-1]``) onto ``v_j``.  All False for SE(2).
     """
 
     distances: np.ndarray
     transforms: np.ndarray
+    mirrored: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.mirrored is None:
+            self.mirrored = np.zeros(self.distances.shape, dtype=bool)
 
 
 def angle_grid(angle_step: float, rotation_range: float | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -295,6 +307,7 @@ def invariant_distances(
     candidates: int | None = 6,
     refine_steps: int = 6,
     on_progress=None,
+    group: str = "se2",
 ) -> SimilarityResult:
     """Invariant distances and optimal relative transforms for all pairs.
 
@@ -315,11 +328,18 @@ def invariant_distances(
     refine_steps : int
         Gauss-Newton steps of the continuous refinement (0 disables it).
     on_progress : callable(fraction), optional
+    group : {"se2", "e2"}
+        ``"e2"`` also tries every pair with the first image mirrored.
 
     Returns
     -------
     SimilarityResult
     """
+    if group not in ("se2", "e2"):
+        raise ValueError("group must be 'se2' or 'e2'")
+    if group == "e2":
+        return _mirror_distances(images, angle_step=angle_step, rotation_range=rotation_range,
+                                 candidates=candidates, refine_steps=refine_steps, on_progress=on_progress)
     xp = array_module(images)
     images = xp.asarray(images, dtype=np.float32)
     n = images.shape[0]
@@ -403,6 +423,41 @@ def _align_pairs(images, q, fv, pi, pj, angles, allowed, candidates, refine_step
         out_r.append(rr)
         progress(0.6 + 0.4 * min(1.0, (lo + blk) / n_pairs))
     return xp.concatenate(out_p), xp.concatenate(out_r)
+
+
+def _mirror_distances(images, *, on_progress=None, **options) -> SimilarityResult:
+    """E(2): the SE(2) search, then every pair again with the first image flipped; the better wins."""
+    xp = array_module(images)
+    images = xp.asarray(images, dtype=np.float32)
+    n = images.shape[0]
+    progress = on_progress or (lambda f: None)
+    plain = invariant_distances(images, on_progress=lambda f: progress(0.5 * f), **options)
+    if n < 2:
+        return plain
+    stack = xp.concatenate([images, xp.flip(images, axis=2)])
+    angles, allowed = angle_grid(options["angle_step"], options["rotation_range"])
+    h, w = images.shape[1:3]
+    q = _polar_spectra(stack, angles.size, xp)
+    p = _fast_len(int(np.ceil(1.5 * max(h, w))))
+    fv = fft_module(xp).rfft2(stack, s=(p, p), axes=(1, 2))
+    # ordered pairs (i, j), i != j: flip(v_i) onto v_j is not the mirror of flip(v_j) onto v_i
+    pi_host, pj_host = np.triu_indices(n, 1)
+    params, resid = _align_pairs(stack, q, fv, xp.asarray(pi_host + n), xp.asarray(pj_host), angles, allowed,
+                                 options["candidates"], options["refine_steps"], p, xp,
+                                 lambda f: progress(0.5 + 0.5 * f))
+    d_m = np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
+    t_m = to_host(params, np.float64)
+    better = d_m < plain.distances[pi_host, pj_host]
+    a, b = pi_host[better], pj_host[better]
+    dist, trans = plain.distances.copy(), plain.transforms.copy()
+    mirrored = np.zeros((n, n), dtype=bool)
+    dist[a, b] = dist[b, a] = d_m[better]
+    trans[a, b] = t_m[better]
+    # flip(v_i) o tau ~ v_j  =>  flip(v_j) o (F tau^-1 F) ~ v_i
+    trans[b, a] = se2.mirror_conjugate(se2.invert(t_m[better]))
+    mirrored[a, b] = mirrored[b, a] = True
+    progress(1.0)
+    return SimilarityResult(dist, trans, mirrored)
 
 
 def plain_distances(images) -> np.ndarray:

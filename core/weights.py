@@ -1,49 +1,71 @@
 """RBF similarities and the column-normalised weight matrix W (paper §2.2).
 
-``gamma_ij = exp(-beta d_ij^2)`` and ``W_ij = gamma_ij / sum_k gamma_kj``.
+With an explicit ``beta`` this is the paper's rule: ``gamma_ij = exp(-beta d_ij^2)``
+and ``W_ij = gamma_ij / sum_k gamma_kj``.
 
-``beta="auto"`` ties the kernel's bandwidth to near-neighbour distances:
-``beta = 1 / max(median_i d_i,(k)^2, 0.02)``, where ``d_i,(k)`` is the
-distance from image ``i`` to its ``k``-th nearest neighbour and
-``k = max(1, ceil(sqrt(n) / 2))``.  A bandwidth on the scale of typical
-near-neighbour distances keeps every column of W spread over the image's
-neighbourhood instead of collapsing onto the single nearest image, so W does
-not swing with tiny distance errors; the floor (``beta <= 50`` on unit-norm
-images) keeps it from becoming hypersensitive when copies are exact.
+``beta="auto"`` uses a *local* bandwidth instead (self-tuning, Zelnik-Manor &
+Perona): ``gamma_ij = exp(-d_ij^2 / (s_i s_j))`` where ``s_i`` is the distance
+from image ``i`` to its ``m``-th nearest neighbour (``m`` = 1..3, the neighbour
+scale at which the input distances show their clearest cluster structure,
+see :mod:`core.clustering`).  Each image's column of W then spreads over its
+own neighbourhood, however tight or loose its class is, and no global cap is
+needed: a class of 3 images or two classes that differ by a small detail keep
+their own bandwidth.  :class:`~core.attention.AttentionRun` computes ``s``
+once, on the input distances, and keeps it for every iteration.  The reported
+``beta`` of an automatic run is the equivalent global value
+``1 / median(s_i^2)``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["rbf_similarity", "column_normalize", "attention_weights", "auto_beta"]
-
-_MIN_SCALE = 0.02
+__all__ = ["rbf_similarity", "column_normalize", "attention_weights", "auto_beta", "local_bandwidth"]
 
 
-def auto_beta(distances: np.ndarray) -> float:
-    """The ``beta="auto"`` rule (see the module docstring).
+def local_bandwidth(distances: np.ndarray, *, neighbor: int = 2) -> np.ndarray:
+    """Per-image bandwidth ``s_i``: the distance to the ``neighbor``-th nearest other image.
 
     Parameters
     ----------
     distances : ndarray, shape (n, n)
+    neighbor : int
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        Positive (exact duplicates get a small floor instead of 0).
+    """
+    d = np.asarray(distances, dtype=float)
+    n = d.shape[0]
+    if n < 2:
+        return np.ones(n)
+    m = int(np.clip(neighbor, 1, n - 1))
+    s = np.sort(d + np.diag(np.full(n, np.inf)), axis=1)[:, m - 1]
+    positive = s[s > 0]
+    floor = 1e-3 * float(np.median(positive)) if positive.size else 1e-6
+    return np.maximum(s, max(floor, 1e-6))
+
+
+def auto_beta(distances: np.ndarray, *, neighbor: int = 2) -> float:
+    """The global ``beta`` equivalent to the local bandwidth: ``1 / median(s_i^2)``.
+
+    Parameters
+    ----------
+    distances : ndarray, shape (n, n)
+    neighbor : int
 
     Returns
     -------
     float
     """
-    d = np.asarray(distances, dtype=float)
-    n = d.shape[0]
-    if n < 2:
-        return 1.0 / _MIN_SCALE
-    k = min(n - 1, max(1, int(np.ceil(np.sqrt(n) / 2))))
-    d2 = np.sort(d**2 + np.diag(np.full(n, np.inf)), axis=1)[:, k - 1]
-    return float(1.0 / max(float(np.median(d2)), _MIN_SCALE))
+    s = local_bandwidth(distances, neighbor=neighbor)
+    return float(1.0 / float(np.median(s**2)))
 
 
 def rbf_similarity(distances: np.ndarray, beta: float) -> np.ndarray:
     """``gamma = exp(-beta d^2)``."""
-    if not beta > 0:
-        raise ValueError("beta must be > 0")
+    if not (beta > 0 and np.isfinite(beta)):
+        raise ValueError("beta must be a finite number > 0")
     return np.exp(-beta * np.asarray(distances, dtype=float) ** 2)
 
 
@@ -53,18 +75,30 @@ def column_normalize(gamma: np.ndarray) -> np.ndarray:
     return g / np.maximum(g.sum(axis=0, keepdims=True), 1e-300)
 
 
-def attention_weights(distances: np.ndarray, beta="auto") -> tuple[np.ndarray, float]:
-    """The weight matrix W from distances, and the ``beta`` used.
+def attention_weights(distances: np.ndarray, beta="auto", *, bandwidth=None,
+                      neighbor: int = 2) -> tuple[np.ndarray, float]:
+    """The weight matrix W from distances, and the (equivalent) ``beta``.
 
     Parameters
     ----------
     distances : ndarray, shape (n, n)
     beta : float or "auto"
+        A number: the paper's global RBF.  ``"auto"``: the local bandwidth.
+    bandwidth : ndarray, shape (n,), optional
+        ``s_i`` for ``beta="auto"`` (default: :func:`local_bandwidth` of
+        ``distances``).
+    neighbor : int
+        Neighbour rank for the default bandwidth.
 
     Returns
     -------
     W : ndarray, shape (n, n)
     beta : float
     """
-    b = auto_beta(distances) if beta == "auto" else float(beta)
-    return column_normalize(rbf_similarity(distances, b)), b
+    d = np.asarray(distances, dtype=float)
+    if beta != "auto":
+        b = float(beta)
+        return column_normalize(rbf_similarity(d, b)), b
+    s = local_bandwidth(d, neighbor=neighbor) if bandwidth is None else np.asarray(bandwidth, dtype=float)
+    gamma = np.exp(-(d**2) / np.outer(s, s))
+    return column_normalize(gamma), float(1.0 / float(np.median(s**2)))

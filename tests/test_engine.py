@@ -98,7 +98,7 @@ def test_cancelled_then_resumed_equals_uninterrupted(shapes):
 
 def test_threes_invariant_mean_matches_the_untransformed_mean():
     s = load_demo("threes", seed=0)
-    c = preprocess(list(s.images) + list(s.originals), size=SIZE)
+    c = preprocess(list(s.images) + list(s.originals), size=SIZE, scale="frame")  # keep the shifts
     x, orig = c.images[:10], c.images[10:]
     sim = invariant_distances(x)
     medoid = int(np.argmin((sim.distances**2).sum(axis=1)))

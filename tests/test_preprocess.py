@@ -8,7 +8,7 @@ from core.warp import warp
 def test_content_stays_inside_under_any_rotation():
     img = np.zeros((40, 90))
     img[5:35, 3:87] = 1.0  # wide content reaching the corners
-    c = preprocess([img], size=64)
+    c = preprocess([img], size=64, scale="frame")
     assert c.size >= 64
     v = c.images[0]
     total = (v.astype(np.float64) ** 2).sum()
@@ -41,7 +41,7 @@ def test_colour_kept_or_grayed():
 def test_transform_reported_in_original_pixels():
     img = np.zeros((100, 50))
     img[40:60, 20:30] = 1.0
-    c = preprocess([img], size=50)  # scale 0.5
+    c = preprocess([img], size=50, scale="frame")  # scale 0.5
     assert c.scale[0] == pytest.approx(0.5)
     t = canvas_to_original(np.array([np.pi / 6, 2.0, -3.0]), c, 0)
     assert t["theta_deg"] == pytest.approx(30.0)
@@ -52,3 +52,54 @@ def test_transform_reported_in_original_pixels():
 def test_bad_size_rejected():
     with pytest.raises(ValueError, match="at least 8"):
         preprocess([np.ones((4, 4))], size=4)
+
+
+def _object(scale, frame, shift=(0, 0)):
+    """The demo key, ``scale`` times its pixels, placed in a ``frame`` x ``frame`` file."""
+    from skimage.transform import rescale
+
+    from core.demos import base_shapes
+
+    key = rescale(base_shapes()[0][2], scale, order=1, anti_aliasing=True)
+    img = np.zeros((frame, frame))
+    h = key.shape[0]
+    r, c = (frame - h) // 2 + shift[0], (frame - h) // 2 + shift[1]
+    img[r:r + h, c:c + h] = key
+    return img
+
+
+def test_content_scale_makes_frame_size_irrelevant():
+    from core.similarity import invariant_distances
+
+    a = _object(1.0, 80)
+    b = _object(2.0, 200, shift=(25, -30))  # the same object at twice the pixels, off-centre, in a big file
+    c = _object(0.75, 50)
+    content = preprocess([a, b, c], size=40)
+    assert content.size == 40
+    d = invariant_distances(content.images).distances
+    assert d.max() < 0.1  # the same thing, whatever the file
+    frame = preprocess([a, b, c], size=40, scale="frame")
+    assert invariant_distances(frame.images).distances.max() > 0.3  # version 0.1: three different scales
+    # the object's centroid lands on the canvas centre and the scale is reported
+    assert content.scale[1] == pytest.approx(content.scale[0] / 2, rel=0.05)
+
+
+def test_content_scale_transform_maps_back_to_the_original():
+    img = _object(1.0, 90, shift=(6, -4))
+    c = preprocess([img], size=40)
+    t = canvas_to_original(np.zeros(3), c, 0)
+    # the canvas centre (rotation centre) maps to the object's centroid in the original file
+    from core.preprocess import content_frame
+
+    centroid, _ = content_frame(img)
+    assert (t["center_row"], t["center_col"]) == pytest.approx(tuple(centroid), abs=1.0)
+
+
+def test_blank_and_non_finite_images():
+    blank = np.zeros((30, 30))
+    c = preprocess([blank, _object(1.0, 70)], size=32)
+    assert c.images[0].max() == 0  # stays blank, no division by zero
+    bad = _object(1.0, 70)
+    bad[3, 3] = np.nan
+    with pytest.raises(ValueError, match="image 1 holds NaN"):
+        preprocess([blank, bad], size=32)

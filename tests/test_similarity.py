@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from numpy.testing import assert_allclose
 
 from core import se2
 from core.similarity import angle_grid, invariant_distances, plain_distances
@@ -73,3 +74,24 @@ def test_pair_chunks_give_the_same_answer(shape_images, monkeypatch):
     assert np.allclose(chunked.distances, whole.distances, atol=1e-6)
     assert np.allclose(chunked.transforms, whole.transforms, atol=1e-6)
     assert seen == sorted(seen) and seen[-1] == 1.0
+
+
+def test_mirror_group_recovers_reflection_rotation_and_shift():
+    from core.demos import load_demo
+    from core.preprocess import preprocess
+
+    s = load_demo("shapes", seed=0)
+    x = preprocess([s.images[i] for i in (0, 6, 12)], size=40).images  # horse, seven, key
+    tau = np.array([[0.7, 2.0, -1.5]])
+    y = warp(np.ascontiguousarray(x[[1], :, ::-1]), tau)  # the seven, mirrored, rotated 40 deg and shifted
+    y = (y / np.linalg.norm(y)).astype(np.float32)
+    stack = np.concatenate([x, y])
+    plain = invariant_distances(stack)
+    e2 = invariant_distances(stack, group="e2")
+    assert plain.distances[1, 3] > 0.3 and not plain.mirrored.any()  # SE(2) cannot match a mirror image
+    assert e2.distances[1, 3] < 0.02 and e2.mirrored[1, 3] and e2.mirrored[3, 1]
+    assert_allclose(e2.transforms[1, 3], tau[0], atol=0.01)  # flip(v_1) o tau ~ v_3
+    back = warp(np.ascontiguousarray(stack[[3], :, ::-1]), e2.transforms[3, 1][None])[0]
+    assert np.linalg.norm(back - stack[1]) < 0.05  # and the reverse transform holds
+    assert_allclose(se2.mirror_conjugate(se2.mirror_conjugate(tau)), tau)
+    assert (e2.distances <= plain.distances + 1e-9).all()

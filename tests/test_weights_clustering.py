@@ -1,8 +1,11 @@
 import numpy as np
 import pytest
 
-from core.clustering import cluster_labels, eigengap_k, grouping_order, relabel_by_appearance
-from core.weights import attention_weights, auto_beta, column_normalize, rbf_similarity
+from core.clustering import (cluster_labels, eigengap_k, grouping_order, local_scaling_affinity, read_clusters,
+                             relabel_by_appearance, select_k)
+from numpy.testing import assert_allclose
+
+from core.weights import attention_weights, auto_beta, column_normalize, local_bandwidth, rbf_similarity
 
 
 def test_columns_sum_to_one_and_rbf_known_answer():
@@ -16,14 +19,33 @@ def test_columns_sum_to_one_and_rbf_known_answer():
         rbf_similarity(d, 0)
 
 
-def test_auto_beta_rule():
-    # 16 points: k = ceil(sqrt(16)/2) = 2; every point's 2nd neighbour at distance 0.5
-    x = np.arange(16) * 0.5
+def test_local_bandwidth_and_auto_weights_known_answer():
+    # points on a line, 0.5 apart: every point's nearest neighbour is at 0.5, its 2nd at 0.5 (inner) or 1.0 (ends)
+    x = np.arange(6) * 0.5
     d = np.abs(x[:, None] - x[None, :])
-    assert auto_beta(d) == pytest.approx(1 / 0.25)  # edge points' 2nd neighbour is at 1.0 but median is 0.5
-    assert auto_beta(d * 1e-3) == pytest.approx(50.0)  # floor keeps the kernel from becoming too sharp
-    w, b = attention_weights(d, "auto")
-    assert b == auto_beta(d) and np.allclose(w.sum(0), 1)
+    assert_allclose(local_bandwidth(d, neighbor=1), np.full(6, 0.5))
+    assert_allclose(local_bandwidth(d, neighbor=2), [1.0, 0.5, 0.5, 0.5, 0.5, 1.0])
+    assert auto_beta(d, neighbor=1) == pytest.approx(1 / 0.25)
+    w, b = attention_weights(d, "auto", neighbor=1)
+    g = np.exp(-d**2 / 0.25)
+    assert_allclose(w, g / g.sum(axis=0, keepdims=True))
+    assert b == pytest.approx(4.0)
+    # no cap: exact-ish copies give a sharp kernel (version 0.1 capped beta at 50)
+    assert auto_beta(d * 1e-3, neighbor=1) == pytest.approx(4e6)
+    # an explicit beta is the paper's global RBF, whatever the bandwidth
+    w2, b2 = attention_weights(d, 3.0, bandwidth=np.ones(6))
+    assert b2 == 3.0
+    assert_allclose(w2, column_normalize(rbf_similarity(d, 3.0)))
+
+
+def test_local_bandwidth_floor_for_duplicates():
+    d = np.zeros((3, 3))
+    d[0, 2] = d[2, 0] = d[1, 2] = d[2, 1] = 1.0  # images 0 and 1 are identical
+    s = local_bandwidth(d, neighbor=1)
+    assert s[0] > 0 and s[1] > 0 and s[2] == 1.0
+    assert np.isfinite(attention_weights(d, "auto", neighbor=1)[0]).all()
+    with pytest.raises(ValueError, match="finite"):
+        rbf_similarity(d, np.inf)
 
 
 def _blocks(sizes, inside=1.0, outside=1e-4):
@@ -57,3 +79,66 @@ def test_two_images_together_or_apart():
     assert eigengap_k(np.array([[1.0, 0.9], [0.9, 1.0]])) == 1
     assert eigengap_k(np.array([[1.0, 0.01], [0.01, 1.0]])) == 2
     assert eigengap_k(np.array([[1.0]])) == 1
+
+
+def test_eigengap_reaches_k_equals_n():
+    assert eigengap_k(np.eye(5)) == 5  # version 0.1 returned 1 and could never return n
+    assert eigengap_k(np.ones((5, 5))) == 1
+
+
+def _points(centres, sizes, spread, seed=0):
+    """Distances of Gaussian point clouds (a stand-in for invariant distances)."""
+    rng = np.random.default_rng(seed)
+    pts = np.concatenate([c + spread * rng.standard_normal((m, len(c))) for c, m in zip(centres, sizes)])
+    lab = np.repeat(np.arange(len(sizes)), sizes)
+    return np.linalg.norm(pts[:, None] - pts[None, :], axis=-1), lab
+
+
+def test_local_scaling_affinity_known_answer():
+    d = np.array([[0, 1.0, 4.0], [1.0, 0, 3.0], [4.0, 3.0, 0]])
+    a = local_scaling_affinity(d, neighbor=1)  # s = (1, 1, 3)
+    assert_allclose(a, np.exp(-d**2 / np.outer([1, 1, 3.0], [1, 1, 3.0])))
+
+
+@pytest.mark.parametrize("sizes", [(3, 3, 3, 3, 3, 3, 3, 3), (2, 2, 2), (20, 10, 6, 3, 3), (8, 8)])
+def test_select_k_small_and_unequal_classes(sizes):
+    from sklearn.metrics import adjusted_rand_score
+
+    rng = np.random.default_rng(len(sizes))
+    centres = rng.standard_normal((len(sizes), 6)) * 3.0
+    d, lab = _points(centres, sizes, spread=0.15)
+    d *= 0.4 / np.median(d)  # invariant distances of distinct objects: ~0.4-0.8 on unit-norm images
+    choice = select_k(d)
+    assert choice.k == len(sizes) and choice.method in ("eigengap", "silhouette")
+    assert len(choice.candidates) >= 2 and choice.candidates[0][0] == len(sizes)
+    got, _ = read_clusters(d)
+    assert adjusted_rand_score(lab, got) == 1.0
+
+
+def test_select_k_one_class_and_all_distinct():
+    d, _ = _points([np.zeros(6)], [12], spread=0.02)  # one class: copies with small differences
+    got, choice = read_clusters(d)
+    assert choice.k == 1 and (got == 0).all()
+    far = 0.8 + 0.1 * np.random.default_rng(1).random((6, 6))
+    far = np.triu(far, 1) + np.triu(far, 1).T  # six images, no two alike
+    got, choice = read_clusters(far)
+    assert choice.k == 6 and choice.method == "distinct" and len(set(got)) == 6
+
+
+def test_select_k_ambiguous_data_says_it_is_unsure():
+    rng = np.random.default_rng(3)
+    d, _ = _points(rng.standard_normal((4, 6)) * 0.6, [10] * 4, spread=0.5)  # overlapping clouds
+    d *= 0.45 / np.median(d)  # like rotated handwritten digits: 0.2 to 0.6
+    choice = select_k(d)
+    assert choice.unsure and choice.method == "silhouette"
+    assert len(choice.plausible()) >= 1 and choice.k not in choice.plausible()
+    assert choice.as_dict()["candidates"][0]["k"] == choice.k
+
+
+def test_read_clusters_with_k_given():
+    d, lab = _points(np.eye(6)[:3] * 5, [4, 4, 4], spread=0.2)
+    got, choice = read_clusters(d, k=3)
+    assert choice.method == "given" and choice.k == 3 and len(set(got)) == 3
+    assert (read_clusters(d, k=1)[0] == 0).all() and len(set(read_clusters(d, k=12)[0])) == 12
+    with pytest.raises(ValueError):
+        read_clusters(d, k=13)

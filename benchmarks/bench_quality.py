@@ -1,0 +1,211 @@
+"""Cluster quality on image sets the engine was not tuned on.
+
+Builds the suite of :mod:`quality_suite` (digits, letters, photographs, keys;
+2 to 10 classes; equal and unequal sizes down to classes of 2 and 3; +-45 deg
+and full-circle rotations; shifts; noise; frames of different pixel sizes;
+two classes that differ by a small detail; one class) and prints one table:
+per set, ARI / NMI / k found and the time for
+
+* ``IA auto``      -- the defaults: k, beta and iterations automatic
+* ``IA k``         -- the defaults with the true k given
+* ``spec(D0) k``   -- spectral clustering (the same read-out) of the *input*
+                      invariant distances, true k given: what IA must not fall below
+* ``KA k``         -- kernel attention (plain distances), true k
+* ``km pixels``    -- k-means on the raw (preprocessed) pixels, true k
+* ``km rotF``      -- k-means on rotation- and translation-invariant Fourier
+                      features (polar |FFT| with the angle's |FFT|), true k
+* ``ASPIRE``       -- ASPIRE's ``RIRClass2D`` class averaging, only when
+                      ``aspire`` is installed (it is not a dependency)
+
+Usage::
+
+    python benchmarks/bench_quality.py                 # both splits, 48 px
+    python benchmarks/bench_quality.py --split holdout --size 48
+    python benchmarks/bench_quality.py --fast          # the small subset the tests run
+
+``--split tune`` is the material the defaults were chosen on; ``holdout`` is
+disjoint material (other digits, other samples, other letters and photos)
+used only to report.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from quality_suite import make_set, suite  # noqa: E402
+
+METHODS = ("IA auto", "IA k", "spec(D0) k", "KA k", "km pixels", "km rotF")
+
+
+def rotation_invariant_features(images: np.ndarray, n_radii: int = 12, n_angles: int = 32) -> np.ndarray:
+    """|FFT| (shift-invariant), sampled on a polar grid, |FFT| along the angle (rotation-invariant)."""
+    from scipy.ndimage import map_coordinates
+
+    n, h, w = images.shape
+    mag = np.abs(np.fft.fftshift(np.fft.fft2(images), axes=(1, 2)))
+    c = np.array([h // 2, w // 2], dtype=float)
+    r = np.linspace(1, min(h, w) / 2 - 1, n_radii)
+    a = np.linspace(0, np.pi, n_angles, endpoint=False)  # |F| is symmetric
+    rr, aa = np.meshgrid(r, a, indexing="ij")
+    coords = np.stack([c[0] + rr * np.sin(aa), c[1] + rr * np.cos(aa)])
+    polar = np.stack([map_coordinates(m, coords, order=1) for m in mag])
+    feats = np.abs(np.fft.rfft(polar, axis=2))[:, :, :8]
+    feats = feats.reshape(n, -1)
+    return feats / np.maximum(np.linalg.norm(feats, axis=1, keepdims=True), 1e-12)
+
+
+def _kmeans(x, k):
+    from sklearn.cluster import KMeans
+
+    if k == 1:
+        return np.zeros(len(x), dtype=int)
+    return KMeans(n_clusters=k, n_init=10, random_state=0).fit_predict(x)
+
+
+def _score(truth, labels):
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    k_true = len(set(truth))
+    if k_true == 1:  # ARI is undefined for one true class: 1 when everything is together
+        one = float(len(set(labels)) == 1)
+        return one, one
+    return adjusted_rand_score(truth, labels), normalized_mutual_info_score(truth, labels)
+
+
+def evaluate(spec, *, split: str, size: int, iterations: int = 3, methods=METHODS) -> dict:
+    """Run every method on one set; returns ``{method: (ari, nmi, k, seconds)}``."""
+    from core.attention import AttentionRun
+    from core.clustering import read_clusters
+    from core.preprocess import preprocess
+
+    images, truth = make_set(spec, split=split)
+    k_true = len(set(truth))
+    out = {"_k_choice": None, "_notes": []}
+    t = time.perf_counter()
+    canvas = preprocess(images, size=size)
+    prep = time.perf_counter() - t
+    x = canvas.images
+
+    if "IA auto" in methods:
+        t = time.perf_counter()
+        res = AttentionRun(x, backend="numpy", iterations=iterations).run()
+        out["IA auto"] = (*_score(truth, res.labels), res.n_clusters, prep + time.perf_counter() - t)
+        out["_k_choice"] = res.k_choice
+        out["_notes"] += [f"IA auto: {note}" for note in res.notes]
+    if "IA k" in methods or "spec(D0) k" in methods:
+        t = time.perf_counter()
+        res_k = AttentionRun(x, backend="numpy", iterations=iterations, clusters=k_true).run()
+        out["IA k"] = (*_score(truth, res_k.labels), res_k.n_clusters, prep + time.perf_counter() - t)
+        out["_notes"] += [f"IA k: {note}" for note in res_k.notes]
+        t = time.perf_counter()
+        lab0, _ = read_clusters(res_k.input_distances, k=k_true)
+        out["spec(D0) k"] = (*_score(truth, lab0), k_true, time.perf_counter() - t)
+    if "KA k" in methods:
+        t = time.perf_counter()
+        ka = AttentionRun(x, backend="numpy", method="ka", iterations=iterations, clusters=k_true).run()
+        out["KA k"] = (*_score(truth, ka.labels), ka.n_clusters, prep + time.perf_counter() - t)
+    if "km pixels" in methods:
+        t = time.perf_counter()
+        out["km pixels"] = (*_score(truth, _kmeans(x.reshape(len(x), -1), k_true)), k_true,
+                            time.perf_counter() - t)
+    if "km rotF" in methods:
+        t = time.perf_counter()
+        feats = rotation_invariant_features(x)
+        out["km rotF"] = (*_score(truth, _kmeans(feats, k_true)), k_true, time.perf_counter() - t)
+    if "ASPIRE" in methods:
+        out["ASPIRE"] = _aspire(x, truth, k_true)
+    return out
+
+
+def _aspire(x, truth, k_true):
+    """ASPIRE's rotation-invariant class averaging as a peer (optional dependency).
+
+    ``RIRClass2D`` gives each image its nearest neighbours under rotation (and
+    reflection) from bispectrum features; the symmetrised neighbour graph is
+    split into the true k by spectral clustering, as for the other columns.
+    """
+    from aspire.classification import RIRClass2D
+    from aspire.source import ArrayImageSource
+    from sklearn.cluster import SpectralClustering
+
+    t = time.perf_counter()
+    n = len(x)
+    src = ArrayImageSource(np.asarray(x, dtype=np.float64), pixel_size=1.0)
+    rir = RIRClass2D(src, fspca_components=min(400, 4 * n), bispectrum_components=min(300, n - 1),
+                     n_nbor=min(10, n - 1), seed=0)
+    classes, _, _ = rir.classify()
+    graph = np.zeros((n, n))
+    for i, row in enumerate(np.asarray(classes)):
+        graph[i, row] = 1.0
+    graph = np.maximum(graph, graph.T) + np.eye(n)
+    if k_true == 1:
+        labels = np.zeros(n, dtype=int)
+    else:
+        labels = SpectralClustering(k_true, affinity="precomputed", random_state=0).fit_predict(graph)
+    return (*_score(truth, labels), k_true, time.perf_counter() - t)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--split", choices=("tune", "holdout", "both"), default="both")
+    p.add_argument("--size", type=int, default=48)
+    p.add_argument("--iterations", type=int, default=3)
+    p.add_argument("--fast", action="store_true", help="only the small subset the tests run")
+    p.add_argument("--only", nargs="*", help="set names to run")
+    p.add_argument("--methods", nargs="*", help="columns to compute (default: all; ASPIRE when installed)")
+    args = p.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    splits = ("tune", "holdout") if args.split == "both" else (args.split,)
+    aspire = _aspire_available()
+    methods = tuple(args.methods) if args.methods else METHODS + (("ASPIRE",) if aspire else ())
+    if "ASPIRE" in methods and not aspire:
+        p.error("ASPIRE is not installed (pip install aspire)")
+    print(f"# cluster quality, {args.size}-px working size, NumPy backend; cells: ARI/NMI/k (seconds)")
+    if not aspire:
+        print("# ASPIRE (RIRClass2D) not installed: peer column left out")
+    for split in splits:
+        print(f"\n## split: {split}")
+        print(f"{'set':22s} {'n':>4s} {'K':>3s}  " + "  ".join(f"{m:>21s}" for m in methods) + "  IA k-choice")
+        sums = {m: [] for m in methods}
+        for spec in suite(fast=args.fast):
+            if args.only and spec.name not in args.only:
+                continue
+            n, k_true = sum(spec.sizes), len(spec.sizes)
+            r = evaluate(spec, split=split, size=args.size, iterations=args.iterations, methods=methods)
+            cells = []
+            for m in methods:
+                v = r.get(m)
+                if v is None:
+                    cells.append(f"{'-':>21s}")
+                    continue
+                sums[m].append(v[0])
+                cells.append(f"{v[0]:5.2f}/{v[1]:4.2f}/{v[2]:<2d} ({v[3]:6.1f}s)")
+            ch = r["_k_choice"]
+            alt = ",".join(str(k) for k in ch.plausible()) if ch is not None else ""
+            choice = f"{ch.method} conf {ch.confidence:.2f}" + (f" also {alt}" if alt else "") if ch else ""
+            print(f"{spec.name:22s} {n:4d} {k_true:3d}  " + "  ".join(cells) + "  " + choice, flush=True)
+            for note in r["_notes"]:
+                print(f"{'':28s}note: {note}")
+        print(f"{'mean ARI':22s} {'':8s}  " + "  ".join(
+            f"{np.mean(sums[m]) if sums[m] else float('nan'):21.3f}" for m in methods))
+    return 0
+
+
+def _aspire_available() -> bool:
+    try:
+        import aspire  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
