@@ -421,8 +421,9 @@ class _Manifest:
         if not isinstance(params, dict):
             bad("'parameters' is not an object")
         beta_used = params.get("beta_used")
-        if beta_used is not None and (not isinstance(beta_used, (int, float)) or isinstance(beta_used, bool)):
-            bad("'beta_used' is not a number")
+        if beta_used is not None and (not isinstance(beta_used, (int, float)) or isinstance(beta_used, bool)
+                                      or not (math.isfinite(beta_used) and 0 < beta_used < 1e300)):
+            bad("'beta_used' is not a positive number")
         edits = m.get("edits", [])
         if not isinstance(edits, list) or not all(isinstance(e, str) for e in edits):
             bad("'edits' must be a list of texts")
