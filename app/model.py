@@ -398,7 +398,7 @@ class StudioModel(QObject):
             canvas = preprocess(loaded.images, size=proj.size)
             data = ImageSet(loaded.images, list(proj.paths), list(proj.labels), list(proj.skipped))
         else:
-            base = proj.base.astype(np.float32)
+            base = proj.base.astype(np.float32, copy=False)
             canvas = Canvas(base, proj.scale if proj.scale is not None else np.ones(n),
                             proj.offset if proj.offset is not None else np.zeros((n, 2)), [])
             data = ImageSet(list(base), list(proj.paths), list(proj.labels), list(proj.skipped))

@@ -156,15 +156,30 @@ def remove_stale_temporaries(folder, *, name: str | None = None) -> list[Path]:
 
 @contextlib.contextmanager
 def signals_held():
-    """Hold SIGINT and SIGTERM back (main thread, POSIX) while the block runs."""
-    sigs = {signal.SIGINT, signal.SIGTERM}
-    can = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs) if can else None
+    """Hold SIGINT and SIGTERM back while the block runs; deliver them after it.
+
+    Python-level: in the main thread the handlers are swapped for one that
+    only records the signal, and the first one recorded is raised again when
+    the block ends (so the usual handler, or the default action, applies
+    then).  Elsewhere (another thread) the block just runs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            old[sig] = signal.signal(sig, lambda signum, _frame: pending.append(signum))
+        except (ValueError, OSError):
+            pass
     try:
         yield
     finally:
-        if can:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if pending:
+            signal.raise_signal(pending[0])
 
 
 class ResultFolder:
@@ -184,6 +199,7 @@ class ResultFolder:
     def __init__(self, final):
         self.final = Path(final)
         self.path: Path | None = None
+        self.committed = False
 
     def open(self) -> Path:
         """Create the hidden working folder and return it."""
@@ -207,6 +223,7 @@ class ResultFolder:
                     os.replace(f, self.final / f.name)
                 shutil.rmtree(self.path, ignore_errors=True)
             self.path = None
+            self.committed = True
         return self.final
 
     def discard(self) -> None:

@@ -274,8 +274,9 @@ def _main(argv=None) -> int:
         args.results.discard()
         log.info("interrupted by signal %s", exc.signum)
         lead = "\n" if sys.stderr.isatty() else ""
-        print(f"{lead}ia-cluster: interrupted by {signal.Signals(exc.signum).name}; no results were written",
-              file=sys.stderr)
+        what = (f"the results in {printable(args.out)} are complete" if args.results.committed
+                else "no results were written")
+        print(f"{lead}ia-cluster: interrupted by {signal.Signals(exc.signum).name}; {what}", file=sys.stderr)
         return exc.code
     except Exception as exc:  # noqa: BLE001 - the user sees one line, the log the traceback
         log.exception("run failed")

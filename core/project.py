@@ -67,6 +67,7 @@ MAX_SIDE = 4096
 _MAX_MEMBERS = 4 + len(_RESULT_KEYS) + len(_FRAME_KEYS) * MAX_FRAMES + 16
 _MAX_DIRECTORY_BYTES = 64 * 2**20
 _MAX_HEADER = 4096
+_MAX_CONTAINERS = 500_000  # lists and objects in the manifest (skipped files and history frames are objects)
 _MIN_BUDGET = 256 * 2**20
 _RATIO = 50
 _MAX_BUDGET = 8 * 2**30
@@ -299,15 +300,22 @@ def _read_bounded(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, name: 
     return data
 
 
-def _json_depth_ok(obj, limit: int) -> bool:
-    stack = [(obj, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (list, dict)):
-            if depth > limit:
-                return False
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
-    return True
+def _json_shape_ok(obj, depth_limit: int, container_limit: int) -> str | None:
+    """Why the parsed manifest is too deep or has too many lists/objects, or None (level by level)."""
+    level = [obj] if isinstance(obj, (list, dict)) else []
+    depth = count = 0
+    while level:
+        depth += 1
+        count += len(level)
+        if depth > depth_limit:
+            return f"nested more than {depth_limit} deep"
+        if count > container_limit:
+            return f"more than {container_limit} lists and objects"
+        nxt = []
+        for item in level:
+            nxt.extend(v for v in (item.values() if isinstance(item, dict) else item) if isinstance(v, (list, dict)))
+        level = nxt
+    return None
 
 
 def load_project(path) -> Project:
@@ -343,14 +351,18 @@ def load_project(path) -> Project:
                 except KeyError:
                     raise ProjectError(f"{name}: not a project (no manifest)") from None
                 raw = _read_bounded(zf, info, MAX_MANIFEST_BYTES, name, "the manifest")
+                if raw.count(b"{") + raw.count(b"[") > _MAX_CONTAINERS:  # before parsing: bounds its memory
+                    raise ProjectError(f"{name}: refused: the manifest has more than {_MAX_CONTAINERS} lists "
+                                       "and objects")
                 try:
                     manifest = json.loads(raw.decode("utf-8"))
                 except RecursionError:
                     raise ProjectError(f"{name}: refused: the manifest is nested too deeply") from None
                 if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
                     raise ProjectError(f"{name}: not an Invariant Attention Studio project")
-                if not _json_depth_ok(manifest, MAX_JSON_DEPTH):
-                    raise ProjectError(f"{name}: refused: the manifest is nested more than {MAX_JSON_DEPTH} deep")
+                why = _json_shape_ok(manifest, MAX_JSON_DEPTH, _MAX_CONTAINERS)
+                if why:
+                    raise ProjectError(f"{name}: refused: the manifest is {why}")
                 version = manifest.get("format_version", 0)
                 if not isinstance(version, int) or isinstance(version, bool) or version < 0:
                     raise ProjectError(f"{name}: the manifest is corrupted (format_version)")
@@ -566,11 +578,12 @@ def _read_arrays(zf: zipfile.ZipFile, meta: _Manifest, budget: int) -> dict:
             buf = bytearray(nbytes)
             view = memoryview(buf)
             got = 0
-            while got < nbytes:
-                k = fh.readinto(view[got:])
-                if not k:
+            while got < nbytes:  # in pieces: ZipExtFile.read(n) would hold ~2 copies
+                piece = fh.read(min(1 << 20, nbytes - got))
+                if not piece:
                     raise ProjectError(f"{name}: the array '{key}' is truncated")
-                got += k
+                view[got:got + len(piece)] = piece
+                got += len(piece)
             if fh.read(1):
                 raise ProjectError(f"{name}: the array '{key}' has trailing data")
         arr = np.frombuffer(buf, dtype=dtype, count=math.prod(shape))

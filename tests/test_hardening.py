@@ -354,3 +354,37 @@ def test_signals_leave_all_or_nothing_and_one_line(tmp_path, sig, code):
         assert not out.exists()
     if complete is not None:
         assert {"assignments.csv", "summary.json", "weights.npy"} <= set(complete)
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_signal_at_the_moment_of_moving_results_into_place(tmp_path, capsys, monkeypatch, when):
+    import core.atomic
+
+    out = tmp_path / "out"
+    real_commit, real_replace = ResultFolder.commit, os.replace
+
+    moving = []
+
+    def commit(self):
+        if when == "before":
+            os.kill(os.getpid(), signal.SIGTERM)  # delivered at once: nothing is moved
+        moving.append(True)
+        return real_commit(self)
+
+    def replace(a, b):
+        if when == "during" and moving:
+            os.kill(os.getpid(), signal.SIGTERM)  # held back until the move is complete
+        return real_replace(a, b)
+
+    monkeypatch.setattr(ResultFolder, "commit", commit)
+    monkeypatch.setattr(core.atomic.os, "replace", replace)
+    assert main(["demo:shapes", "--out", str(out), *FAST]) == 143
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "interrupted by SIGTERM" in err[0]
+    if when == "before":
+        assert not out.exists() and "no results were written" in err[0]
+    else:
+        assert sorted(os.listdir(out)) == sorted(["assignments.csv", "summary.json", "weights.npy", "distances.npy",
+                                                  "means.npy", "means.png", "weights.png", "convergence.png"])
+        assert "are complete" in err[0]
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []
