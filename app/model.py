@@ -22,6 +22,7 @@ from core.project import Project, load_project, save_project
 from core.similarity import invariant_distances
 from core.weights import rbf_similarity
 from core.demos import load_demo
+from core.filenames import printable
 from core.imageset import ImageSet, NoUsableImagesError, load_images
 from core.preprocess import preprocess
 from core.warp import warp
@@ -132,7 +133,7 @@ class StudioModel(QObject):
         msg = f"Added {len(new)} image{'s' if len(new) != 1 else ''}"
         if new.skipped:
             msg += f"; skipped {len(new.skipped)}: " + "; ".join(
-                f"{s['path'].split('/')[-1]} ({s['reason']})" for s in new.skipped[:3])
+                f"{printable(s['path'].split('/')[-1])} ({printable(s['reason'])})" for s in new.skipped[:3])
         self.message.emit(msg)
         return new.skipped
 

@@ -388,3 +388,20 @@ def test_signal_at_the_moment_of_moving_results_into_place(tmp_path, capsys, mon
                                                   "means.npy", "means.png", "weights.png", "convergence.png"])
         assert "are complete" in err[0]
     assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []
+
+
+def test_project_export_on_a_full_disk_leaves_nothing(tmp_path, capsys, monkeypatch):
+    proj = save_project(tmp_path / "p.iaproj", good_project())
+    import core.report
+
+    real = core.report.atomic_write
+
+    def full(path, **kw):
+        if str(path).endswith("summary.json"):
+            raise OSError(28, "No space left on device")
+        return real(path, **kw)
+
+    monkeypatch.setattr(core.report, "atomic_write", full)
+    assert main(["--project", str(proj), "--out", str(tmp_path / "o"), "--quiet"]) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["logs", "p.iaproj"]

@@ -155,3 +155,38 @@ def test_a_loaded_but_odd_project_opens_and_draws(win, qapp, tmp_path):
     qapp.processEvents()
     assert win.model.n == 5 and win.model.final is None and len(win.model.history_frames) == 2
     assert win.images_panel.thumbs.rowCount() == 5
+
+
+def test_non_utf8_names_save_and_reopen_in_the_app(win, qapp, tmp_path):
+    p = good_project(n=4, side=8)
+    p.paths[1] = "/photos/caf\udce9\r.png"  # the bytes b"caf\xe9\r.png": legal on Linux, not UTF-8
+    path = save_project(tmp_path / "names.iaproj", p)
+    assert win.open_project(str(path))
+    win.rename_cluster(0, "renamed")
+    assert win._save_to(str(tmp_path / "again.iaproj"))  # used to fail silently (surrogates not allowed)
+    q = load_project(tmp_path / "again.iaproj")
+    assert os.fsencode(q.paths[1]) == b"/photos/caf\xe9\r.png" and q.clusters.name_of(0) == "renamed"
+    win.autosave()
+    assert load_project(win.autosave_path()).paths == q.paths
+
+
+def test_start_removes_temporaries_of_killed_saves(qapp, home, tmp_path):
+    import subprocess
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    w = MainWindow()
+    folder = w.autosave_path().parent
+    folder.mkdir(parents=True, exist_ok=True)
+    w.close()
+    stale = [folder / f".autosave.iaproj.{dead.pid}.{k:08x}.tmp" for k in range(3)]
+    for f in stale:
+        f.write_bytes(b"half a project")
+    keep = folder / f".autosave.iaproj.{os.getpid()}.0000000a.tmp"  # this process: a save in progress
+    keep.write_bytes(b"x")
+    w2 = MainWindow()
+    try:
+        assert not any(f.exists() for f in stale) and keep.exists()
+    finally:
+        w2.close()
+        keep.unlink()
