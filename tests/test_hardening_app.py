@@ -190,3 +190,34 @@ def test_start_removes_temporaries_of_killed_saves(qapp, home, tmp_path):
     finally:
         w2.close()
         keep.unlink()
+
+
+def test_every_fuzzed_project_either_opens_and_draws_or_is_refused_visibly(qapp, home, tmp_path):
+    """The fuzz corpus of manifest mutations, through the window (D8): no silent failure, no crash."""
+    from test_fuzz_project import NASTY, _paths, _set
+
+    w = MainWindow()
+    w.show()
+    try:
+        save_project(tmp_path / "base.iaproj", good_project(n=4, side=8))
+        manifest, members = read_members(tmp_path / "base.iaproj")
+        opened = refused = 0
+        for field in list(_paths(manifest)):
+            for value in NASTY[::2]:
+                m = json.loads(json.dumps(manifest))
+                _set(m, field, value)
+                path = write_project(tmp_path / "f.iaproj", m, members)
+                before = _state(w)
+                if w.open_project(str(path)):
+                    opened += 1
+                    w.redraw()
+                    assert w.model.project_path == str(path) and w.model.n == 4
+                else:
+                    refused += 1
+                    qapp.processEvents()
+                    assert w.last_dialog.isVisible() and w.last_dialog.text()
+                    w.last_dialog.close()
+                    _same(before, _state(w))
+        assert opened > 20 and refused > 100
+    finally:
+        w.close()
