@@ -29,6 +29,8 @@ __all__ = ["umask", "atomic_write", "atomic_write_bytes", "remove_stale_temporar
            "signals_held"]
 
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.(?:tmp|partial)$")
+# project saves of earlier versions (tempfile.mkstemp: no pid), e.g. ".work.iaproj.k3j4h5g6.tmp"
+_LEGACY_RE = re.compile(r"^\.(?P<name>.+\.iaproj)\.[A-Za-z0-9_]{8}\.tmp$")
 _LEGACY_AGE_S = 3600.0
 
 
@@ -110,8 +112,9 @@ def remove_stale_temporaries(folder, *, name: str | None = None) -> list[Path]:
     """Remove what killed writers left in ``folder``; return what was removed.
 
     A temporary file or folder of this module whose writer process is gone is
-    removed; hidden ``*.tmp`` files of the older naming (no pid) are removed
-    when older than an hour.  Everything else is left alone.
+    removed; temporary project saves of the older naming
+    (``.<name>.iaproj.<8 characters>.tmp``, no pid) are removed when older
+    than an hour.  Everything else is left alone.
 
     Parameters
     ----------
@@ -135,7 +138,7 @@ def remove_stale_temporaries(folder, *, name: str | None = None) -> list[Path]:
             if name is not None and m.group("name") != name:
                 continue
             stale = not _pid_alive(int(m.group("pid")))
-        elif entry.name.endswith(".tmp") and (name is None or entry.name.startswith(f".{name}.")):
+        elif (lm := _LEGACY_RE.match(entry.name)) and (name is None or lm.group("name") == name):
             try:
                 st = entry.stat(follow_symlinks=False)
                 stale = entry.is_file(follow_symlinks=False) and now - st.st_mtime > _LEGACY_AGE_S

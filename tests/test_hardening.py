@@ -308,10 +308,13 @@ def test_stale_temporaries_of_killed_saves_are_removed(tmp_path):
     (stale_dir / "weights.npy").write_bytes(b"x")
     mine = tmp_path / ".hidden-user-file"
     mine.write_text("mine")
+    other = tmp_path / ".someone-elses.abcdefgh.tmp"  # not ours, however old
+    other.write_text("theirs")
+    os.utime(other, (time.time() - 7200, time.time() - 7200))
     save_project(tmp_path / "work.iaproj", good_project())  # a save cleans its own leftovers
     assert not stale.exists() and not old_style.exists() and live.exists()
     assert remove_stale_temporaries(tmp_path) == [stale_dir]
-    assert live.exists() and mine.exists() and (tmp_path / "work.iaproj").exists()
+    assert live.exists() and mine.exists() and other.exists() and (tmp_path / "work.iaproj").exists()
 
 
 def test_result_folder_is_all_or_nothing(tmp_path):
