@@ -226,20 +226,28 @@ def _install_signal_handlers():
     return old
 
 
+def _handles_signals(fn):
+    """Run ``fn`` with SIGINT/SIGTERM raising :class:`Interrupted` (exit 130/143, one line)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(argv=None):
+        old = _install_signal_handlers()
+        try:
+            return fn(argv)
+        except Interrupted as exc:  # while parsing or logging was being set up
+            print(f"ia-cluster: interrupted by {signal.Signals(exc.signum).name}; no results were written",
+                  file=sys.stderr)
+            return exc.code
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+
+    return wrapper
+
+
+@_handles_signals
 def main(argv=None) -> int:
-    old = _install_signal_handlers()
-    try:
-        return _main(argv)
-    except Interrupted as exc:  # while parsing or logging was being set up
-        print(f"ia-cluster: interrupted by {signal.Signals(exc.signum).name}; no results were written",
-              file=sys.stderr)
-        return exc.code
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-
-
-def _main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     problem = check_options(args)
@@ -262,11 +270,11 @@ def _main(argv=None) -> int:
         return _run(args, parser)
     except ProjectError as exc:
         log.info("project refused: %s", exc)
-        print(f"ia-cluster: {exc}", file=sys.stderr)
+        print(f"ia-cluster: {printable(exc)}", file=sys.stderr)
         return 1
     except NoUsableImagesError as exc:
         log.info("no usable images: %s", exc)
-        print(f"ia-cluster: {exc}", file=sys.stderr)
+        print(f"ia-cluster: {printable(exc)}", file=sys.stderr)
         return 1
     except _UsageError as exc:
         parser.error(str(exc))
