@@ -288,6 +288,8 @@ def _decode(path: Path, ext: str) -> np.ndarray:
             with Image.open(path) as im:
                 w, h = im.size
                 frames = int(getattr(im, "n_frames", 1) or 1)
+                if ext in (".jpg", ".jpeg"):
+                    frames = 1  # a multi-picture (MPO) camera JPEG: only its first picture is read
                 mode = im.mode
                 if w * h * frames > MAX_PIXELS:
                     raise _too_big(w, h, frames)
@@ -306,7 +308,7 @@ def _decode(path: Path, ext: str) -> np.ndarray:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return iio.imread(path)
+            return iio.imread(path, index=0)
     except (OSError, ValueError, SyntaxError, RuntimeError, IndexError, KeyError, EOFError) as exc:
         text = str(exc).lower()
         if "truncat" in text or "premature" in text or "broken data" in text or "end of file" in text:

@@ -408,3 +408,10 @@ def test_project_export_on_a_full_disk_leaves_nothing(tmp_path, capsys, monkeypa
     assert main(["--project", str(proj), "--out", str(tmp_path / "o"), "--quiet"]) == 1
     assert "No space left on device" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["logs", "p.iaproj"]
+
+
+def test_animations_are_refused_before_decoding_every_frame(tmp_path):
+    frames = [Image.fromarray(np.full((10, 12), k * 50, np.uint8)) for k in range(3)]
+    frames[0].save(tmp_path / "anim.png", save_all=True, append_images=frames[1:])
+    with pytest.raises(ImageLoadError, match="animation of 3 frames"):
+        load_image(tmp_path / "anim.png")
