@@ -102,6 +102,7 @@ class MainWindow(QMainWindow):
         geom = settings().value("window/geometry")
         if geom is not None:
             self.restoreGeometry(geom)
+        self.remove_stale_saves()
         self._lock = app_home() / "session.lock"
         crashed = self._lock.exists()
         self._lock.write_text(str(os.getpid()))
@@ -469,13 +470,28 @@ class MainWindow(QMainWindow):
         except Exception:  # noqa: BLE001 - autosave must never disturb the user
             log.exception("autosave failed")
 
+    def remove_stale_saves(self) -> list:
+        """Remove what killed saves left beside the autosave and the recent projects."""
+        from core.atomic import remove_stale_temporaries
+
+        removed = []
+        folders = {self.autosave_path().parent} | {Path(p).parent for p in self.recent("recent/projects")}
+        for folder in folders:
+            try:
+                removed += remove_stale_temporaries(folder)
+            except Exception:  # noqa: BLE001 - cleaning must never stop the start
+                log.exception("cleaning %s failed", folder)
+        if removed:
+            log.info("removed %d temporary file(s) left by interrupted saves: %s", len(removed), removed)
+        return removed
+
     def offer_recovery(self):
         box = QMessageBox(QMessageBox.Icon.Question, "Recover your work?",
                           "The last session did not close normally. Open the automatically saved copy?",
                           QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, self)
         self.last_dialog = box
-        if box.exec() == QMessageBox.StandardButton.Yes:
-            self.open_project(self.autosave_path(), remember=False)
+        if box.exec() == QMessageBox.StandardButton.Yes and self.open_project(self.autosave_path(),
+                                                                             remember=False):
             self.model.project_path = None
             self.model._mark_dirty(True)
 
@@ -489,6 +505,11 @@ class MainWindow(QMainWindow):
             proj = self.model.open_project(path)
         except ProjectError as exc:
             self._dialog(QMessageBox.Icon.Warning, "Cannot open the project", str(exc))
+            return False
+        except Exception as exc:  # noqa: BLE001 - the session stays as it was; the log has the traceback
+            log.exception("opening %s failed", path)
+            self._dialog(QMessageBox.Icon.Warning, "Cannot open the project",
+                         f"{path}: cannot be opened ({type(exc).__name__}); the log is in {log_dir()}")
             return False
         if remember:
             self._remember("recent/projects", str(path))

@@ -22,6 +22,7 @@ from core.project import Project, load_project, save_project
 from core.similarity import invariant_distances
 from core.weights import rbf_similarity
 from core.demos import load_demo
+from core.filenames import printable
 from core.imageset import ImageSet, NoUsableImagesError, load_images
 from core.preprocess import preprocess
 from core.warp import warp
@@ -132,7 +133,7 @@ class StudioModel(QObject):
         msg = f"Added {len(new)} image{'s' if len(new) != 1 else ''}"
         if new.skipped:
             msg += f"; skipped {len(new.skipped)}: " + "; ".join(
-                f"{s['path'].split('/')[-1]} ({s['reason']})" for s in new.skipped[:3])
+                f"{printable(s['path'].split('/')[-1])} ({printable(s['reason'])})" for s in new.skipped[:3])
         self.message.emit(msg)
         return new.skipped
 
@@ -351,42 +352,26 @@ class StudioModel(QObject):
         return True
 
     def open_project(self, path) -> Project:
-        """Open a ``.iaproj``; raises :class:`core.project.ProjectError` when it cannot be used."""
+        """Open a ``.iaproj``; raises :class:`core.project.ProjectError` when it cannot be used.
+
+        Transactional: the project is read and checked, and the whole new
+        session (images, transforms, run frames, clusters) is built aside
+        first; only then is the current session replaced.  On any failure
+        the current session, its project path and its dirty flag are
+        untouched.
+        """
         from core.project import ProjectError
 
         proj = load_project(path)
-        missing = proj.missing_originals()
-        if proj.base is None:
-            if missing:
-                raise ProjectError(f"{path}: the original images were moved and the project has no embedded "
-                                   f"copies; missing: {', '.join(missing[:5])}")
-            data = load_images(proj.paths)
-            self.size = proj.size
-            self._set_data(ImageSet(data.images, proj.paths, proj.labels, proj.skipped))
-        else:
-            self.stop()
-            self.size = proj.size
-            self.data = ImageSet(list(proj.base), list(proj.paths), list(proj.labels), list(proj.skipped))
-            self.base = proj.base.astype(np.float32)
-            from core.preprocess import Canvas
-
-            n = proj.n
-            self.canvas = Canvas(self.base, proj.scale if proj.scale is not None else np.ones(n),
-                                 proj.offset if proj.offset is not None else np.zeros((n, 2)), [])
-            self.selection = []
-            self.run = None
-            self.latest = self.final = None
-            self.undo_stack.clear()
-            self.imagesChanged.emit()
-        self.transforms = proj.transforms.copy()
-        self._update_working()
-        self._restore_run(proj)
-        self.book = proj.clusters
-        self.edits = list(proj.edits)
-        self.undo_stack.clear()
-        self.clustersChanged.emit()
-        self.project_path = str(path)
-        self._mark_dirty(False)
+        try:
+            state = self._session_from(proj, path)
+        except ProjectError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any problem with the contents is a refusal
+            log.exception("cannot open project %s", path)
+            raise ProjectError(f"{path}: cannot be opened ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})") from None
+        self._install_session(state)
+        missing = state["missing"]
         note = ""
         if missing:
             note = (f"; {len(missing)} original file(s) moved or missing, using the embedded images: "
@@ -395,52 +380,130 @@ class StudioModel(QObject):
         proj.missing = missing
         return proj
 
+    def _session_from(self, proj: Project, path) -> dict:
+        """Everything :meth:`open_project` installs, built without touching the current session."""
+        from core.preprocess import Canvas
+        from core.project import ProjectError
+
+        n = proj.n
+        missing = proj.missing_originals()
+        if proj.base is None:
+            if missing:
+                raise ProjectError(f"{path}: the original images were moved and the project has no embedded "
+                                   f"copies; missing: {', '.join(missing[:5])}")
+            loaded = load_images(proj.paths)
+            if len(loaded) != n:
+                bad = "; ".join(f"{s['path']}: {s['reason']}" for s in loaded.skipped[:3])
+                raise ProjectError(f"{path}: {n - len(loaded)} of the {n} original images cannot be read "
+                                   f"and the project has no embedded copies ({bad})")
+            canvas = preprocess(loaded.images, size=proj.size)
+            data = ImageSet(loaded.images, list(proj.paths), list(proj.labels), list(proj.skipped))
+        else:
+            base = proj.base.astype(np.float32, copy=False)
+            canvas = Canvas(base, proj.scale if proj.scale is not None else np.ones(n),
+                            proj.offset if proj.offset is not None else np.zeros((n, 2)), [])
+            data = ImageSet(list(base), list(proj.paths), list(proj.labels), list(proj.skipped))
+        base = canvas.images
+        transforms = np.array(proj.transforms, dtype=float)
+        working = base if not transforms.any() else _renorm(np.clip(warp(base, transforms), 0, None))
+        frames, final = self._frames_from(proj, working)
+        if proj.clusters is not None and proj.clusters.n != n:
+            raise ProjectError(f"{path}: the clusters do not match the images")
+        return {"data": data, "size": int(proj.size), "canvas": canvas, "base": base, "transforms": transforms,
+                "working": working, "frames": frames, "final": final, "book": proj.clusters,
+                "edits": list(proj.edits), "path": str(path), "missing": missing}
+
+    def _install_session(self, st: dict) -> None:
+        """Replace the current session by one built by :meth:`_session_from` (cannot fail)."""
+        self.stop()
+        self.data, self.size, self.canvas, self.base = st["data"], st["size"], st["canvas"], st["base"]
+        self.transforms, self.working = st["transforms"], st["working"]
+        self.selection = []
+        self.run = None
+        self.history_frames = st["frames"]
+        self.latest = st["frames"][-1] if st["frames"] else None
+        self.final = st["final"]
+        self.book = st["book"]
+        self.undo_stack.clear()
+        self.edits = st["edits"]
+        self.imagesChanged.emit()
+        self.transformsChanged.emit()
+        self.clustersChanged.emit()
+        if self.latest is not None:
+            self.frameReady.emit(self.latest)
+        if self.final is not None:
+            self.runFinished.emit(self.final)
+        self.project_path = st["path"]
+        self._mark_dirty(False)
+
     def _restore_run(self, proj: Project) -> None:
         """Rebuild the frames of a saved run so every view shows it again."""
-        from core.attention import RunResult, Snapshot
+        self.history_frames, self.final = self._frames_from(proj, self.working)
+        self.latest = self.history_frames[-1] if self.history_frames else None
+        if self.latest is not None:
+            self.frameReady.emit(self.latest)
+        if self.final is not None:
+            self.runFinished.emit(self.final)
 
-        self.history_frames = []
-        self.latest = self.final = None
-        if not proj.history:
-            return
-        res = None
-        if "run_labels" in proj.result:
-            r = proj.result
-            res = RunResult(
-                labels=np.asarray(r["run_labels"]), n_clusters=int(np.max(r["run_labels"])) + 1,
-                cluster_means=r.get("cluster_means"), image_transforms=r.get("image_transforms"),
-                scores=r.get("scores"), weights=r.get("weights"), input_distances=r.get("input_distances"),
-                final_distances=r.get("final_distances"),
-                history=[h["distances"] for h in proj.history if h["stage"] in ("similarity", "done")],
-                features=proj.history[-1]["means"], iterations=int(proj.history[-1]["iteration"]),
-                beta=float(proj.parameters.get("beta_used") or float("nan")),
-            )
-        from .worker import classical_mds
+    @staticmethod
+    def _frames_from(proj: Project, working: np.ndarray):
+        """``(frames, final)`` of a saved run, checked against the images; changes nothing."""
+        from core.attention import RunResult, Snapshot
+        from core.project import ProjectError
         from core.report import convergence_curves
 
+        from .worker import classical_mds
+
+        if not proj.history:
+            return [], None
+        n = working.shape[0]
+        beta = proj.parameters.get("beta_used")
+        beta = float("nan") if beta is None else float(beta)
+        for h in proj.history:
+            if any(h.get(k) is None for k in ("weights", "means", "distances", "labels")):
+                raise ProjectError("the saved run is incomplete (a step lacks its weights, means, distances "
+                                   "or clusters)")
+            if h["means"].shape[1:] != working.shape[1:]:
+                raise ProjectError("the saved run does not match the images (different working size)")
+        res = None
+        r = proj.result
+        if all(r.get(k) is not None for k in ("run_labels", "cluster_means", "image_transforms", "scores",
+                                              "weights", "input_distances", "final_distances")):
+            labels = np.asarray(r["run_labels"]).astype(int)
+            k = int(labels.max()) + 1
+            if k > n or r["cluster_means"].shape[0] != k or r["cluster_means"].shape[1:] != working.shape[1:]:
+                raise ProjectError("the saved result does not match the images")
+            res = RunResult(
+                labels=labels, n_clusters=k,
+                cluster_means=r["cluster_means"], image_transforms=r["image_transforms"],
+                scores=r["scores"], weights=r["weights"], input_distances=r["input_distances"],
+                final_distances=r["final_distances"],
+                history=[h["distances"] for h in proj.history if h["stage"] in ("similarity", "done")],
+                features=proj.history[-1]["means"], iterations=int(proj.history[-1]["iteration"]),
+                beta=beta,
+            )
         mds = None
         hist = []
+        frames = []
         for h in proj.history:
             snap = Snapshot(iteration=h["iteration"], stage=h["stage"], step=0, n_steps=0, weights=h["weights"],
                             means=h["means"], distances=h["distances"], transforms=None, labels=h["labels"],
-                            objective=[], timings={}, progress=1.0,
-                            beta=float(proj.parameters.get("beta_used") or float("nan")))
+                            objective=[], timings={}, progress=1.0, beta=beta)
             if h["stage"] in ("similarity", "done"):
                 hist.append(h["distances"])
             mds = classical_mds(h["distances"], mds)
-            self.history_frames.append(Frame(snapshot=snap, order=np.argsort(h["labels"], kind="stable"),
-                                             mds=mds, curves=convergence_curves(hist, h["labels"])))
-        last = self.history_frames[-1]
+            frames.append(Frame(snapshot=snap, order=np.argsort(h["labels"], kind="stable"),
+                                mds=mds, curves=convergence_curves(hist, h["labels"])))
+        last = frames[-1]
+        final = None
         if res is not None:
             last.extra["result"] = res
             last.cluster_means = res.cluster_means
             labels = res.labels
-            last.plain_means = np.stack([self.working[labels == c].mean(axis=0) for c in range(res.n_clusters)])
-            self.final = last
-        self.latest = last
-        self.frameReady.emit(last)
-        if self.final is not None:
-            self.runFinished.emit(last)
+            last.plain_means = np.stack([working[labels == c].mean(axis=0) if (labels == c).any()
+                                         else np.zeros(working.shape[1:], working.dtype) for c in range(k)])
+            final = last
+        return frames, final
 
     # ---------------------------------------------------------------- run
     def start(self, *, backend: str = "auto", **options) -> bool:

@@ -2,12 +2,16 @@
 
 Exit status: 0 on success (even when some files were skipped), 1 when nothing
 is usable or the run fails (one plain line on stderr, the traceback in the
-log file), 2 for bad usage.
+log file), 2 for bad usage, 130 when interrupted by SIGINT (Ctrl+C) and 143 by
+SIGTERM.  Results are all-or-nothing: they are written into a hidden folder
+beside ``--out`` and moved into place only when complete.
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import math
+import signal
 import sys
 import time
 from pathlib import Path
@@ -16,6 +20,8 @@ import numpy as np
 
 from . import __version__, se2
 from .demos import DEMO_NAMES, load_demo
+from .atomic import ResultFolder
+from .filenames import printable
 from .imageset import ImageSet, NoUsableImagesError, load_images
 from .project import ProjectError
 
@@ -28,8 +34,8 @@ def _positive_float(name):
             v = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not v > 0:
-            raise argparse.ArgumentTypeError(f"{name} must be > 0, got {text}")
+        if not v > 0 or not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number > 0, got {text}")
         return v
 
     return conv
@@ -67,7 +73,7 @@ def _transform(text):
         rot, frac = (float(x) for x in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"--transform takes ROT_DEG,SHIFT_FRAC (e.g. 180,0.1), got {text!r}") from None
-    if rot < 0 or not 0 <= frac < 0.5:
+    if not (math.isfinite(rot) and math.isfinite(frac)) or rot < 0 or not 0 <= frac < 0.5:
         raise argparse.ArgumentTypeError("--transform needs ROT_DEG >= 0 and 0 <= SHIFT_FRAC < 0.5")
     return rot, frac
 
@@ -151,9 +157,105 @@ def gather_inputs(inputs, seed) -> ImageSet:
     return result
 
 
+MAX_SIZE = 512
+"""Largest ``--size`` (px): beyond it one image's search grid needs gigabytes."""
+MAX_ANGLES = 3600
+"""Most angles in the global search: ``--angle-step`` is at least 360 / 3600 = 0.1 degrees."""
+MAX_ITERATIONS = 1000
+MAX_BETA = 1e4
+"""Largest ``--beta``: on unit-norm images every weight underflows beyond it."""
+
+
+def check_options(args) -> str | None:
+    """The first problem with the parsed options, in plain words, or None.
+
+    Checked before anything is loaded or computed, so absurd values are a
+    usage error (exit 2) and not a failure after minutes of work.
+    """
+    if getattr(args, "out", None) is not None:
+        if not str(args.out).strip():
+            return "--out must name a folder (it is empty)"
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            return f"--out {printable(args.out)} exists and is not a folder"
+    for opt in ("save_project", "project"):
+        v = getattr(args, opt, None)
+        if v is not None and not str(v).strip():
+            return f"--{opt.replace('_', '-')} needs a file name"
+    if getattr(args, "save_project", None) and Path(args.save_project).is_dir():
+        return f"--save-project {printable(args.save_project)} is a folder"
+    if getattr(args, "size", None) is not None and args.size > MAX_SIZE:
+        return f"--size must be at most {MAX_SIZE} px, got {args.size}"
+    step = getattr(args, "angle_step", None)
+    if step is not None and 360.0 / step > MAX_ANGLES:
+        return f"--angle-step {step:g} gives {360.0 / step:.3g} angles; at most {MAX_ANGLES} (a step of at least " \
+               f"{360.0 / MAX_ANGLES:g} degrees)"
+    rr = getattr(args, "rotation_range", None)
+    if rr is not None and rr > 180:
+        return f"--rotation-range must be at most 180 degrees (the whole circle), got {rr:g}"
+    if getattr(args, "iterations", None) is not None and args.iterations > MAX_ITERATIONS:
+        return f"--iterations must be at most {MAX_ITERATIONS}, got {args.iterations}"
+    beta = getattr(args, "beta", "auto")
+    if beta != "auto" and beta is not None and beta > MAX_BETA:
+        return f"--beta must be at most {MAX_BETA:g} (every weight would be zero), got {beta:g}"
+    seed = getattr(args, "seed", 0)
+    if seed is not None and not 0 <= seed < 2**32:
+        return f"--seed must be between 0 and {2**32 - 1}, got {seed}"
+    if getattr(args, "transform", None) is not None and args.transform[0] > 360:
+        return "--transform ROT_DEG must be at most 360"
+    return None
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived; ``code`` is the exit status (128 + signal number)."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+        self.code = 128 + int(signum)
+
+
+def _on_signal(signum, _frame):
+    raise Interrupted(signum)
+
+
+def _install_signal_handlers():
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            old[sig] = signal.signal(sig, _on_signal)
+        except (ValueError, OSError):  # not the main thread
+            pass
+    return old
+
+
+def _handles_signals(fn):
+    """Run ``fn`` with SIGINT/SIGTERM raising :class:`Interrupted` (exit 130/143, one line)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(argv=None):
+        old = _install_signal_handlers()
+        try:
+            return fn(argv)
+        except Interrupted as exc:  # while parsing or logging was being set up
+            print(f"ia-cluster: interrupted by {signal.Signals(exc.signum).name}; no results were written",
+                  file=sys.stderr)
+            return exc.code
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+
+    return wrapper
+
+
+@_handles_signals
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    problem = check_options(args)
+    if problem:
+        parser.error(problem)
     if args.project and args.inputs:
         parser.error("give either INPUTs or --project, not both")
     if not args.inputs and not args.project:
@@ -164,24 +266,38 @@ def main(argv=None) -> int:
     from .logs import setup_file_logging
 
     log_path = setup_file_logging("ia-cluster")
+    args.results = ResultFolder(args.out)
     try:
         if args.project:
             return _export_project(args)
         return _run(args, parser)
     except ProjectError as exc:
         log.info("project refused: %s", exc)
-        print(f"ia-cluster: {exc}", file=sys.stderr)
+        print(f"ia-cluster: {printable(exc)}", file=sys.stderr)
         return 1
     except NoUsableImagesError as exc:
         log.info("no usable images: %s", exc)
-        print(f"ia-cluster: {exc}", file=sys.stderr)
+        print(f"ia-cluster: {printable(exc)}", file=sys.stderr)
         return 1
     except _UsageError as exc:
         parser.error(str(exc))
+    except Interrupted as exc:
+        args.results.discard()
+        log.info("interrupted by signal %s", exc.signum)
+        lead = "\n" if sys.stderr.isatty() else ""
+        what = (f"the results in {printable(args.out)} are complete" if args.results.committed
+                else "no results were written")
+        print(f"{lead}ia-cluster: interrupted by {signal.Signals(exc.signum).name}; {what}", file=sys.stderr)
+        return exc.code
     except Exception as exc:  # noqa: BLE001 - the user sees one line, the log the traceback
         log.exception("run failed")
-        print(f"ia-cluster: failed: {exc} (details in {log_path})", file=sys.stderr)
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else (
+            "not enough memory" if isinstance(exc, MemoryError) else type(exc).__name__)
+        text = printable(text)
+        print(f"ia-cluster: failed: {text} (details in {log_path})", file=sys.stderr)
         return 1
+    finally:
+        args.results.discard()  # nothing after a commit; the partial folder after a failure
 
 
 class _UsageError(Exception):
@@ -197,7 +313,7 @@ def _run(args, parser) -> int:
     progress = _Progress(args.quiet)
     data = gather_inputs(args.inputs, args.seed)
     for s in data.skipped:
-        print(f"ia-cluster: skipped {s['path']}: {s['reason']}", file=sys.stderr)
+        print(f"ia-cluster: skipped {printable(s['path'])}: {printable(s['reason'])}", file=sys.stderr)
     n = len(data)
     if n < 2:
         raise NoUsableImagesError(f"need at least 2 usable images, found {n}", data.skipped)
@@ -228,8 +344,7 @@ def _run(args, parser) -> int:
     progress.close()
     res = run.result()
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = args.results.open()  # a hidden folder beside --out; moved into place when complete
     rows = []
     for i in range(n):
         t = canvas_to_original(res.image_transforms[i], canvas, i)
@@ -285,9 +400,11 @@ def _run(args, parser) -> int:
             result=_result_arrays(res),
         )
         save_project(args.save_project, proj)
+    out = args.results.commit()
     if not args.quiet:
         extra = f", ARI {summary['metrics']['ari']:.3f}" if "metrics" in summary else ""
-        print(f"{n} images -> {k_text(res.k_choice, res.n_clusters)}{extra}; results in {out}", file=sys.stderr)
+        print(f"{n} images -> {k_text(res.k_choice, res.n_clusters)}{extra}; results in {printable(out)}",
+              file=sys.stderr)
         if summary["blank"]:
             print(f"ia-cluster: {len(summary['blank'])} blank image(s) put in a cluster of their own", file=sys.stderr)
         for note in res.notes:
@@ -336,8 +453,7 @@ def _export_project(args) -> int:
     book = proj.clusters
     if book is None:
         raise ProjectError(f"{Path(args.project).name}: the project has no clusters yet (run it first)")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = args.results.open()
     run_labels = proj.result.get("run_labels")
     tr = proj.result.get("image_transforms")
     scores = proj.result.get("scores")
@@ -378,8 +494,10 @@ def _export_project(args) -> int:
         summary["metrics"] = {"ari": float(adjusted_rand_score(proj.labels, book.labels)),
                               "nmi": float(normalized_mutual_info_score(proj.labels, book.labels))}
     write_json(out / "summary.json", summary)
+    out = args.results.commit()
     if not args.quiet:
-        print(f"{proj.n} images in {len(book.cluster_ids())} clusters exported to {out}", file=sys.stderr)
+        print(f"{proj.n} images in {len(book.cluster_ids())} clusters exported to {printable(out)}",
+              file=sys.stderr)
     return 0
 
 

@@ -2,10 +2,21 @@
 
 A file that cannot be used is never fatal: it is skipped and reported as
 ``{"path": ..., "reason": ...}``, and the rest of the set loads.
+
+Files may come from anyone, so nothing is decoded before its size is known:
+the pixel count of every frame (PIL's header) or of the whole first TIFF
+series (tifffile's header, all pages) is checked against :data:`MAX_PIXELS`
+first; a file that is not a regular file (a FIFO would block) is refused
+before it is opened; running out of memory while decoding skips that file
+only.  CMYK images are converted to RGB.
 """
 from __future__ import annotations
 
+import errno
+import logging
+import math
 import os
+import stat
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +35,9 @@ __all__ = [
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
 MAX_PIXELS = 50_000_000
+MAX_FLOAT = 1e15
+"""Largest magnitude accepted in a float image: beyond it sums of squares overflow (treated like inf)."""
+log = logging.getLogger(__name__)
 
 
 class ImageLoadError(ValueError):
@@ -118,9 +132,14 @@ def _to_float(img: np.ndarray, path) -> np.ndarray:
         info = np.iinfo(img.dtype)
         img = img.astype(np.float32) / float(info.max)
     elif np.issubdtype(img.dtype, np.floating):
-        img = img.astype(np.float32)
-        if not np.all(np.isfinite(img)):
-            raise ImageLoadError("contains NaN or infinite values")
+        with np.errstate(over="ignore", invalid="ignore"):
+            img = img.astype(np.float32)
+            finite = np.isfinite(img)
+            if not finite.all():
+                raise ImageLoadError("contains NaN or infinite values")
+            if img.size and float(np.abs(img).max()) > MAX_FLOAT:
+                raise ImageLoadError(f"contains NaN or infinite values (values beyond {MAX_FLOAT:g} "
+                                     "overflow the computation)")
     else:
         raise ImageLoadError(f"unsupported pixel type {img.dtype}")
     if img.ndim == 3 and img.shape[-1] in (2, 4):  # gray+alpha or RGBA
@@ -139,6 +158,78 @@ def _to_float(img: np.ndarray, path) -> np.ndarray:
     raise ImageLoadError(f"unsupported: {img.ndim}-dimensional data")
 
 
+def os_reason(exc: OSError, path=None) -> str:
+    """A plain reason for an ``OSError`` met opening ``path``."""
+    if exc.errno == errno.ENOENT:
+        if path is not None and os.path.lexists(path):
+            return "a broken symbolic link (its target does not exist)"
+        return "does not exist"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "cannot be read: permission denied"
+    if exc.errno == errno.ELOOP:
+        return "cannot be read: a symbolic link loop"
+    if exc.errno == errno.ENAMETOOLONG:
+        return "cannot be read: the name is too long"
+    return f"cannot be read ({exc.strerror or type(exc).__name__})"
+
+
+def _kind(mode: int) -> str:
+    return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a folder" if stat.S_ISDIR(mode)
+            else "not a regular file")
+
+
+def _too_big(w: int, h: int, frames: int = 1) -> ImageLoadError:
+    extra = f" in {frames} frames" if frames > 1 else ""
+    return ImageLoadError(f"over 50 megapixels ({w}x{h}{extra})")
+
+
+def _cmyk_to_rgb(cmyk: np.ndarray) -> np.ndarray:
+    """CMYK (any integer or float range) to RGB in [0, 1]: ``(1 - c)(1 - k)``."""
+    x = cmyk.astype(np.float32)
+    if np.issubdtype(cmyk.dtype, np.integer):
+        x /= float(np.iinfo(cmyk.dtype).max)
+    c, m, y, k = (x[..., i] for i in range(4))
+    return np.stack([(1 - c) * (1 - k), (1 - m) * (1 - k), (1 - y) * (1 - k)], axis=-1)
+
+
+def _read_tiff(path: Path) -> np.ndarray:
+    """The first TIFF series, after checking its full size in the header (every page)."""
+    import tifffile
+
+    try:
+        with tifffile.TiffFile(path) as tf:
+            pages = len(tf.pages)
+            if not tf.series:
+                raise ImageLoadError("not an image (no image data in the TIFF)")
+            s0 = tf.series[0]
+            shape = tuple(int(x) for x in s0.shape)
+            axes = s0.axes
+            spatial = [d for d, a in zip(shape, axes) if a in "YX"]
+            h, w = (spatial + [1, 1])[:2]
+            samples = math.prod(d for d, a in zip(shape, axes) if a == "S")
+            frames = math.prod(d for d, a in zip(shape, axes) if a not in "YXS")
+            if frames * h * w > MAX_PIXELS or samples > 4:
+                raise _too_big(w, h, frames)
+            for page in tf.pages[: min(pages, 1024)]:  # other pages are not decoded, but say what is there
+                pw, ph = int(getattr(page, "imagewidth", 0)), int(getattr(page, "imagelength", 0))
+                if pw * ph > MAX_PIXELS:
+                    raise _too_big(pw, ph)
+            if frames > 1:
+                raise ImageLoadError(f"unsupported: a stack of {frames} pages")
+            cmyk = getattr(tf.pages[0], "photometric", None) == tifffile.PHOTOMETRIC.SEPARATED and samples == 4
+            img = s0.asarray()
+    except ImageLoadError:
+        raise
+    except (tifffile.TiffFileError, ValueError, OSError, KeyError, IndexError, RuntimeError, TypeError,
+            NotImplementedError) as exc:
+        text = str(exc).lower()
+        if "truncat" in text or "end of file" in text or "eof" in text:
+            raise ImageLoadError("truncated file (the image data ends early)") from exc
+        raise ImageLoadError(f"not an image ({_short(exc)})") from exc
+    return _cmyk_to_rgb(img) if cmyk else img
+
+
 def load_image(path) -> np.ndarray:
     """Read one image file as float32, ``(H, W)`` or ``(H, W, 3)``.
 
@@ -153,51 +244,76 @@ def load_image(path) -> np.ndarray:
     Raises
     ------
     ImageLoadError
-        With the reason the file cannot be used: empty, truncated, not an
-        image, unsupported, or over :data:`MAX_PIXELS` pixels.
+        With the reason the file cannot be used: does not exist, permission
+        denied, a symbolic link loop, not a regular file, empty, truncated,
+        not an image, unsupported, over :data:`MAX_PIXELS` pixels (checked on
+        every frame before decoding), NaN/infinite/overflowing values, or
+        too large for the memory available.
     """
-    from PIL import Image
-    import imageio.v3 as iio
-
     path = Path(path)
     try:
-        size = path.stat().st_size
+        st = os.stat(path)
     except OSError as exc:
-        raise ImageLoadError(f"cannot be read ({exc.strerror or exc})") from exc
-    if size == 0:
+        raise ImageLoadError(os_reason(exc, path)) from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise ImageLoadError(f"not a regular file: {_kind(st.st_mode)}")
+    if st.st_size == 0:
         raise ImageLoadError("empty file (0 bytes)")
     ext = path.suffix.lower()
     if ext not in IMAGE_EXTENSIONS:
         raise ImageLoadError(f"unsupported file type '{ext or path.name}'")
     try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        raise ImageLoadError(os_reason(exc, path)) from exc
+    try:
+        img = _decode(path, ext)
+        img = np.asarray(img)
+        if img.ndim >= 2 and img.shape[0] * img.shape[1] > MAX_PIXELS:
+            raise _too_big(img.shape[1], img.shape[0])
+        return _to_float(img, path)
+    except MemoryError:
+        raise ImageLoadError("too large to decode in the memory available") from None
+
+
+def _decode(path: Path, ext: str) -> np.ndarray:
+    from PIL import Image
+
+    if ext in (".tif", ".tiff"):
+        return _read_tiff(path)
+    try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path) as im:
                 w, h = im.size
-    except Image.DecompressionBombWarning:
+                frames = int(getattr(im, "n_frames", 1) or 1)
+                if ext in (".jpg", ".jpeg"):
+                    frames = 1  # a multi-picture (MPO) camera JPEG: only its first picture is read
+                mode = im.mode
+                if w * h * frames > MAX_PIXELS:
+                    raise _too_big(w, h, frames)
+                if frames > 1:
+                    raise ImageLoadError(f"unsupported: an animation of {frames} frames")
+                if mode == "CMYK":  # PIL undoes Adobe's inverted CMYK when it reads the file
+                    return np.asarray(im.convert("RGB"))
+    except ImageLoadError:
+        raise
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError):
         raise ImageLoadError("over 50 megapixels") from None
-    except Image.DecompressionBombError:
-        raise ImageLoadError("over 50 megapixels") from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        # PIL cannot parse the header; TIFF flavours PIL lacks go to imageio below.
-        if ext not in (".tif", ".tiff"):
-            raise ImageLoadError("not an image (the file's contents are not a readable image)") from exc
-        w = h = None
-    if w is not None and w * h > MAX_PIXELS:
-        raise ImageLoadError(f"over 50 megapixels ({w}x{h})")
+    except (OSError, ValueError, SyntaxError, EOFError) as exc:
+        raise ImageLoadError("not an image (the file's contents are not a readable image)") from exc
+    import imageio.v3 as iio
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            img = iio.imread(path)
-    except (OSError, ValueError, SyntaxError, RuntimeError, IndexError, KeyError) as exc:
+            return iio.imread(path, index=0)
+    except (OSError, ValueError, SyntaxError, RuntimeError, IndexError, KeyError, EOFError) as exc:
         text = str(exc).lower()
         if "truncat" in text or "premature" in text or "broken data" in text or "end of file" in text:
             raise ImageLoadError("truncated file (the image data ends early)") from exc
         raise ImageLoadError(f"not an image ({_short(exc)})") from exc
-    img = np.asarray(img)
-    if img.ndim >= 2 and img.shape[0] * img.shape[1] > MAX_PIXELS:
-        raise ImageLoadError(f"over 50 megapixels ({img.shape[1]}x{img.shape[0]})")
-    return _to_float(img, path)
 
 
 def _short(exc: BaseException) -> str:
@@ -205,10 +321,18 @@ def _short(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:160]
 
 
-def _walk(folder: Path):
-    """Files below ``folder``, recursively, in a deterministic sorted order."""
+def _walk(folder: Path, errors: list | None = None):
+    """Files below ``folder``, recursively, in a deterministic sorted order.
+
+    Subfolders that cannot be read are added to ``errors`` as skipped entries.
+    """
     out = []
-    for root, dirs, files in os.walk(folder):
+
+    def onerror(exc):
+        if errors is not None:
+            errors.append({"path": str(getattr(exc, "filename", "") or folder), "reason": "folder " + os_reason(exc)})
+
+    for root, dirs, files in os.walk(folder, onerror=onerror):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
             if not name.startswith("."):
@@ -246,17 +370,22 @@ def load_images(inputs, *, on_progress=None) -> ImageSet:
     skipped: list[dict] = []
     for item in inputs:
         p = Path(item)
-        if p.is_dir():
-            files = _walk(p)
-            if not files:
+        try:
+            is_dir = stat.S_ISDIR(os.stat(p).st_mode)
+        except OSError as exc:
+            skipped.append({"path": str(p), "reason": os_reason(exc, p)})
+            continue
+        if is_dir:
+            errors: list = []
+            files = _walk(p, errors)
+            skipped += errors
+            if not files and not errors:
                 skipped.append({"path": str(p), "reason": "folder contains no files"})
             for f in files:
                 rel = f.relative_to(p).parts
                 jobs.append((f, rel[0] if len(rel) > 1 else None))
-        elif p.exists():
-            jobs.append((p, None))
         else:
-            skipped.append({"path": str(p), "reason": "does not exist"})
+            jobs.append((p, None))
     images, paths, labels = [], [], []
     for k, (f, label) in enumerate(jobs):
         try:
@@ -265,6 +394,11 @@ def load_images(inputs, *, on_progress=None) -> ImageSet:
             labels.append(label)
         except ImageLoadError as exc:
             skipped.append({"path": str(f), "reason": str(exc)})
+        except MemoryError:
+            skipped.append({"path": str(f), "reason": "too large to decode in the memory available"})
+        except Exception as exc:  # noqa: BLE001 - a decoder's bug on one file never ends the set
+            log.warning("unexpected failure reading %r", str(f), exc_info=True)
+            skipped.append({"path": str(f), "reason": f"could not be decoded ({type(exc).__name__}: {_short(exc)})"})
         if on_progress is not None and on_progress(k + 1, len(jobs)) is False:
             skipped += [{"path": str(f2), "reason": "not loaded: cancelled"} for f2, _ in jobs[k + 1:]]
             break

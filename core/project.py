@@ -1,8 +1,22 @@
 """Project files (``.iaproj``): one zip of a JSON manifest and ``.npy`` arrays.
 
-Never pickle: arrays are read with ``np.load(..., allow_pickle=False)`` and
-everything else is JSON.  Writes are atomic (a temporary file in the same
+Never pickle: arrays are plain ``.npy`` (numbers only) and everything else is
+JSON.  Writes are atomic (:mod:`core.atomic`: a temporary file in the same
 folder, then a rename), so a crash never leaves half a project behind.
+
+Projects come from other people, so :func:`load_project` treats the file as
+untrusted: it refuses anything that is not a regular file before opening it
+(a FIFO would block), bounds every read (the zip directory, the manifest —
+:data:`MAX_MANIFEST_BYTES`, nesting :data:`MAX_JSON_DEPTH` — and each array,
+whose header must match the shape the manifest implies before its data is
+read, streamed, never more than :func:`inflated_limit` in all), checks types,
+shapes, value ranges and cross-consistency, and raises only
+:class:`ProjectError` with a plain reason.
+
+File names are stored as JSON strings.  A name that is not valid UTF-8 (legal
+on Linux) is kept with Python's ``surrogateescape`` convention: each byte
+that is not UTF-8 becomes U+DC80..U+DCFF, written as a ``\\udcXX`` escape, so
+``os.fsencode(path)`` gives back the original bytes.
 
 A project holds the image paths and true labels, the files skipped, the
 working size, the per-image transforms the user applied, the run parameters,
@@ -15,8 +29,10 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
-import tempfile
+import stat
+import struct
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -25,15 +41,46 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .clusterbook import ClusterBook
+from .atomic import atomic_write, remove_stale_temporaries
+from .clusterbook import UNASSIGNED, ClusterBook
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "Project", "ProjectError", "save_project", "load_project"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "Project", "ProjectError", "save_project", "load_project",
+           "MAX_IMAGES", "MAX_MANIFEST_BYTES", "MAX_JSON_DEPTH", "MAX_FRAMES", "MAX_SIDE", "inflated_limit"]
 
 FORMAT = "invariant-attention-studio project"
 FORMAT_VERSION = 1
 _RESULT_KEYS = ("cluster_means", "image_transforms", "scores", "weights", "input_distances",
                 "final_distances", "run_labels")
 _FRAME_KEYS = ("weights", "means", "distances", "labels")
+_STAGES = ("similarity", "means", "iteration", "done")
+
+MAX_IMAGES = 100_000
+"""Most images a project may declare."""
+MAX_MANIFEST_BYTES = 8 * 2**20
+"""Largest manifest read (8 MiB: about 40 000 images with long paths)."""
+MAX_JSON_DEPTH = 12
+"""Deepest nesting of lists and objects in the manifest."""
+MAX_FRAMES = 10_000
+"""Most run-history frames."""
+MAX_SIDE = 4096
+"""Largest side of an embedded image or mean."""
+_MAX_MEMBERS = 4 + len(_RESULT_KEYS) + len(_FRAME_KEYS) * MAX_FRAMES + 16
+_MAX_DIRECTORY_BYTES = 64 * 2**20
+_MAX_HEADER = 4096
+_MAX_CONTAINERS = 500_000  # lists and objects in the manifest (skipped files and history frames are objects)
+_MIN_BUDGET = 256 * 2**20
+_RATIO = 20
+_MAX_BUDGET = 8 * 2**30
+
+
+def inflated_limit(file_size: int) -> int:
+    """Most bytes of array data a project of ``file_size`` bytes may inflate to.
+
+    ``max(256 MiB, 20 x file_size)``, at most 8 GiB: real projects compress
+    3-4 times overall (measured on the demos; 7-14 times for their most
+    compressible member), a zip bomb a thousand times.
+    """
+    return int(min(_MAX_BUDGET, max(_MIN_BUDGET, _RATIO * int(file_size))))
 
 
 class ProjectError(ValueError):
@@ -100,6 +147,17 @@ def _npy_bytes(arr) -> bytes:
     return buf.getvalue()
 
 
+def _npy_bytes(arr) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _json_bytes(data) -> bytes:
+    """JSON as UTF-8; lone surrogates (non-UTF-8 file-name bytes) become ``\\udcXX`` escapes."""
+    return json.dumps(data, indent=1, ensure_ascii=False).encode("utf-8", "backslashreplace")
+
+
 def save_project(path, project: Project, *, embed: bool = True) -> Path:
     """Write ``project`` to ``path`` atomically.
 
@@ -115,9 +173,15 @@ def save_project(path, project: Project, *, embed: bool = True) -> Path:
     Returns
     -------
     Path
+
+    Notes
+    -----
+    Temporary files that killed saves left beside ``path`` are removed first
+    (:func:`core.atomic.remove_stale_temporaries`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path.parent, name=path.name)
     arrays: dict[str, np.ndarray] = {}
     n = project.n
     arrays["transforms"] = np.zeros((n, 3)) if project.transforms is None else project.transforms
@@ -151,88 +215,402 @@ def save_project(path, project: Project, *, embed: bool = True) -> Path:
         "edits": list(project.edits),
         "arrays": sorted(arrays),
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
-            zf.writestr("manifest.json", json.dumps(manifest, indent=1, ensure_ascii=False))
+    with atomic_write(path) as fh:
+        with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
+            zf.writestr("manifest.json", _json_bytes(manifest))
             for name, arr in arrays.items():
                 zf.writestr(f"arrays/{name}.npy", _npy_bytes(arr))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 
-def load_project(path) -> Project:
-    """Read a ``.iaproj`` file.
+# ---------------------------------------------------------------------------------------------- loading
+def _open_regular(path: Path):
+    """Open ``path`` for reading only if it is a regular file (never blocks on a FIFO)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.lexists(path):
+            raise ProjectError(f"{path}: a broken symbolic link (its target does not exist)") from None
+        raise ProjectError(f"{path}: the file does not exist") from None
+    except OSError as exc:
+        raise ProjectError(f"{path}: cannot be read ({_os_reason(exc)})") from None
+    _require_regular(path, st.st_mode)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise ProjectError(f"{path}: cannot be read ({_os_reason(exc)})") from None
+    st = os.fstat(fd)
+    try:
+        _require_regular(path, st.st_mode)  # swapped for something else after the first look
+    except ProjectError:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb"), st.st_size
+
+
+def _require_regular(path, mode):
+    if stat.S_ISREG(mode):
+        return
+    kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file")
+    raise ProjectError(f"{path}: not a project file ({kind})")
+
+
+def _os_reason(exc: OSError) -> str:
+    import errno
+
+    return {errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+            errno.ELOOP: "a symbolic link loop", errno.EISDIR: "a folder"}.get(
+        exc.errno, exc.strerror or type(exc).__name__)
+
+
+def _check_directory(fh, size: int, name: str) -> None:
+    """Bound the zip's central directory (entries and bytes) before zipfile parses it."""
+    tail = min(size, 65536 + 22)
+    fh.seek(size - tail)
+    data = fh.read(tail)
+    at = data.rfind(b"PK\x05\x06")
+    if at < 0 or at + 22 > len(data):
+        return  # zipfile gives the precise reason
+    entries, cd_size = struct.unpack("<xxxxxxxxxxHI", data[at:at + 16])
+    if entries == 0xFFFF or cd_size == 0xFFFFFFFF:  # zip64: the real numbers are in the zip64 record
+        loc = data.rfind(b"PK\x06\x07", 0, at)
+        if loc >= 0 and loc + 20 <= len(data):
+            (rec_off,) = struct.unpack("<Q", data[loc + 8:loc + 16])
+            if rec_off + 56 <= size:
+                fh.seek(rec_off)
+                rec = fh.read(56)
+                if rec[:4] == b"PK\x06\x06":
+                    entries, cd_size = struct.unpack("<QQ", rec[32:48])
+    if entries > _MAX_MEMBERS or cd_size > _MAX_DIRECTORY_BYTES:
+        raise ProjectError(f"{name}: refused: the zip directory is too large ({entries} entries, {cd_size} bytes)")
+    fh.seek(0)
+
+
+def _read_bounded(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, name: str, what: str) -> bytes:
+    if info.file_size > limit:
+        raise ProjectError(f"{name}: refused: {what} would inflate to {info.file_size} bytes "
+                           f"(more than the {limit} allowed)")
+    with zf.open(info) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ProjectError(f"{name}: refused: {what} inflates beyond {limit} bytes")
+    return data
+
+
+def _json_shape_ok(obj, depth_limit: int, container_limit: int) -> str | None:
+    """Why the parsed manifest is too deep or has too many lists/objects, or None (level by level)."""
+    level = [obj] if isinstance(obj, (list, dict)) else []
+    depth = count = 0
+    while level:
+        depth += 1
+        count += len(level)
+        if depth > depth_limit:
+            return f"nested more than {depth_limit} deep"
+        if count > container_limit:
+            return f"more than {container_limit} lists and objects"
+        nxt = []
+        for item in level:
+            nxt.extend(v for v in (item.values() if isinstance(item, dict) else item) if isinstance(v, (list, dict)))
+        level = nxt
+    return None
+
+
+def load_project(path, *, max_bytes: int | None = None) -> Project:
+    """Read a ``.iaproj`` file, which may come from anyone.
+
+    Parameters
+    ----------
+    path : str or Path
+    max_bytes : int, optional
+        Most bytes all arrays together may inflate to; default
+        :func:`inflated_limit` of the file's size.  Raise it to open a
+        legitimate project refused as too large.
+
+    Returns
+    -------
+    Project
+        Validated: every array has the shape, type and value range the
+        manifest implies, labels and clusters are consistent with the images.
 
     Raises
     ------
     ProjectError
-        Not a project, truncated or corrupted, or inconsistent — with the reason.
+        For any content that cannot be used — not a regular file, not a
+        project, truncated or corrupted, too large (a zip bomb), or
+        inconsistent — with the reason in plain words.  No other exception
+        escapes for any file content.
     """
     path = Path(path)
-    if not path.exists():
-        raise ProjectError(f"{path}: the file does not exist")
+    name = path.name or str(path)
+    fh, size = _open_regular(path)
     try:
-        with zipfile.ZipFile(path) as zf:
-            try:
-                manifest = json.loads(zf.read("manifest.json").decode("utf-8"))
-            except KeyError:
-                raise ProjectError(f"{path.name}: not a project (no manifest)") from None
-            if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-                raise ProjectError(f"{path.name}: not an Invariant Attention Studio project")
-            if int(manifest.get("format_version", 0)) > FORMAT_VERSION:
-                raise ProjectError(f"{path.name}: made by a newer version ({manifest.get('app_version')})")
-            arrays = {}
-            for name in manifest.get("arrays", []):
+        with fh:
+            _check_directory(fh, size, name)
+            with zipfile.ZipFile(fh) as zf:
                 try:
-                    with zf.open(f"arrays/{name}.npy") as fh:
-                        arrays[name] = np.load(io.BytesIO(fh.read()), allow_pickle=False)
+                    info = zf.getinfo("manifest.json")
                 except KeyError:
-                    raise ProjectError(f"{path.name}: the array '{name}' is missing") from None
+                    raise ProjectError(f"{name}: not a project (no manifest)") from None
+                raw = _read_bounded(zf, info, MAX_MANIFEST_BYTES, name, "the manifest")
+                if raw.count(b"{") + raw.count(b"[") > _MAX_CONTAINERS:  # before parsing: bounds its memory
+                    raise ProjectError(f"{name}: refused: the manifest has more than {_MAX_CONTAINERS} lists "
+                                       "and objects")
+                try:
+                    manifest = json.loads(raw.decode("utf-8"))
+                except RecursionError:
+                    raise ProjectError(f"{name}: refused: the manifest is nested too deeply") from None
+                if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+                    raise ProjectError(f"{name}: not an Invariant Attention Studio project")
+                why = _json_shape_ok(manifest, MAX_JSON_DEPTH, _MAX_CONTAINERS)
+                if why:
+                    raise ProjectError(f"{name}: refused: the manifest is {why}")
+                version = manifest.get("format_version", 0)
+                if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+                    raise ProjectError(f"{name}: the manifest is corrupted (format_version)")
+                if version > FORMAT_VERSION:
+                    raise ProjectError(f"{name}: made by a newer version ({str(manifest.get('app_version'))[:40]})")
+                meta = _Manifest(name, manifest)
+                arrays = _read_arrays(zf, meta, inflated_limit(size) if max_bytes is None else int(max_bytes))
     except ProjectError:
         raise
     except zipfile.BadZipFile as exc:
-        raise ProjectError(f"{path.name}: the file is truncated or corrupted ({exc})") from None
+        raise ProjectError(f"{name}: the file is truncated or corrupted ({_short(exc)})") from None
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ProjectError(f"{path.name}: the manifest is corrupted") from None
-    except (ValueError, OSError, EOFError, zlib.error) as exc:
-        raise ProjectError(f"{path.name}: the file is truncated or corrupted ({exc})") from None
-    return _build(path, manifest, arrays)
-
-
-def _build(path: Path, manifest: dict, arrays: dict) -> Project:
+        raise ProjectError(f"{name}: the manifest is corrupted") from None
+    except MemoryError:
+        raise ProjectError(f"{name}: refused: not enough memory to read it") from None
+    except RecursionError:
+        raise ProjectError(f"{name}: refused: nested too deeply") from None
+    except (ValueError, OSError, EOFError, zlib.error, NotImplementedError, struct.error, TypeError,
+            OverflowError, KeyError, IndexError, AttributeError, RuntimeError, LookupError) as exc:
+        raise ProjectError(f"{name}: the file is truncated or corrupted ({_short(exc)})") from None
     try:
-        paths = [str(p) for p in manifest["paths"]]
-        n = len(paths)
-        labels = list(manifest.get("labels") or [None] * n)
-        transforms = np.asarray(arrays.get("transforms", np.zeros((n, 3))), dtype=float)
-        if len(labels) != n or transforms.shape != (n, 3):
-            raise ProjectError(f"{path.name}: inconsistent contents (labels or transforms do not match the images)")
-        base = arrays.get("base")
-        if base is not None and base.shape[0] != n:
-            raise ProjectError(f"{path.name}: inconsistent contents (embedded images)")
-        clusters = manifest.get("clusters")
-        book = ClusterBook.from_json(clusters, n) if clusters else None
-        history = []
-        for k, fr in enumerate(manifest.get("history", [])):
-            item = {"iteration": int(fr["iteration"]), "stage": str(fr["stage"])}
-            for key in _FRAME_KEYS:
-                item[key] = arrays.get(f"history/{k:04d}_{key}")
-            history.append(item)
-        result = {k[len("result/"):]: v for k, v in arrays.items() if k.startswith("result/")}
-        return Project(
-            paths=paths, labels=labels, skipped=list(manifest.get("skipped", [])),
-            size=int(manifest.get("size", 64)), transforms=transforms, base=base,
-            scale=arrays.get("scale"), offset=arrays.get("offset"),
-            parameters=dict(manifest.get("parameters") or {}), clusters=book, history=history,
-            result=result, edits=list(manifest.get("edits", [])),
-            app_version=str(manifest.get("app_version", "")),
-        )
+        return meta.build(arrays)
     except ProjectError:
         raise
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ProjectError(f"{path.name}: the manifest is incomplete or inconsistent ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - any content problem is a ProjectError
+        raise ProjectError(f"{name}: the manifest is incomplete or inconsistent ({_short(exc)})") from None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:200]
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class _Manifest:
+    """The validated manifest, and the array shapes it implies."""
+
+    def __init__(self, name: str, m: dict):
+        self.name = name
+        bad = self._bad
+        paths = m.get("paths")
+        if not isinstance(paths, list) or not all(isinstance(p, str) and 0 < len(p) <= 4096 and "\x00" not in p
+                                                  for p in paths):
+            bad("'paths' must be a list of file names")
+        n = len(paths)
+        if not 1 <= n <= MAX_IMAGES:
+            bad(f"it holds {n} images (1 to {MAX_IMAGES} allowed)")
+        declared = m.get("n_images", n)
+        if not _is_int(declared) or declared != n:
+            bad(f"'n_images' ({str(declared)[:20]}) does not match the {n} paths")
+        labels = m.get("labels")
+        labels = [None] * n if labels is None else labels
+        if not isinstance(labels, list) or len(labels) != n or not all(
+                lab is None or (isinstance(lab, str) and len(lab) <= 4096) for lab in labels):
+            bad("labels do not match the images")
+        skipped = m.get("skipped", [])
+        if not isinstance(skipped, list) or len(skipped) > 10 * MAX_IMAGES or not all(
+                isinstance(s, dict) and isinstance(s.get("path"), str) and isinstance(s.get("reason"), str)
+                for s in skipped):
+            bad("the list of skipped files is malformed")
+        size = m.get("size", 64)
+        if not _is_int(size) or not 2 <= size <= MAX_SIDE:
+            bad(f"working size {str(size)[:20]} is out of range")
+        params = m.get("parameters") or {}
+        if not isinstance(params, dict):
+            bad("'parameters' is not an object")
+        beta_used = params.get("beta_used")
+        if beta_used is not None and (not isinstance(beta_used, (int, float)) or isinstance(beta_used, bool)
+                                      or not (math.isfinite(beta_used) and 0 < beta_used < 1e300)):
+            bad("'beta_used' is not a positive number")
+        edits = m.get("edits", [])
+        if not isinstance(edits, list) or not all(isinstance(e, str) for e in edits):
+            bad("'edits' must be a list of texts")
+        history = m.get("history", [])
+        if not isinstance(history, list) or len(history) > MAX_FRAMES:
+            bad("the run history is malformed or too long")
+        frames = []
+        for fr in history:
+            if not isinstance(fr, dict) or not _is_int(fr.get("iteration")) or not 0 <= fr["iteration"] <= 10**6 \
+                    or fr.get("stage") not in _STAGES:
+                bad("a run-history frame is malformed")
+            frames.append({"iteration": int(fr["iteration"]), "stage": fr["stage"]})
+        names = m.get("arrays", [])
+        if not isinstance(names, list) or not all(isinstance(a, str) for a in names) or len(set(names)) != len(names):
+            bad("the list of arrays is malformed")
+        allowed = {"transforms", "base", "scale", "offset"} | {f"result/{k}" for k in _RESULT_KEYS} | {
+            f"history/{k:04d}_{key}" for k in range(len(frames)) for key in _FRAME_KEYS}
+        unknown = [a for a in names if a not in allowed]
+        if unknown:
+            bad(f"unexpected array '{unknown[0][:60]}'")
+        self.clusters = m.get("clusters")
+        if self.clusters is not None:
+            c = self.clusters
+            if not isinstance(c, dict) or not isinstance(c.get("labels"), list) or len(c["labels"]) != n:
+                bad("the clusters do not match the images")
+            limit = 10 * n + 1000
+            if not all(_is_int(x) and (x == UNASSIGNED or 0 <= x < limit) for x in c["labels"]):
+                bad("a cluster id is out of range")
+            nm = c.get("names", {})
+            if not isinstance(nm, dict) or not all(
+                    isinstance(v, str) and len(v) <= 1000 and k.lstrip("-").isdigit() and 0 <= int(k) < limit
+                    for k, v in nm.items()):
+                bad("the cluster names are malformed")
+        self.n, self.paths, self.labels, self.skipped, self.size = n, paths, labels, skipped, size
+        self.params, self.edits, self.frames, self.names = params, edits, frames, names
+        self.version = str(m.get("app_version", ""))[:100]
+
+    def _bad(self, why: str):
+        raise ProjectError(f"{self.name}: inconsistent contents ({why})")
+
+    def spec(self, key: str):
+        """``(shape pattern, dtype kinds)``: ints are fixed, "S" the side, "k" a count <= n, "C" channels."""
+        n = self.n
+        img = ("k", "S", "S", "C")
+        table = {"transforms": ((n, 3), "f"), "base": ((n, "S", "S", "C"), "f"), "scale": ((n,), "f"),
+                 "offset": ((n, 2), "f"), "cluster_means": (img, "f"), "image_transforms": ((n, 3), "f"),
+                 "scores": ((n,), "f"), "weights": ((n, n), "f"), "input_distances": ((n, n), "f"),
+                 "final_distances": ((n, n), "f"), "run_labels": ((n,), "iu"), "means": ((n, "S", "S", "C"), "f"),
+                 "distances": ((n, n), "f"), "labels": ((n,), "iu")}
+        return table[key.split("/")[-1].split("_", 1)[-1] if key.startswith("history/") else key.split("/")[-1]]
+
+    def build(self, arrays: dict) -> Project:
+        n = self.n
+        bad = self._bad
+        for key, arr in arrays.items():
+            short = key.split("/")[-1]
+            if arr.dtype.kind == "f" and short not in ("scores",) and not np.isfinite(arr).all():
+                bad(f"'{key}' holds NaN or infinite values")
+            if short.endswith("labels") and arr.size and (arr.min() < 0 or arr.max() >= n):
+                bad(f"'{key}' holds a cluster number out of range")
+        scale = arrays.get("scale")
+        if scale is not None and not (scale > 0).all():
+            bad("'scale' must be positive")
+        for k, fr in enumerate(self.frames):
+            for key in _FRAME_KEYS:
+                fr[key] = arrays.get(f"history/{k:04d}_{key}")
+            if fr["distances"] is None or fr["labels"] is None:
+                bad(f"run-history frame {k} lacks its distances or labels")
+        result = {k[len("result/"):]: v for k, v in arrays.items() if k.startswith("result/")}
+        if "run_labels" in result and "cluster_means" in result:
+            if result["cluster_means"].shape[0] != int(result["run_labels"].max()) + 1:
+                bad("the cluster means do not match the run's clusters")
+        book = None
+        if self.clusters is not None:
+            book = ClusterBook.from_json(self.clusters, n)
+        return Project(
+            paths=list(self.paths), labels=list(self.labels), skipped=list(self.skipped), size=self.size,
+            transforms=np.asarray(arrays.get("transforms", np.zeros((n, 3))), dtype=float),
+            base=arrays.get("base"), scale=scale, offset=arrays.get("offset"), parameters=dict(self.params),
+            clusters=book, history=self.frames, result=result, edits=list(self.edits), app_version=self.version,
+        )
+
+
+def _read_npy_header(fh, key: str, name: str):
+    magic = fh.read(8)
+    if len(magic) != 8 or magic[:6] != b"\x93NUMPY":
+        raise ProjectError(f"{name}: the array '{key}' is not a plain .npy array")
+    major = magic[6]
+    if major == 1:
+        (hlen,) = struct.unpack("<H", fh.read(2))
+    elif major in (2, 3):
+        (hlen,) = struct.unpack("<I", fh.read(4))
+    else:
+        raise ProjectError(f"{name}: the array '{key}' has an unknown .npy version {major}")
+    if hlen > _MAX_HEADER:
+        raise ProjectError(f"{name}: the array '{key}' has an oversized header")
+    text = fh.read(hlen).decode("latin1" if major < 3 else "utf-8")
+    import ast
+
+    try:
+        d = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        raise ProjectError(f"{name}: the array '{key}' has a corrupted header") from None
+    if not isinstance(d, dict) or set(d) != {"descr", "fortran_order", "shape"} \
+            or not isinstance(d["descr"], str) or not isinstance(d["fortran_order"], bool) \
+            or not isinstance(d["shape"], tuple) or not all(_is_int(x) and x >= 0 for x in d["shape"]):
+        raise ProjectError(f"{name}: the array '{key}' has a corrupted header")
+    try:
+        dtype = np.dtype(d["descr"])
+    except (TypeError, ValueError):
+        raise ProjectError(f"{name}: the array '{key}' has an unknown type") from None
+    return dtype, d["shape"], d["fortran_order"]
+
+
+def _read_arrays(zf: zipfile.ZipFile, meta: _Manifest, budget: int) -> dict:
+    name = meta.name
+    used = 0
+    arrays: dict[str, np.ndarray] = {}
+    dims: dict[str, int] = {}
+    order = sorted(meta.names, key=lambda a: (a != "base", a))  # the base image fixes S and C first
+    for key in order:
+        try:
+            info = zf.getinfo(f"arrays/{key}.npy")
+        except KeyError:
+            raise ProjectError(f"{name}: the array '{key}' is missing") from None
+        if info.file_size > budget - used + _MAX_HEADER:
+            raise ProjectError(f"{name}: refused: the arrays would inflate to more than {budget} bytes "
+                               f"(a zip bomb or a damaged file)")
+        pattern, kinds = meta.spec(key)
+        with zf.open(info) as fh:
+            dtype, shape, fortran = _read_npy_header(fh, key, name)
+            if dtype.kind not in kinds or dtype.fields is not None or dtype.shape != () or dtype.itemsize > 8:
+                raise ProjectError(f"{name}: the array '{key}' has the wrong type ({dtype.str})")
+            _match(shape, pattern, dims, meta, key)
+            nbytes = math.prod(shape) * dtype.itemsize
+            used += nbytes
+            if used > budget:
+                raise ProjectError(f"{name}: refused: the arrays would inflate to more than {budget} bytes "
+                                   f"(a zip bomb or a damaged file)")
+            buf = bytearray(nbytes)
+            view = memoryview(buf)
+            got = 0
+            while got < nbytes:  # in pieces: ZipExtFile.read(n) would hold ~2 copies
+                piece = fh.read(min(1 << 20, nbytes - got))
+                if not piece:
+                    raise ProjectError(f"{name}: the array '{key}' is truncated")
+                view[got:got + len(piece)] = piece
+                got += len(piece)
+            if fh.read(1):
+                raise ProjectError(f"{name}: the array '{key}' has trailing data")
+        arr = np.frombuffer(buf, dtype=dtype, count=math.prod(shape))
+        arrays[key] = arr.reshape(shape, order="F" if fortran else "C")
+    return arrays
+
+
+def _match(shape, pattern, dims, meta, key):
+    """Check ``shape`` against ``pattern``; "S", "k", "C" must agree across arrays."""
+    if len(pattern) == 4 and pattern[-1] == "C" and len(shape) == 3:
+        pattern = pattern[:3]
+    ok = len(shape) == len(pattern)
+    for got, want in zip(shape, pattern) if ok else ():
+        if _is_int(want):
+            ok = ok and got == want
+        elif want == "C":
+            ok = ok and got == 3 and dims.setdefault("C", 3) == 3
+        elif want == "k":
+            ok = ok and 1 <= got <= meta.n
+        elif want == "S":
+            ok = ok and 2 <= got <= MAX_SIDE and dims.setdefault("S", got) == got
+    if ok and len(shape) == 3 and len(pattern) == 3 and dims.setdefault("C", 0) != 0:
+        ok = False  # gray here, colour elsewhere
+    if not ok:
+        raise ProjectError(f"{meta.name}: inconsistent contents (the array '{key}' has shape {tuple(shape)}, "
+                           f"which does not match the {meta.n} images)")

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .atomic import atomic_write
 from .clustering import grouping_order
 
 __all__ = ["ASSIGNMENT_COLUMNS", "write_assignments", "write_json", "save_means_png",
@@ -17,15 +16,20 @@ __all__ = ["ASSIGNMENT_COLUMNS", "write_assignments", "write_json", "save_means_
 ASSIGNMENT_COLUMNS = ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label"]
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+def _atomic_write_text(path: Path, text: str, *, errors: str = "strict") -> None:
+    with atomic_write(path, mode="w", encoding="utf-8", errors=errors, newline="") as fh:
         fh.write(text)
-    os.replace(tmp, path)
 
 
 def write_assignments(path, rows) -> None:
-    """Write ``assignments.csv`` (columns :data:`ASSIGNMENT_COLUMNS`, extra keys appended)."""
+    """Write ``assignments.csv`` (columns :data:`ASSIGNMENT_COLUMNS`, extra keys appended).
+
+    UTF-8, one line per row; a field holding a comma, a quote, a newline or a
+    carriage return is quoted (RFC 4180).  A file name that is not valid
+    UTF-8 is written as its original bytes (``surrogateescape``), so reading
+    the CSV back with ``errors="surrogateescape"`` and :func:`os.fsencode`
+    gives the exact name.
+    """
     import io
 
     rows = list(rows)
@@ -33,16 +37,21 @@ def write_assignments(path, rows) -> None:
     for r in rows:
         cols += [k for k in r if k not in cols]
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
-    w.writeheader()
+    plain = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+    quoted = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    plain.writeheader()
     for r in rows:
-        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
-    _atomic_write_text(Path(path), buf.getvalue())
+        row = {k: ("" if r.get(k) is None else r.get(k)) for k in cols}
+        # the csv module leaves a lone "\r" unquoted when the line ends in "\n": quote that row
+        (quoted if any("\r" in str(v) for v in row.values()) else plain).writerow(row)
+    _atomic_write_text(Path(path), buf.getvalue(), errors="surrogateescape")
 
 
 def write_json(path, data) -> None:
-    """Write JSON atomically."""
-    _atomic_write_text(Path(path), json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    """Write JSON atomically (UTF-8; undecodable file-name bytes as ``\\udcXX`` escapes)."""
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    with atomic_write(Path(path)) as fh:
+        fh.write(text.encode("utf-8", "backslashreplace"))
 
 
 def _tile(images, cols=None):

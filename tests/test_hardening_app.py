@@ -1,0 +1,223 @@
+"""Opening untrusted projects in the app is transactional (pytest-qt, offscreen): D2, D4, D7, D8."""
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from PIL import Image  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _malicious import bomb_project, good_project, npy, read_members, write_project  # noqa: E402
+
+from core.project import load_project, save_project  # noqa: E402
+
+from app.main_window import MainWindow  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    old = os.environ.get("IA_STUDIO_LOG_DIR")
+    os.environ["IA_STUDIO_LOG_DIR"] = str(home / "logs")
+    yield home
+    if old is None:
+        os.environ.pop("IA_STUDIO_LOG_DIR", None)
+    else:
+        os.environ["IA_STUDIO_LOG_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def win(qapp, home, tmp_path_factory):
+    """A window holding the user's own saved project, then edited (unsaved: '*')."""
+    w = MainWindow(recover=False) if "recover" in MainWindow.__init__.__code__.co_varnames else MainWindow()
+    w.show()
+    folder = tmp_path_factory.mktemp("mine")
+    save_project(folder / "mine.iaproj", good_project(n=8, side=12, frames=2, seed=5))
+    assert w.open_project(str(folder / "mine.iaproj"))
+    w.rename_cluster(0, "my edit")
+    assert w.model.dirty
+    yield w
+    w.close()
+
+
+def _state(w):
+    m = w.model
+    return {"title": w.windowTitle(), "path": m.project_path, "dirty": m.dirty, "n": m.n,
+            "paths": list(m.data.paths), "book": m.book, "edits": list(m.edits), "working": m.working.copy(),
+            "frames": [id(f) for f in m.history_frames], "final": id(m.final), "transforms": m.transforms.copy(),
+            "thumbs": w.images_panel.thumbs.rowCount(), "clusters": w.clusters_panel.list.count()}
+
+
+def _same(a, b):
+    for k in a:
+        if isinstance(a[k], np.ndarray):
+            assert np.array_equal(a[k], b[k]), k
+        else:
+            assert a[k] == b[k], k
+
+
+def _refused(w, path, qapp, expect=None):
+    before = _state(w)
+    t = time.perf_counter()
+    assert w.open_project(str(path)) is False
+    assert time.perf_counter() - t < 5
+    qapp.processEvents()
+    box = w.last_dialog
+    assert box.isVisible() and box.windowTitle() == "Cannot open the project"
+    if expect:
+        assert expect in box.text(), box.text()
+    box.close()
+    _same(before, _state(w))
+
+
+def _malicious(tmp):
+    """A handful of projects that must be refused, each a different way."""
+    save_project(tmp / "ok.iaproj", good_project(n=4, side=8))
+    manifest, members = read_members(tmp / "ok.iaproj")
+    out = {}
+    m = dict(members)
+    m["arrays/result/run_labels.npy"] = npy(np.array([0, 0, 1, 10**9]))  # D4: crashed the app at 3.5 GB
+    out["label 1e9"] = (write_project(tmp / "labels.iaproj", manifest, m), "out of range")
+    m = dict(members)
+    m["arrays/base.npy"] = npy(np.zeros((3, 8, 8), np.float32))  # 3 images for 4 paths
+    out["short base"] = (write_project(tmp / "short.iaproj", manifest, m), "does not match")
+    m2 = json.loads(json.dumps(manifest))
+    m2["history"][0]["iteration"] = "x"
+    out["bad frame"] = (write_project(tmp / "frame.iaproj", m2, members), "frame")
+    m3 = json.loads(json.dumps(manifest))
+    m3["paths"] = 5
+    out["paths int"] = (write_project(tmp / "paths.iaproj", m3, members), "paths")
+    out["deep"] = (write_project(tmp / "deep.iaproj", None, members, raw_manifest=b"[" * 100000), "")
+    out["bomb"] = (bomb_project(tmp / "bomb.iaproj", zeros=2**20, n=4, side=512, declared=4096 + 2**20),
+                   "")
+    os.mkfifo(tmp / "fifo.iaproj")  # D7: used to hang Open and Recent
+    out["fifo"] = (tmp / "fifo.iaproj", "FIFO")
+    (tmp / "text.iaproj").write_text("hello")
+    out["text"] = (tmp / "text.iaproj", "truncated or corrupted")
+    return out
+
+
+def test_malicious_projects_never_change_the_session(win, qapp, tmp_path):
+    for name, (path, expect) in _malicious(tmp_path).items():
+        _refused(win, path, qapp, expect)
+    # Save still writes the user's own session to the user's own file (D2)
+    mine = win.model.project_path
+    assert win.save()
+    p = load_project(mine)
+    assert p.clusters.name_of(0) == "my edit" and p.n == 8 and p.paths[0] == "demo:shapes/000"
+
+
+def test_failure_while_rebuilding_the_run_is_a_dialog_not_a_half_load(win, qapp, tmp_path, monkeypatch):
+    path = save_project(tmp_path / "other.iaproj", good_project(n=6, side=10, frames=3, seed=9))
+    import app.worker
+
+    def broken(*a, **k):
+        raise np.linalg.LinAlgError("Eigenvalues did not converge")
+
+    monkeypatch.setattr(app.worker, "classical_mds", broken)
+    _refused(win, path, qapp, "Eigenvalues did not converge")
+    monkeypatch.undo()
+    before = win.model.project_path
+    assert win.open_project(str(path))  # the same file opens once nothing is broken
+    assert win.model.n == 6 and win.model.project_path == str(path) != before and not win.model.dirty
+    assert win.windowTitle().endswith("other.iaproj")
+
+
+def test_unreadable_originals_without_embedded_copies_are_refused(win, qapp, tmp_path):
+    src = tmp_path / "imgs"
+    src.mkdir()
+    paths = []
+    for k in range(12):
+        img = np.zeros((16, 16), np.uint8)
+        img[4:12, 2 + k % 3:10] = 255
+        Image.fromarray(img).save(src / f"{k:02d}.png")
+        paths.append(str(src / f"{k:02d}.png"))
+    p = good_project(n=12, side=8, frames=0)
+    p.paths, p.history, p.result, p.base = paths, [], {}, None
+    path = save_project(tmp_path / "refs.iaproj", p, embed=False)
+    (src / "03.png").write_text("damaged")
+    (src / "07.png").write_bytes(b"")
+    _refused(win, path, qapp, "2 of the 12 original images cannot be read")
+
+
+def test_a_loaded_but_odd_project_opens_and_draws(win, qapp, tmp_path):
+    """Projects the loader accepts (valid edge cases) open in the app and every view draws them."""
+    p = good_project(n=5, side=9, frames=2)
+    p.result.pop("cluster_means")  # an incomplete result: the run's history shows, no final read-out
+    p.labels = [None, "é", "\udcff", "", "x\ny"]
+    path = save_project(tmp_path / "odd.iaproj", p)
+    assert win.open_project(str(path))
+    win.redraw()
+    qapp.processEvents()
+    assert win.model.n == 5 and win.model.final is None and len(win.model.history_frames) == 2
+    assert win.images_panel.thumbs.rowCount() == 5
+
+
+def test_non_utf8_names_save_and_reopen_in_the_app(win, qapp, tmp_path):
+    p = good_project(n=4, side=8)
+    p.paths[1] = "/photos/caf\udce9\r.png"  # the bytes b"caf\xe9\r.png": legal on Linux, not UTF-8
+    path = save_project(tmp_path / "names.iaproj", p)
+    assert win.open_project(str(path))
+    win.rename_cluster(0, "renamed")
+    assert win._save_to(str(tmp_path / "again.iaproj"))  # used to fail silently (surrogates not allowed)
+    q = load_project(tmp_path / "again.iaproj")
+    assert os.fsencode(q.paths[1]) == b"/photos/caf\xe9\r.png" and q.clusters.name_of(0) == "renamed"
+    win.autosave()
+    assert load_project(win.autosave_path()).paths == q.paths
+
+
+def test_start_removes_temporaries_of_killed_saves(qapp, home, tmp_path):
+    import subprocess
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    w = MainWindow()
+    folder = w.autosave_path().parent
+    folder.mkdir(parents=True, exist_ok=True)
+    w.close()
+    stale = [folder / f".autosave.iaproj.{dead.pid}.{k:08x}.tmp" for k in range(3)]
+    for f in stale:
+        f.write_bytes(b"half a project")
+    keep = folder / f".autosave.iaproj.{os.getpid()}.0000000a.tmp"  # this process: a save in progress
+    keep.write_bytes(b"x")
+    w2 = MainWindow()
+    try:
+        assert not any(f.exists() for f in stale) and keep.exists()
+    finally:
+        w2.close()
+        keep.unlink()
+
+
+def test_every_fuzzed_project_either_opens_and_draws_or_is_refused_visibly(qapp, home, tmp_path):
+    """The fuzz corpus of manifest mutations, through the window (D8): no silent failure, no crash."""
+    from test_fuzz_project import NASTY, _paths, _set
+
+    w = MainWindow()
+    w.show()
+    try:
+        save_project(tmp_path / "base.iaproj", good_project(n=4, side=8))
+        manifest, members = read_members(tmp_path / "base.iaproj")
+        opened = refused = 0
+        for field in list(_paths(manifest)):
+            for value in NASTY[::2]:
+                m = json.loads(json.dumps(manifest))
+                _set(m, field, value)
+                path = write_project(tmp_path / "f.iaproj", m, members)
+                before = _state(w)
+                if w.open_project(str(path)):
+                    opened += 1
+                    w.redraw()
+                    assert w.model.project_path == str(path) and w.model.n == 4
+                else:
+                    refused += 1
+                    qapp.processEvents()
+                    assert w.last_dialog.isVisible() and w.last_dialog.text()
+                    w.last_dialog.close()
+                    _same(before, _state(w))
+        assert opened > 20 and refused > 100
+    finally:
+        w.close()
