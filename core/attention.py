@@ -61,8 +61,9 @@ class Settings:
         Weights below this are skipped in the means.
     guard : bool or None
         Stop iterating, and keep the previous iteration, when an iteration
-        made the clusters less separated (the silhouette of the current
-        partition on the new manifold distances dropped).  ``None`` (default):
+        moved images between clusters without the new clusters fitting the
+        input images clearly better (silhouette on the input invariant
+        distances up by at least 0.02).  ``None`` (default):
         on with ``beta="auto"``, off with an explicit ``beta`` (the paper's
         plain iteration).
     group : {"se2", "e2"}
@@ -224,7 +225,7 @@ class RunResult:
 _DENSE_TRANSFORMS_MAX = 500  # images; above this, mean-step snapshots carry no (n, n, 3) transforms
 
 
-_GUARD_TOL = 0.01  # a silhouette drop larger than this stops the iteration
+_GUARD_GAIN = 0.02  # a changed partition must raise the silhouette on the inputs by this much
 
 
 def check_finite(images) -> None:
@@ -404,20 +405,32 @@ class AttentionRun:
             return None
         return float(silhouette_score(distances[np.ix_(keep, keep)], lab, metric="precomputed"))
 
-    def _guard_rejects(self, dist) -> bool:
-        """True when the last iteration made the current partition less separated."""
+    def _guard_rejects(self, labels) -> bool:
+        """True (and the previous iteration restored) when ``labels`` are not a clear improvement.
+
+        An iteration may sharpen the clusters (the same partition) or change
+        them; a change is kept only when the new clusters fit the *input*
+        invariant distances -- the images as they are -- clearly better, by
+        their silhouette (+0.02).  Otherwise the iteration has mixed what the
+        inputs separate: the previous state is restored and the run stops.
+        """
         if not self.settings.guarded or self._prev is None:
             return False
-        prev_dist = self._prev[1][0]
-        before = self._separation(prev_dist, self._prev[3])
-        if before is None:
+        from sklearn.metrics import adjusted_rand_score
+
+        if adjusted_rand_score(self._prev[3], labels) == 1.0:
+            return False  # the same clusters: the iteration only sharpened them
+        d0 = self._input_sim[0]
+        before = self._separation(d0, self._prev[3])
+        after = self._separation(d0, labels)
+        if before is None or (after is not None and after >= before + _GUARD_GAIN):
             return False
-        after = self._separation(dist, self._prev[3])
-        if after is None or after >= before - _GUARD_TOL:
-            return False
+        before_text = "undefined" if before is None else f"{before:.3f}"
+        after_text = "undefined" if after is None else f"{after:.3f}"
         self._notes.append(
-            f"iteration {self._accepted} made the clusters less separated (silhouette {before:.3f} -> {after:.3f}); "
-            f"kept the result of iteration {self._accepted - 1} and stopped")
+            f"iteration {self._accepted} moved images between clusters without fitting the input images better "
+            f"(silhouette on the input distances {before_text} -> {after_text}); kept the clusters of "
+            f"{'the input images' if self._accepted == 1 else f'iteration {self._accepted - 1}'} and stopped")
         feats, self._sim, self._weights, self._labels, self._k_choice, self._beta = self._prev
         self._features = feats
         self._accepted -= 1
@@ -431,10 +444,10 @@ class AttentionRun:
         if self._stage == "similarity":
             dist, trans, mirrored = sim = self._distances(self._features)
             self._history.append(dist.astype(np.float32))
-            if self._guard_rejects(dist):
+            labels, choice = self._read_labels(dist)
+            if self._guard_rejects(labels):
                 self._stage = "finishing"
                 return self._advance()
-            labels, choice = self._read_labels(dist)
             if self._input_sim is None:
                 self._input_sim = sim
                 if s.beta == "auto":
@@ -488,9 +501,10 @@ class AttentionRun:
             sim = self._distances(self._features)
             dist = sim[0]
             self._history.append(dist.astype(np.float32))
-            if not self._guard_rejects(dist):
+            labels, choice = self._read_labels(dist)
+            if not self._guard_rejects(labels):
                 self._sim = sim
-                self._labels, self._k_choice = self._read_labels(dist)
+                self._labels, self._k_choice = labels, choice
             self._stage = "finishing"
             return self._advance()
         if self._stage == "finishing":  # committed state above; a cancel here redoes only this
