@@ -27,7 +27,7 @@ import numpy as np
 from .backend import Backend, get_backend, to_host
 from .clustering import KChoice, read_clusters, grouping_order
 from .invariant_mean import invariant_mean_step, invariant_means, start_invariant_means
-from .similarity import invariant_distances, plain_distances
+from .similarity import check_finite, invariant_distances, plain_distances
 from .warp import warp
 from .weights import attention_weights, local_bandwidth
 
@@ -226,14 +226,6 @@ _DENSE_TRANSFORMS_MAX = 500  # images; above this, mean-step snapshots carry no 
 
 
 _GUARD_GAIN = 0.02  # a changed partition must raise the silhouette on the inputs by this much
-
-
-def check_finite(images) -> None:
-    """Raise ``ValueError`` naming the first image that holds NaN or inf values."""
-    flat = np.asarray(images).reshape(len(images), -1)
-    bad = np.flatnonzero(~np.isfinite(flat).all(axis=1))
-    if bad.size:
-        raise ValueError(f"image {int(bad[0])} holds NaN or inf values")
 
 
 class _Cancelled(Exception):

@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="search relative rotations in [-DEG, DEG] only (default: the whole circle)")
     p.add_argument("--angle-step", type=_positive_float("--angle-step"), default=5.0, metavar="DEG")
     p.add_argument("--size", type=_size, default=64, metavar="PX", help="working size in pixels")
+    p.add_argument("--group", choices=("se2", "e2"), default="se2",
+                   help="se2: rotations and shifts (default); e2: also mirror images (a flipped specimen is the "
+                        "same thing); adds a 'mirrored' column to assignments.csv")
     p.add_argument("--scale", choices=("content", "frame"), default="content",
                    help="content: scale each image's object to the working size (default); "
                         "frame: scale each file's longest side to it")
@@ -330,7 +333,7 @@ def _run(args, parser) -> int:
         images /= np.maximum(np.sqrt((images.astype(np.float64) ** 2).reshape(n, -1).sum(1)), 1e-12)[:, None, None]
     run = AttentionRun(images, backend=args.backend, method=args.method, beta=args.beta,
                        iterations=args.iterations, clusters=args.clusters,
-                       rotation_range=args.rotation_range, angle_step=args.angle_step)
+                       rotation_range=args.rotation_range, angle_step=args.angle_step, group=args.group)
     stage_names = {"similarity": "invariant similarity", "means": "invariant means",
                    "iteration": "iteration done", "done": "done"}
     if args.method == "ka":
@@ -353,6 +356,8 @@ def _run(args, parser) -> int:
             "theta_deg": f"{t['theta_deg']:.3f}", "tx_px": f"{t['tx_px']:.3f}", "ty_px": f"{t['ty_px']:.3f}",
             "score": f"{res.scores[i]:.4f}", "label": data.labels[i] if data.labels[i] is not None else "",
         })
+        if args.group == "e2":
+            rows[-1]["mirrored"] = int(res.mirrored[i])
     write_assignments(out / "assignments.csv", rows)
     np.save(out / "weights.npy", res.weights.astype(np.float32))
     np.save(out / "distances.npy", res.input_distances.astype(np.float32))
@@ -369,7 +374,8 @@ def _run(args, parser) -> int:
         "parameters": {
             "method": args.method, "clusters": args.clusters, "beta": args.beta, "beta_used": res.beta,
             "iterations": args.iterations, "rotation_range": args.rotation_range,
-            "angle_step": args.angle_step, "size": args.size, "scale": args.scale, "canvas": canvas.size,
+            "angle_step": args.angle_step, "size": args.size, "scale": args.scale, "group": args.group,
+            "canvas": canvas.size,
             "transform": list(args.transform) if args.transform else None, "seed": args.seed,
         },
         "timings": {
@@ -405,10 +411,10 @@ def _run(args, parser) -> int:
         extra = f", ARI {summary['metrics']['ari']:.3f}" if "metrics" in summary else ""
         print(f"{n} images -> {k_text(res.k_choice, res.n_clusters)}{extra}; results in {printable(out)}",
               file=sys.stderr)
-        if summary["blank"]:
-            print(f"ia-cluster: {len(summary['blank'])} blank image(s) put in a cluster of their own", file=sys.stderr)
-        for note in res.notes:
-            print(f"ia-cluster: {note}", file=sys.stderr)
+    if summary["blank"]:
+        print(f"ia-cluster: {len(summary['blank'])} blank image(s) put in a cluster of their own", file=sys.stderr)
+    for note in res.notes:
+        print(f"ia-cluster: {note}", file=sys.stderr)
     return 0
 
 

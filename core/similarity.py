@@ -337,6 +337,7 @@ def invariant_distances(
     """
     if group not in ("se2", "e2"):
         raise ValueError("group must be 'se2' or 'e2'")
+    check_finite(images)
     if group == "e2":
         return _mirror_distances(images, angle_step=angle_step, rotation_range=rotation_range,
                                  candidates=candidates, refine_steps=refine_steps, on_progress=on_progress)
@@ -423,6 +424,15 @@ def _align_pairs(images, q, fv, pi, pj, angles, allowed, candidates, refine_step
         out_r.append(rr)
         progress(0.6 + 0.4 * min(1.0, (lo + blk) / n_pairs))
     return xp.concatenate(out_p), xp.concatenate(out_r)
+
+
+def check_finite(images) -> None:
+    """Raise ``ValueError`` naming the first image that holds NaN or inf values."""
+    xp = array_module(images)
+    flat = xp.asarray(images).reshape(images.shape[0], -1)
+    bad = np.flatnonzero(to_host(~xp.isfinite(flat).all(axis=1)))
+    if bad.size:
+        raise ValueError(f"image {int(bad[0])} holds NaN or inf values")
 
 
 def _mirror_distances(images, *, on_progress=None, **options) -> SimilarityResult:

@@ -49,6 +49,9 @@ def test_end_to_end_folder_with_skipped_files(tmp_path, capsys):
     assert {s["path"].split("/")[-1] for s in summary["skipped"]} == {"broken.png", "empty.jpg"}
     assert summary["metrics"]["ari"] == 1.0 and summary["backend"].startswith("numpy")
     assert set(summary["timings"]) == {"total_s", "similarity_s", "mean_s"}
+    # the evidence for k: candidates best first, a confidence, and how it was chosen
+    assert summary["k_candidates"][0]["k"] == 2 and summary["k_method"] in ("eigengap", "silhouette")
+    assert 0 < summary["k_confidence"] <= 1 and summary["blank"] == [] and summary["parameters"]["scale"] == "content"
     w = np.load(out / "weights.npy", allow_pickle=False)
     assert w.shape == (6, 6) and w.dtype == np.float32 and np.allclose(w.sum(0), 1, atol=1e-5)
     assert np.load(out / "distances.npy", allow_pickle=False).shape == (6, 6)
@@ -106,3 +109,38 @@ def test_console_script_help_and_version():
     assert out.returncode == 0 and "ia-cluster 0.1.0" in out.stdout
     out = subprocess.run([sys.executable, "-m", "core.cli", "--help"], capture_output=True, text=True)
     assert "--rotation-range" in out.stdout and "demo:shapes" in out.stdout
+
+
+def test_mirror_group_adds_a_column_and_blank_images_are_flagged(tmp_path, capsys):
+    bases, names = base_shapes()
+    src = np.repeat(bases[1:], 3, axis=0)
+    src[[1, 4]] = src[[1, 4]][:, :, ::-1]  # one mirrored seven, one mirrored key
+    tau = se2.random_transforms(6, rotation_range=180, shift_range=3, seed=5)
+    imgs = np.clip(warp(src, tau), 0, 1)
+    d = tmp_path / "in"
+    d.mkdir()
+    for k, img in enumerate(imgs):
+        Image.fromarray((img * 255).astype(np.uint8)).save(d / f"{k}.png")
+    Image.fromarray(np.zeros((40, 40), np.uint8)).save(d / "blank.png")
+    out = tmp_path / "out"
+    assert main([str(d), "--out", str(out), "--group", "e2", "--iterations", "1", *FAST]) == 0
+    with open(out / "assignments.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0].keys())[-1] == "mirrored"
+    by_name = {r["path"].split("/")[-1]: r for r in rows}
+    sevens = {by_name[f"{k}.png"]["cluster"] for k in range(3)}
+    keys = {by_name[f"{k}.png"]["cluster"] for k in range(3, 6)}
+    assert len(sevens) == 1 and len(keys) == 1 and sevens != keys
+    flags = [int(by_name[f"{k}.png"]["mirrored"]) for k in range(6)]
+    assert flags[1] != flags[0] and flags[1] != flags[2] and flags[4] != flags[3] and flags[4] != flags[5]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [p.split("/")[-1] for p in summary["blank"]] == ["blank.png"]
+    assert by_name["blank.png"]["cluster"] not in sevens | keys
+    assert "blank image" in capsys.readouterr().err
+
+
+def test_frame_scale_option_is_recorded(tmp_path):
+    out = tmp_path / "o"
+    assert main(["demo:shapes", "--out", str(out), "--scale", "frame", "--iterations", "1", *FAST]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["parameters"]["scale"] == "frame" and s["metrics"]["ari"] == 1.0

@@ -146,3 +146,69 @@ def test_cancel_inside_a_mean_step_or_the_read_out_resumes_exactly(shapes):
     assert stops > 1
     assert np.array_equal(res.weights, full.weights) and np.array_equal(res.features, full.features)
     assert np.array_equal(res.cluster_means, full.cluster_means) and len(res.history) == len(full.history)
+
+
+def test_mirror_group_clusters_mirror_images_together():
+    from core.demos import base_shapes
+
+    bases = base_shapes()[0][1:]  # seven and key: neither is its own mirror image
+    src = np.repeat(bases, 4, axis=0)
+    flip = np.array([0, 1, 0, 1, 1, 0, 1, 0], dtype=bool)
+    src[flip] = src[flip][:, :, ::-1]
+    tau = se2.random_transforms(8, rotation_range=180, shift_range=3, seed=2)
+    imgs = preprocess(list(np.clip(warp(src, tau), 0, None)), size=SIZE).images
+    truth = np.repeat([0, 1], 4)
+    res = AttentionRun(imgs, backend="numpy", group="e2", iterations=1, mean_steps=4).run()
+    assert adjusted_rand_score(truth, res.labels) == 1.0
+    for c in (0, 1):  # within a cluster, the flags say which images are mirrored (relative to the mean)
+        m = res.labels == c
+        assert np.array_equal(res.mirrored[m], flip[m]) or np.array_equal(res.mirrored[m], ~flip[m])
+    assert (res.scores > 0.9).all()
+    plain = invariant_distances(imgs[:4]).distances  # the sevens: 0 and 2 plain, 1 and 3 mirrored
+    assert plain[0, 1] > 3 * res.input_distances[0, 1] and plain[0, 1] > 0.2  # SE(2) cannot match a mirror
+    assert res.input_distances[0, 1] < 0.1
+
+
+def test_non_finite_images_are_named():
+    x = np.random.default_rng(0).random((4, 16, 16)).astype(np.float32)
+    x[2, 3, 4] = np.inf
+    with pytest.raises(ValueError, match="image 2 holds NaN or inf"):
+        AttentionRun(x, backend="numpy")
+    with pytest.raises(ValueError, match="image 2 holds NaN or inf"):
+        invariant_distances(x)
+
+
+def test_blank_image_gets_its_own_cluster(shapes):
+    s, imgs = shapes
+    x = np.concatenate([imgs[:3], np.zeros((1,) + imgs.shape[1:], np.float32), imgs[6:9]])
+    res = AttentionRun(x, backend="numpy", iterations=1, mean_steps=2).run()
+    assert res.blank.tolist() == [False, False, False, True, False, False, False]
+    assert res.labels[3] == res.labels.max() and (res.labels[[0, 1, 2, 4, 5, 6]] != res.labels[3]).all()
+    assert adjusted_rand_score(np.array(s.labels)[[0, 1, 2, 6, 7, 8]], res.labels[[0, 1, 2, 4, 5, 6]]) == 1.0
+
+
+def test_one_class_gives_one_cluster_without_warnings(shapes):
+    import warnings
+
+    _, imgs = shapes
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = AttentionRun(imgs[:6], backend="numpy", iterations=1, mean_steps=2).run()
+    assert res.n_clusters == 1 and res.k_choice.method == "same"
+
+
+def test_guard_keeps_the_input_clusters_when_an_iteration_mixes_them():
+    # a very broad explicit beta mixes the four digit classes; the guard (on here) stops and keeps the inputs' clusters
+    s = load_demo("digits", seed=3)
+    imgs = preprocess(s.images, size=SIZE).images
+    guarded = AttentionRun(imgs, backend="numpy", beta=0.5, clusters=4, iterations=3, mean_steps=3, guard=True).run()
+    plain = AttentionRun(imgs, backend="numpy", beta=0.5, clusters=4, iterations=3, mean_steps=3).run()
+    from core.clustering import read_clusters
+
+    inputs, _ = read_clusters(guarded.input_distances, k=4)
+    if adjusted_rand_score(plain.labels, inputs) < 1.0:  # the plain iteration changed the clusters...
+        assert guarded.notes and "kept the clusters" in guarded.notes[0]  # ...the guarded one did not
+        assert adjusted_rand_score(guarded.labels, inputs) == 1.0
+        assert guarded.iterations < 3
+    else:
+        pytest.fail("the broad kernel no longer changes the clusters: pick a harder set for this test")
