@@ -382,8 +382,7 @@ class MainWindow(QMainWindow):
 
     def split_cluster(self, cluster, k):
         """Split a cluster into k by spectral clustering of its members' final distances."""
-        from core.clustering import cluster_labels
-        from core.weights import rbf_similarity
+        from core.clustering import read_clusters
 
         m = self.model
         if m.book is None or m.final is None:
@@ -394,7 +393,7 @@ class MainWindow(QMainWindow):
             return
         res = m.final.extra["result"]
         d = res.input_distances[np.ix_(members, members)]
-        sub = cluster_labels(rbf_similarity(d, res.beta), k=k)
+        sub, _ = read_clusters(d, k=k)
         m.edit_clusters(f"Split {m.book.name_of(cluster)} into {k}", m.book.split(cluster, sub))
 
     def new_cluster_from_selection(self):
@@ -441,6 +440,7 @@ class MainWindow(QMainWindow):
 
     def _finished(self, frame):
         self.redraw()
+        self.clusters_panel.show_evidence(frame.extra.get("result"), self.model.data.paths)
         labels = self.model.data.labels if self.model.data.has_labels else None
         self.compare_view.show_final(frame, labels)
         self.autosave()

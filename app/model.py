@@ -17,10 +17,9 @@ from core import se2
 from core.attention import AttentionRun
 from core.backend import BackendUnavailableError, get_backend
 from core.clusterbook import ClusterBook
-from core.clustering import cluster_labels
+from core.clustering import read_clusters
 from core.project import Project, load_project, save_project
 from core.similarity import invariant_distances
-from core.weights import rbf_similarity
 from core.demos import load_demo
 from core.filenames import printable
 from core.imageset import ImageSet, NoUsableImagesError, load_images
@@ -246,9 +245,8 @@ class StudioModel(QObject):
             labels = relabel_by_appearance(labels)
             text = f"Re-read clusters at distance {threshold:.3g}"
         else:
-            beta = frame.snapshot.beta
             kk = "auto" if k in (None, "auto") else min(int(k), self.n)
-            labels = cluster_labels(rbf_similarity(d, beta), k=kk)
+            labels, _ = read_clusters(np.asarray(d, float), k=kk)
             text = f"Re-read clusters with k = {kk}"
         self.edit_clusters(text, ClusterBook.from_labels(labels))
 

@@ -1,6 +1,8 @@
 """The control panels: image set, transforms and run settings."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from PySide6.QtCore import QAbstractListModel, QMimeData, QModelIndex, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPen, QPixmap
@@ -421,6 +423,11 @@ class ClustersPanel(QGroupBox):
         t_row.addWidget(self.t_apply)
         form.addRow("Distance threshold", t_row)
         lay.addLayout(form)
+        self.evidence = QLabel("")
+        self.evidence.setWordWrap(True)
+        self.evidence.setToolTip("How the number of clusters was chosen: when no clear gap was seen, the other "
+                                 "counts worth a look are named. Type a k and press Re-read to try one.")
+        lay.addWidget(self.evidence)
         self.hint = QLabel("Drag thumbnails onto a cluster to move them. Ctrl+Z undoes any edit.")
         self.hint.setWordWrap(True)
         self.hint.setStyleSheet("color: #666;")
@@ -466,3 +473,17 @@ class ClustersPanel(QGroupBox):
         self.k.blockSignals(True)
         self.k.setValue(max(1, len(book.cluster_ids())))
         self.k.blockSignals(False)
+
+    def show_evidence(self, result, paths=()) -> None:
+        """The run's k read-out ("4 clusters - 3 or 5 also plausible"), blank images and the guard's notes."""
+        if result is None or result.k_choice is None:
+            self.evidence.setText("")
+            return
+        lines = [f"Run: {result.k_choice.describe(result.n_clusters)}"]
+        blank = np.flatnonzero(result.blank) if result.blank is not None else []
+        if len(blank):
+            names = ", ".join(Path(str(paths[i])).name for i in blank[:3]) if len(paths) else ""
+            lines.append(f"{len(blank)} blank image{'s' if len(blank) != 1 else ''} in a cluster of "
+                         f"{'their' if len(blank) != 1 else 'its'} own" + (f": {names}" if names else ""))
+        lines += result.notes
+        self.evidence.setText("\n".join(lines))

@@ -409,7 +409,7 @@ def _run(args, parser) -> int:
     out = args.results.commit()
     if not args.quiet:
         extra = f", ARI {summary['metrics']['ari']:.3f}" if "metrics" in summary else ""
-        print(f"{n} images -> {k_text(res.k_choice, res.n_clusters)}{extra}; results in {printable(out)}",
+        print(f"{n} images -> {_k_text(res)}{extra}; results in {printable(out)}",
               file=sys.stderr)
     if summary["blank"]:
         print(f"ia-cluster: {len(summary['blank'])} blank image(s) put in a cluster of their own", file=sys.stderr)
@@ -418,13 +418,10 @@ def _run(args, parser) -> int:
     return 0
 
 
-def k_text(choice, n_clusters) -> str:
-    """``"4 clusters"``, or ``"4 clusters (3 or 5 also plausible)"`` when the choice was unsure."""
-    text = f"{n_clusters} cluster{'s' if n_clusters != 1 else ''}"
-    alt = choice.plausible() if choice is not None else []
-    if alt:
-        text += f" ({' or '.join(str(k) for k in alt)} also plausible)"
-    return text
+def _k_text(res) -> str:
+    if res.k_choice is None:
+        return f"{res.n_clusters} clusters"
+    return res.k_choice.describe(res.n_clusters)
 
 
 def _k_evidence(res, paths) -> dict:

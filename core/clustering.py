@@ -88,6 +88,15 @@ class KChoice:
             return []
         return [k for k, _ in self.candidates if k != self.k][:2]
 
+    def describe(self, n_clusters: int | None = None) -> str:
+        """``"4 clusters"``, or ``"4 clusters - 3 or 5 also plausible"`` when the choice was unsure."""
+        k = self.k if n_clusters is None else int(n_clusters)
+        text = f"{k} cluster{'s' if k != 1 else ''}"
+        alt = self.plausible()
+        if alt:
+            text += f" \u2014 {' or '.join(str(a) for a in alt)} also plausible"
+        return text
+
     def as_dict(self) -> dict:
         """Plain JSON-able form (``summary.json``)."""
         return {"k": int(self.k), "scale": int(self.scale), "confidence": round(float(self.confidence), 4),

@@ -10,7 +10,8 @@ scale at which the input distances show their clearest cluster structure,
 see :mod:`core.clustering`).  Each image's column of W then spreads over its
 own neighbourhood, however tight or loose its class is, and no global cap is
 needed: a class of 3 images or two classes that differ by a small detail keep
-their own bandwidth.  :class:`~core.attention.AttentionRun` computes ``s``
+their own bandwidth; ``s_i`` is never below 0.02 (resampling noise between copies
+of one image).  :class:`~core.attention.AttentionRun` computes ``s``
 once, on the input distances, and keeps it for every iteration.  The reported
 ``beta`` of an automatic run is the equivalent global value
 ``1 / median(s_i^2)``.
@@ -22,18 +23,25 @@ import numpy as np
 __all__ = ["rbf_similarity", "column_normalize", "attention_weights", "auto_beta", "local_bandwidth"]
 
 
-def local_bandwidth(distances: np.ndarray, *, neighbor: int = 2) -> np.ndarray:
+SIGMA_FLOOR = 0.02  # distances below this (unit-norm images) are resampling noise, not differences
+
+
+def local_bandwidth(distances: np.ndarray, *, neighbor: int = 2, floor: float = SIGMA_FLOOR) -> np.ndarray:
     """Per-image bandwidth ``s_i``: the distance to the ``neighbor``-th nearest other image.
 
     Parameters
     ----------
     distances : ndarray, shape (n, n)
     neighbor : int
+    floor : float
+        Smallest bandwidth: invariant distances below 0.02 on unit-norm
+        images are resampling differences between copies of one thing, and
+        a bandwidth on that scale would split exact copies from near-exact
+        ones.
 
     Returns
     -------
     ndarray, shape (n,)
-        Positive (exact duplicates get a small floor instead of 0).
     """
     d = np.asarray(distances, dtype=float)
     n = d.shape[0]
@@ -41,9 +49,7 @@ def local_bandwidth(distances: np.ndarray, *, neighbor: int = 2) -> np.ndarray:
         return np.ones(n)
     m = int(np.clip(neighbor, 1, n - 1))
     s = np.sort(d + np.diag(np.full(n, np.inf)), axis=1)[:, m - 1]
-    positive = s[s > 0]
-    floor = 1e-3 * float(np.median(positive)) if positive.size else 1e-6
-    return np.maximum(s, max(floor, 1e-6))
+    return np.maximum(s, floor)
 
 
 def auto_beta(distances: np.ndarray, *, neighbor: int = 2) -> float:

@@ -293,3 +293,25 @@ def test_adding_files_keeps_the_transforms_already_set(window, tmp_path):
     assert m.n == 3
     assert np.allclose(m.transforms[1], [np.deg2rad(30), 1.5, -2.0]) and not m.transforms[2].any()
     assert not np.allclose(m.working[1], m.base[1])
+
+
+def test_k_evidence_and_blank_images_shown_after_a_run(window, qtbot, tmp_path):
+    from core.demos import base_shapes
+
+    bases, _ = base_shapes()
+    d = tmp_path / "set"
+    d.mkdir()
+    for k, img in enumerate(np.repeat(bases[:2], 3, axis=0)):
+        Image.fromarray((np.rot90(img, k % 4) * 255).astype(np.uint8)).save(d / f"{k}.png")
+    Image.fromarray(np.zeros((64, 64), np.uint8)).save(d / "empty-scan.png")
+    m = window.model
+    m.add_paths([str(d)])
+    window.run_panel.size.setValue(24)
+    window.run_panel.iterations.setValue(1)
+    window.run_panel.start_btn.click()
+    _wait_state(qtbot, window, ("finished",))
+    text = window.clusters_panel.evidence.text()
+    res = m.final.extra["result"]
+    assert res.n_clusters == 3 and f"Run: {res.k_choice.describe(3)}" in text
+    assert "1 blank image in a cluster of its own: empty-scan.png" in text
+    window.clusters_panel.grab().save(str(tmp_path / "clusters_panel.png"))

@@ -30,8 +30,9 @@ def test_local_bandwidth_and_auto_weights_known_answer():
     g = np.exp(-d**2 / 0.25)
     assert_allclose(w, g / g.sum(axis=0, keepdims=True))
     assert b == pytest.approx(4.0)
-    # no cap: exact-ish copies give a sharp kernel (version 0.1 capped beta at 50)
-    assert auto_beta(d * 1e-3, neighbor=1) == pytest.approx(4e6)
+    # no cap at 50 (version 0.1): near copies give a sharp kernel, down to the resampling floor s >= 0.02
+    assert auto_beta(d * 0.1, neighbor=1) == pytest.approx(1 / 0.05**2)
+    assert auto_beta(d * 1e-3, neighbor=1) == pytest.approx(1 / 0.02**2)
     # an explicit beta is the paper's global RBF, whatever the bandwidth
     w2, b2 = attention_weights(d, 3.0, bandwidth=np.ones(6))
     assert b2 == 3.0
@@ -42,7 +43,7 @@ def test_local_bandwidth_floor_for_duplicates():
     d = np.zeros((3, 3))
     d[0, 2] = d[2, 0] = d[1, 2] = d[2, 1] = 1.0  # images 0 and 1 are identical
     s = local_bandwidth(d, neighbor=1)
-    assert s[0] > 0 and s[1] > 0 and s[2] == 1.0
+    assert_allclose(s, [0.02, 0.02, 1.0])
     assert np.isfinite(attention_weights(d, "auto", neighbor=1)[0]).all()
     with pytest.raises(ValueError, match="finite"):
         rbf_similarity(d, np.inf)
