@@ -1,0 +1,24 @@
+"""Equivariant attention networks (PyTorch; optional extra ``[nets]``).
+
+From the companion papers of the project: attentive group convolutions (alpha-p4/p4m-CNN,
+seed 001) and group equivariant stand-alone self-attention (GSA-Nets, seed 002), with a plain
+CNN and non-equivariant self-attention (Z2-SA) as baselines.
+
+Modules: :mod:`~core.nets.groups` (the groups and their action), :mod:`~core.nets.gconv` (lifting and
+group convolutions), :mod:`~core.nets.attentive` (alpha and alpha_F attention),
+:mod:`~core.nets.gsa` (lifting and group self-attention), :mod:`~core.nets.models`,
+:mod:`~core.nets.data`, :mod:`~core.nets.train` and the ``ia-nets`` CLI (:mod:`~core.nets.cli`).
+Importing this package does not import PyTorch; the submodules do.
+"""
+from __future__ import annotations
+
+INSTALL_HINT = 'pip install "invariant-attention-studio[nets]"'
+
+
+def torch_available() -> bool:
+    """True when PyTorch can be imported."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
