@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 
 log = logging.getLogger("ia-nets")
@@ -63,6 +64,8 @@ def build_parser(models) -> argparse.ArgumentParser:
     c.add_argument("--models", default="cnn,p4cnn,a-p4cnn,z2sa,gsa-r4",
                    help=f"comma-separated, from: {', '.join(models)}")
     c.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 for a std)")
+    c.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="start no new run after this many seconds; the table shows what finished")
     common(c)
     return p
 
@@ -124,6 +127,12 @@ def compare_table(results: dict) -> str:
     return "\n".join(rows)
 
 
+def _device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+
+
 def main(argv=None) -> int:
     try:
         import torch  # noqa: F401
@@ -157,12 +166,22 @@ def main(argv=None) -> int:
             seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
         except ValueError:
             parser.error(f"--seeds must be comma-separated whole numbers, got {args.seeds!r}")
-        results = {}
-        for name in names:
-            results[name] = [_train_one(name, data, args, s, out / f"{name}-seed{s}") for s in seeds]
+        results, t0, skipped = {}, time.monotonic(), []
+        for s in seeds:  # every model gets seed 0 before any gets seed 1 (fair under a time budget)
+            for name in names:
+                if args.time_budget is not None and time.monotonic() - t0 > args.time_budget:
+                    skipped.append(f"{name} seed {s}")
+                    continue
+                results.setdefault(name, []).append(_train_one(name, data, args, s, out / f"{name}-seed{s}"))
+        if not results:
+            raise ValueError("the time budget ran out before the first run")
+        names = list(results)
         table = compare_table(results)
+        if skipped:
+            table += f"\n\nNot run (time budget {args.time_budget:.0f} s): {', '.join(skipped)}"
         header = (f"{data.name}: {len(data.x_train)} train / {len(data.x_test)} test images, {args.epochs} epochs, "
-                  f"batch {args.batch}, seeds {','.join(map(str, seeds))}, device {results[names[0]][0].device}")
+                  f"batch {args.batch}, seeds {','.join(map(str, seeds))}, device {results[names[0]][0].device}"
+                  + (f" ({_device_name()})" if results[names[0]][0].device.startswith("cuda") else ""))
         print(header)
         print(table)
         (out / "compare.md").write_text(header + "\n\n" + table + "\n")

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Dataset", "rot_digits", "load_folder", "load_amat", "load_rotmnist", "load_data", "AMAT_FILES"]
+__all__ = ["Dataset", "rot_digits", "load_folder", "load_amat", "load_rotmnist", "load_npz", "save_npz", "load_data",
+           "AMAT_FILES"]
 
 AMAT_FILES = ("mnist_all_rotation_normalized_float_train_valid.amat",
               "mnist_all_rotation_normalized_float_test.amat")
@@ -165,8 +166,29 @@ def load_rotmnist(folder) -> Dataset:
     return Dataset(x_tr, y_tr, x_te, y_te, [str(c) for c in range(10)], "rotated MNIST")
 
 
+def save_npz(data: Dataset, path) -> None:
+    """Write a dataset as plain arrays (``x_train, y_train, x_test, y_test, classes, name``)."""
+    np.savez_compressed(path, x_train=data.x_train, y_train=data.y_train, x_test=data.x_test, y_test=data.y_test,
+                        classes=np.array(data.classes, dtype=str), name=np.array(data.name, dtype=str))
+
+
+def load_npz(path) -> Dataset:
+    """A dataset written by :func:`save_npz` (arrays only; pickled objects are refused)."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            ds = Dataset(z["x_train"].astype(np.float32), z["y_train"].astype(np.int64),
+                         z["x_test"].astype(np.float32), z["y_test"].astype(np.int64),
+                         [str(c) for c in z["classes"]], str(z["name"]) if "name" in z else path.stem)
+    except (OSError, KeyError, ValueError) as exc:
+        raise ValueError(f"{path}: not a dataset .npz ({exc})") from None
+    if ds.x_train.ndim != 3 or ds.x_train.shape[1] != ds.x_train.shape[2] or len(ds.x_train) != len(ds.y_train):
+        raise ValueError(f"{path}: x_train must be (n, S, S) with one label per image")
+    return ds
+
+
 def load_data(spec: str, *, size: int = 28) -> Dataset:
-    """``demo:rot-digits``, ``demo:rot-digits-upright`` (upright training), ``rotmnist:DIR`` or a folder.
+    """``demo:rot-digits``, ``demo:rot-digits-upright`` (upright training), ``rotmnist:DIR``, ``npz:FILE`` or a folder.
 
     The train/test split is fixed (seed 0), whatever seed the training uses.
     """
@@ -178,4 +200,6 @@ def load_data(spec: str, *, size: int = 28) -> Dataset:
         raise ValueError(f"unknown demo {spec!r}: use demo:rot-digits or demo:rot-digits-upright")
     if spec.startswith("rotmnist:"):
         return load_rotmnist(spec[len("rotmnist:"):])
+    if spec.startswith("npz:"):
+        return load_npz(spec[len("npz:"):])
     return load_folder(spec, size=size)

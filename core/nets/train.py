@@ -215,9 +215,15 @@ def load_model(path, *, name: str | None = None, n_classes: int | None = None, o
     return model.eval()
 
 
-def save_learning_curve(history, path, *, title: str = "") -> None:
-    """Loss and accuracy per epoch as a PNG (a bare matplotlib Figure: the Agg renderer, no pyplot, no GUI)."""
-    from matplotlib.figure import Figure
+def save_learning_curve(history, path, *, title: str = "") -> bool:
+    """Loss and accuracy per epoch as a PNG (a bare matplotlib Figure: the Agg renderer, no pyplot, no GUI).
+
+    Returns False (and writes nothing) when matplotlib is not installed.
+    """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return False
 
     fig = Figure(figsize=(8, 3.2), dpi=100)
     ax1, ax2 = fig.subplots(1, 2)
@@ -236,3 +242,4 @@ def save_learning_curve(history, path, *, title: str = "") -> None:
         fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path)
+    return True
