@@ -12,13 +12,15 @@ Importing this package does not import PyTorch; the submodules do.
 """
 from __future__ import annotations
 
+import importlib.util
+
 INSTALL_HINT = 'pip install "invariant-attention-studio[nets]"'
+
+#: The model names (also :data:`core.nets.models.MODELS`), available without importing PyTorch.
+MODEL_NAMES = ("cnn", "p4cnn", "a-p4cnn", "aF-p4cnn", "p4mcnn", "a-p4mcnn", "z2sa", "gsa-r4", "gsa-r8", "gsa-r12",
+               "gsa-r16", "gsa-r4m")
 
 
 def torch_available() -> bool:
-    """True when PyTorch can be imported."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """True when PyTorch is installed (checked without importing it)."""
+    return importlib.util.find_spec("torch") is not None

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["Dataset", "rot_digits", "load_folder", "load_amat", "load_rotmnist", "load_npz", "save_npz", "load_data",
+           "from_imageset",
            "AMAT_FILES"]
 
 AMAT_FILES = ("mnist_all_rotation_normalized_float_train_valid.amat",
@@ -105,22 +106,29 @@ def load_folder(folder, *, size: int = 28, test_fraction: float = 0.3, seed: int
     ValueError
         When the folder has no labelled subfolders, or fewer than two labels.
     """
-    from sklearn.model_selection import train_test_split
-
     from ..imageset import load_images
-    from ..preprocess import preprocess
 
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"{folder}: not a folder")
     iset = load_images([folder], on_progress=on_progress)
-    labels = [lab for lab in iset.labels]
-    if not iset.has_labels or any(lab in ("", ".", folder.name) for lab in labels):
-        raise ValueError(f"{folder}: networks need labelled images: put each class in its own subfolder "
+    return from_imageset(iset, size=size, test_fraction=test_fraction, seed=seed, invert=invert, name=str(folder))
+
+
+def from_imageset(iset, *, size: int = 28, test_fraction: float = 0.3, seed: int = 0, invert: bool = False,
+                  name: str = "image set") -> Dataset:
+    """A labelled :class:`core.imageset.ImageSet` as a train/test :class:`Dataset` (see :func:`load_folder`)."""
+    from sklearn.model_selection import train_test_split
+
+    from ..preprocess import preprocess
+
+    labels = list(iset.labels)
+    if len(iset) == 0 or not iset.has_labels:
+        raise ValueError(f"{name}: networks need labelled images: put each class in its own subfolder "
                          "(folder/LABEL/image.png)")
     classes = sorted(set(labels))
     if len(classes) < 2:
-        raise ValueError(f"{folder}: only one label ({classes[0]}); networks need at least two")
+        raise ValueError(f"{name}: only one label ({classes[0]}); networks need at least two")
     canvas = preprocess(iset.images, size=max(8, int(round(size * 5 / 7))), canvas_size=size, invert=invert)
     x = canvas.images.astype(np.float32)
     x /= np.maximum(x.reshape(len(x), -1).max(axis=1), 1e-12)[:, None, None]
@@ -128,7 +136,7 @@ def load_folder(folder, *, size: int = 28, test_fraction: float = 0.3, seed: int
     counts = np.bincount(y)
     stratify = y if counts.min() >= 2 and len(y) * test_fraction >= len(classes) else None
     tr, te = train_test_split(np.arange(len(y)), test_size=test_fraction, random_state=seed, stratify=stratify)
-    return Dataset(x[tr], y[tr], x[te], y[te], classes, folder.name)
+    return Dataset(x[tr], y[tr], x[te], y[te], classes, Path(name).name or name)
 
 
 def load_amat(path) -> tuple[np.ndarray, np.ndarray]:

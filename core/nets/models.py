@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import MODEL_NAMES
 from .attentive import AttentiveGroupConv, InputAttention
 from .gconv import GroupBatchNorm, GroupConv, LiftingConv, group_max_pool, spatial_max_pool
 from .groups import Group
@@ -45,6 +46,7 @@ _SPECS = {
     "gsa-r4m": ("gsa", Group(4, True), 16, None),
 }
 MODELS = tuple(_SPECS)
+assert MODELS == MODEL_NAMES, "core.nets.MODEL_NAMES must list the models in models._SPECS"
 
 
 class GroupCNN(nn.Module):

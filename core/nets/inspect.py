@@ -1,0 +1,67 @@
+"""Looking inside a trained network: prediction and attention maps for one (rotated) image."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .groups import rotate_images
+from .models import GroupCNN, GSANet
+
+__all__ = ["Inspection", "inspect_image"]
+
+
+@dataclass
+class Inspection:
+    """What :func:`inspect_image` returns.
+
+    Attributes
+    ----------
+    image : ndarray (S, S)
+        The rotated input.
+    probabilities : ndarray (n_classes,)
+    maps : ndarray (|H|, X, Y) or None
+        One attention map per group element (rotation), see :func:`inspect_image`.
+    kind : str
+        What ``maps`` shows, in words.
+    """
+
+    image: np.ndarray
+    probabilities: np.ndarray
+    maps: np.ndarray | None
+    kind: str
+
+
+@torch.no_grad()
+def inspect_image(model, image: np.ndarray, *, angle_deg: float = 0.0) -> Inspection:
+    """Predict one image rotated by ``angle_deg`` and collect its attention maps.
+
+    * alpha / alpha_F CNNs (seed 001): the spatial attention ``alpha^+`` of the first attentive layer,
+      averaged over channels: one map per group element.
+    * GSA-Nets and Z2-SA (seed 002): the lifting layer's attention weights, averaged over heads and
+      summed onto the key pixels over all queries (how much each pixel is attended to): one map per
+      group element.
+    * Models without attention: ``maps`` is None.
+
+    Maps of an equivariant model rotate with the input and permute over the group elements.
+    """
+    x = torch.as_tensor(np.asarray(image, dtype=np.float32))[None, None]
+    if angle_deg:
+        x = rotate_images(x, float(np.deg2rad(angle_deg)))
+    model.eval()
+    probs = torch.softmax(model(x), dim=1)[0].numpy()
+    maps, kind = None, "no attention in this model"
+    if isinstance(model, GroupCNN) and model.attention:
+        found = model.attention_maps()
+        if found:
+            maps, kind = found[0][0].numpy(), "spatial attention α⁺ of the first attentive layer, per rotation"
+    elif isinstance(model, GSANet) and model.lift.last_attention is not None:
+        p = model.lift.last_attention[0].mean(dim=0)  # (H, XY, K)
+        n, xy, k = p.shape
+        side = x.shape[-1]
+        size = model.lift.size
+        received = F.fold(p.transpose(1, 2), (side, side), size, padding=size // 2)  # (H, 1, S, S)
+        maps, kind = received[:, 0].numpy(), "lifting self-attention received by each pixel, per rotation"
+    return Inspection(x[0, 0].numpy(), probs, maps, kind)
