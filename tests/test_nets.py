@@ -9,6 +9,8 @@ import pytest
 from numpy.testing import assert_allclose
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (optional extra [nets])")
+# the models here are tiny: one thread avoids thread hand-off costs (8x slower on a busy 2-core machine)
+torch.set_num_threads(1)
 
 from core.nets import data as ndata  # noqa: E402
 from core.nets.attentive import AttentiveGroupConv, InputAttention  # noqa: E402
@@ -175,7 +177,7 @@ EXACT = ["p4cnn", "a-p4cnn", "aF-p4cnn", "p4mcnn", "a-p4mcnn", "gsa-r4", "gsa-r4
 @pytest.mark.parametrize("name", EXACT)
 def test_exact_models_have_invariant_logits(name):
     model = _small(name)
-    x = _blob(2, 24)
+    x = _blob(2, 16 if "gsa" in name else 24)
     with torch.no_grad():
         z = model(x)
         for k in (1, 2, 3):
@@ -199,17 +201,14 @@ def test_baselines_are_not_rotation_invariant(name):
 def test_interpolated_gsa_models(name, n, capsys):
     """R8-R16: exact on the 90 degree subgroup; the 2 pi / N error is measured and reported."""
     model = _small(name)
-    x = _blob(2, 16)
+    x = _blob(2, 12)
     with torch.no_grad():
         z = model(x)
         assert_allclose(_np(model(torch.rot90(x, 1, (-2, -1)))), _np(z), atol=1e-5)
         zr = model(rotate_images(x, 2 * math.pi / n))
         rel = float((zr - z).norm(dim=1).div(z.norm(dim=1)).mean())
-        z2 = _small("z2sa")
-        base = float((z2(rotate_images(x, 2 * math.pi / n)) - z2(x)).norm(dim=1).div(z2(x).norm(dim=1)).mean())
     with capsys.disabled():
-        print(f"\n{name}: relative logit change under a {360 / n:.1f} degree (bilinear) rotation: {rel:.2e} "
-              f"(z2sa: {base:.2e})")
+        print(f"\n{name}: relative logit change under a {360 / n:.1f} degree (bilinear) rotation: {rel:.2e}")
     assert np.isfinite(rel) and rel < 0.5
 
 
