@@ -105,7 +105,7 @@ class NetsPanel(QWidget):
         self.data_box.addItems([ROT_DIGITS, CURRENT_SET])
         self.model_box = QComboBox()
         self.model_box.addItems(list(MODELS))
-        self.model_box.setCurrentText("a-p4cnn")
+        self.model_box.setCurrentText("aF-p4cnn")  # fast on a CPU; a-p4cnn and GSA-Nets are slow there
         self.epochs = QSpinBox()
         self.epochs.setRange(1, 200)
         self.epochs.setValue(5)

@@ -23,4 +23,11 @@ MODEL_NAMES = ("cnn", "p4cnn", "a-p4cnn", "aF-p4cnn", "p4mcnn", "a-p4mcnn", "z2s
 
 def torch_available() -> bool:
     """True when PyTorch is installed (checked without importing it)."""
-    return importlib.util.find_spec("torch") is not None
+    import sys
+
+    if "torch" in sys.modules:
+        return sys.modules["torch"] is not None
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
