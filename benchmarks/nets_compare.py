@@ -36,8 +36,13 @@ def main() -> int:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--make-data", action="store_true")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--tables-from", nargs="*", default=None, metavar="DIR",
+                    help="only print the tables of runs already in these output folders (merging seeds)")
     args = ap.parse_args()
     from core.nets.cli import main as nets_main
+
+    if args.tables_from is not None:
+        return _tables(args.tables_from, args.models.split(","))
 
     specs = {}
     if args.data_dir:
@@ -62,6 +67,27 @@ def main() -> int:
         rc |= nets_main(cmd)
         sys.stdout.flush()
     return rc
+
+
+def _tables(folders, models) -> int:
+    import json
+
+    from core.nets.cli import compare_table
+    from core.nets.train import TrainResult
+
+    for key in SETTINGS:
+        results = {}
+        for folder in folders:
+            for f in sorted(Path(folder, key).glob("*-seed*/metrics.json")):
+                res = TrainResult(**json.loads(f.read_text()))
+                results.setdefault(res.model, []).append(res)
+        ordered = {m: sorted(results[m], key=lambda r: r.seed) for m in models if m in results}
+        if ordered:
+            runs = next(iter(ordered.values()))
+            print(f"\n## {key} training, rotated test ({runs[0].epochs} epochs, device {runs[0].device}, seeds "
+                  f"{sorted({r.seed for v in ordered.values() for r in v})})")
+            print(compare_table(ordered))
+    return 0
 
 
 if __name__ == "__main__":

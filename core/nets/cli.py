@@ -106,13 +106,12 @@ def _train_one(name, data, args, seed, out: Path):
     return res
 
 
-def _fmt(values, scale=100.0, digits=2):
+def _fmt(values, scale=100.0, digits=2, *, sci=False):
     import numpy as np
 
     v = np.asarray(values, dtype=float) * scale
-    if len(v) > 1:
-        return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}"
-    return f"{v.mean():.{digits}f}"
+    one = (lambda a: f"{a:.1e}") if sci else (lambda a: f"{a:.{digits}f}")
+    return f"{one(v.mean())} ± {one(v.std(ddof=1))}" if len(v) > 1 else one(v.mean())
 
 
 def compare_table(results: dict) -> str:
@@ -122,8 +121,8 @@ def compare_table(results: dict) -> str:
     for name, runs in results.items():
         errg = [r.invariance_error_group for r in runs if r.invariance_error_group is not None]
         rows.append(f"| {name} | {_fmt([r.test_error for r in runs])} | {runs[0].parameters} | "
-                    f"{_fmt([r.invariance_error_90 for r in runs], 1, 2 if runs[0].invariance_error_90 > 1e-3 else 7)} | "
-                    f"{_fmt(errg, 1, 4) if errg else '–'} | {_fmt([r.train_seconds for r in runs], 1, 0)} |")
+                    f"{_fmt([r.invariance_error_90 for r in runs], 1, sci=True)} | "
+                    f"{_fmt(errg, 1, sci=True) if errg else '–'} | {_fmt([r.train_seconds for r in runs], 1, 0)} |")
     return "\n".join(rows)
 
 
