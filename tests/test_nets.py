@@ -359,3 +359,19 @@ def test_cli_plain_errors(tmp_path, capsys):
     assert rc == 1 and "ia-nets:" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train", "--model", "resnet", "--out", str(tmp_path / "o")])
+
+
+@pytest.mark.parametrize("name", ["gsa-r4", "a-p4cnn"])
+def test_inspection_maps_turn_with_the_input(name):
+    from core.nets.inspect import inspect_image
+
+    model = _small(name)
+    img = _np(_blob(1, 24))[0, 0]
+    a = inspect_image(model, img)
+    b = inspect_image(model, img, angle_deg=90)
+    assert a.maps is not None and len(a.maps) == 4
+    assert_allclose(b.image, np.rot90(a.image), atol=1e-7)
+    assert_allclose(b.probabilities, a.probabilities, atol=1e-5)
+    for h in range(4):  # rotated, and moved on to the next group element
+        assert_allclose(b.maps[(h + 1) % 4], np.rot90(a.maps[h]), atol=1e-5)
+    assert inspect_image(_small("p4cnn"), img).maps is None
