@@ -154,18 +154,22 @@ class GroupSelfAttention(_LocalAttentionBase):
         k, v = neighbours(self.key), neighbours(self.value)
         scale = 1.0 / math.sqrt(self.head_dim)
         content = torch.einsum("bedqp,bedtkp->beqptk", q, k)  # (b, heads, q, XY, t, K)
-        spatial = torch.einsum("bedqp,hked->hbeqpk", q, self.encoding())  # per h: (b, heads, q, XY, K)
         valid = self._valid(X, Y, x.device).T  # (XY, K)
+        mask = torch.zeros(valid.shape, dtype=content.dtype, device=x.device).masked_fill(~valid, float("-inf"))
+        content = content + mask[:, None, :]
+        spatial = torch.einsum("bedqp,hked->hbeqpk", q, self.encoding())  # per h: (b, heads, q, XY, K)
+        v = v.permute(0, 1, 5, 3, 4, 2).reshape(b, self.heads, P, n * K, self.head_dim)  # once, not per h
         outs, maps = [], []
         for h in range(n):
             # E[h^-1 q, h^-1 t]: (q, t, heads, d)
             table = self.group_encoding[self.rel[h][:, None], self.rel[h][None, :]]
             grp = torch.einsum("bedqp,qted->beqpt", q, table)
             scores = (content + spatial[h].unsqueeze(-2) + grp.unsqueeze(-1)) * scale
-            scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
-            probs = torch.softmax(scores.reshape(*scores.shape[:4], n * K), dim=-1).reshape(scores.shape)
-            maps.append(probs.sum(dim=(2, 4)).detach())  # (b, heads, XY, K)
-            outs.append(torch.einsum("beqptk,bedtkp->bpde", self.dropout(probs), v))
+            probs = torch.softmax(scores.reshape(*scores.shape[:4], n * K), dim=-1)
+            # v does not depend on the query's group element: sum the weights over it first (Eq. 15)
+            summed = self.dropout(probs).sum(dim=2)  # (b, heads, XY, t*K)
+            maps.append(summed.detach().reshape(b, self.heads, P, n, K).sum(dim=3))  # (b, heads, XY, K)
+            outs.append(torch.matmul(summed.unsqueeze(-2), v).squeeze(-2).transpose(1, 2))  # (b, XY, heads, d)
         self.last_attention = torch.stack(maps, dim=2)
         out = self.out(torch.stack(outs, dim=1).transpose(-1, -2).reshape(b, n, P, -1))  # (b, H, XY, Cout)
         return out.permute(0, 3, 1, 2).reshape(b, -1, n, X, Y)
