@@ -24,9 +24,15 @@ CURRENT_SET = "Current image set (labelled)"
 ROT_DIGITS = "rot-digits (offline demo)"
 
 
-def torch_available() -> bool:
-    from core.nets import torch_available as avail
+INSTALL_HINT = 'pip install "invariant-attention-studio[nets]"'
 
+
+def torch_available() -> bool:
+    """PyTorch and the networks package are importable (a bundle built without --nets has no torch)."""
+    try:
+        from core.nets import torch_available as avail
+    except ImportError:
+        return False
     return avail()
 
 
@@ -88,8 +94,6 @@ class NetsPanel(QWidget):
         self.status = QLabel()
         self.status.setWordWrap(True)
         if not self.available:
-            from core.nets import INSTALL_HINT
-
             self.status.setText("<b>Networks need PyTorch</b>, which is not installed here.<br>"
                                 f"Add it with <code>{INSTALL_HINT}</code> and restart the studio. "
                                 "Everything else in the studio works without it.")
