@@ -41,7 +41,8 @@ def inspect_image(model, image: np.ndarray, *, angle_deg: float = 0.0) -> Inspec
     * alpha / alpha_F CNNs (seed 001): the spatial attention ``alpha^+`` of the first attentive layer,
       averaged over channels: one map per group element.
     * GSA-Nets and Z2-SA (seed 002): the lifting layer's attention weights, averaged over heads and
-      summed onto the key pixels over all queries (how much each pixel is attended to): one map per
+      summed onto the key pixels over all queries (how much each pixel is attended to), divided by
+      the same sum for uniform weights (1 = attended as much as with uniform attention): one map per
       group element.
     * Models without attention: ``maps`` is None.
 
@@ -63,5 +64,9 @@ def inspect_image(model, image: np.ndarray, *, angle_deg: float = 0.0) -> Inspec
         side = x.shape[-1]
         size = model.lift.size
         received = F.fold(p.transpose(1, 2), (side, side), size, padding=size // 2)  # (H, 1, S, S)
-        maps, kind = received[:, 0].numpy(), "lifting self-attention received by each pixel, per rotation"
+        # relative to uniform attention over each query's valid neighbours (removes the border effect)
+        valid = model.lift._valid(side, side, x.device).float()  # (K, XY)
+        uniform = F.fold((valid / valid.sum(0, keepdim=True))[None], (side, side), size, padding=size // 2)
+        maps = (received / uniform)[:, 0].numpy()
+        kind = "lifting self-attention received by each pixel relative to uniform attention, per rotation"
     return Inspection(x[0, 0].numpy(), probs, maps, kind)
