@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -13,6 +14,8 @@ import torch.nn.functional as F
 
 from .groups import Group, rotate_images
 from .models import build_model, count_parameters, model_group
+
+log = logging.getLogger(__name__)
 
 __all__ = ["TrainResult", "pick_device", "train_model", "evaluate", "invariance_error", "save_model",
            "load_model", "save_learning_curve", "set_seed"]
@@ -204,7 +207,8 @@ def load_model(path, *, name: str | None = None, n_classes: int | None = None, o
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not a state dict"
-        raise ValueError(f"{path}: not a saved state dict ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+        log.info("refused %s: %s", path, exc)
+        raise ValueError(f"{path}: not a saved state dict of plain tensors; refused, nothing in it was run") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"{path}: not a state dict of tensors")
     model = build_model(name, n_classes=n_classes or 10, **(options or {}))
