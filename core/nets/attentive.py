@@ -57,7 +57,8 @@ class AttentiveGroupConv(nn.Module):
         self.w1 = nn.Parameter(torch.randn(n, hidden, in_channels) / math.sqrt(in_channels))
         self.w2 = nn.Parameter(torch.randn(n, in_channels, hidden) / math.sqrt(hidden))
         # Eq. 18: psi^X: G -> R^2
-        self.psi_x = nn.Parameter(torch.randn(2, n, attention_kernel, attention_kernel) / (attention_kernel * math.sqrt(2 * n)))
+        k2 = attention_kernel
+        self.psi_x = nn.Parameter(torch.randn(2, n, k2, k2) / (k2 * math.sqrt(2 * n)))
         self.register_buffer("rel", torch.as_tensor(group.relative), persistent=False)
         self.last_attention = None
 

@@ -8,7 +8,8 @@ ends with a max over the group axis and a spatial mean, so its logits are invari
 
 CNN family (after Cohen & Welling's rot-MNIST P4CNN, seed 001 Sec. 4.1): a lifting layer and five
 group convolutions (3x3, "valid"), one 2x2 max pool after the lifting layer (on an even map, so
-exact; 28 -> 26 -> 13 -> 11 -> ... -> 3 pixels), batch norm, ReLU, dropout 0.3 before the final linear layer.  Channels: 20 (cnn), 10
+exact; 28 -> 26 -> 13 -> 11 -> ... -> 3 pixels), batch norm, ReLU, dropout 0.3 before the final linear
+layer.  Channels: 20 (cnn), 10
 (p4, ``10 x 4`` maps), 7 (p4m, ``7 x 8``) so the parameter counts stay close.  ``a-`` replaces the
 five group convolutions by attentive ones (Eq. 19; ``r = 2``, 7x7 spatial filter); ``aF-`` puts
 input attention (Eq. 20) before each of them.
