@@ -146,6 +146,15 @@ class NetsPanel(QWidget):
         self.angle.setRange(0, 359)
         self.angle_label = QLabel("0°")
         row.addWidget(self.image_index)
+        # self-attention models: one query's weights (a pixel of the unrotated image), or all queries
+        self.query_row, self.query_col = QSpinBox(), QSpinBox()
+        for box, name in ((self.query_row, "query row "), (self.query_col, "col ")):
+            box.setRange(-1, 27)
+            box.setValue(-1)
+            box.setPrefix(name)
+            box.setSpecialValueText(name + "all")
+            box.setToolTip("GSA / Z2-SA: show the attention weights of this query pixel (of the upright image)")
+            row.addWidget(box)
         row.addWidget(QLabel("rotation"))
         row.addWidget(self.angle, 1)
         row.addWidget(self.angle_label)
@@ -177,6 +186,8 @@ class NetsPanel(QWidget):
         self.stop_button.clicked.connect(self.stop_training)
         self.angle.valueChanged.connect(self.update_inspection)
         self.image_index.valueChanged.connect(self.update_inspection)
+        self.query_row.valueChanged.connect(self.update_inspection)
+        self.query_col.valueChanged.connect(self.update_inspection)
         self.status.setText("Pick a model and data, then Train. Training runs in the background.")
 
     # ------------------------------------------------------------ training
@@ -254,7 +265,11 @@ class NetsPanel(QWidget):
 
         data = self.state.data
         i = min(self.image_index.value(), len(data.x_test) - 1)
-        ins = inspect_image(self.state.model, data.x_test[i], angle_deg=float(self.angle.value()))
+        query = None
+        if self.query_row.value() >= 0 and self.query_col.value() >= 0:
+            side = data.x_test.shape[-1]
+            query = (min(self.query_row.value(), side - 1), min(self.query_col.value(), side - 1))
+        ins = inspect_image(self.state.model, data.x_test[i], angle_deg=float(self.angle.value()), query=query)
         top = np.argsort(ins.probabilities)[::-1][:3]
         guess = ", ".join(f"{data.classes[k]} {100 * ins.probabilities[k]:.0f}%" for k in top)
         self.prediction.setText(f"True label: <b>{data.classes[data.y_test[i]]}</b> · prediction: {guess}<br>"

@@ -375,3 +375,10 @@ def test_inspection_maps_turn_with_the_input(name):
     for h in range(4):  # rotated, and moved on to the next group element
         assert_allclose(b.maps[(h + 1) % 4], np.rot90(a.maps[h]), atol=1e-5)
     assert inspect_image(_small("p4cnn"), img).maps is None
+    if name.startswith("gsa"):  # one query's weights: the query turns with the image, the weights follow
+        qa = inspect_image(model, img, query=(8, 5))
+        qb = inspect_image(model, img, angle_deg=90, query=(8, 5))
+        assert "row 8, column 5" in qa.kind and "row 18, column 8" in qb.kind
+        assert_allclose(qa.maps.sum(axis=(1, 2)), 1.0, atol=1e-5)
+        for h in range(4):
+            assert_allclose(qb.maps[(h + 1) % 4], np.rot90(qa.maps[h]), atol=1e-6)

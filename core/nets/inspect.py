@@ -34,8 +34,18 @@ class Inspection:
     kind: str
 
 
+def _rotate_point(point, angle_deg, side):
+    """Where pixel ``(row, col)`` goes when the image turns by ``angle_deg`` (rounded to a pixel)."""
+    c0 = (side - 1) / 2
+    a = np.deg2rad(angle_deg)
+    dr, dc = point[0] - c0, point[1] - c0
+    r = c0 + np.cos(a) * dr - np.sin(a) * dc
+    c = c0 + np.sin(a) * dr + np.cos(a) * dc
+    return int(np.clip(round(r), 0, side - 1)), int(np.clip(round(c), 0, side - 1))
+
+
 @torch.no_grad()
-def inspect_image(model, image: np.ndarray, *, angle_deg: float = 0.0) -> Inspection:
+def inspect_image(model, image: np.ndarray, *, angle_deg: float = 0.0, query=None) -> Inspection:
     """Predict one image rotated by ``angle_deg`` and collect its attention maps.
 
     * alpha / alpha_F CNNs (seed 001): the spatial attention ``alpha^+`` of the first attentive layer,
@@ -45,6 +55,10 @@ def inspect_image(model, image: np.ndarray, *, angle_deg: float = 0.0) -> Inspec
       the same sum for uniform weights (1 = attended as much as with uniform attention): one map per
       group element.
     * Models without attention: ``maps`` is None.
+
+    * With ``query=(row, col)`` (a pixel of the *unrotated* image; it turns with the image), GSA-Nets
+      and Z2-SA show that query's attention weights in the lifting layer instead, averaged over heads
+      and placed on its neighbourhood.
 
     Maps of an equivariant model rotate with the input and permute over the group elements.
     """
@@ -58,9 +72,19 @@ def inspect_image(model, image: np.ndarray, *, angle_deg: float = 0.0) -> Inspec
         found = model.attention_maps()
         if found:
             maps, kind = found[0][0].numpy(), "spatial attention α⁺ of the first attentive layer, per rotation"
+    elif isinstance(model, GSANet) and model.lift.last_attention is not None and query is not None:
+        p = model.lift.last_attention[0].mean(dim=0)  # (H, XY, K)
+        side, size = x.shape[-1], model.lift.size
+        qr, qc = _rotate_point(query, angle_deg, side)
+        maps = np.zeros((p.shape[0], side, side), np.float32)
+        half = size // 2
+        for kk in range(size * size):
+            r, c = qr + kk // size - half, qc + kk % size - half
+            if 0 <= r < side and 0 <= c < side:
+                maps[:, r, c] = p[:, qr * side + qc, kk].numpy()
+        kind = f"lifting self-attention weights of the query at row {qr}, column {qc}, per rotation"
     elif isinstance(model, GSANet) and model.lift.last_attention is not None:
         p = model.lift.last_attention[0].mean(dim=0)  # (H, XY, K)
-        n, xy, k = p.shape
         side = x.shape[-1]
         size = model.lift.size
         received = F.fold(p.transpose(1, 2), (side, side), size, padding=size // 2)  # (H, 1, S, S)
