@@ -128,6 +128,10 @@ class MainWindow(QMainWindow):
         bottom.addTab(self.convergence_view, "Manifold convergence")
         bottom.addTab(self.compare_view, "KA vs IA")
         bottom.addTab(self.inspect_view, "Inspect")
+        from .nets_panel import NetsPanel  # the Networks panel (PyTorch optional)
+
+        self.nets_panel = NetsPanel(lambda: self.model.data)
+        bottom.addTab(self.nets_panel, "Networks")
         self.bottom_tabs = bottom
         right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(top)
@@ -656,6 +660,7 @@ class MainWindow(QMainWindow):
         self.timer.stop()
         self.autosave_timer.stop()
         self.model.shutdown()
+        self.nets_panel.shutdown()
         settings().setValue("window/geometry", self.saveGeometry())
         try:
             self._lock.unlink(missing_ok=True)

@@ -3,6 +3,7 @@
     pip install -e ".[build]"
     python build_scripts/build.py            # CPU-only bundle
     python build_scripts/build.py --gpu      # include CuPy (needs the gpu extra installed)
+    python build_scripts/build.py --nets     # include PyTorch for the Networks panel (needs the nets extra)
 
 Produces ``dist/InvariantAttentionStudio/`` (executable ``ia-studio``, or
 ``ia-studio.exe`` on Windows) and ``dist/InvariantAttentionStudio-<version>-<os>-<arch>.tar.gz``
@@ -43,8 +44,9 @@ def exe_path() -> Path:
     return BUNDLE / ("ia-studio.exe" if sys.platform == "win32" else "ia-studio")
 
 
-def build(gpu: bool) -> None:
-    env = dict(os.environ, IA_BUILD_GPU="1" if gpu else "0", IA_VERSION=version())
+def build(gpu: bool, nets: bool = False) -> None:
+    env = dict(os.environ, IA_BUILD_GPU="1" if gpu else "0", IA_BUILD_NETS="1" if nets else "0",
+               IA_VERSION=version())
     cmd = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--clean", "--log-level", "WARN",
            "--distpath", str(DIST), "--workpath", str(ROOT / "build" / "pyinstaller"),
            str(ROOT / "build_scripts" / "ia_studio.spec")]
@@ -110,6 +112,7 @@ def smoke_test() -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", action="store_true", help="include CuPy (pip install -e '.[gpu]' first)")
+    ap.add_argument("--nets", action="store_true", help="include PyTorch (pip install -e '.[nets]' first)")
     ap.add_argument("--skip-build", action="store_true", help="only archive and smoke-test an existing bundle")
     args = ap.parse_args(argv)
     if args.gpu:
@@ -117,9 +120,14 @@ def main(argv=None) -> int:
             import cupy  # noqa: F401
         except ImportError:
             raise SystemExit("--gpu needs CuPy: pip install -e '.[gpu]'") from None
+    if args.nets:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            raise SystemExit("--nets needs PyTorch: pip install -e '.[nets]'") from None
     t0 = time.perf_counter()
     if not args.skip_build:
-        build(args.gpu)
+        build(args.gpu, args.nets)
     print(f"built in {time.perf_counter() - t0:.0f} s")
     if not exe_path().exists():
         raise SystemExit(f"BUILD FAILED: {exe_path()} was not produced")

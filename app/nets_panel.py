@@ -1,0 +1,309 @@
+"""The Networks panel: train an equivariant attention network and watch its attention turn with the input.
+
+Training runs in a :class:`NetsWorker` living in its own QThread; only queued signals cross. The
+state (data, trained model, history) is the Qt-free :class:`NetsState`; the widgets only draw it.
+Without PyTorch the panel says how to add it and nothing else is affected.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
+from PySide6.QtWidgets import (
+    QComboBox, QGridLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget,
+)
+
+log = logging.getLogger(__name__)
+
+CURRENT_SET = "Current image set (labelled)"
+ROT_DIGITS = "rot-digits (offline demo)"
+
+
+INSTALL_HINT = 'pip install "invariant-attention-studio[nets]"'
+
+
+def torch_available() -> bool:
+    """PyTorch and the networks package are importable (a bundle built without --nets has no torch)."""
+    try:
+        from core.nets import torch_available as avail
+    except ImportError:
+        return False
+    return avail()
+
+
+@dataclass
+class NetsState:
+    """Qt-free state of the panel: the data, the trained model and its learning curve."""
+
+    data: object = None  # core.nets.data.Dataset
+    model: object = None
+    model_name: str = ""
+    history: list = field(default_factory=list)
+    result: object = None  # core.nets.train.TrainResult
+
+
+class NetsWorker(QObject):
+    """Trains in its own thread; reports through queued signals."""
+
+    epochDone = Signal(dict)
+    batchDone = Signal(int, int)
+    finished = Signal(object, object)  # model, TrainResult
+    failed = Signal(str, str)
+
+    def __init__(self):
+        super().__init__()
+        self.stop_flag = threading.Event()
+
+    @Slot(str, object, int)
+    def train(self, name, data, epochs):
+        from core.nets.train import train_model
+
+        self.stop_flag.clear()
+        try:
+            model, res = train_model(name, data, epochs=epochs, batch=64, device="auto",
+                                     on_epoch=self.epochDone.emit, on_batch=self.batchDone.emit,
+                                     should_stop=self.stop_flag.is_set, eval_subset=200)
+            self.finished.emit(model, res)
+        except Exception as exc:  # noqa: BLE001 - shown as one line, traceback logged
+            log.exception("network training failed")
+            self.failed.emit(str(exc) or type(exc).__name__, traceback.format_exc())
+
+
+class NetsPanel(QWidget):
+    """Model and data choice, live curves, then prediction and attention maps under a rotation slider.
+
+    Parameters
+    ----------
+    imageset_source : callable
+        Returns the studio's current :class:`core.imageset.ImageSet` (used when "Current image set" is chosen).
+    """
+
+    _train = Signal(str, object, int)
+
+    def __init__(self, imageset_source=None, parent=None):
+        super().__init__(parent)
+        self.imageset_source = imageset_source or (lambda: None)
+        self.state = NetsState()
+        self.available = torch_available()
+        lay = QVBoxLayout(self)
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        if not self.available:
+            self.status.setText("<b>Networks need PyTorch</b>, which is not installed here.<br>"
+                                f"Add it with <code>{INSTALL_HINT}</code> and restart the studio. "
+                                "Everything else in the studio works without it.")
+            self.status.setTextFormat(Qt.TextFormat.RichText)
+            lay.addWidget(self.status)
+            lay.addStretch(1)
+            self.thread = None
+            return
+        from core.nets import MODEL_NAMES as MODELS
+
+        top = QHBoxLayout()
+        self.data_box = QComboBox()
+        self.data_box.addItems([ROT_DIGITS, CURRENT_SET])
+        self.model_box = QComboBox()
+        self.model_box.addItems(list(MODELS))
+        self.model_box.setCurrentText("aF-p4cnn")  # fast on a CPU; a-p4cnn and GSA-Nets are slow there
+        self.epochs = QSpinBox()
+        self.epochs.setRange(1, 200)
+        self.epochs.setValue(5)
+        self.epochs.setPrefix("epochs ")
+        self.train_button = QPushButton("Train")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setEnabled(False)
+        for w in (QLabel("Data"), self.data_box, QLabel("Model"), self.model_box, self.epochs, self.train_button,
+                  self.stop_button):
+            top.addWidget(w)
+        top.addStretch(1)
+        lay.addLayout(top)
+        self.progress = QProgressBar()
+        self.progress.setFormat("%v / %m batches")
+        lay.addWidget(self.progress)
+        lay.addWidget(self.status)
+
+        body = QHBoxLayout()
+        self.curve_plot = pg.PlotWidget(title="Learning curve")
+        self.curve_plot.addLegend(offset=(-5, 5))
+        self.curve_plot.setLabel("bottom", "epoch")
+        self.loss_curve = self.curve_plot.plot([], [], pen=pg.mkPen("#d62728", width=2), symbol="o", symbolSize=6,
+                                               symbolBrush="#d62728", name="train loss")
+        self.acc_curve = self.curve_plot.plot([], [], pen=pg.mkPen("#1f77b4", width=2), symbol="s", symbolSize=6,
+                                              symbolBrush="#1f77b4", name="test accuracy")
+        self.curve_plot.setMinimumWidth(260)
+        body.addWidget(self.curve_plot, 2)
+
+        inspect = QVBoxLayout()
+        row = QHBoxLayout()
+        self.image_index = QSpinBox()
+        self.image_index.setPrefix("test image ")
+        self.angle = QSlider(Qt.Orientation.Horizontal)
+        self.angle.setRange(0, 359)
+        self.angle_label = QLabel("0°")
+        row.addWidget(self.image_index)
+        # self-attention models: one query's weights (a pixel of the unrotated image), or all queries
+        self.query_row, self.query_col = QSpinBox(), QSpinBox()
+        for box, name in ((self.query_row, "query row "), (self.query_col, "col ")):
+            box.setRange(-1, 27)
+            box.setValue(-1)
+            box.setPrefix(name)
+            box.setSpecialValueText(name + "all")
+            box.setToolTip("GSA / Z2-SA: show the attention weights of this query pixel (of the upright image)")
+            row.addWidget(box)
+        row.addWidget(QLabel("rotation"))
+        row.addWidget(self.angle, 1)
+        row.addWidget(self.angle_label)
+        inspect.addLayout(row)
+        self.prediction = QLabel("Train a model to see its prediction and attention.")
+        self.prediction.setWordWrap(True)
+        inspect.addWidget(self.prediction)
+        self.maps_widget = pg.GraphicsLayoutWidget()
+        self.maps_widget.setMinimumHeight(160)
+        inspect.addWidget(self.maps_widget, 1)
+        body.addLayout(inspect, 3)
+        lay.addLayout(body, 1)
+        self._map_items: list = []
+
+        self.thread = QThread()
+        self.thread.setObjectName("ia-nets-worker")
+        self.worker = NetsWorker()
+        self.worker.moveToThread(self.thread)
+        self._train.connect(self.worker.train)
+        self.worker.epochDone.connect(self._on_epoch)
+        self.worker.batchDone.connect(self._on_batch)
+        self.worker.finished.connect(self._on_finished)
+        self.worker.failed.connect(self._on_failed)
+        self.thread.start()
+        app = QCoreApplication.instance()
+        if app is not None:
+            app.aboutToQuit.connect(self.shutdown)
+        self.train_button.clicked.connect(self.start_training)
+        self.stop_button.clicked.connect(self.stop_training)
+        self.angle.valueChanged.connect(self.update_inspection)
+        self.image_index.valueChanged.connect(self.update_inspection)
+        self.query_row.valueChanged.connect(self.update_inspection)
+        self.query_col.valueChanged.connect(self.update_inspection)
+        self.status.setText("Pick a model and data, then Train. Training runs in the background.")
+
+    # ------------------------------------------------------------ training
+    def load_data(self):
+        """The chosen data as a Dataset (raises ValueError with a plain message)."""
+        from core.nets.data import from_imageset, rot_digits
+
+        if self.data_box.currentText() == ROT_DIGITS:
+            return rot_digits()
+        iset = self.imageset_source()
+        if iset is None or len(iset) == 0:
+            raise ValueError("no images are loaded; open a folder with one subfolder per label, or use rot-digits")
+        return from_imageset(iset, name="current image set")
+
+    def start_training(self):
+        if self.state.model is None and self.stop_button.isEnabled():
+            return
+        try:
+            data = self.load_data()
+        except ValueError as exc:
+            self.status.setText(f"Cannot train: {exc}")
+            return
+        self.state = NetsState(data=data, model_name=self.model_box.currentText())
+        self.loss_curve.setData([], [])
+        self.acc_curve.setData([], [])
+        self.progress.setValue(0)
+        self.train_button.setEnabled(False)
+        self.stop_button.setEnabled(True)
+        self.status.setText(f"Training {self.state.model_name} on {data.name} ({len(data.x_train)} train / "
+                            f"{len(data.x_test)} test images)…")
+        self._train.emit(self.state.model_name, data, self.epochs.value())
+
+    def stop_training(self):
+        self.worker.stop_flag.set()
+        self.status.setText("Stopping after this batch…")
+
+    @Slot(int, int)
+    def _on_batch(self, done, total):
+        self.progress.setMaximum(total)
+        self.progress.setValue(done)
+
+    @Slot(dict)
+    def _on_epoch(self, rec):
+        self.state.history.append(rec)
+        ep = [r["epoch"] for r in self.state.history]
+        self.loss_curve.setData(ep, [r["train_loss"] for r in self.state.history])
+        self.acc_curve.setData(ep, [r["test_accuracy"] for r in self.state.history])
+        self.status.setText(f"Epoch {rec['epoch']}: train loss {rec['train_loss']:.3f}, "
+                            f"test accuracy {100 * rec['test_accuracy']:.1f}%")
+
+    @Slot(object, object)
+    def _on_finished(self, model, res):
+        self.state.model, self.state.result = model, res
+        self.train_button.setEnabled(True)
+        self.stop_button.setEnabled(False)
+        extra = "" if res.invariance_error_group is None else f", 2π/N: {res.invariance_error_group:.1e}"
+        self.status.setText(f"{res.model}: test accuracy {100 * res.test_accuracy:.1f}% after {res.epochs} epochs, "
+                            f"{res.parameters} parameters, {res.train_seconds:.0f} s on {res.device}; "
+                            f"invariance error (90°) {res.invariance_error_90:.1e}{extra}")
+        self.image_index.setMaximum(max(0, len(self.state.data.x_test) - 1))
+        self.update_inspection()
+
+    @Slot(str, str)
+    def _on_failed(self, message, _tb):
+        self.train_button.setEnabled(True)
+        self.stop_button.setEnabled(False)
+        self.status.setText(f"Training failed: {message} (details in the log)")
+
+    # ------------------------------------------------------------ inspection
+    def update_inspection(self, *_):
+        self.angle_label.setText(f"{self.angle.value()}°")
+        if self.state.model is None:
+            return
+        from core.nets.inspect import inspect_image
+
+        data = self.state.data
+        i = min(self.image_index.value(), len(data.x_test) - 1)
+        query = None
+        if self.query_row.value() >= 0 and self.query_col.value() >= 0:
+            side = data.x_test.shape[-1]
+            query = (min(self.query_row.value(), side - 1), min(self.query_col.value(), side - 1))
+        ins = inspect_image(self.state.model, data.x_test[i], angle_deg=float(self.angle.value()), query=query)
+        top = np.argsort(ins.probabilities)[::-1][:3]
+        guess = ", ".join(f"{data.classes[k]} {100 * ins.probabilities[k]:.0f}%" for k in top)
+        self.prediction.setText(f"True label: <b>{data.classes[data.y_test[i]]}</b> · prediction: {guess}<br>"
+                                f"<i>{ins.kind}</i>")
+        self._draw_maps(ins)
+
+    def _draw_maps(self, ins):
+        panels = [("input", ins.image)]
+        if ins.maps is not None:
+            group = self.state.model.group
+            for h, m in enumerate(ins.maps):
+                mirror, k = group.element(h) if len(ins.maps) == group.order else (0, 0)
+                panels.append((f"{'mirror ' if mirror else ''}{k * 360 / group.n_rot:g}°", m))
+        if len(self._map_items) != len(panels):
+            self.maps_widget.clear()
+            self._map_items = []
+            for k, (title, _) in enumerate(panels):
+                vb = self.maps_widget.addViewBox(row=0, col=k, lockAspect=True, invertY=True)
+                vb.setMouseEnabled(False, False)
+                item = pg.ImageItem(axisOrder="row-major")
+                vb.addItem(item)
+                text = self.maps_widget.addLabel(title, row=1, col=k)
+                self._map_items.append((vb, item, text))
+        for (vb, item, text), (title, img) in zip(self._map_items, panels):
+            item.setImage(np.asarray(img, dtype=np.float32), autoLevels=True,
+                          lut=None if title == "input" else pg.colormap.get("viridis").getLookupTable())
+            text.setText(title)
+            vb.autoRange(padding=0.02)
+
+    # ------------------------------------------------------------ lifetime
+    def shutdown(self, timeout_ms: int = 10000) -> bool:
+        if self.thread is None:
+            return True
+        self.worker.stop_flag.set()
+        self.thread.quit()
+        ok = self.thread.wait(timeout_ms)
+        return ok

@@ -1,0 +1,213 @@
+"""Labelled image data for the networks: rot-digits (offline), image folders, rotated-MNIST ``.amat`` files.
+
+Everything returns a :class:`Dataset`: float32 ``(n, S, S)`` images in ``[0, 1]`` (bright object on a
+dark background), integer labels and the class names.  Nothing is downloaded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["Dataset", "rot_digits", "load_folder", "load_amat", "load_rotmnist", "load_npz", "save_npz", "load_data",
+           "from_imageset",
+           "AMAT_FILES"]
+
+AMAT_FILES = ("mnist_all_rotation_normalized_float_train_valid.amat",
+              "mnist_all_rotation_normalized_float_test.amat")
+
+
+@dataclass
+class Dataset:
+    """Train and test images with labels.
+
+    Attributes
+    ----------
+    x_train, x_test : ndarray, shape (n, S, S), float32
+    y_train, y_test : ndarray, shape (n,), int64
+    classes : list of str
+        ``classes[y]`` is the name of label ``y``.
+    name : str
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    classes: list
+    name: str = ""
+
+    @property
+    def size(self) -> int:
+        return int(self.x_train.shape[-1])
+
+
+def _rotate_all(images: np.ndarray, angles_deg: np.ndarray) -> np.ndarray:
+    from skimage.transform import rotate
+
+    return np.stack([rotate(im, a, order=1, mode="constant", cval=0.0) for im, a in zip(images, angles_deg)]
+                    ).astype(np.float32)
+
+
+def rot_digits(*, train_rotated: bool = True, size: int = 28, test_fraction: float = 0.3, seed: int = 0) -> Dataset:
+    """scikit-learn's handwritten digits, upsampled and rotated over the full circle.
+
+    The 8x8 digits (1797 images, 10 classes) are resized to 20x20 and centred on a ``size`` canvas (as
+    MNIST centres 20x20 digits on 28x28), then rotated by angles drawn uniformly from ``[0, 360)``
+    degrees.  The split (stratified) and the angles are fixed by ``seed``.
+
+    Parameters
+    ----------
+    train_rotated : bool
+        False keeps the training digits upright (the test digits are rotated either way).
+    size : int
+        Canvas side (>= 20).
+    test_fraction : float
+    seed : int
+
+    Returns
+    -------
+    Dataset
+    """
+    from skimage.transform import resize
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    if size < 20:
+        raise ValueError("rot-digits needs a canvas of at least 20 pixels")
+    digits = load_digits()
+    small = digits.images.astype(np.float32) / 16.0
+    big = np.stack([resize(im, (20, 20), order=1, anti_aliasing=False) for im in small]).astype(np.float32)
+    canvas = np.zeros((len(big), size, size), np.float32)
+    o = (size - 20) // 2
+    canvas[:, o:o + 20, o:o + 20] = np.clip(big, 0, 1)
+    idx = np.arange(len(canvas))
+    tr, te = train_test_split(idx, test_size=test_fraction, random_state=seed, stratify=digits.target)
+    rng = np.random.default_rng(seed)
+    angles = rng.uniform(0.0, 360.0, size=len(canvas))
+    x_train = _rotate_all(canvas[tr], angles[tr]) if train_rotated else canvas[tr]
+    x_test = _rotate_all(canvas[te], angles[te])
+    name = "rot-digits" if train_rotated else "rot-digits (upright training)"
+    return Dataset(x_train, digits.target[tr].astype(np.int64), x_test, digits.target[te].astype(np.int64),
+                   [str(c) for c in range(10)], name)
+
+
+def load_folder(folder, *, size: int = 28, test_fraction: float = 0.3, seed: int = 0, invert: bool = False,
+                on_progress=None) -> Dataset:
+    """Images in labelled subfolders (``folder/LABEL/*.png``), preprocessed to one size.
+
+    Uses the core's loader (unusable files are skipped) and :func:`core.preprocess.preprocess`: gray,
+    background subtracted, longest side ``size * 5 / 7`` centred on a ``size`` canvas (room to rotate),
+    then scaled to a maximum of 1 per image.
+
+    Raises
+    ------
+    ValueError
+        When the folder has no labelled subfolders, or fewer than two labels.
+    """
+    from ..imageset import load_images
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: not a folder")
+    iset = load_images([folder], on_progress=on_progress)
+    return from_imageset(iset, size=size, test_fraction=test_fraction, seed=seed, invert=invert, name=str(folder))
+
+
+def from_imageset(iset, *, size: int = 28, test_fraction: float = 0.3, seed: int = 0, invert: bool = False,
+                  name: str = "image set") -> Dataset:
+    """A labelled :class:`core.imageset.ImageSet` as a train/test :class:`Dataset` (see :func:`load_folder`)."""
+    from sklearn.model_selection import train_test_split
+
+    from ..preprocess import preprocess
+
+    labels = list(iset.labels)
+    if len(iset) == 0 or not iset.has_labels:
+        raise ValueError(f"{name}: networks need labelled images: put each class in its own subfolder "
+                         "(folder/LABEL/image.png)")
+    classes = sorted(set(labels))
+    if len(classes) < 2:
+        raise ValueError(f"{name}: only one label ({classes[0]}); networks need at least two")
+    canvas = preprocess(iset.images, size=max(8, int(round(size * 5 / 7))), canvas_size=size, invert=invert)
+    x = canvas.images.astype(np.float32)
+    x /= np.maximum(x.reshape(len(x), -1).max(axis=1), 1e-12)[:, None, None]
+    y = np.array([classes.index(lab) for lab in labels], dtype=np.int64)
+    counts = np.bincount(y)
+    stratify = y if counts.min() >= 2 and len(y) * test_fraction >= len(classes) else None
+    tr, te = train_test_split(np.arange(len(y)), test_size=test_fraction, random_state=seed, stratify=stratify)
+    return Dataset(x[tr], y[tr], x[te], y[te], classes, Path(name).name or name)
+
+
+def load_amat(path) -> tuple[np.ndarray, np.ndarray]:
+    """One rotated-MNIST ``.amat`` file: rows of 784 pixel values and a label.
+
+    Returns ``(images (n, 28, 28) float32, labels (n,) int64)``; images are reshaped row by row as stored.
+
+    Raises
+    ------
+    ValueError
+        Naming the file, when it is not a table of 785 numbers per row.
+    """
+    path = Path(path)
+    try:
+        data = np.loadtxt(path, dtype=np.float32, ndmin=2)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not a rotated-MNIST .amat file ({exc})") from None
+    if data.ndim != 2 or data.shape[1] != 785 or data.shape[0] == 0:
+        raise ValueError(f"{path}: expected rows of 785 numbers (784 pixels + label), got shape {data.shape}")
+    labels = data[:, -1]
+    if np.any(labels != np.round(labels)) or labels.min() < 0 or labels.max() > 9:
+        raise ValueError(f"{path}: the last column should hold labels 0-9")
+    return data[:, :784].reshape(-1, 28, 28), labels.astype(np.int64)
+
+
+def load_rotmnist(folder) -> Dataset:
+    """The standard rotated-MNIST files in ``folder`` (12k train+valid, 50k test); nothing is downloaded."""
+    folder = Path(folder)
+    missing = [f for f in AMAT_FILES if not (folder / f).is_file()]
+    if missing:
+        raise ValueError(f"{folder}: missing {', '.join(missing)} (rotated MNIST is not downloaded; "
+                         "put the two .amat files there)")
+    x_tr, y_tr = load_amat(folder / AMAT_FILES[0])
+    x_te, y_te = load_amat(folder / AMAT_FILES[1])
+    return Dataset(x_tr, y_tr, x_te, y_te, [str(c) for c in range(10)], "rotated MNIST")
+
+
+def save_npz(data: Dataset, path) -> None:
+    """Write a dataset as plain arrays (``x_train, y_train, x_test, y_test, classes, name``)."""
+    np.savez_compressed(path, x_train=data.x_train, y_train=data.y_train, x_test=data.x_test, y_test=data.y_test,
+                        classes=np.array(data.classes, dtype=str), name=np.array(data.name, dtype=str))
+
+
+def load_npz(path) -> Dataset:
+    """A dataset written by :func:`save_npz` (arrays only; pickled objects are refused)."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            ds = Dataset(z["x_train"].astype(np.float32), z["y_train"].astype(np.int64),
+                         z["x_test"].astype(np.float32), z["y_test"].astype(np.int64),
+                         [str(c) for c in z["classes"]], str(z["name"]) if "name" in z else path.stem)
+    except (OSError, KeyError, ValueError) as exc:
+        raise ValueError(f"{path}: not a dataset .npz ({exc})") from None
+    if ds.x_train.ndim != 3 or ds.x_train.shape[1] != ds.x_train.shape[2] or len(ds.x_train) != len(ds.y_train):
+        raise ValueError(f"{path}: x_train must be (n, S, S) with one label per image")
+    return ds
+
+
+def load_data(spec: str, *, size: int = 28) -> Dataset:
+    """``demo:rot-digits``, ``demo:rot-digits-upright`` (upright training), ``rotmnist:DIR``, ``npz:FILE`` or a folder.
+
+    The train/test split is fixed (seed 0), whatever seed the training uses.
+    """
+    if spec in ("demo:rot-digits", "rot-digits"):
+        return rot_digits(size=size)
+    if spec in ("demo:rot-digits-upright", "rot-digits-upright"):
+        return rot_digits(size=size, train_rotated=False)
+    if spec.startswith("demo:"):
+        raise ValueError(f"unknown demo {spec!r}: use demo:rot-digits or demo:rot-digits-upright")
+    if spec.startswith("rotmnist:"):
+        return load_rotmnist(spec[len("rotmnist:"):])
+    if spec.startswith("npz:"):
+        return load_npz(spec[len("npz:"):])
+    return load_folder(spec, size=size)

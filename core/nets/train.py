@@ -1,0 +1,249 @@
+"""Training, evaluation, equivariance measurement and safe saving/loading of the networks."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .groups import Group, rotate_images
+from .models import build_model, count_parameters, model_group
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TrainResult", "pick_device", "train_model", "evaluate", "invariance_error", "save_model",
+           "load_model", "save_learning_curve", "set_seed"]
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    """``"auto"`` is CUDA when PyTorch sees a GPU, else CPU; ``"cuda"`` without one is an error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: PyTorch sees no CUDA device here")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}: use auto, cpu or cuda")
+    return torch.device(device)
+
+
+def set_seed(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed % (2**32))
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train_model` measured (written to ``metrics.json``)."""
+
+    model: str
+    data: str
+    test_accuracy: float
+    test_error: float
+    parameters: int
+    epochs: int
+    seed: int
+    device: str
+    train_seconds: float
+    invariance_error_90: float
+    invariance_error_group: float | None
+    history: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _batches(n, batch, rng=None):
+    order = rng.permutation(n) if rng is not None else np.arange(n)
+    for s in range(0, n, batch):
+        yield order[s:s + batch]
+
+
+@torch.no_grad()
+def predict_logits(model, x: np.ndarray | torch.Tensor, *, device="cpu", batch=256) -> torch.Tensor:
+    """Logits of ``(n, S, S)`` images (eval mode), on the CPU."""
+    model.eval()
+    x = torch.as_tensor(x, dtype=torch.float32)
+    out = [model(x[i].unsqueeze(1).to(device)).float().cpu() for i in _batches(len(x), batch)]
+    return torch.cat(out) if out else torch.zeros(0)
+
+
+def evaluate(model, x, y, *, device="cpu", batch=256) -> tuple[float, float]:
+    """``(accuracy, mean cross-entropy)`` on ``(n, S, S)`` images."""
+    logits = predict_logits(model, x, device=device, batch=batch)
+    y = torch.as_tensor(y)
+    return float((logits.argmax(1) == y).float().mean()), float(F.cross_entropy(logits, y))
+
+
+@torch.no_grad()
+def invariance_error(model, x, *, angles, device="cpu", batch=256) -> float:
+    """Mean relative change of the logits when the images are rotated: ``|z(g x) - z(x)| / |z(x)|``.
+
+    Averaged over the images and the given ``angles`` (radians; multiples of 90 degrees are exact
+    pixel permutations, others are bilinear).
+    """
+    x = torch.as_tensor(x, dtype=torch.float32)
+    z = predict_logits(model, x, device=device, batch=batch)
+    errs = []
+    for a in angles:
+        zr = predict_logits(model, rotate_images(x, float(a)), device=device, batch=batch)
+        errs.append(((zr - z).norm(dim=1) / z.norm(dim=1).clamp_min(1e-12)).mean().item())
+    return float(np.mean(errs)) if errs else 0.0
+
+
+def group_angles(group: Group) -> list[float]:
+    """The non-trivial rotation angles of the group."""
+    return [2 * math.pi * k / group.n_rot for k in range(1, group.n_rot)]
+
+
+def train_model(name: str, data, *, epochs: int = 10, batch: int = 64, lr: float = 1e-3, weight_decay: float = 1e-4,
+                seed: int = 0, device: str = "auto", model_options=None, on_epoch=None, on_batch=None,
+                should_stop=None, eval_subset: int | None = None):
+    """Train a model by name on a :class:`~core.nets.data.Dataset` (Adam, cross-entropy, seed 001 B.2).
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`core.nets.models.MODELS`.
+    data : Dataset
+    epochs, batch : int
+    lr, weight_decay : float
+    seed : int
+        Seeds initialisation and batch order.
+    device : {"auto", "cpu", "cuda"}
+    model_options : dict, optional
+        Passed to :func:`build_model` (e.g. ``channels``).
+    on_epoch : callable, optional
+        ``on_epoch(record)`` after each epoch with ``{"epoch", "train_loss", "train_accuracy",
+        "test_loss", "test_accuracy", "seconds"}``.
+    on_batch : callable, optional
+        ``on_batch(done, total)`` after each batch.
+    should_stop : callable, optional
+        Returns True to stop after the current batch.
+    eval_subset : int, optional
+        Measure the invariance error on at most this many test images.
+
+    Returns
+    -------
+    model, TrainResult
+    """
+    dev = pick_device(device)
+    set_seed(seed)
+    model = build_model(name, n_classes=len(data.classes), **(model_options or {})).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    rng = np.random.default_rng(seed)
+    xtr = torch.as_tensor(data.x_train, dtype=torch.float32)
+    ytr = torch.as_tensor(data.y_train)
+    n_batches = math.ceil(len(xtr) / batch)
+    history, t0, done, stopped = [], time.perf_counter(), 0, False
+    for epoch in range(1, epochs + 1):
+        model.train()
+        tot_loss, tot_correct, seen = 0.0, 0, 0
+        for idx in _batches(len(xtr), batch, rng):
+            xb, yb = xtr[idx].unsqueeze(1).to(dev), ytr[idx].to(dev)
+            opt.zero_grad(set_to_none=True)
+            logits = model(xb)
+            loss = F.cross_entropy(logits, yb)
+            loss.backward()
+            opt.step()
+            tot_loss += float(loss.detach()) * len(idx)
+            tot_correct += int((logits.argmax(1) == yb).sum())
+            seen += len(idx)
+            done += 1
+            if on_batch is not None:
+                on_batch(done, n_batches * epochs)
+            if should_stop is not None and should_stop():
+                stopped = True
+                break
+        test_acc, test_loss = evaluate(model, data.x_test, data.y_test, device=dev)
+        rec = {"epoch": epoch, "train_loss": tot_loss / max(seen, 1), "train_accuracy": tot_correct / max(seen, 1),
+               "test_loss": test_loss, "test_accuracy": test_acc, "seconds": time.perf_counter() - t0}
+        history.append(rec)
+        if on_epoch is not None:
+            on_epoch(rec)
+        if stopped:
+            break
+    seconds = time.perf_counter() - t0
+    xs = data.x_test[:eval_subset] if eval_subset else data.x_test
+    group = model_group(name)
+    err90 = invariance_error(model, xs, angles=[math.pi / 2, math.pi, 3 * math.pi / 2], device=dev)
+    errg = None if group.exact else invariance_error(model, xs, angles=group_angles(group), device=dev)
+    last = history[-1] if history else {"test_accuracy": float("nan")}
+    result = TrainResult(name, data.name, last["test_accuracy"], 1.0 - last["test_accuracy"],
+                         count_parameters(model), len(history), seed, str(dev), seconds, err90, errg, history)
+    return model.cpu().eval(), result
+
+
+def save_model(model, path, *, name: str, n_classes: int, options=None) -> None:
+    """Save a plain state dict (tensors only) and, beside it, ``model.json`` with how to rebuild it."""
+    path = Path(path)
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, path)
+    path.with_suffix(".json").write_text(json.dumps({"model": name, "n_classes": n_classes,
+                                                     "options": options or {}}, indent=2))
+
+
+def load_model(path, *, name: str | None = None, n_classes: int | None = None, options=None):
+    """Load weights saved by :func:`save_model` with ``torch.load(weights_only=True)``: no code is run.
+
+    Raises
+    ------
+    ValueError
+        Naming the file, when it is not a state dict of tensors for this model.
+    """
+    path = Path(path)
+    meta = path.with_suffix(".json")
+    if (name is None or n_classes is None) and meta.is_file():
+        info = json.loads(meta.read_text())
+        name = name or info["model"]
+        n_classes = n_classes or info["n_classes"]
+        options = options if options is not None else info.get("options", {})
+    if name is None:
+        raise ValueError(f"{path}: the model name is unknown (no {meta.name} beside it)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not a state dict"
+        log.info("refused %s: %s", path, exc)
+        raise ValueError(f"{path}: not a saved state dict of plain tensors; refused, nothing in it was run") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"{path}: not a state dict of tensors")
+    model = build_model(name, n_classes=n_classes or 10, **(options or {}))
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        raise ValueError(f"{path}: weights do not fit model {name!r} ({str(exc).splitlines()[0]})") from None
+    return model.eval()
+
+
+def save_learning_curve(history, path, *, title: str = "") -> bool:
+    """Loss and accuracy per epoch as a PNG (a bare matplotlib Figure: the Agg renderer, no pyplot, no GUI).
+
+    Returns False (and writes nothing) when matplotlib is not installed.
+    """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return False
+
+    fig = Figure(figsize=(8, 3.2), dpi=100)
+    ax1, ax2 = fig.subplots(1, 2)
+    ep = [r["epoch"] for r in history]
+    ax1.plot(ep, [r["train_loss"] for r in history], "o-", label="train")
+    ax1.plot(ep, [r["test_loss"] for r in history], "s-", label="test")
+    ax1.set_xlabel("epoch")
+    ax1.set_ylabel("cross-entropy")
+    ax1.legend()
+    ax2.plot(ep, [100 * r["train_accuracy"] for r in history], "o-", label="train")
+    ax2.plot(ep, [100 * r["test_accuracy"] for r in history], "s-", label="test")
+    ax2.set_xlabel("epoch")
+    ax2.set_ylabel("accuracy (%)")
+    ax2.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    return True
