@@ -255,7 +255,10 @@ class RunPanel(QGroupBox):
         self.method.addItem("Kernel attention (KA)", "ka")
         self.beta_auto = QCheckBox("auto")
         self.beta_auto.setChecked(True)
-        self.beta = QDoubleSpinBox(minimum=0.01, maximum=1000, value=10, decimals=2)
+        self.beta = QDoubleSpinBox(minimum=0.01, maximum=10000, value=10, decimals=2)
+        self.beta_auto.setToolTip("auto: each image's bandwidth follows its own nearest neighbours, and an iteration "
+                                  "that would mix the clusters of the input images is undone. A number: the "
+                                  "paper's global RBF exp(-β d²), iterated as in the paper.")
         self.beta.setEnabled(False)
         beta_row = QHBoxLayout()
         beta_row.addWidget(self.beta_auto)
@@ -271,6 +274,9 @@ class RunPanel(QGroupBox):
         self.rotation_range = QDoubleSpinBox(minimum=1, maximum=180, value=180, suffix=" °")
         self.angle_step = QDoubleSpinBox(minimum=0.5, maximum=45, value=5, suffix=" °")
         self.size = QSpinBox(minimum=8, maximum=256, value=64, suffix=" px")
+        self.mirror = QCheckBox("mirror images count as the same")
+        self.mirror.setToolTip("Also match each image flipped left-right (the group E(2)): for cells, particles, "
+                               "leaves… Off: a shape and its mirror image stay apart. Doubles the similarity time.")
         self.backend = QComboBox()
         self.backend.addItem("Auto", "auto")
         self.backend.addItem("CPU", "numpy")
@@ -286,6 +292,7 @@ class RunPanel(QGroupBox):
         form.addRow("Iterations", self.iterations)
         form.addRow("Clusters", k_row)
         form.addRow("Rotation range ±", self.rotation_range)
+        form.addRow("Mirrors", self.mirror)
         form.addRow("Angle step", self.angle_step)
         form.addRow("Working size", self.size)
         form.addRow("Backend", self.backend)
@@ -322,6 +329,7 @@ class RunPanel(QGroupBox):
             "clusters": "auto" if self.clusters_auto.isChecked() else self.clusters.value(),
             "rotation_range": None if rr >= 180 else rr,
             "angle_step": self.angle_step.value(),
+            "group": "e2" if self.mirror.isChecked() else "se2",
         }
 
     def set_state(self, state: str):
