@@ -121,19 +121,9 @@ def _photo(name: str, centre: tuple, half: int) -> np.ndarray:
 
 
 def _key(teeth: int) -> np.ndarray:
-    from skimage.draw import disk, rectangle
+    from core.demos import _key as demo_key
 
-    img = np.zeros((CANVAS, CANVAS))
-    rr, cc = disk((32, 16), 8, shape=img.shape)
-    img[rr, cc] = 1.0
-    rr, cc = disk((32, 15), 3.5, shape=img.shape)
-    img[rr, cc] = 0.0
-    rr, cc = rectangle((30, 23), end=(34, 50), shape=img.shape)
-    img[rr, cc] = 1.0
-    for c in (47, 41, 35)[:teeth]:
-        rr, cc = rectangle((35, c), end=(40, c + 2), shape=img.shape)
-        img[rr, cc] = 1.0
-    return _place(img)
+    return _place(demo_key(teeth))
 
 
 _LETTERS = {"tune": "FGJKLPR", "holdout": "ABEQTYV"}

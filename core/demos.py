@@ -75,7 +75,7 @@ def _seven() -> np.ndarray:
     return img
 
 
-def _key() -> np.ndarray:
+def _key(teeth: int = 2) -> np.ndarray:
     from skimage.draw import disk, rectangle
 
     img = np.zeros((CANVAS, CANVAS))
@@ -85,7 +85,7 @@ def _key() -> np.ndarray:
     img[rr, cc] = 0.0
     rr, cc = rectangle((30, 27), end=(34, 50), shape=img.shape)
     img[rr, cc] = 1.0
-    for c in (41, 47):
+    for c in (47, 41, 35)[:teeth]:  # the demo's key has 2; the quality benchmark's other key 3
         rr, cc = rectangle((35, c), end=(40, c + 2), shape=img.shape)
         img[rr, cc] = 1.0
     return img

@@ -25,3 +25,16 @@ def smooth_blob(size=32, seed=0):
     yy, xx = np.mgrid[:size, :size] - (size - 1) / 2
     img *= np.exp(-(yy**2 + xx**2) / (2 * (size / 6) ** 2))
     return img / img.max()
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """A private home for the app's logs, settings and autosave (one per test module)."""
+    home = tmp_path_factory.mktemp("home")
+    old = os.environ.get("IA_STUDIO_LOG_DIR")
+    os.environ["IA_STUDIO_LOG_DIR"] = str(home / "logs")
+    yield home
+    if old is None:
+        os.environ.pop("IA_STUDIO_LOG_DIR", None)
+    else:
+        os.environ["IA_STUDIO_LOG_DIR"] = old

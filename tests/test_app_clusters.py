@@ -18,18 +18,6 @@ from app.main_window import MainWindow, about_text, settings  # noqa: E402
 from app.panels import MIME_IMAGES  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("home")
-    old = os.environ.get("IA_STUDIO_LOG_DIR")
-    os.environ["IA_STUDIO_LOG_DIR"] = str(home / "logs")
-    yield home
-    if old is None:
-        os.environ.pop("IA_STUDIO_LOG_DIR", None)
-    else:
-        os.environ["IA_STUDIO_LOG_DIR"] = old
-
-
 def _wait(app, pred, timeout=60.0):
     import time
 

@@ -19,18 +19,6 @@ from app.main_window import MainWindow  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("home")
-    old = os.environ.get("IA_STUDIO_LOG_DIR")
-    os.environ["IA_STUDIO_LOG_DIR"] = str(home / "logs")
-    yield home
-    if old is None:
-        os.environ.pop("IA_STUDIO_LOG_DIR", None)
-    else:
-        os.environ["IA_STUDIO_LOG_DIR"] = old
-
-
-@pytest.fixture(scope="module")
 def win(qapp, home, tmp_path_factory):
     """A window holding the user's own saved project, then edited (unsaved: '*')."""
     w = MainWindow(recover=False) if "recover" in MainWindow.__init__.__code__.co_varnames else MainWindow()
