@@ -58,7 +58,13 @@ class Settings:
         Start each ``tau_i`` from the pairwise alignment, or from the identity
         as in the paper (for demos).
     weight_tol : float
-        Weights below this are skipped in the means.
+        Absolute floor: weights at or below this are skipped in the means.
+    weight_mass : float
+        Each column of W keeps its largest weights up to this fraction of its
+        mass in the means (the rest are skipped, the kept ones renormalised).
+    mean_rtol : float
+        A mean whose objective falls by less than this fraction in a step has
+        converged and stops (0: always ``mean_steps`` steps).
     snapshot_every : int
         Yield a snapshot every this many mean steps.
     converge_tol : float
@@ -74,7 +80,9 @@ class Settings:
     mean_steps: int = 10
     sigmas: tuple = (0.0, 1.0, 2.0)
     init: str = "pairwise"
-    weight_tol: float = 2e-3
+    weight_tol: float = 0.0
+    weight_mass: float = 0.999
+    mean_rtol: float = 3e-4
     snapshot_every: int = 2
     converge_tol: float = 1e-3
 
@@ -347,7 +355,7 @@ class AttentionRun:
             if s.method == "ia":
                 init = trans if s.init == "pairwise" else None
                 self._mean_state = start_invariant_means(self._features, xp.asarray(w, dtype=np.float32),
-                                                         init, tol=s.weight_tol)
+                                                         init, tol=s.weight_tol, mass=s.weight_mass)
             self._timings["mean_s"] += time.perf_counter() - t0
             return self._snapshot("similarity")
         if self._stage == "means":
@@ -359,9 +367,9 @@ class AttentionRun:
                 done = True
             else:
                 self._mean_state = invariant_mean_step(self._features, self._mean_state, sigmas=s.sigmas,
-                                                       check=self._check_cancel)
+                                                       rtol=s.mean_rtol, check=self._check_cancel)
                 feats = self._mean_state.means
-                done = self._mean_state.step >= s.mean_steps
+                done = self._mean_state.step >= s.mean_steps or self._mean_state.converged
             self._timings["mean_s"] += time.perf_counter() - t0
             if not done:
                 if self._mean_state.step % max(1, s.snapshot_every) == 0:
@@ -405,7 +413,8 @@ class AttentionRun:
             init[:, c] = t_in[:, medoid]
         if s.method == "ia":
             state = invariant_means(self._inputs, xp.asarray(weights, dtype=np.float32), init,
-                                    steps=s.mean_steps, sigmas=s.sigmas, tol=0.0, check=self._check_cancel)
+                                    steps=s.mean_steps, sigmas=s.sigmas, tol=0.0, rtol=s.mean_rtol,
+                                    check=self._check_cancel)
             means = state.means
             tr = state.transforms(self.n)[np.arange(self.n), labels]
         else:
