@@ -27,6 +27,7 @@ import numpy as np
 from .backend import Backend, get_backend, to_host
 from .clustering import cluster_labels, grouping_order
 from .invariant_mean import invariant_mean_step, invariant_means, start_invariant_means
+from .neighbors import resolve_neighbors
 from .similarity import invariant_distances, plain_distances
 from .warp import warp
 from .weights import attention_weights, rbf_similarity
@@ -69,6 +70,10 @@ class Settings:
         Yield a snapshot every this many mean steps.
     converge_tol : float
         Stop early when no entry of W moves more than this between iterations.
+    neighbors : int, "all" or "auto"
+        Align only each image's ``K`` candidate neighbours (:mod:`core.neighbors`);
+        W, the means and the read-out then work on the sparse K-neighbour
+        graph.  ``"auto"``: every pair up to 300 images, 30 candidates above.
     """
 
     method: str = "ia"
@@ -85,6 +90,7 @@ class Settings:
     mean_rtol: float = 3e-4
     snapshot_every: int = 2
     converge_tol: float = 1e-3
+    neighbors: object = "auto"
 
     def validate(self, n: int) -> None:
         """Raise ``ValueError`` with a plain message for a bad option."""
@@ -100,6 +106,15 @@ class Settings:
             raise ValueError(f"clusters must be between 1 and the number of images ({n})")
         if self.init not in ("pairwise", "identity"):
             raise ValueError("init must be 'pairwise' or 'identity'")
+        if not 0 < float(self.weight_mass) <= 1:
+            raise ValueError("weight_mass must be in (0, 1]")
+        if self.neighbors not in ("all", "auto"):
+            try:
+                ok = int(self.neighbors) >= 1
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError("neighbors must be a whole number >= 1, 'all' or 'auto'")
 
 
 @dataclass
@@ -194,6 +209,39 @@ class RunResult:
 
 
 _DENSE_TRANSFORMS_MAX = 500  # images; above this, mean-step snapshots carry no (n, n, 3) transforms
+_DENSE_VIEW_MAX = 2000  # images; a pruned run's W and distances are shown dense up to this, sparse above
+
+
+def _is_sparse(a) -> bool:
+    import scipy.sparse as sp
+
+    return sp.issparse(a)
+
+
+def _view(a, *, fill_missing=False):
+    """Host float32 copy for snapshots and results: dense unless sparse above ``_DENSE_VIEW_MAX`` images.
+
+    Distances of pairs a pruned run did not align show as the largest computed
+    distance (``fill_missing``); missing weights are zero.
+    """
+    if not _is_sparse(a):
+        return a.astype(np.float32)
+    if a.shape[0] > _DENSE_VIEW_MAX:
+        return a.astype(np.float32).tocsr()
+    dense = a.toarray().astype(np.float32)
+    if fill_missing:
+        known = a.copy().tocsr()
+        known.data[:] = 1
+        mask = known.toarray().astype(bool)
+        np.fill_diagonal(mask, True)
+        dense[~mask] = float(a.max()) if a.nnz else 0.0
+    return dense
+
+
+def _max_abs_diff(a, b) -> float:
+    if _is_sparse(a) or _is_sparse(b):
+        return float(abs(a - b).max())
+    return float(np.abs(a - b).max())
 
 
 class _Cancelled(Exception):
@@ -209,6 +257,9 @@ class AttentionRun:
         Unit-norm images on one canvas (:func:`core.preprocess.preprocess`).
     backend : str or Backend
         ``"auto"``, ``"numpy"`` or ``"cupy"``.
+    client : dask.distributed.Client, optional
+        Run the pairwise alignment and the invariant means as tasks on this
+        cluster (see :mod:`core.distributed`); the results equal a local run's.
     **options
         Fields of :class:`Settings`.
 
@@ -222,7 +273,9 @@ class AttentionRun:
     >>> result = run.result()         # doctest: +SKIP
     """
 
-    def __init__(self, images, *, backend="auto", **options):
+    def __init__(self, images, *, backend="auto", client=None, **options):
+        #: optional ``dask.distributed.Client``: similarity chunks and mean columns run as its tasks
+        self.client = client
         self.settings = Settings(**options)
         images = np.asarray(to_host(images), dtype=np.float32)
         if images.ndim not in (3, 4) or images.shape[0] < 2:
@@ -323,9 +376,15 @@ class AttentionRun:
         t0 = time.perf_counter()
         s = self.settings
         if s.method == "ia":
-            sim = invariant_distances(feats, angle_step=s.angle_step, rotation_range=s.rotation_range,
-                                      on_progress=self._stage_progress)
-            out = (sim.distances, sim.transforms)
+            k = resolve_neighbors(s.neighbors, self.n)
+            pairs = None
+            if k is not None:
+                from .neighbors import candidate_pairs
+
+                pairs = candidate_pairs(feats, k)
+            sim = invariant_distances(feats, angle_step=s.angle_step, rotation_range=s.rotation_range, pairs=pairs,
+                                      client=self.client, on_progress=self._stage_progress)
+            out = (sim.distances, sim.transforms if pairs is None else sim)
         else:
             out = (plain_distances(feats), np.zeros((self.n, self.n, 3)))
         self._timings["similarity_s"] += time.perf_counter() - t0
@@ -333,29 +392,49 @@ class AttentionRun:
 
     def _read_labels(self, distances, beta):
         k = self.settings.clusters
+        if _is_sparse(distances):
+            from .neighbors import sparse_cluster_labels
+
+            return sparse_cluster_labels(distances, beta, k=k)
         return cluster_labels(rbf_similarity(distances, beta), k=k)
+
+    @staticmethod
+    def _weights_of(dist, beta):
+        if _is_sparse(dist):
+            from .neighbors import sparse_attention_weights
+
+            return sparse_attention_weights(dist, beta)
+        return attention_weights(dist, beta)
+
+    @staticmethod
+    def _init_of(trans):
+        """Starting transforms of the means: the dense array, or a look-up into a pruned run's pairs."""
+        if isinstance(trans, np.ndarray):
+            return trans
+        return lambda src, col: trans.transform(src, col)
 
     def _advance(self):
         s = self.settings
         xp = self.backend.xp
         if self._stage == "similarity":
             dist, trans = self._distances(self._features)
-            w, beta = attention_weights(dist, s.beta if s.beta == "auto" else float(s.beta))
+            w, beta = self._weights_of(dist, s.beta if s.beta == "auto" else float(s.beta))
             if self._input_sim is None:
                 self._input_sim = (dist, trans)
             prev = self._weights
             self._sim, self._weights, self._beta = (dist, trans), w, beta
-            self._history.append(dist.astype(np.float32))
+            self._history.append(_view(dist, fill_missing=True))
             self._labels = self._read_labels(dist, beta)
-            if prev is not None and np.abs(w - prev).max() < s.converge_tol:
+            if prev is not None and _max_abs_diff(w, prev) < s.converge_tol:
                 self._stage = "finishing"  # W stopped moving: converged
                 return self._advance()
             self._stage = "means"
             t0 = time.perf_counter()
             if s.method == "ia":
-                init = trans if s.init == "pairwise" else None
-                self._mean_state = start_invariant_means(self._features, xp.asarray(w, dtype=np.float32),
-                                                         init, tol=s.weight_tol, mass=s.weight_mass)
+                init = self._init_of(trans) if s.init == "pairwise" else None
+                wx = w if _is_sparse(w) else xp.asarray(w, dtype=np.float32)
+                self._mean_state = start_invariant_means(self._features, wx, init, tol=s.weight_tol,
+                                                         mass=s.weight_mass)
             self._timings["mean_s"] += time.perf_counter() - t0
             return self._snapshot("similarity")
         if self._stage == "means":
@@ -367,7 +446,8 @@ class AttentionRun:
                 done = True
             else:
                 self._mean_state = invariant_mean_step(self._features, self._mean_state, sigmas=s.sigmas,
-                                                       rtol=s.mean_rtol, check=self._check_cancel)
+                                                       rtol=s.mean_rtol, client=self.client,
+                                                       check=self._check_cancel)
                 feats = self._mean_state.means
                 done = self._mean_state.step >= s.mean_steps or self._mean_state.converged
             self._timings["mean_s"] += time.perf_counter() - t0
@@ -386,7 +466,7 @@ class AttentionRun:
             return snap
         if self._stage == "final":
             dist, trans = self._distances(self._features)
-            self._history.append(dist.astype(np.float32))
+            self._history.append(_view(dist, fill_missing=True))
             self._sim = (dist, trans)
             self._labels = self._read_labels(dist, self._beta)
             self._stage = "finishing"
@@ -406,11 +486,24 @@ class AttentionRun:
         d0, t_in = self._input_sim
         weights = np.zeros((self.n, k))
         init = np.zeros((self.n, k, 3))
+        medoids = np.zeros(k, dtype=int)
         for c in range(k):
             members = np.flatnonzero(labels == c)
             weights[members, c] = 1.0 / members.size
-            medoid = members[np.argmin((d0[np.ix_(members, members)] ** 2).sum(axis=1))]
-            init[:, c] = t_in[:, medoid]
+            if _is_sparse(d0):  # pruned: the member most strongly tied to the others on the graph
+                sub = d0[members][:, members].tocoo()
+                tie = np.bincount(sub.row, weights=np.exp(-self._beta * sub.data**2), minlength=members.size)
+                medoids[c] = members[np.argmax(tie)]
+            else:
+                medoid = members[np.argmin((d0[np.ix_(members, members)] ** 2).sum(axis=1))]
+                init[:, c] = t_in[:, medoid]
+        if _is_sparse(d0) and s.method == "ia":
+            # align every image onto its cluster's medoid (n pairs): the start of the cluster means
+            src = np.arange(self.n)
+            dst = medoids[labels]
+            own = invariant_distances(self._inputs, angle_step=s.angle_step, rotation_range=s.rotation_range,
+                                      pairs=(src[src != dst], dst[src != dst]), client=self.client)
+            init = lambda src, col: own.transform(src, medoids[col])  # noqa: E731
         if s.method == "ia":
             state = invariant_means(self._inputs, xp.asarray(weights, dtype=np.float32), init,
                                     steps=s.mean_steps, sigmas=s.sigmas, tol=0.0, rtol=s.mean_rtol,
@@ -432,9 +525,9 @@ class AttentionRun:
             cluster_means=to_host(means, np.float32),
             image_transforms=tr,
             scores=scores,
-            weights=self._weights.astype(np.float32),
-            input_distances=d0,
-            final_distances=self._sim[0],
+            weights=_view(self._weights),
+            input_distances=_view(d0, fill_missing=True) if _is_sparse(d0) else d0,
+            final_distances=_view(self._sim[0], fill_missing=True) if _is_sparse(self._sim[0]) else self._sim[0],
             history=list(self._history),
             features=to_host(self._features, np.float32),
             iterations=self._iteration,
@@ -453,7 +546,7 @@ class AttentionRun:
             step = st.step
         else:
             means = self._features
-            transforms = self._sim[1] if self._sim is not None else None
+            transforms = self._sim[1] if self._sim is not None and isinstance(self._sim[1], np.ndarray) else None
             objective = []
             step = 0
         n_steps = self.settings.mean_steps if self.settings.method == "ia" else 1
@@ -462,9 +555,9 @@ class AttentionRun:
             stage=stage,
             step=step,
             n_steps=n_steps,
-            weights=self._weights.astype(np.float32),
+            weights=_view(self._weights),
             means=to_host(means, np.float32),
-            distances=self._sim[0].astype(np.float32),
+            distances=_view(self._sim[0], fill_missing=True),
             transforms=None if transforms is None else transforms.astype(np.float32),
             labels=self._labels.copy(),
             objective=objective,

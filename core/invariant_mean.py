@@ -219,7 +219,8 @@ def _bcast(v, like):
 
 
 def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), damping: float = 1e-3,
-                        rtol: float = 0.0, first_improvement: bool = True, check=None) -> MeanState:
+                        rtol: float = 0.0, first_improvement: bool = True, client=None,
+                        check=None) -> MeanState:
     """One step of Algorithm 1 for every active column at once (see the module docstring).
 
     Parameters
@@ -238,6 +239,8 @@ def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), dam
         Try the smoothing levels in order and give an entry no further trials
         once one lowers its objective (the cheap default); ``False`` tries all
         levels for every entry and keeps the best.
+    client : dask.distributed.Client, optional
+        Run groups of columns as tasks on this cluster (:mod:`core.distributed`).
     check : callable, optional
         Called between blocks; it may raise to abandon the step (``state`` is untouched).
 
@@ -253,23 +256,82 @@ def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), dam
     new_means = state.means.copy()
     prev_obj = state.objective[-1] if state.objective else None
     obj_h = np.array(prev_obj, dtype=np.float64) if prev_obj is not None else np.zeros(m)
-    obj = xp.zeros(m, dtype=np.float64)
-    eye = xp.eye(3)
     col_h = to_host(state.entry_col)
     live = np.flatnonzero(active[col_h])  # entries of active columns (a contiguous run per column)
-    live_cols = xp.asarray(np.flatnonzero(active))
-    new_means[live_cols] = 0
-    live_x = xp.asarray(live)
-    for lo, hi in _blocks(live.size, images):
+    live_cols = np.flatnonzero(active)
+    opts = dict(sigmas=tuple(sigmas), damping=damping, first_improvement=first_improvement)
+    if client is not None and live.size:
+        from .distributed import map_chunks, n_workers
+
+        # tasks are groups of whole columns: each returns its columns' new means
+        groups = np.array_split(live_cols, min(live_cols.size, 2 * n_workers(client)))
+        src_h, wt_h, par_h = to_host(state.entry_src), to_host(state.entry_weight), to_host(params)
+        means_h = to_host(state.means)
+        args, sels = [], []
+        for g in groups:
+            sel = live[np.isin(col_h[live], g)]
+            local = np.searchsorted(g, col_h[sel])
+            args.append((sel, means_h[g], src_h[sel], local, wt_h[sel], par_h[sel]))
+            sels.append((sel, g))
+        obj = np.zeros(m)
+        out = map_chunks(client, mean_columns_task, args, to_host(images), opts, progress=None)
+        for (sel, g), (_, (tau_g, mean_g, obj_g)) in zip(sels, out):
+            params[xp.asarray(sel)] = xp.asarray(tau_g)
+            new_means[xp.asarray(g)] = xp.asarray(mean_g, dtype=new_means.dtype)
+            obj[g] = obj_g
+        obj = xp.asarray(obj)
+    else:
+        live_x = xp.asarray(live)
+        new_means[xp.asarray(live_cols)] = 0
+        tau, sums, obj = _update_entries(images, state.means, state.entry_src[live_x], state.entry_col[live_x],
+                                         state.entry_weight[live_x], params[live_x], m, check=check, **opts)
+        params[live_x] = tau
+        new_means += sums
+    params[:, 0] = se2.wrap_angle(params[:, 0])
+    # at the new mean: sum w ||x - mu_new||^2 = sum w ||x - mu_old||^2 - ||mu_new - mu_old||^2
+    obj = obj - _sqnorm(new_means - state.means, xp)
+    obj = to_host(obj, np.float64)
+    obj_h[active] = obj[active]
+    new_active = active.copy()
+    if rtol > 0 and prev_obj is not None:
+        new_active &= (prev_obj - obj_h) >= rtol * np.abs(prev_obj)
+    return MeanState(
+        state.entry_src, state.entry_col, state.entry_weight, params, new_means,
+        state.step + 1, state.objective + [obj_h], new_active,
+    )
+
+
+def mean_columns_task(images, sel, means, src, col, weight, params, *, sigmas, damping, first_improvement):
+    """One Dask task: a step for a group of whole columns (host in, host out).
+
+    ``col`` numbers the group's columns ``0 .. len(means) - 1``.  Returns the
+    entries' new transforms, the group's new means and their objectives
+    (before the correction for the mean's move).
+    """
+    xp = array_module(images)
+    tau, sums, obj = _update_entries(images, xp.asarray(means), xp.asarray(src), xp.asarray(col),
+                                     xp.asarray(weight), xp.asarray(params), means.shape[0], sigmas=sigmas,
+                                     damping=damping, first_improvement=first_improvement)
+    return to_host(tau), to_host(sums), to_host(obj, np.float64)
+
+
+def _update_entries(images, means, src_all, col_all, wt_all, params, m, *, sigmas, damping, first_improvement,
+                    check=None):
+    """Move every entry once; ``(new params, sum_i w_i v_i o tau_i per column, sum_i w_i f_i per column)``."""
+    xp = array_module(images)
+    params = params.copy()
+    sums = xp.zeros_like(means)
+    obj = xp.zeros(m, dtype=np.float64)
+    eye = xp.eye(3)
+    for lo, hi in _blocks(int(src_all.shape[0]), images):
         if check is not None:
             check()
-        sel = live_x[lo:hi]
-        src = state.entry_src[sel]
-        col = state.entry_col[sel]
-        wt = state.entry_weight[sel]
-        tau = params[sel]
+        src = src_all[lo:hi]
+        col = col_all[lo:hi]
+        wt = wt_all[lo:hi]
+        tau = params[lo:hi]
         out, jac = warp(images, tau, index=src, gradient=True)
-        target = state.means[col]
+        target = means[col]
         r = out - target
         best_f = _sqnorm(r, xp)
         best_out = out.copy()
@@ -296,21 +358,10 @@ def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), dam
             best_out[won] = out_c[better]
             if first_improvement:
                 todo = todo[~better]
-        params[sel] = best_tau
-        new_means += _segment_sum(best_out * _bcast(wt, best_out), col, m, xp)
+        params[lo:hi] = best_tau
+        sums += _segment_sum(best_out * _bcast(wt, best_out), col, m, xp)
         obj += _segment_sum((wt * best_f)[:, None], col, m, xp)[:, 0]
-    params[:, 0] = se2.wrap_angle(params[:, 0])
-    # at the new mean: sum w ||x - mu_new||^2 = sum w ||x - mu_old||^2 - ||mu_new - mu_old||^2
-    obj = obj - _sqnorm(new_means - state.means, xp)
-    obj = to_host(obj, np.float64)
-    obj_h[active] = obj[active]
-    new_active = active.copy()
-    if rtol > 0 and prev_obj is not None:
-        new_active &= (prev_obj - obj_h) >= rtol * np.abs(prev_obj)
-    return MeanState(
-        state.entry_src, state.entry_col, state.entry_weight, params, new_means,
-        state.step + 1, state.objective + [obj_h], new_active,
-    )
+    return params, sums, obj
 
 
 def _sqnorm(r, xp):
@@ -319,7 +370,8 @@ def _sqnorm(r, xp):
 
 
 def invariant_means(images, weights, init=None, *, steps: int = 10, sigmas=(0.0, 1.0, 2.0), tol: float = 0.0,
-                    mass: float = 1.0, rtol: float = 0.0, first_improvement: bool = True, check=None):
+                    mass: float = 1.0, rtol: float = 0.0, first_improvement: bool = True, client=None,
+                    check=None):
     """Compute the invariant mean of every column of ``weights``.
 
     Parameters
@@ -341,6 +393,8 @@ def invariant_means(images, weights, init=None, *, steps: int = 10, sigmas=(0.0,
         stop (``0``: all ``steps`` are done).
     first_improvement : bool
         See :func:`invariant_mean_step`.
+    client : dask.distributed.Client, optional
+        See :func:`invariant_mean_step`.
     check : callable, optional
         Called between blocks of work; it may raise to abandon the computation.
 
@@ -352,7 +406,7 @@ def invariant_means(images, weights, init=None, *, steps: int = 10, sigmas=(0.0,
     state = start_invariant_means(images, weights, init, tol=tol, mass=mass)
     for _ in range(steps):
         state = invariant_mean_step(images, state, sigmas=sigmas, rtol=rtol,
-                                    first_improvement=first_improvement, check=check)
+                                    first_improvement=first_improvement, client=client, check=check)
         if state.converged:
             break
     return state

@@ -16,6 +16,12 @@ for unit-norm images on a common canvas.  The search is global and then local:
    warp derivative.
 
 ``candidates=None`` evaluates every grid angle (exhaustive, slower).
+
+``pairs=(rows, cols)`` aligns only those pairs (the candidate graph of
+:mod:`core.neighbors`): the distances come back as a SciPy sparse matrix and
+the transforms as a per-pair list, so nothing of size ``n^2`` is made.  With
+``client=`` (a ``dask.distributed`` client, :mod:`core.distributed`) the
+chunks of pairs run as tasks on the cluster.
 """
 from __future__ import annotations
 
@@ -39,15 +45,50 @@ class SimilarityResult:
 
     Attributes
     ----------
-    distances : ndarray, shape (n, n)
-        ``d_ij``, symmetric with a zero diagonal (host, float64).
-    transforms : ndarray, shape (n, n, 3)
+    distances : ndarray or scipy.sparse.csr_matrix, shape (n, n)
+        ``d_ij``, symmetric with a zero diagonal (host, float64).  Sparse
+        when only candidate ``pairs`` were aligned: an absent entry was not
+        computed (stored zeros are real zero distances).
+    transforms : ndarray, shape (n, n, 3), or None
         ``transforms[i, j]`` is ``tau`` with ``v_i o tau ~ v_j`` (image ``i``
         aligned onto image ``j``), ``(theta [rad], tx, ty)`` in canvas pixels.
+        ``None`` when only candidate pairs were aligned (see :meth:`transform`).
+    pairs : tuple of ndarray, optional
+        ``(rows, cols)``, ``rows < cols``, sorted: the pairs aligned.
+    pair_transforms : ndarray, shape (P, 3), optional
+        ``rows[p]`` aligned onto ``cols[p]``.
     """
 
-    distances: np.ndarray
-    transforms: np.ndarray
+    distances: object
+    transforms: np.ndarray | None
+    pairs: tuple | None = None
+    pair_transforms: np.ndarray | None = None
+
+    @property
+    def sparse(self) -> bool:
+        """True when only candidate pairs were aligned."""
+        return self.pairs is not None
+
+    def transform(self, src, dst) -> np.ndarray:
+        """``tau`` aligning image ``src[e]`` onto ``dst[e]``: ``(E, 3)``, host.
+
+        Pairs that were not aligned (and ``src == dst``) give the identity.
+        """
+        src = np.asarray(src, dtype=np.int64).ravel()
+        dst = np.asarray(dst, dtype=np.int64).ravel()
+        if self.pairs is None:
+            return np.asarray(self.transforms)[src, dst]
+        n = self.distances.shape[0]
+        keys = self.pairs[0].astype(np.int64) * n + self.pairs[1]
+        a, b = np.minimum(src, dst), np.maximum(src, dst)
+        out = np.zeros((src.size, 3))
+        if keys.size == 0:
+            return out
+        pos = np.clip(np.searchsorted(keys, a * n + b), 0, keys.size - 1)
+        found = (keys[pos] == a * n + b) & (a != b)
+        fwd = self.pair_transforms[pos]
+        out[found] = np.where((src < dst)[found][:, None], fwd[found], se2.invert(fwd[found]))
+        return out
 
 
 def angle_grid(angle_step: float, rotation_range: float | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -294,6 +335,8 @@ def invariant_distances(
     rotation_range: float | None = None,
     candidates: int | None = 6,
     refine_steps: int = 6,
+    pairs=None,
+    client=None,
     on_progress=None,
 ) -> SimilarityResult:
     """Invariant distances and optimal relative transforms for all pairs.
@@ -314,6 +357,11 @@ def invariant_distances(
         evaluates every grid angle.
     refine_steps : int
         Gauss-Newton steps of the continuous refinement (0 disables it).
+    pairs : (ndarray, ndarray), optional
+        Align only these pairs (either order; duplicates and ``i == i`` are
+        dropped).  The result is then sparse (see :class:`SimilarityResult`).
+    client : dask.distributed.Client, optional
+        Run the chunks of pairs as tasks on this cluster.
     on_progress : callable(fraction), optional
 
     Returns
@@ -326,35 +374,87 @@ def invariant_distances(
     h, w = images.shape[1:3]
     angles, allowed = angle_grid(angle_step, rotation_range)
     n_angles = angles.size
-    dist = np.zeros((n, n))
-    trans = np.zeros((n, n, 3))
-    if n < 2:
-        return SimilarityResult(dist, trans)
     progress = on_progress or (lambda f: None)
-    pi_host, pj_host = np.triu_indices(n, 1)
+    if pairs is not None:
+        pi_host = np.asarray(pairs[0], dtype=np.int64).ravel()
+        pj_host = np.asarray(pairs[1], dtype=np.int64).ravel()
+        if pi_host.shape != pj_host.shape or (pi_host.size and (pi_host.min() < 0 or pj_host.max() >= n)):
+            raise ValueError("pairs must be two equal-length arrays of image indices")
+        a, b = np.minimum(pi_host, pj_host), np.maximum(pi_host, pj_host)
+        key = np.unique(a[a != b] * n + b[a != b])
+        pi_host, pj_host = key // n, key % n
+    elif n >= 2:
+        pi_host, pj_host = np.triu_indices(n, 1)
+    else:
+        pi_host = pj_host = np.zeros(0, dtype=np.int64)
+    if pairs is None:
+        dist = np.zeros((n, n))
+        trans = np.zeros((n, n, 3))
+        if n < 2:
+            return SimilarityResult(dist, trans)
     n_pairs = pi_host.size
-    q = _polar_spectra(images, n_angles, xp)  # per image, once
+    opts = dict(angle_step=angle_step, rotation_range=rotation_range, candidates=candidates,
+                refine_steps=refine_steps)
+    d_all = np.zeros(n_pairs)
+    p_all = np.zeros((n_pairs, 3))
+    if client is not None and n_pairs:
+        from .distributed import map_chunks
+
+        # enough tasks to keep every worker busy, each at most _PAIR_CHUNK pairs
+        n_tasks = max(1, min(-(-n_pairs // 256), 4 * max(1, len(client.scheduler_info()["workers"]))))
+        chunk = max(1, min(_PAIR_CHUNK, -(-n_pairs // n_tasks)))
+        spans = [(lo, min(n_pairs, lo + chunk)) for lo in range(0, n_pairs, chunk)]
+        args = [(pi_host[lo:hi], pj_host[lo:hi]) for lo, hi in spans]
+        for (lo, hi), (params_h, d_h) in map_chunks(client, align_pair_chunk, args, to_host(images, np.float32),
+                                                    opts, progress=progress):
+            d_all[lo:hi], p_all[lo:hi] = d_h, params_h
+    else:
+        q = _polar_spectra(images, n_angles, xp)  # per image, once
+        p = _fast_len(int(np.ceil(1.5 * max(h, w))))
+        fv = fft_module(xp).rfft2(images, s=(p, p), axes=(1, 2))
+        # pairs in chunks: every temporary is bounded by the chunk, whatever n is
+        chunk = max(1, min(n_pairs, _PAIR_CHUNK))
+        for lo in range(0, n_pairs, chunk):
+            hi = min(n_pairs, lo + chunk)
+
+            def part(f, lo=lo, hi=hi):
+                progress((lo + f * (hi - lo)) / n_pairs)
+
+            params, resid = _align_pairs(images, q, fv, xp.asarray(pi_host[lo:hi]), xp.asarray(pj_host[lo:hi]),
+                                         angles, allowed, candidates, refine_steps, p, xp, part)
+            p_all[lo:hi] = to_host(params, np.float64)
+            d_all[lo:hi] = np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
+    progress(1.0)
+    if pairs is not None:
+        import scipy.sparse as sp
+
+        dist = sp.csr_matrix((np.concatenate([d_all, d_all]),
+                              (np.concatenate([pi_host, pj_host]), np.concatenate([pj_host, pi_host]))),
+                             shape=(n, n))
+        return SimilarityResult(dist, None, (pi_host, pj_host), p_all)
+    dist[pi_host, pj_host] = d_all
+    dist[pj_host, pi_host] = d_all
+    trans[pi_host, pj_host] = p_all
+    trans[pj_host, pi_host] = se2.invert(p_all)
+    return SimilarityResult(dist, trans)
+
+
+def align_pair_chunk(images, rows, cols, *, angle_step=5.0, rotation_range=None, candidates=6, refine_steps=6):
+    """Align the pairs ``(rows, cols)`` of ``images``: ``(params (P, 3), distances (P,))`` on the host.
+
+    The unit of work of :func:`invariant_distances` that runs as one task on
+    a Dask worker; its result equals the same pairs' part of a local run.
+    """
+    xp = array_module(images)
+    images = xp.asarray(images, dtype=np.float32)
+    h, w = images.shape[1:3]
+    angles, allowed = angle_grid(angle_step, rotation_range)
+    q = _polar_spectra(images, angles.size, xp)
     p = _fast_len(int(np.ceil(1.5 * max(h, w))))
     fv = fft_module(xp).rfft2(images, s=(p, p), axes=(1, 2))
-    # pairs in chunks: every temporary is bounded by the chunk, whatever n is
-    chunk = max(1, min(n_pairs, _PAIR_CHUNK))
-    for lo in range(0, n_pairs, chunk):
-        hi = min(n_pairs, lo + chunk)
-
-        def part(f, lo=lo, hi=hi):
-            progress((lo + f * (hi - lo)) / n_pairs)
-
-        params, resid = _align_pairs(images, q, fv, xp.asarray(pi_host[lo:hi]), xp.asarray(pj_host[lo:hi]),
-                                     angles, allowed, candidates, refine_steps, p, xp, part)
-        params_h = to_host(params, np.float64)
-        d_h = np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
-        a, b = pi_host[lo:hi], pj_host[lo:hi]
-        dist[a, b] = d_h
-        dist[b, a] = d_h
-        trans[a, b] = params_h
-        trans[b, a] = se2.invert(params_h)
-    progress(1.0)
-    return SimilarityResult(dist, trans)
+    params, resid = _align_pairs(images, q, fv, xp.asarray(rows), xp.asarray(cols), angles, allowed, candidates,
+                                 refine_steps, p, xp, lambda f: None)
+    return to_host(params, np.float64), np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
 
 
 def _align_pairs(images, q, fv, pi, pj, angles, allowed, candidates, refine_steps, p, xp, progress):
