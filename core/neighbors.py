@@ -75,7 +75,7 @@ def resolve_neighbors(neighbors, n: int) -> int | None:
 
 
 def _polar_magnitudes(images, n_rings, n_angles):
-    """``|F(v)|`` on a polar grid, ``sqrt(radius)``-weighted and unit-norm: (n, rings, angles), host."""
+    """``|F(v)|`` on a polar grid, ``sqrt(radius)``-weighted and unit-norm: (n, rings, angles), on the device."""
     xp = array_module(images)
     fft = fft_module(xp)
     ndi = ndimage_module(xp)
@@ -88,7 +88,7 @@ def _polar_magnitudes(images, n_rings, n_angles):
     coords = xp.asarray(np.stack([(centre + radii[:, None] * np.cos(phi)).ravel(),
                                   (centre + radii[:, None] * np.sin(phi)).ravel()]))
     weight = xp.asarray(np.sqrt(radii), dtype=np.float32)[:, None]
-    out = np.empty((n, n_rings, n_angles), dtype=np.float32)
+    out = xp.empty((n, n_rings, n_angles), dtype=np.float32)
     step = max(1, (1 << 22) // (p * p))
     for lo in range(0, n, step):
         blk = xp.asarray(images[lo:lo + step], dtype=np.float32)
@@ -96,8 +96,8 @@ def _polar_magnitudes(images, n_rings, n_angles):
         if spec.ndim == 4:
             spec = spec.sum(axis=-1)
         polar = xp.stack([ndi.map_coordinates(s, coords, order=1, mode="constant") for s in spec])
-        out[lo:lo + step] = to_host(polar.reshape(-1, n_rings, n_angles) * weight, np.float32)
-    out /= np.maximum(np.linalg.norm(out.reshape(n, -1), axis=1), 1e-12)[:, None, None]
+        out[lo:lo + step] = polar.reshape(-1, n_rings, n_angles) * weight
+    out /= xp.maximum(xp.sqrt((out * out).sum(axis=(1, 2))), 1e-12)[:, None, None]
     return out
 
 
@@ -119,10 +119,9 @@ def invariant_features(images, *, n_rings: int | None = None, n_angles: int = 64
         The angular power spectrum of every ring of ``|F|``, unit-norm:
         unchanged by any rotation about the centre and any shift.
     """
-    import scipy.fft
-
     polar = _polar_magnitudes(images, n_rings, n_angles)
-    power = np.abs(scipy.fft.rfft(polar, axis=2)).astype(np.float32)
+    xp = array_module(polar)
+    power = to_host(xp.abs(fft_module(xp).rfft(polar, axis=2)), np.float32)
     power = power.reshape(power.shape[0], -1)
     return power / np.maximum(np.linalg.norm(power, axis=1, keepdims=True), 1e-12)
 
@@ -156,14 +155,15 @@ def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
     rows, cols : ndarray of int, shape (P,)
         Unique pairs with ``rows < cols``, sorted; ``P <= n k``.
     """
-    import scipy.fft
     from sklearn.neighbors import NearestNeighbors
 
     n = images.shape[0]
     k = min(int(k), n - 1)
     polar = _polar_magnitudes(images, None, n_angles)
-    q = scipy.fft.rfft(polar, axis=2)  # (n, R, F)
-    feats = np.abs(q).astype(np.float32).reshape(n, -1)
+    xp = array_module(polar)
+    fft = fft_module(xp)
+    q = fft.rfft(polar, axis=2)  # (n, R, F)
+    feats = to_host(xp.abs(q), np.float32).reshape(n, -1)
     feats /= np.maximum(np.linalg.norm(feats, axis=1, keepdims=True), 1e-12)
     k1 = min(n - 1, max(k, oversample * k))
     idx = NearestNeighbors(n_neighbors=k1 + 1, n_jobs=n_jobs).fit(feats).kneighbors(feats, return_distance=False)
@@ -172,8 +172,8 @@ def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
     for lo in range(0, n, step):
         hi = min(n, lo + step)
         cand = idx[lo:hi]
-        g = np.einsum("brf,bcrf->bcf", np.conj(q[lo:hi]), q[cand])
-        score = scipy.fft.irfft(g, n=n_angles, axis=2).max(axis=2)  # best rotation of each candidate
+        g = (xp.conj(q[lo:hi])[:, None] * q[xp.asarray(cand)]).sum(axis=2)  # (b, c, F)
+        score = to_host(fft.irfft(g, n=n_angles, axis=2).max(axis=2), np.float64)  # best rotation
         score[cand == np.arange(lo, hi)[:, None]] = -np.inf  # not itself
         order = np.argsort(-score, axis=1, kind="stable")[:, :k]
         top[lo:hi] = np.take_along_axis(cand, order, axis=1)

@@ -36,6 +36,11 @@ from .warp import warp
 __all__ = ["SimilarityResult", "invariant_distances", "plain_distances", "angle_grid"]
 
 _BLOCK = 1 << 22  # elements per temporary block
+_GPU_BLOCK = 1 << 24  # on a GPU: fewer, larger kernel launches
+
+
+def _block(xp) -> int:
+    return _BLOCK if xp is np else _GPU_BLOCK
 _PAIR_CHUNK = 200_000  # pairs searched together (bounds every per-pair array)
 
 
@@ -195,8 +200,8 @@ def _translation_search(fv, images, pairs_i, pairs_j, angle_idx, angles, p, xp, 
     uniq, first = np.unique(key[order], return_index=True)
     slot = np.repeat(np.arange(uniq.size), np.diff(np.append(first, order.size)))  # per sorted entry
     per_combo = p * (p // 2 + 1) * (images.shape[3] if images.ndim == 4 else 1)
-    combos_per_block = max(1, (_BLOCK * 4) // per_combo)
-    entries_per_block = max(1, _BLOCK // (p * p))
+    combos_per_block = max(1, (_block(xp) * 4) // per_combo)
+    entries_per_block = max(1, _block(xp) // (p * p))
     pj_sorted = pairs_j[xp.asarray(order)]
     for c0 in range(0, uniq.size, combos_per_block):
         c1 = min(uniq.size, c0 + combos_per_block)
@@ -271,7 +276,7 @@ def refine_alignment(images, targets, params, *, index=None, target_index=None, 
     target_index = xp.arange(e) if target_index is None else xp.asarray(target_index)
     h, w = images.shape[1:3]
     per = h * w * (3 if images.ndim == 4 else 1)
-    chunk = max(1, _BLOCK // (4 * per))
+    chunk = max(1, _block(xp) // (4 * per))
     resid = xp.empty(e, dtype=np.float64)
     for lo in range(0, e, chunk):
         sl = slice(lo, min(e, lo + chunk))
@@ -463,7 +468,7 @@ def _align_pairs(images, q, fv, pi, pj, angles, allowed, candidates, refine_step
     n_pairs = int(pi.shape[0])
     # 1. rotation candidates
     cand_list = []
-    step = max(1, _BLOCK // (n_angles * q.shape[1]))
+    step = max(1, _block(xp) // (n_angles * q.shape[1]))
     for lo in range(0, n_pairs, step):
         sl = slice(lo, lo + step)
         sc = _rotation_scores(q, pi[sl], pj[sl], n_angles, xp)
