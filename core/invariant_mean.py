@@ -272,7 +272,7 @@ def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), dam
         for g in groups:
             sel = live[np.isin(col_h[live], g)]
             local = np.searchsorted(g, col_h[sel])
-            args.append((sel, means_h[g], src_h[sel], local, wt_h[sel], par_h[sel]))
+            args.append((means_h[g], src_h[sel], local, wt_h[sel], par_h[sel]))
             sels.append((sel, g))
         obj = np.zeros(m)
         out = map_chunks(client, mean_columns_task, args, to_host(images), opts, progress=None)
@@ -302,7 +302,7 @@ def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), dam
     )
 
 
-def mean_columns_task(images, sel, means, src, col, weight, params, *, sigmas, damping, first_improvement):
+def mean_columns_task(images, means, src, col, weight, params, *, sigmas, damping, first_improvement):
     """One Dask task: a step for a group of whole columns (host in, host out).
 
     ``col`` numbers the group's columns ``0 .. len(means) - 1``.  Returns the
