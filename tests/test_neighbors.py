@@ -97,3 +97,19 @@ def test_pruned_run_agrees_with_the_exhaustive_run(name, k):
     assert pruned.weights.shape == (len(x), len(x))  # dense view at this size; zeros off the graph
     assert (pruned.weights > 0).sum() < (full.weights > 0).sum()
     assert_allclose(pruned.weights.sum(axis=0), 1.0, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_pruned_run_on_cupy_gives_the_numpy_labels():
+    from core.backend import BackendUnavailableError, get_backend
+
+    try:
+        gpu = get_backend("cupy")
+    except BackendUnavailableError as exc:
+        pytest.skip(f"no GPU: {exc}")
+    s = load_demo("digits", seed=0)
+    x = preprocess(s.images, size=32).images
+    a = AttentionRun(x, backend="numpy", neighbors=12).run()
+    b = AttentionRun(x, backend=gpu, neighbors=12).run()
+    assert_array_equal(b.labels, a.labels)  # measured on an H200 (benchmarks/gpu_check.py)
+    assert np.abs(b.input_distances - a.input_distances).max() < 1e-3
