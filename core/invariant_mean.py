@@ -335,8 +335,8 @@ def _update_entries(images, means, src_all, col_all, wt_all, params, m, *, sigma
         target = means[col]
         r = out - target
         best_f = _sqnorm(r, xp)
-        best_out = out.copy()
-        best_tau = tau.copy()
+        best_out = out  # updated in place; ``out`` is not needed again
+        best_tau = tau.copy()  # ``tau`` is a view of ``params``, read again below
         j = jac.reshape(jac.shape[0], 3, -1)
         jtj = xp.matmul(j, xp.transpose(j, (0, 2, 1))).astype(np.float64)  # single-precision BLAS
         diag = xp.diagonal(jtj, axis1=1, axis2=2)
