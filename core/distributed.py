@@ -94,6 +94,7 @@ def connect(address: str, *, timeout: float = _CONNECT_TIMEOUT_S):
 def close(client) -> None:
     """Close a client from :func:`connect` (and the local cluster it started)."""
     cluster = getattr(client, "_ia_owns_cluster", None)
+    client._ia_shared = None
     client.close()
     if cluster is not None:
         cluster.close()
@@ -115,7 +116,8 @@ def map_chunks(client, func, chunk_args, shared, options=None, *, progress=None)
     chunk_args : list of tuple
         One task per tuple.
     shared : object
-        Sent to the workers once and passed as ``func``'s first argument.
+        Sent to the workers once and passed as ``func``'s first argument; the
+        same object in the next call is not sent again.
     options : dict, optional
         Keyword arguments of every call.
     progress : callable(fraction), optional
@@ -134,7 +136,12 @@ def map_chunks(client, func, chunk_args, shared, options=None, *, progress=None)
     """
     distributed = _import_distributed()
     options = dict(options or {})
-    [shared_f] = client.scatter([shared], broadcast=True, hash=False)
+    cached = getattr(client, "_ia_shared", None)
+    if cached is not None and cached[0] is shared:  # the same images again (every mean step): sent once
+        shared_f = cached[1]
+    else:
+        [shared_f] = client.scatter([shared], broadcast=True, hash=False)
+        client._ia_shared = (shared, shared_f)
     futures = [client.submit(func, shared_f, *args, pure=False, retries=_RETRIES, **options)
                for args in chunk_args]
     index = {f.key: i for i, f in enumerate(futures)}
