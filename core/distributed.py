@@ -136,28 +136,41 @@ def map_chunks(client, func, chunk_args, shared, options=None, *, progress=None)
     """
     distributed = _import_distributed()
     options = dict(options or {})
-    cached = getattr(client, "_ia_shared", None)
-    if cached is not None and cached[0] is shared:  # the same images again (every mean step): sent once
-        shared_f = cached[1]
-    else:
-        [shared_f] = client.scatter([shared], broadcast=True, hash=False)
-        client._ia_shared = (shared, shared_f)
-    futures = [client.submit(func, shared_f, *args, pure=False, retries=_RETRIES, **options)
-               for args in chunk_args]
-    index = {f.key: i for i, f in enumerate(futures)}
-    results = [None] * len(futures)
+    results = [None] * len(chunk_args)
+    pending = list(range(len(chunk_args)))
     done = 0
-    try:
-        for fut in distributed.as_completed(futures):
-            if fut.status != "finished":
-                exc = fut.exception()
-                raise RuntimeError(f"a Dask task failed after {_RETRIES} retries: {exc}") from exc
-            results[index[fut.key]] = fut.result()
-            done += 1
-            if progress is not None:
-                progress(done / len(futures))
-    finally:
-        client.cancel(futures)
+    for attempt in range(_RETRIES + 1):
+        cached = getattr(client, "_ia_shared", None)
+        if cached is not None and cached[0] is shared:  # the same images again (every mean step): sent once
+            shared_f = cached[1]
+        else:
+            [shared_f] = client.scatter([shared], broadcast=True, hash=False)
+            client._ia_shared = (shared, shared_f)
+        futures = {client.submit(func, shared_f, *chunk_args[i], pure=False, retries=_RETRIES, **options): i
+                   for i in pending}
+        lost = []
+        try:
+            for fut in distributed.as_completed(list(futures)):
+                i = futures[fut]
+                if fut.status == "finished":
+                    results[i] = fut.result()
+                    done += 1
+                    if progress is not None:
+                        progress(done / len(chunk_args))
+                elif fut.status == "error":  # the computation itself raised, after Dask's retries
+                    exc = fut.exception()
+                    raise RuntimeError(f"a Dask task failed after {_RETRIES} retries: {exc}") from exc
+                else:  # cancelled or lost with a dying worker (its copy of the shared data, say)
+                    lost.append(i)
+        finally:
+            client.cancel(list(futures))
+        if not lost:
+            break
+        log.warning("%d Dask tasks were lost (a worker died?); resubmitting them", len(lost))
+        client._ia_shared = None  # send the shared data again
+        pending = lost
+    else:
+        raise RuntimeError(f"Dask tasks were lost {_RETRIES + 1} times (workers kept dying); stopped")
     spans, lo = [], 0
     for args in chunk_args:
         size = len(args[0])

@@ -14,7 +14,7 @@ pytest.importorskip("distributed")
 from core.attention import AttentionRun  # noqa: E402
 from core.cli import main  # noqa: E402
 from core.demos import load_demo  # noqa: E402
-from core.distributed import DaskUnavailableError, close, connect  # noqa: E402
+from core.distributed import DaskUnavailableError, close, connect, map_chunks  # noqa: E402
 from core.preprocess import preprocess  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +30,8 @@ def cluster(tmp_path_factory):
     """``dask scheduler`` + two ``dask worker`` processes, as a user would start them."""
     tmp = tmp_path_factory.mktemp("dask")
     sched_file = tmp / "scheduler.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    path = os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path)  # the workers import core (and this module's helper) from here
     procs = [subprocess.Popen(_dask_cmd("scheduler", "--host", "127.0.0.1", "--port", "0",
                                         "--dashboard-address", ":0", "--scheduler-file", str(sched_file)),
                               cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
@@ -113,3 +114,21 @@ def test_cli_local_cluster_gives_the_plain_runs_labels(tmp_path):
     assert main(args + ["--out", str(tmp_path / "plain")]) == 0
     assert main(args + ["--out", str(tmp_path / "dask"), "--dask", "local:2"]) == 0
     assert labels(tmp_path / "dask") == labels(tmp_path / "plain")
+
+
+def _die_once(marker, values):
+    """A task that kills its worker process the first time it runs anywhere."""
+    m = Path(marker)
+    if not m.exists():
+        m.write_text("died")
+        os._exit(1)
+    return values * 2
+
+
+def test_a_worker_dying_mid_run_is_retried(cluster, tmp_path):
+    _, client = cluster
+    out = map_chunks(client, _die_once, [(np.arange(3),), (np.arange(3, 5),)], str(tmp_path / "marker"))
+    assert (tmp_path / "marker").exists()  # a worker did die
+    assert [span for span, _ in out] == [(0, 3), (3, 5)]
+    assert_array_equal(np.concatenate([r for _, r in out]), 2 * np.arange(5))  # nothing lost, nothing wrong
+    client.wait_for_workers(2, timeout=60)  # the nanny restarts it
