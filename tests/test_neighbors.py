@@ -113,3 +113,20 @@ def test_pruned_run_on_cupy_gives_the_numpy_labels():
     b = AttentionRun(x, backend=gpu, neighbors=12).run()
     assert_array_equal(b.labels, a.labels)  # measured on an H200 (benchmarks/gpu_check.py)
     assert np.abs(b.input_distances - a.input_distances).max() < 1e-3
+
+
+def test_cli_neighbors_option(tmp_path, capsys):
+    import json
+
+    from core.cli import main
+
+    out = tmp_path / "o"
+    assert main(["demo:shapes", "--size", "24", "--iterations", "1", "--neighbors", "6", "--quiet",
+                 "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["parameters"]["neighbors"] == 6 and summary["metrics"]["ari"] == 1.0
+    w = np.load(out / "weights.npy", allow_pickle=False)
+    assert w.shape == (18, 18) and (w > 0).sum() < 18 * 18  # the K-neighbour graph, not every pair
+    with pytest.raises(SystemExit) as err:
+        main(["demo:shapes", "--neighbors", "0"])
+    assert err.value.code == 2 and "--neighbors must be at least 1" in capsys.readouterr().err
