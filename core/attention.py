@@ -27,6 +27,7 @@ import numpy as np
 from .backend import Backend, get_backend, to_host
 from .clustering import KChoice, read_clusters, grouping_order
 from .invariant_mean import invariant_mean_step, invariant_means, start_invariant_means
+from .neighbors import resolve_neighbors
 from .similarity import check_finite, invariant_distances, plain_distances
 from .warp import warp
 from .weights import attention_weights, local_bandwidth
@@ -58,21 +59,31 @@ class Settings:
         Start each ``tau_i`` from the pairwise alignment, or from the identity
         as in the paper (for demos).
     weight_tol : float
-        Weights below this are skipped in the means.
+        Absolute floor: weights at or below this are skipped in the means.
+    weight_mass : float
+        Each column of W keeps its largest weights up to this fraction of its
+        mass in the means (the rest are skipped, the kept ones renormalised).
+    mean_rtol : float
+        A mean whose objective falls by less than this fraction in a step has
+        converged and stops (0: always ``mean_steps`` steps).
     guard : bool or None
         Stop iterating, and keep the previous iteration, when an iteration
         moved images between clusters without the new clusters fitting the
         input images clearly better (silhouette on the input invariant
         distances up by at least 0.02).  ``None`` (default):
         on with ``beta="auto"``, off with an explicit ``beta`` (the paper's
-        plain iteration).
+        plain iteration).  Runs on all pairs only (not on a pruned run).
     group : {"se2", "e2"}
         ``"e2"`` also matches mirror images (reflections), for data where a
-        flipped specimen is the same thing.
+        flipped specimen is the same thing.  Always on all pairs.
     snapshot_every : int
         Yield a snapshot every this many mean steps.
     converge_tol : float
         Stop early when no entry of W moves more than this between iterations.
+    neighbors : int, "all" or "auto"
+        Align only each image's ``K`` candidate neighbours (:mod:`core.neighbors`);
+        W, the means and the read-out then work on the sparse K-neighbour
+        graph.  ``"auto"``: every pair up to 300 images, 30 candidates above.
     """
 
     method: str = "ia"
@@ -84,11 +95,14 @@ class Settings:
     mean_steps: int = 10
     sigmas: tuple = (0.0, 1.0, 2.0)
     init: str = "pairwise"
-    weight_tol: float = 2e-3
+    weight_tol: float = 0.0
+    weight_mass: float = 0.999
+    mean_rtol: float = 3e-4
     snapshot_every: int = 2
     converge_tol: float = 1e-3
     guard: bool | None = None
     group: str = "se2"
+    neighbors: object = "auto"
 
     @property
     def guarded(self) -> bool:
@@ -111,6 +125,15 @@ class Settings:
             raise ValueError("group must be 'se2' or 'e2'")
         if self.init not in ("pairwise", "identity"):
             raise ValueError("init must be 'pairwise' or 'identity'")
+        if not 0 < float(self.weight_mass) <= 1:
+            raise ValueError("weight_mass must be in (0, 1]")
+        if self.neighbors not in ("all", "auto"):
+            try:
+                ok = int(self.neighbors) >= 1
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError("neighbors must be a whole number >= 1, 'all' or 'auto'")
 
 
 @dataclass
@@ -223,6 +246,39 @@ class RunResult:
 
 
 _DENSE_TRANSFORMS_MAX = 500  # images; above this, mean-step snapshots carry no (n, n, 3) transforms
+_DENSE_VIEW_MAX = 2000  # images; a pruned run's W and distances are shown dense up to this, sparse above
+
+
+def _is_sparse(a) -> bool:
+    import scipy.sparse as sp
+
+    return sp.issparse(a)
+
+
+def _view(a, *, fill_missing=False):
+    """Host float32 copy for snapshots and results: dense unless sparse above ``_DENSE_VIEW_MAX`` images.
+
+    Distances of pairs a pruned run did not align show as the largest computed
+    distance (``fill_missing``); missing weights are zero.
+    """
+    if not _is_sparse(a):
+        return a.astype(np.float32)
+    if a.shape[0] > _DENSE_VIEW_MAX:
+        return a.astype(np.float32).tocsr()
+    dense = a.toarray().astype(np.float32)
+    if fill_missing:
+        known = a.copy().tocsr()
+        known.data[:] = 1
+        mask = known.toarray().astype(bool)
+        np.fill_diagonal(mask, True)
+        dense[~mask] = float(a.max()) if a.nnz else 0.0
+    return dense
+
+
+def _max_abs_diff(a, b) -> float:
+    if _is_sparse(a) or _is_sparse(b):
+        return float(abs(a - b).max())
+    return float(np.abs(a - b).max())
 
 
 _GUARD_GAIN = 0.02  # a changed partition must raise the silhouette on the inputs by this much
@@ -241,6 +297,9 @@ class AttentionRun:
         Unit-norm images on one canvas (:func:`core.preprocess.preprocess`).
     backend : str or Backend
         ``"auto"``, ``"numpy"`` or ``"cupy"``.
+    client : dask.distributed.Client, optional
+        Run the pairwise alignment and the invariant means as tasks on this
+        cluster (see :mod:`core.distributed`); the results equal a local run's.
     **options
         Fields of :class:`Settings`.
 
@@ -254,7 +313,9 @@ class AttentionRun:
     >>> result = run.result()         # doctest: +SKIP
     """
 
-    def __init__(self, images, *, backend="auto", **options):
+    def __init__(self, images, *, backend="auto", client=None, **options):
+        #: optional ``dask.distributed.Client``: similarity chunks and mean columns run as its tasks
+        self.client = client
         self.settings = Settings(**options)
         images = np.asarray(to_host(images), dtype=np.float32)
         if images.ndim not in (3, 4) or images.shape[0] < 2:
@@ -364,9 +425,15 @@ class AttentionRun:
         t0 = time.perf_counter()
         s = self.settings
         if s.method == "ia":
-            sim = invariant_distances(feats, angle_step=s.angle_step, rotation_range=s.rotation_range,
-                                      on_progress=self._stage_progress, group=s.group)
-            out = (sim.distances, sim.transforms, sim.mirrored)
+            k = None if s.group == "e2" else resolve_neighbors(s.neighbors, self.n)
+            pairs = None
+            if k is not None:
+                from .neighbors import candidate_pairs
+
+                pairs = candidate_pairs(feats, k)
+            sim = invariant_distances(feats, angle_step=s.angle_step, rotation_range=s.rotation_range, pairs=pairs,
+                                      client=self.client, on_progress=self._stage_progress, group=s.group)
+            out = (sim.distances, sim.transforms if pairs is None else sim, sim.mirrored)
         else:
             out = (plain_distances(feats), np.zeros((self.n, self.n, 3)), np.zeros((self.n, self.n), dtype=bool))
         self._timings["similarity_s"] += time.perf_counter() - t0
@@ -379,6 +446,15 @@ class AttentionRun:
         if keep.size == 0:
             return labels, KChoice(1, 1, 1.0, "trivial", [(1, 1.0)])
         k = self.settings.clusters
+        if _is_sparse(distances):  # a pruned run: the sparse read-out of core.neighbors, no blank handling
+            from .neighbors import sparse_attention_weights, sparse_cluster_labels
+
+            b = self.settings.beta
+            beta = sparse_attention_weights(distances, "auto")[1] if b == "auto" else float(b)
+            labels = sparse_cluster_labels(distances, beta, k=k)
+            kk = int(labels.max()) + 1
+            return labels, KChoice(kk, 1, 1.0 if k != "auto" else 0.0, "given" if k != "auto" else "sparse-eigengap",
+                                   [(kk, 0.0)])
         if k != "auto" and self.blank.any():
             k = min(int(k), keep.size)
         sub, choice = read_clusters(distances[np.ix_(keep, keep)], k=k)
@@ -406,7 +482,7 @@ class AttentionRun:
         their silhouette (+0.02).  Otherwise the iteration has mixed what the
         inputs separate: the previous state is restored and the run stops.
         """
-        if not self.settings.guarded or self._prev is None:
+        if not self.settings.guarded or self._prev is None or _is_sparse(self._input_sim[0]):
             return False
         from sklearn.metrics import adjusted_rand_score
 
@@ -430,35 +506,53 @@ class AttentionRun:
         self._prev = None
         return True
 
+    @staticmethod
+    def _weights_of(dist, beta, bandwidth=None):
+        if _is_sparse(dist):
+            from .neighbors import sparse_attention_weights
+
+            return sparse_attention_weights(dist, beta)
+        return attention_weights(dist, beta, bandwidth=bandwidth)
+
+    @staticmethod
+    def _init_of(trans):
+        """Starting transforms of the means: the dense array, or a look-up into a pruned run's pairs."""
+        if isinstance(trans, np.ndarray):
+            return trans
+        return lambda src, col: trans.transform(src, col)
+
     def _advance(self):
         s = self.settings
         xp = self.backend.xp
         if self._stage == "similarity":
             dist, trans, mirrored = sim = self._distances(self._features)
-            self._history.append(dist.astype(np.float32))
+            self._history.append(_view(dist, fill_missing=True))
             labels, choice = self._read_labels(dist)
             if self._guard_rejects(labels):
                 self._stage = "finishing"
                 return self._advance()
             if self._input_sim is None:
                 self._input_sim = sim
-                if s.beta == "auto":
+                if s.beta == "auto" and not _is_sparse(dist):
                     self._bandwidth = local_bandwidth(dist, neighbor=choice.scale)
-            w, beta = attention_weights(dist, s.beta if s.beta == "auto" else float(s.beta),
-                                        bandwidth=self._bandwidth)
+            w, beta = self._weights_of(dist, s.beta if s.beta == "auto" else float(s.beta), self._bandwidth)
             prev = self._weights
             self._sim, self._weights, self._beta = sim, w, beta
             self._labels, self._k_choice = labels, choice
-            if prev is not None and np.abs(w - prev).max() < s.converge_tol:
+            if prev is not None and _max_abs_diff(w, prev) < s.converge_tol:
                 self._stage = "finishing"  # W stopped moving: converged
                 return self._advance()
             self._stage = "means"
             t0 = time.perf_counter()
             if s.method == "ia":
-                init = trans if s.init == "pairwise" else None
-                self._mean_src, w_src, init = self._with_mirrors(self._features, w, init, mirrored)
-                self._mean_state = start_invariant_means(self._mean_src, xp.asarray(w_src, dtype=np.float32),
-                                                         init, tol=s.weight_tol)
+                init = self._init_of(trans) if s.init == "pairwise" else None
+                if _is_sparse(w):
+                    self._mean_src, w_src = self._features, w
+                else:
+                    self._mean_src, w_src, init = self._with_mirrors(self._features, w, init, mirrored)
+                    w_src = xp.asarray(w_src, dtype=np.float32)
+                self._mean_state = start_invariant_means(self._mean_src, w_src, init, tol=s.weight_tol,
+                                                         mass=s.weight_mass)
             self._timings["mean_s"] += time.perf_counter() - t0
             return self._snapshot("similarity")
         if self._stage == "means":
@@ -470,9 +564,10 @@ class AttentionRun:
                 done = True
             else:
                 self._mean_state = invariant_mean_step(self._mean_src, self._mean_state, sigmas=s.sigmas,
+                                                       rtol=s.mean_rtol, client=self.client,
                                                        check=self._check_cancel)
                 feats = self._mean_state.means
-                done = self._mean_state.step >= s.mean_steps
+                done = self._mean_state.step >= s.mean_steps or self._mean_state.converged
             self._timings["mean_s"] += time.perf_counter() - t0
             if not done:
                 if self._mean_state.step % max(1, s.snapshot_every) == 0:
@@ -492,7 +587,7 @@ class AttentionRun:
         if self._stage == "final":
             sim = self._distances(self._features)
             dist = sim[0]
-            self._history.append(dist.astype(np.float32))
+            self._history.append(_view(dist, fill_missing=True))
             labels, choice = self._read_labels(dist)
             if not self._guard_rejects(labels):
                 self._sim = sim
@@ -537,18 +632,33 @@ class AttentionRun:
         weights = np.zeros((self.n, k))
         init = np.zeros((self.n, k, 3))
         mirror = np.zeros((self.n, k), dtype=bool)
+        medoids = np.zeros(k, dtype=int)
         for c in range(k):
             members = np.flatnonzero(labels == c)
             weights[members, c] = 1.0 / members.size
-            medoid = members[np.argmin((d0[np.ix_(members, members)] ** 2).sum(axis=1))]
-            init[:, c] = t_in[:, medoid]
-            mirror[:, c] = m_in[:, medoid]
+            if _is_sparse(d0):  # pruned: the member most strongly tied to the others on the graph
+                sub = d0[members][:, members].tocoo()
+                tie = np.bincount(sub.row, weights=np.exp(-self._beta * sub.data**2), minlength=members.size)
+                medoids[c] = members[np.argmax(tie)]
+            else:
+                medoid = members[np.argmin((d0[np.ix_(members, members)] ** 2).sum(axis=1))]
+                init[:, c] = t_in[:, medoid]
+                if m_in is not None:
+                    mirror[:, c] = m_in[:, medoid]
         mirrored = mirror[np.arange(self.n), labels]
         src, w_src, init = self._with_mirrors(self._inputs, weights, init, mirror)
         index = np.arange(self.n) + (self.n * mirrored if src.shape[0] > self.n else 0)
+        if _is_sparse(d0) and s.method == "ia":
+            # align every image onto its cluster's medoid (n pairs): the start of the cluster means
+            a = np.arange(self.n)
+            b = medoids[labels]
+            own = invariant_distances(self._inputs, angle_step=s.angle_step, rotation_range=s.rotation_range,
+                                      pairs=(a[a != b], b[a != b]), client=self.client)
+            init = lambda src, col: own.transform(src, medoids[col])  # noqa: E731
         if s.method == "ia":
             state = invariant_means(src, xp.asarray(w_src, dtype=np.float32), init,
-                                    steps=s.mean_steps, sigmas=s.sigmas, tol=0.0, check=self._check_cancel)
+                                    steps=s.mean_steps, sigmas=s.sigmas, tol=0.0, rtol=s.mean_rtol,
+                                    check=self._check_cancel)
             means = state.means
             tr = state.transforms(src.shape[0])[index, labels]
         else:
@@ -566,9 +676,9 @@ class AttentionRun:
             cluster_means=to_host(means, np.float32),
             image_transforms=tr,
             scores=scores,
-            weights=self._weights.astype(np.float32),
-            input_distances=d0,
-            final_distances=self._sim[0],
+            weights=_view(self._weights),
+            input_distances=_view(d0, fill_missing=True) if _is_sparse(d0) else d0,
+            final_distances=_view(self._sim[0], fill_missing=True) if _is_sparse(self._sim[0]) else self._sim[0],
             history=list(self._history),
             features=to_host(self._features, np.float32),
             iterations=self._accepted,
@@ -591,7 +701,7 @@ class AttentionRun:
             step = st.step
         else:
             means = self._features
-            transforms = self._sim[1] if self._sim is not None else None
+            transforms = self._sim[1] if self._sim is not None and isinstance(self._sim[1], np.ndarray) else None
             objective = []
             step = 0
         n_steps = self.settings.mean_steps if self.settings.method == "ia" else 1
@@ -600,9 +710,9 @@ class AttentionRun:
             stage=stage,
             step=step,
             n_steps=n_steps,
-            weights=self._weights.astype(np.float32),
+            weights=_view(self._weights),
             means=to_host(means, np.float32),
-            distances=self._sim[0].astype(np.float32),
+            distances=_view(self._sim[0], fill_missing=True),
             transforms=None if transforms is None else transforms.astype(np.float32),
             labels=self._labels.copy(),
             objective=objective,

@@ -68,6 +68,18 @@ _size = _whole_number("--size", 8)
 _iterations = _whole_number("--iterations", 1)
 
 
+def _neighbors(text):
+    if text in ("all", "auto"):
+        return text
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--neighbors must be a whole number, 'all' or 'auto', got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"--neighbors must be at least 1, got {v}")
+    return v
+
+
 def _transform(text):
     try:
         rot, frac = (float(x) for x in text.split(","))
@@ -104,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="content: scale each image's object to the working size (default); "
                         "frame: scale each file's longest side to it")
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
+    p.add_argument("--neighbors", type=_neighbors, default="auto", metavar="K|all|auto",
+                   help="align only each image's K candidate neighbours (auto: all pairs up to 300 images, "
+                        "K=30 above)")
+    p.add_argument("--dask", default=None, metavar="ADDRESS",
+                   help="run the heavy stages on a Dask cluster: local:N (N local worker processes) or "
+                        "tcp://host:8786 (a running 'dask scheduler'); needs the [dask] extra")
     p.add_argument("--transform", type=_transform, default=None, metavar="ROT_DEG,SHIFT_FRAC",
                    help="first apply random transforms: rotation in [-ROT, ROT], shift up to SHIFT_FRAC of the size")
     p.add_argument("--seed", type=int, default=0, help="seed for demos and --transform")
@@ -308,6 +326,26 @@ class _UsageError(Exception):
 
 
 def _run(args, parser) -> int:
+    client = None
+    if args.dask:  # first, so a wrong address fails before any work
+        from .distributed import DaskUnavailableError, connect
+
+        try:
+            client = connect(args.dask)
+        except DaskUnavailableError as exc:
+            log.info("dask refused: %s", exc)
+            print(f"ia-cluster: {exc}", file=sys.stderr)
+            return 2
+    try:
+        return _run_body(args, client)
+    finally:
+        if client is not None:
+            from .distributed import close
+
+            close(client)
+
+
+def _run_body(args, client) -> int:
     from .attention import AttentionRun
     from .preprocess import canvas_to_original, preprocess
     from .report import save_convergence_png, save_means_png, save_weights_png, write_assignments, write_json
@@ -333,7 +371,8 @@ def _run(args, parser) -> int:
         images /= np.maximum(np.sqrt((images.astype(np.float64) ** 2).reshape(n, -1).sum(1)), 1e-12)[:, None, None]
     run = AttentionRun(images, backend=args.backend, method=args.method, beta=args.beta,
                        iterations=args.iterations, clusters=args.clusters,
-                       rotation_range=args.rotation_range, angle_step=args.angle_step, group=args.group)
+                       rotation_range=args.rotation_range, angle_step=args.angle_step, group=args.group,
+                       neighbors=args.neighbors, client=client)
     stage_names = {"similarity": "invariant similarity", "means": "invariant means",
                    "iteration": "iteration done", "done": "done"}
     if args.method == "ka":
@@ -359,12 +398,18 @@ def _run(args, parser) -> int:
         if args.group == "e2":
             rows[-1]["mirrored"] = int(res.mirrored[i])
     write_assignments(out / "assignments.csv", rows)
-    np.save(out / "weights.npy", res.weights.astype(np.float32))
-    np.save(out / "distances.npy", res.input_distances.astype(np.float32))
+    import scipy.sparse as sp
+
+    if sp.issparse(res.weights):  # a pruned run above the dense-view size: the K-neighbour graph
+        sp.save_npz(out / "weights.npz", res.weights.tocsr())
+        sp.save_npz(out / "distances.npz", sp.csr_matrix(res.input_distances))
+    else:
+        np.save(out / "weights.npy", res.weights.astype(np.float32))
+        np.save(out / "distances.npy", res.input_distances.astype(np.float32))
+        save_weights_png(out / "weights.png", res.weights, res.labels)
+        save_convergence_png(out / "convergence.png", res.history, res.labels)
     np.save(out / "means.npy", res.cluster_means.astype(np.float32))
     save_means_png(out / "means.png", res.cluster_means)
-    save_weights_png(out / "weights.png", res.weights, res.labels)
-    save_convergence_png(out / "convergence.png", res.history, res.labels)
     summary = {
         "n_images": n,
         "n_clusters": int(res.n_clusters),
@@ -375,7 +420,7 @@ def _run(args, parser) -> int:
             "method": args.method, "clusters": args.clusters, "beta": args.beta, "beta_used": res.beta,
             "iterations": args.iterations, "rotation_range": args.rotation_range,
             "angle_step": args.angle_step, "size": args.size, "scale": args.scale, "group": args.group,
-            "canvas": canvas.size,
+            "canvas": canvas.size, "neighbors": args.neighbors, "dask": args.dask,
             "transform": list(args.transform) if args.transform else None, "seed": args.seed,
         },
         "timings": {

@@ -16,6 +16,15 @@ one vectorised pass per step (in memory-bounded blocks):
 
 The objective ``sum_i W_ij ||v_i o tau_ij - mu_j||^2`` is recorded per step and
 never increases.
+
+Cost.  Only the entries that carry a column's weight are worked on: each
+column keeps its largest weights up to a fraction ``mass`` (default 99.9 %)
+of its total, the rest are dropped and the kept ones renormalised.  A column
+whose objective fell by less than ``rtol`` (relative) in a step has converged:
+it stops moving and costs nothing in later steps.  The Gauss-Newton products
+``J J^T`` and ``J r`` are single-precision matrix products (BLAS / cuBLAS),
+accumulated in double precision where objectives are compared.  ``weights``
+may be a SciPy sparse matrix (the K-neighbour graph of a pruned run).
 """
 from __future__ import annotations
 
@@ -28,9 +37,10 @@ from .backend import array_module, to_host
 from .smoothing import gaussian_smooth
 from .warp import warp
 
-__all__ = ["MeanState", "start_invariant_means", "invariant_mean_step", "invariant_means"]
+__all__ = ["MeanState", "weight_entries", "start_invariant_means", "invariant_mean_step", "invariant_means"]
 
-_BLOCK = 1 << 21
+_BLOCK = 1 << 21  # elements of the entries' images worked on together
+_GPU_BLOCK = 1 << 23  # on a GPU: fewer, larger kernel launches
 
 
 @dataclass
@@ -40,7 +50,7 @@ class MeanState:
     Attributes
     ----------
     entry_src, entry_col : ndarray of int, shape (E,)
-        Source image and column of each entry with a weight above ``tol``.
+        Source image and column of each kept entry (sorted by column).
     entry_weight : ndarray, shape (E,)
         Its weight, renormalised over the column's kept entries.
     params : ndarray, shape (E, 3)
@@ -51,6 +61,8 @@ class MeanState:
         Steps done.
     objective : list of ndarray
         Per step, the objective of every column (host).
+    active : ndarray of bool, shape (m,)
+        Columns still moving (host); converged ones are skipped.
     """
 
     entry_src: object
@@ -60,6 +72,7 @@ class MeanState:
     means: object
     step: int = 0
     objective: list = field(default_factory=list)
+    active: np.ndarray | None = None
 
     def transforms(self, n_src: int) -> np.ndarray:
         """Dense ``(n_src, m, 3)`` host array of the entries' transforms (0 elsewhere)."""
@@ -67,6 +80,11 @@ class MeanState:
         out = np.zeros((n_src, m, 3))
         out[to_host(self.entry_src), to_host(self.entry_col)] = to_host(self.params)
         return out
+
+    @property
+    def converged(self) -> bool:
+        """True when every column has stopped moving."""
+        return self.active is not None and not bool(np.any(self.active))
 
 
 def _segment_sum(values, seg, n_seg, xp):
@@ -83,41 +101,101 @@ def _segment_sum(values, seg, n_seg, xp):
     return xp.asarray(mat @ flat).reshape((n_seg,) + values.shape[1:])
 
 
-def start_invariant_means(images, weights, init=None, *, tol: float = 1e-4) -> MeanState:
+def weight_entries(weights, *, mass: float = 1.0, tol: float = 0.0):
+    """The entries of a weight matrix that carry each column's mass.
+
+    Parameters
+    ----------
+    weights : ndarray or scipy.sparse matrix, shape (n, m)
+        Nonnegative weights; column ``j`` belongs to mean ``j``.
+    mass : float
+        In ``(0, 1]``: each column keeps its largest weights, in decreasing
+        order, until they hold this fraction of the column's total (``1``
+        keeps every positive weight).
+    tol : float
+        Weights at or below this absolute floor are dropped as well.
+
+    Returns
+    -------
+    src, col : ndarray of int, shape (E,)
+        Row and column of each kept entry, sorted by column then row.
+    weight : ndarray, shape (E,)
+        The kept weights renormalised to sum to 1 in each column.
+
+    Notes
+    -----
+    A column with nothing left keeps its largest weight.
+
+    Examples
+    --------
+    >>> w = np.array([[0.5], [0.3], [0.15], [0.0499], [0.0001]])
+    >>> weight_entries(w, mass=0.95)[0]
+    array([0, 1, 2])
+    """
+    if not 0.0 < mass <= 1.0:
+        raise ValueError("mass must be in (0, 1]")
+    import scipy.sparse as sp
+
+    if sp.issparse(weights):
+        coo = sp.coo_matrix(weights)
+        n, m = coo.shape
+        src, col, w = coo.row.astype(np.int64), coo.col.astype(np.int64), coo.data.astype(float)
+    else:
+        dense = np.asarray(to_host(weights), dtype=float)
+        n, m = dense.shape
+        src, col = np.nonzero(dense > 0)
+        w = dense[src, col]
+    order = np.lexsort((-w, col))  # by column, largest first
+    src, col, w = src[order], col[order], w[order]
+    total = np.bincount(col, weights=w, minlength=m)
+    csum = np.cumsum(w)
+    start = np.concatenate([[0], np.cumsum(np.bincount(col, minlength=m))])[:-1]
+    before = csum - w - (csum[start[col]] - w[start[col]])  # mass of the larger weights in the column
+    keep = (before < mass * total[col] * (1 - 1e-12)) & (w > tol)
+    first = np.zeros(w.size, dtype=bool)
+    first[start[np.bincount(col, minlength=m) > 0]] = True
+    empty = np.bincount(col[keep], minlength=m) == 0
+    keep |= first & empty[col]  # a column with nothing left keeps its largest weight
+    src, col, w = src[keep], col[keep], w[keep]
+    order = np.lexsort((src, col))
+    src, col, w = src[order], col[order], w[order]
+    w = w / np.bincount(col, weights=w, minlength=m)[col]
+    return src, col, w
+
+
+def start_invariant_means(images, weights, init=None, *, tol: float = 0.0, mass: float = 1.0) -> MeanState:
     """Set up the optimisation: entries, starting transforms and ``mu^(0)``.
 
     Parameters
     ----------
     images : ndarray, shape (n, H, W[, C])
         The ``v_i`` (NumPy or CuPy).
-    weights : ndarray, shape (n, m)
+    weights : ndarray or scipy.sparse matrix, shape (n, m)
         Column ``j`` holds the weights of the images in mean ``j`` (for IA,
         the invariant weight matrix W).
-    init : ndarray, shape (n, m, 3), optional
+    init : ndarray, shape (n, m, 3), or callable, optional
         Starting transforms; ``None`` starts every one from the identity, as
         in the paper.  Starting from the pairwise alignments of the invariant
-        similarity avoids the local minima of large rotations.
+        similarity avoids the local minima of large rotations.  A callable
+        ``init(src, col)`` returns the ``(E, 3)`` transforms of the entries
+        (used with sparse weights).
     tol : float
-        Weights below ``tol`` are skipped (the rest of a column is renormalised).
+        Absolute floor: weights at or below it are skipped.
+    mass : float
+        Each column keeps its largest weights up to this fraction of its total
+        (see :func:`weight_entries`); the kept ones are renormalised.
 
     Returns
     -------
     MeanState
     """
     xp = array_module(images)
-    w = np.asarray(to_host(weights), dtype=float)
-    n, m = w.shape
-    keep = w > tol
-    empty = ~keep.any(axis=0)
-    if empty.any():  # a column whose weights are all tiny keeps its largest
-        keep[np.argmax(w[:, empty], axis=0), np.flatnonzero(empty)] = True
-    src, col = np.nonzero(keep)
-    order = np.lexsort((src, col))
-    src, col = src[order], col[order]
-    wt = w[src, col]
-    wt = wt / np.bincount(col, weights=wt, minlength=m)[col]
+    src, col, wt = weight_entries(weights, mass=mass, tol=tol)
+    m = weights.shape[1]
     if init is None:
         params = np.zeros((src.size, 3))
+    elif callable(init):
+        params = np.asarray(to_host(init(src, col)), dtype=float).reshape(-1, 3)
     else:
         params = np.asarray(to_host(init), dtype=float)[src, col]
     src_x, col_x = xp.asarray(src), xp.asarray(col)
@@ -127,12 +205,12 @@ def start_invariant_means(images, weights, init=None, *, tol: float = 1e-4) -> M
     for lo, hi in _blocks(src.size, images):
         out = warp(images, params_x[lo:hi], index=src_x[lo:hi])
         means += _segment_sum(out * _bcast(wt_x[lo:hi], out), col_x[lo:hi], m, xp)
-    return MeanState(src_x, col_x, wt_x, params_x, means)
+    return MeanState(src_x, col_x, wt_x, params_x, means, active=np.ones(m, dtype=bool))
 
 
 def _blocks(e, images):
     per = int(np.prod(images.shape[1:]))
-    step = max(1, _BLOCK // per)
+    step = max(1, (_BLOCK if array_module(images) is np else _GPU_BLOCK) // per)
     for lo in range(0, e, step):
         yield lo, min(e, lo + step)
 
@@ -142,8 +220,9 @@ def _bcast(v, like):
 
 
 def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), damping: float = 1e-3,
+                        rtol: float = 0.0, first_improvement: bool = True, client=None,
                         check=None) -> MeanState:
-    """One step of Algorithm 1 for every column at once (see the module docstring).
+    """One step of Algorithm 1 for every active column at once (see the module docstring).
 
     Parameters
     ----------
@@ -153,6 +232,16 @@ def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), dam
         Smoothing levels tried (0: none).
     damping : float
         Levenberg-Marquardt damping of the Gauss-Newton metric.
+    rtol : float
+        A column whose objective falls by less than ``rtol`` times its value
+        in this step is marked converged and skipped from then on (``0``:
+        columns never stop).
+    first_improvement : bool
+        Try the smoothing levels in order and give an entry no further trials
+        once one lowers its objective (the cheap default); ``False`` tries all
+        levels for every entry and keeps the best.
+    client : dask.distributed.Client, optional
+        Run groups of columns as tasks on this cluster (:mod:`core.distributed`).
     check : callable, optional
         Called between blocks; it may raise to abandon the step (``state`` is untouched).
 
@@ -163,70 +252,150 @@ def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), dam
     """
     xp = array_module(images)
     m = state.means.shape[0]
+    active = np.ones(m, dtype=bool) if state.active is None else np.asarray(state.active, dtype=bool)
     params = state.params.copy()
-    new_means = xp.zeros_like(state.means)
-    obj = xp.zeros(m, dtype=np.float64)
-    eye = xp.eye(3)
-    for lo, hi in _blocks(params.shape[0], images):
-        if check is not None:
-            check()
-        src = state.entry_src[lo:hi]
-        col = state.entry_col[lo:hi]
-        wt = state.entry_weight[lo:hi]
-        tau = params[lo:hi]
-        out, jac = warp(images, tau, index=src, gradient=True)
-        target = state.means[col]
-        r = out - target
-        best_f = _sqnorm(r, xp)
-        best_out = out
-        best_tau = tau
-        j = jac.reshape(jac.shape[0], 3, -1).astype(np.float64)
-        jtj = xp.matmul(j, xp.transpose(j, (0, 2, 1)))
-        diag = xp.diagonal(jtj, axis1=1, axis2=2)
-        h = jtj + damping * (eye * (diag[:, None, :] + 1e-9)) + 1e-12 * eye
-        for sigma in sigmas:
-            rs = gaussian_smooth(r, sigma * np.sqrt(2.0)) if sigma > 0 else r  # g * g * r
-            g = (j * rs.reshape(rs.shape[0], 1, -1)).sum(axis=2)
-            delta = -xp.linalg.solve(h, g[..., None])[..., 0]
-            cand = tau + delta
-            out_c = warp(images, cand, index=src)
-            f_c = _sqnorm(out_c - target, xp)
-            better = f_c < best_f
-            best_f = xp.where(better, f_c, best_f)
-            best_tau = xp.where(better[:, None], cand, best_tau)
-            best_out = xp.where(_bcast(better, out_c), out_c, best_out)
-        params[lo:hi] = best_tau
-        new_means += _segment_sum(best_out * _bcast(wt, best_out), col, m, xp)
-        obj += _segment_sum((wt * best_f)[:, None], col, m, xp)[:, 0]
+    new_means = state.means.copy()
+    prev_obj = state.objective[-1] if state.objective else None
+    obj_h = np.array(prev_obj, dtype=np.float64) if prev_obj is not None else np.zeros(m)
+    col_h = to_host(state.entry_col)
+    live = np.flatnonzero(active[col_h])  # entries of active columns (a contiguous run per column)
+    live_cols = np.flatnonzero(active)
+    opts = dict(sigmas=tuple(sigmas), damping=damping, first_improvement=first_improvement)
+    if client is not None and live.size:
+        from .distributed import map_chunks, n_workers
+
+        # tasks are groups of whole columns: each returns its columns' new means
+        groups = np.array_split(live_cols, min(live_cols.size, 2 * n_workers(client)))
+        src_h, wt_h, par_h = to_host(state.entry_src), to_host(state.entry_weight), to_host(params)
+        means_h = to_host(state.means)
+        args, sels = [], []
+        for g in groups:
+            sel = live[np.isin(col_h[live], g)]
+            local = np.searchsorted(g, col_h[sel])
+            args.append((means_h[g], src_h[sel], local, wt_h[sel], par_h[sel]))
+            sels.append((sel, g))
+        obj = np.zeros(m)
+        out = map_chunks(client, mean_columns_task, args, to_host(images), opts, progress=None)
+        for (sel, g), (_, (tau_g, mean_g, obj_g)) in zip(sels, out):
+            params[xp.asarray(sel)] = xp.asarray(tau_g)
+            new_means[xp.asarray(g)] = xp.asarray(mean_g, dtype=new_means.dtype)
+            obj[g] = obj_g
+        obj = xp.asarray(obj)
+    else:
+        live_x = xp.asarray(live)
+        new_means[xp.asarray(live_cols)] = 0
+        tau, sums, obj = _update_entries(images, state.means, state.entry_src[live_x], state.entry_col[live_x],
+                                         state.entry_weight[live_x], params[live_x], m, check=check, **opts)
+        params[live_x] = tau
+        new_means += sums
     params[:, 0] = se2.wrap_angle(params[:, 0])
     # at the new mean: sum w ||x - mu_new||^2 = sum w ||x - mu_old||^2 - ||mu_new - mu_old||^2
     obj = obj - _sqnorm(new_means - state.means, xp)
+    obj = to_host(obj, np.float64)
+    obj_h[active] = obj[active]
+    new_active = active.copy()
+    if rtol > 0 and prev_obj is not None:
+        new_active &= (prev_obj - obj_h) >= rtol * np.abs(prev_obj)
     return MeanState(
         state.entry_src, state.entry_col, state.entry_weight, params, new_means,
-        state.step + 1, state.objective + [to_host(obj, np.float64)],
+        state.step + 1, state.objective + [obj_h], new_active,
     )
 
 
+def mean_columns_task(images, means, src, col, weight, params, *, sigmas, damping, first_improvement):
+    """One Dask task: a step for a group of whole columns (host in, host out).
+
+    ``col`` numbers the group's columns ``0 .. len(means) - 1``.  Returns the
+    entries' new transforms, the group's new means and their objectives
+    (before the correction for the mean's move).
+    """
+    xp = array_module(images)
+    tau, sums, obj = _update_entries(images, xp.asarray(means), xp.asarray(src), xp.asarray(col),
+                                     xp.asarray(weight), xp.asarray(params), means.shape[0], sigmas=sigmas,
+                                     damping=damping, first_improvement=first_improvement)
+    return to_host(tau), to_host(sums), to_host(obj, np.float64)
+
+
+def _update_entries(images, means, src_all, col_all, wt_all, params, m, *, sigmas, damping, first_improvement,
+                    check=None):
+    """Move every entry once; ``(new params, sum_i w_i v_i o tau_i per column, sum_i w_i f_i per column)``."""
+    xp = array_module(images)
+    params = params.copy()
+    sums = xp.zeros_like(means)
+    obj = xp.zeros(m, dtype=np.float64)
+    eye = xp.eye(3)
+    for lo, hi in _blocks(int(src_all.shape[0]), images):
+        if check is not None:
+            check()
+        src = src_all[lo:hi]
+        col = col_all[lo:hi]
+        wt = wt_all[lo:hi]
+        tau = params[lo:hi]
+        out, jac = warp(images, tau, index=src, gradient=True)
+        target = means[col]
+        r = out - target
+        best_f = _sqnorm(r, xp)
+        best_out = out  # updated in place; ``out`` is not needed again
+        best_tau = tau.copy()  # ``tau`` is a view of ``params``, read again below
+        j = jac.reshape(jac.shape[0], 3, -1)
+        jtj = xp.matmul(j, xp.transpose(j, (0, 2, 1))).astype(np.float64)  # single-precision BLAS
+        diag = xp.diagonal(jtj, axis1=1, axis2=2)
+        h = jtj + damping * (eye * (diag[:, None, :] + 1e-9)) + 1e-12 * eye
+        todo = xp.arange(r.shape[0])  # entries without a lowering candidate yet
+        for sigma in sigmas:
+            if int(todo.shape[0]) == 0:
+                break
+            r_t = r[todo]
+            rs = gaussian_smooth(r_t, sigma * np.sqrt(2.0)) if sigma > 0 else r_t  # g * g * r
+            g = xp.matmul(j[todo], rs.reshape(rs.shape[0], -1, 1))[..., 0].astype(np.float64)
+            delta = -xp.linalg.solve(h[todo], g[..., None])[..., 0]
+            cand = tau[todo] + delta
+            out_c = warp(images, cand, index=src[todo])
+            f_c = _sqnorm(out_c - target[todo], xp)
+            better = f_c < best_f[todo]
+            won = todo[better]
+            best_f[won] = f_c[better]
+            best_tau[won] = cand[better]
+            best_out[won] = out_c[better]
+            if first_improvement:
+                todo = todo[~better]
+        params[lo:hi] = best_tau
+        sums += _segment_sum(best_out * _bcast(wt, best_out), col, m, xp)
+        obj += _segment_sum((wt * best_f)[:, None], col, m, xp)[:, 0]
+    return params, sums, obj
+
+
 def _sqnorm(r, xp):
-    return (r.astype(np.float64) ** 2).reshape(r.shape[0], -1).sum(axis=1)
+    flat = r.reshape(r.shape[0], -1)
+    return xp.sum(flat * flat, axis=1, dtype=np.float64)
 
 
-def invariant_means(images, weights, init=None, *, steps: int = 10, sigmas=(0.0, 1.0, 2.0), tol: float = 1e-4,
+def invariant_means(images, weights, init=None, *, steps: int = 10, sigmas=(0.0, 1.0, 2.0), tol: float = 0.0,
+                    mass: float = 1.0, rtol: float = 0.0, first_improvement: bool = True, client=None,
                     check=None):
     """Compute the invariant mean of every column of ``weights``.
 
     Parameters
     ----------
     images : ndarray, shape (n, H, W[, C])
-    weights : ndarray, shape (n, m)
-    init : ndarray, shape (n, m, 3), optional
+    weights : ndarray or scipy.sparse matrix, shape (n, m)
+    init : ndarray, shape (n, m, 3), or callable, optional
         Starting transforms (``None``: identity, as in the paper).
     steps : int
-        Gradient steps (Algorithm 1's ``N``).
+        Gradient steps at most (Algorithm 1's ``N``).
     sigmas : sequence of float
         Smoothing levels tried at each step (0 means no smoothing).
     tol : float
-        Weights below ``tol`` are skipped.
+        Weights at or below this absolute floor are skipped.
+    mass : float
+        Fraction of each column's weight kept (see :func:`weight_entries`).
+    rtol : float
+        Columns whose objective falls by less than this fraction in a step
+        stop (``0``: all ``steps`` are done).
+    first_improvement : bool
+        See :func:`invariant_mean_step`.
+    client : dask.distributed.Client, optional
+        See :func:`invariant_mean_step`.
     check : callable, optional
         Called between blocks of work; it may raise to abandon the computation.
 
@@ -235,7 +404,10 @@ def invariant_means(images, weights, init=None, *, steps: int = 10, sigmas=(0.0,
     MeanState
         ``means`` holds the ``m`` invariant means; ``objective`` the history.
     """
-    state = start_invariant_means(images, weights, init, tol=tol)
+    state = start_invariant_means(images, weights, init, tol=tol, mass=mass)
     for _ in range(steps):
-        state = invariant_mean_step(images, state, sigmas=sigmas, check=check)
+        state = invariant_mean_step(images, state, sigmas=sigmas, rtol=rtol,
+                                    first_improvement=first_improvement, client=client, check=check)
+        if state.converged:
+            break
     return state

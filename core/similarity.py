@@ -19,7 +19,13 @@ for unit-norm images on a common canvas.  The search is global and then local:
 
 ``group="e2"`` adds mirror images (the group E(2) = SE(2) plus reflections):
 every pair is also searched with the first image flipped, and the better of
-the two alignments is kept (``SimilarityResult.mirrored``).
+the two alignments is kept (``SimilarityResult.mirrored``; all pairs only).
+
+``pairs=(rows, cols)`` aligns only those pairs (the candidate graph of
+:mod:`core.neighbors`): the distances come back as a SciPy sparse matrix and
+the transforms as a per-pair list, so nothing of size ``n^2`` is made.  With
+``client=`` (a ``dask.distributed`` client, :mod:`core.distributed`) the
+chunks of pairs run as tasks on the cluster.
 """
 from __future__ import annotations
 
@@ -34,6 +40,11 @@ from .warp import warp
 __all__ = ["SimilarityResult", "invariant_distances", "plain_distances", "angle_grid"]
 
 _BLOCK = 1 << 22  # elements per temporary block
+_GPU_BLOCK = 1 << 24  # on a GPU: fewer, larger kernel launches
+
+
+def _block(xp) -> int:
+    return _BLOCK if xp is np else _GPU_BLOCK
 _PAIR_CHUNK = 200_000  # pairs searched together (bounds every per-pair array)
 
 
@@ -43,23 +54,59 @@ class SimilarityResult:
 
     Attributes
     ----------
-    distances : ndarray, shape (n, n)
-        ``d_ij``, symmetric with a zero diagonal (host, float64).
-    transforms : ndarray, shape (n, n, 3)
+    distances : ndarray or scipy.sparse.csr_matrix, shape (n, n)
+        ``d_ij``, symmetric with a zero diagonal (host, float64).  Sparse
+        when only candidate ``pairs`` were aligned: an absent entry was not
+        computed (stored zeros are real zero distances).
+    transforms : ndarray, shape (n, n, 3), or None
         ``transforms[i, j]`` is ``tau`` with ``v_i o tau ~ v_j`` (image ``i``
         aligned onto image ``j``), ``(theta [rad], tx, ty)`` in canvas pixels.
-    mirrored : ndarray of bool, shape (n, n)
+        ``None`` when only candidate pairs were aligned (see :meth:`transform`).
+    pairs : tuple of ndarray, optional
+        ``(rows, cols)``, ``rows < cols``, sorted: the pairs aligned.
+    pair_transforms : ndarray, shape (P, 3), optional
+        ``rows[p]`` aligned onto ``cols[p]``.
+    mirrored : ndarray of bool, shape (n, n), or None
         ``group="e2"``: where True, ``tau`` aligns the *flipped* image
-        (``v_i[:, ::-1]``) onto ``v_j``.  All False for SE(2).
+        (``v_i[:, ::-1]``) onto ``v_j``.  All False for SE(2); ``None`` when
+        only candidate pairs were aligned (those are never mirrored).
     """
 
-    distances: np.ndarray
-    transforms: np.ndarray
+    distances: object
+    transforms: np.ndarray | None
+    pairs: tuple | None = None
+    pair_transforms: np.ndarray | None = None
     mirrored: np.ndarray | None = None
 
     def __post_init__(self):
-        if self.mirrored is None:
+        if self.mirrored is None and self.pairs is None:
             self.mirrored = np.zeros(self.distances.shape, dtype=bool)
+
+    @property
+    def sparse(self) -> bool:
+        """True when only candidate pairs were aligned."""
+        return self.pairs is not None
+
+    def transform(self, src, dst) -> np.ndarray:
+        """``tau`` aligning image ``src[e]`` onto ``dst[e]``: ``(E, 3)``, host.
+
+        Pairs that were not aligned (and ``src == dst``) give the identity.
+        """
+        src = np.asarray(src, dtype=np.int64).ravel()
+        dst = np.asarray(dst, dtype=np.int64).ravel()
+        if self.pairs is None:
+            return np.asarray(self.transforms)[src, dst]
+        n = self.distances.shape[0]
+        keys = self.pairs[0].astype(np.int64) * n + self.pairs[1]
+        a, b = np.minimum(src, dst), np.maximum(src, dst)
+        out = np.zeros((src.size, 3))
+        if keys.size == 0:
+            return out
+        pos = np.clip(np.searchsorted(keys, a * n + b), 0, keys.size - 1)
+        found = (keys[pos] == a * n + b) & (a != b)
+        fwd = self.pair_transforms[pos]
+        out[found] = np.where((src < dst)[found][:, None], fwd[found], se2.invert(fwd[found]))
+        return out
 
 
 def angle_grid(angle_step: float, rotation_range: float | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -166,8 +213,8 @@ def _translation_search(fv, images, pairs_i, pairs_j, angle_idx, angles, p, xp, 
     uniq, first = np.unique(key[order], return_index=True)
     slot = np.repeat(np.arange(uniq.size), np.diff(np.append(first, order.size)))  # per sorted entry
     per_combo = p * (p // 2 + 1) * (images.shape[3] if images.ndim == 4 else 1)
-    combos_per_block = max(1, (_BLOCK * 4) // per_combo)
-    entries_per_block = max(1, _BLOCK // (p * p))
+    combos_per_block = max(1, (_block(xp) * 4) // per_combo)
+    entries_per_block = max(1, _block(xp) // (p * p))
     pj_sorted = pairs_j[xp.asarray(order)]
     for c0 in range(0, uniq.size, combos_per_block):
         c1 = min(uniq.size, c0 + combos_per_block)
@@ -242,7 +289,7 @@ def refine_alignment(images, targets, params, *, index=None, target_index=None, 
     target_index = xp.arange(e) if target_index is None else xp.asarray(target_index)
     h, w = images.shape[1:3]
     per = h * w * (3 if images.ndim == 4 else 1)
-    chunk = max(1, _BLOCK // (4 * per))
+    chunk = max(1, _block(xp) // (4 * per))
     resid = xp.empty(e, dtype=np.float64)
     for lo in range(0, e, chunk):
         sl = slice(lo, min(e, lo + chunk))
@@ -306,6 +353,8 @@ def invariant_distances(
     rotation_range: float | None = None,
     candidates: int | None = 6,
     refine_steps: int = 6,
+    pairs=None,
+    client=None,
     on_progress=None,
     group: str = "se2",
 ) -> SimilarityResult:
@@ -327,6 +376,11 @@ def invariant_distances(
         evaluates every grid angle.
     refine_steps : int
         Gauss-Newton steps of the continuous refinement (0 disables it).
+    pairs : (ndarray, ndarray), optional
+        Align only these pairs (either order; duplicates and ``i == i`` are
+        dropped).  The result is then sparse (see :class:`SimilarityResult`).
+    client : dask.distributed.Client, optional
+        Run the chunks of pairs as tasks on this cluster.
     on_progress : callable(fraction), optional
     group : {"se2", "e2"}
         ``"e2"`` also tries every pair with the first image mirrored.
@@ -339,6 +393,8 @@ def invariant_distances(
         raise ValueError("group must be 'se2' or 'e2'")
     check_finite(images)
     if group == "e2":
+        if pairs is not None:
+            raise ValueError("mirror images (group='e2') are searched on all pairs only; leave pairs=None")
         return _mirror_distances(images, angle_step=angle_step, rotation_range=rotation_range,
                                  candidates=candidates, refine_steps=refine_steps, on_progress=on_progress)
     xp = array_module(images)
@@ -347,35 +403,87 @@ def invariant_distances(
     h, w = images.shape[1:3]
     angles, allowed = angle_grid(angle_step, rotation_range)
     n_angles = angles.size
-    dist = np.zeros((n, n))
-    trans = np.zeros((n, n, 3))
-    if n < 2:
-        return SimilarityResult(dist, trans)
     progress = on_progress or (lambda f: None)
-    pi_host, pj_host = np.triu_indices(n, 1)
+    if pairs is not None:
+        pi_host = np.asarray(pairs[0], dtype=np.int64).ravel()
+        pj_host = np.asarray(pairs[1], dtype=np.int64).ravel()
+        if pi_host.shape != pj_host.shape or (pi_host.size and (pi_host.min() < 0 or pj_host.max() >= n)):
+            raise ValueError("pairs must be two equal-length arrays of image indices")
+        a, b = np.minimum(pi_host, pj_host), np.maximum(pi_host, pj_host)
+        key = np.unique(a[a != b] * n + b[a != b])
+        pi_host, pj_host = key // n, key % n
+    elif n >= 2:
+        pi_host, pj_host = np.triu_indices(n, 1)
+    else:
+        pi_host = pj_host = np.zeros(0, dtype=np.int64)
+    if pairs is None:
+        dist = np.zeros((n, n))
+        trans = np.zeros((n, n, 3))
+        if n < 2:
+            return SimilarityResult(dist, trans)
     n_pairs = pi_host.size
-    q = _polar_spectra(images, n_angles, xp)  # per image, once
+    opts = dict(angle_step=angle_step, rotation_range=rotation_range, candidates=candidates,
+                refine_steps=refine_steps)
+    d_all = np.zeros(n_pairs)
+    p_all = np.zeros((n_pairs, 3))
+    if client is not None and n_pairs:
+        from .distributed import map_chunks
+
+        # enough tasks to keep every worker busy, each at most _PAIR_CHUNK pairs
+        n_tasks = max(1, min(-(-n_pairs // 256), 4 * max(1, len(client.scheduler_info()["workers"]))))
+        chunk = max(1, min(_PAIR_CHUNK, -(-n_pairs // n_tasks)))
+        spans = [(lo, min(n_pairs, lo + chunk)) for lo in range(0, n_pairs, chunk)]
+        args = [(pi_host[lo:hi], pj_host[lo:hi]) for lo, hi in spans]
+        for (lo, hi), (params_h, d_h) in map_chunks(client, align_pair_chunk, args, to_host(images, np.float32),
+                                                    opts, progress=progress):
+            d_all[lo:hi], p_all[lo:hi] = d_h, params_h
+    else:
+        q = _polar_spectra(images, n_angles, xp)  # per image, once
+        p = _fast_len(int(np.ceil(1.5 * max(h, w))))
+        fv = fft_module(xp).rfft2(images, s=(p, p), axes=(1, 2))
+        # pairs in chunks: every temporary is bounded by the chunk, whatever n is
+        chunk = max(1, min(n_pairs, _PAIR_CHUNK))
+        for lo in range(0, n_pairs, chunk):
+            hi = min(n_pairs, lo + chunk)
+
+            def part(f, lo=lo, hi=hi):
+                progress((lo + f * (hi - lo)) / n_pairs)
+
+            params, resid = _align_pairs(images, q, fv, xp.asarray(pi_host[lo:hi]), xp.asarray(pj_host[lo:hi]),
+                                         angles, allowed, candidates, refine_steps, p, xp, part)
+            p_all[lo:hi] = to_host(params, np.float64)
+            d_all[lo:hi] = np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
+    progress(1.0)
+    if pairs is not None:
+        import scipy.sparse as sp
+
+        dist = sp.csr_matrix((np.concatenate([d_all, d_all]),
+                              (np.concatenate([pi_host, pj_host]), np.concatenate([pj_host, pi_host]))),
+                             shape=(n, n))
+        return SimilarityResult(dist, None, (pi_host, pj_host), p_all)
+    dist[pi_host, pj_host] = d_all
+    dist[pj_host, pi_host] = d_all
+    trans[pi_host, pj_host] = p_all
+    trans[pj_host, pi_host] = se2.invert(p_all)
+    return SimilarityResult(dist, trans)
+
+
+def align_pair_chunk(images, rows, cols, *, angle_step=5.0, rotation_range=None, candidates=6, refine_steps=6):
+    """Align the pairs ``(rows, cols)`` of ``images``: ``(params (P, 3), distances (P,))`` on the host.
+
+    The unit of work of :func:`invariant_distances` that runs as one task on
+    a Dask worker; its result equals the same pairs' part of a local run.
+    """
+    xp = array_module(images)
+    images = xp.asarray(images, dtype=np.float32)
+    h, w = images.shape[1:3]
+    angles, allowed = angle_grid(angle_step, rotation_range)
+    q = _polar_spectra(images, angles.size, xp)
     p = _fast_len(int(np.ceil(1.5 * max(h, w))))
     fv = fft_module(xp).rfft2(images, s=(p, p), axes=(1, 2))
-    # pairs in chunks: every temporary is bounded by the chunk, whatever n is
-    chunk = max(1, min(n_pairs, _PAIR_CHUNK))
-    for lo in range(0, n_pairs, chunk):
-        hi = min(n_pairs, lo + chunk)
-
-        def part(f, lo=lo, hi=hi):
-            progress((lo + f * (hi - lo)) / n_pairs)
-
-        params, resid = _align_pairs(images, q, fv, xp.asarray(pi_host[lo:hi]), xp.asarray(pj_host[lo:hi]),
-                                     angles, allowed, candidates, refine_steps, p, xp, part)
-        params_h = to_host(params, np.float64)
-        d_h = np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
-        a, b = pi_host[lo:hi], pj_host[lo:hi]
-        dist[a, b] = d_h
-        dist[b, a] = d_h
-        trans[a, b] = params_h
-        trans[b, a] = se2.invert(params_h)
-    progress(1.0)
-    return SimilarityResult(dist, trans)
+    params, resid = _align_pairs(images, q, fv, xp.asarray(rows), xp.asarray(cols), angles, allowed, candidates,
+                                 refine_steps, p, xp, lambda f: None)
+    return to_host(params, np.float64), np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
 
 
 def _align_pairs(images, q, fv, pi, pj, angles, allowed, candidates, refine_steps, p, xp, progress):
@@ -384,7 +492,7 @@ def _align_pairs(images, q, fv, pi, pj, angles, allowed, candidates, refine_step
     n_pairs = int(pi.shape[0])
     # 1. rotation candidates
     cand_list = []
-    step = max(1, _BLOCK // (n_angles * q.shape[1]))
+    step = max(1, _block(xp) // (n_angles * q.shape[1]))
     for lo in range(0, n_pairs, step):
         sl = slice(lo, lo + step)
         sc = _rotation_scores(q, pi[sl], pj[sl], n_angles, xp)
@@ -467,7 +575,7 @@ def _mirror_distances(images, *, on_progress=None, **options) -> SimilarityResul
     trans[b, a] = se2.mirror_conjugate(se2.invert(t_m[better]))
     mirrored[a, b] = mirrored[b, a] = True
     progress(1.0)
-    return SimilarityResult(dist, trans, mirrored)
+    return SimilarityResult(dist, trans, mirrored=mirrored)
 
 
 def plain_distances(images) -> np.ndarray:

@@ -20,6 +20,7 @@ __all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp"]
 KEYS_A = -0.5
 _PAD = 4  # zero border; a tap index is clipped into it when it falls far outside
 _CHUNK_ELEMENTS = 1 << 17  # output pixels per vectorised block (bounds memory)
+_GPU_CHUNK_ELEMENTS = 1 << 23  # on a GPU: big blocks, few kernel launches (~0.7 GB of temporaries)
 
 
 def _inner(s):  # |s| <= 1
@@ -153,7 +154,7 @@ def warp(images, params, *, index=None, gradient=False):
 
     out = xp.empty((b,) + images.shape[1:], dtype=dtype)
     grad = xp.empty((b, 3) + images.shape[1:], dtype=dtype) if gradient else None
-    step = max(1, _CHUNK_ELEMENTS // (h * w))
+    step = max(1, (_CHUNK_ELEMENTS if xp is np else _GPU_CHUNK_ELEMENTS) // (h * w))
     rr = xp.arange(h, dtype=dtype)[:, None] - (h - 1) / 2.0
     cc = xp.arange(w, dtype=dtype)[None, :] - (w - 1) / 2.0
 

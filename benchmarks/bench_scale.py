@@ -1,0 +1,228 @@
+"""Scale: time and peak memory of full default runs, and the mean stage against its previous rules.
+
+Real handwritten digits (scikit-learn's ``load_digits``, all ten classes,
+drawn with replacement above 1,797) rotated over the full circle and shifted
+by up to 3 px, on a 48-px working size by default.  Every size runs in its
+own subprocess so its peak resident memory (``ru_maxrss``) is its own.
+
+    python benchmarks/bench_scale.py means               # mean stage: new rules vs previous, same run
+    python benchmarks/bench_scale.py run60               # a full default run of 60 images at 64 px
+    python benchmarks/bench_scale.py sizes 250 1000 4000 # pruned (auto) runs; exhaustive up to --exhaustive-max
+    python benchmarks/bench_scale.py recall 1000         # recall of the true 10 nearest invariant neighbours
+
+``sizes`` prints, per n: wall and CPU seconds, peak memory, clusters, ARI
+against the digit classes, the growth exponent ``log(t2/t1) / log(n2/n1)``
+between consecutive sizes and, up to ``--exhaustive-max`` images, the other
+side of the comparison (every pair where ``auto`` pruned, K = 30 where
+``auto`` took every pair) if it finished within ``--timeout`` seconds, with
+the ARI between the two runs' labels.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def make_set(n, size, seed=0):
+    """``n`` unit-norm digit images on one canvas, rotated over the full circle; and their classes."""
+    from sklearn.datasets import load_digits
+    from skimage.transform import resize
+
+    from core import se2
+    from core.preprocess import preprocess
+    from core.warp import warp
+
+    rng = np.random.default_rng(seed)
+    data = load_digits()
+    pick = rng.permutation(len(data.target))[:n] if n <= len(data.target) else rng.integers(0, len(data.target), n)
+    side = 64
+    canvas = np.zeros((n, side, side))
+    for k, i in enumerate(pick):
+        d = resize(data.images[i] / 16.0, (24, 24), order=1, anti_aliasing=False)
+        canvas[k, 20:44, 20:44] = d
+    from scipy.ndimage import gaussian_filter
+
+    canvas = gaussian_filter(canvas, (0, 1.0, 1.0))
+    tau = se2.random_transforms(n, rotation_range=180, shift_range=3, seed=rng)
+    moved = np.clip(warp(canvas, tau), 0, None).astype(np.float32)
+    return preprocess(list(moved), size=size).images, data.target[pick]
+
+
+def _one(n, size, neighbors, backend, iterations):
+    """Child process: one full run, JSON on stdout."""
+    from sklearn.metrics import adjusted_rand_score
+
+    from core.attention import AttentionRun
+
+    import os
+
+    x, y = make_set(n, size)
+    t0, c0 = time.perf_counter(), time.process_time()
+    run = AttentionRun(x, backend=backend, neighbors=neighbors, iterations=iterations)
+    first_iteration = None
+    prof_path = os.environ.get("IA_BENCH_PROFILE")  # write the top functions of a profile of the run here
+    if prof_path:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    for snap in run.steps():
+        if snap.stage == "iteration" and snap.iteration == 1 and first_iteration is None:
+            first_iteration = time.perf_counter() - t0
+    res = run.result()
+    if prof_path:
+        import io
+        import pstats
+
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+        Path(prof_path).write_text(text.getvalue())
+    out = dict(n=n, size=size, neighbors=neighbors, backend=run.backend.describe(),
+               wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0, first_iteration_s=first_iteration,
+               peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+               clusters=int(res.n_clusters), ari=float(adjusted_rand_score(y, res.labels)),
+               similarity_s=res.timings["similarity_s"], mean_s=res.timings["mean_s"],
+               iterations=int(res.iterations), labels=[int(v) for v in res.labels])
+    print("RESULT " + json.dumps(out))
+
+
+def run_child(n, size, neighbors, backend="numpy", iterations=3, timeout=None):
+    """Run :func:`_one` in a fresh process; ``None`` when it did not finish in ``timeout`` seconds."""
+    cmd = [sys.executable, __file__, "_one", str(n), "--size", str(size), "--neighbors", str(neighbors),
+           "--backend", backend, "--iterations", str(iterations)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"run n={n} failed:\n{proc.stderr[-3000:]}")
+
+
+def bench_means(size=64, n=60):
+    """The mean stage on one W: the previous rules against the current ones, in the same run."""
+    from core.invariant_mean import invariant_means
+    from core.similarity import invariant_distances
+    from core.weights import attention_weights
+
+    x, _ = make_set(n, size, seed=1)
+    sim = invariant_distances(x)
+    w, _ = attention_weights(sim.distances)
+    w = w.astype(np.float32)
+    rules = {
+        "previous (absolute 2e-3 cut, best of 3 smoothings, 10 steps)":
+            dict(tol=2e-3, first_improvement=False, rtol=0.0),
+        "first improvement only": dict(tol=2e-3, rtol=0.0),
+        "current defaults (99.9 % mass, first improvement, rtol 3e-4)": dict(mass=0.999, rtol=3e-4),
+    }
+    base = None
+    print(f"mean stage, {n} rotated digits at {size} px, pairwise starts, up to 10 steps")
+    for name, kw in rules.items():
+        t0, c0 = time.perf_counter(), time.process_time()
+        st = invariant_means(x, w, sim.transforms, steps=10, **kw)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        if base is None:
+            base = (wall, cpu, st.objective[-1].sum())
+        print(f"  {name}: {wall:6.1f} s wall, {cpu:6.1f} s CPU  ({base[1] / cpu:4.1f}x CPU), entries "
+              f"{st.entry_src.size}, steps {st.step}, objective {st.objective[-1].sum():.5f} "
+              f"(previous {base[2]:.5f})")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", choices=("means", "run60", "sizes", "recall", "_one"))
+    p.add_argument("n", nargs="*", type=int)
+    p.add_argument("--size", type=int, default=48)
+    p.add_argument("--neighbors", default="auto")
+    p.add_argument("--backend", default="numpy")
+    p.add_argument("--iterations", type=int, default=3)
+    p.add_argument("--exhaustive-max", type=int, default=250, help="also run every pair up to this n")
+    p.add_argument("--timeout", type=float, default=600.0)
+    a = p.parse_args(argv)
+    nb = a.neighbors if a.neighbors in ("all", "auto") else int(a.neighbors)
+    if a.what == "_one":
+        _one(a.n[0], a.size, nb, a.backend, a.iterations)
+    elif a.what == "means":
+        bench_means()
+    elif a.what == "run60":
+        r = run_child(60, 64, "auto", a.backend)
+        print(f"60 images at 64 px, full default run: {r['wall_s']:.1f} s wall ({r['similarity_s']:.1f} s "
+              f"similarity, {r['mean_s']:.1f} s means), {r['cpu_s']:.1f} s CPU, ARI {r['ari']:.3f}")
+    elif a.what == "recall":
+        recall(a.n[0] if a.n else 1000, a.size)
+    else:
+        sizes(a.n or [250, 1000, 4000], a)
+
+
+def sizes(ns, a):
+    from sklearn.metrics import adjusted_rand_score
+
+    prev = None
+    print(f"full default runs ({a.iterations} iterations, {a.size} px, rotated digits), backend {a.backend}")
+    for n in ns:
+        r = run_child(n, a.size, "auto", a.backend, a.iterations, timeout=a.timeout)
+        if r is None:
+            print(f"  n={n}: did not finish within {a.timeout:.0f} s")
+            continue
+        grow = ""
+        if prev is not None:
+            grow = f", growth exponent {np.log(r['wall_s'] / prev['wall_s']) / np.log(n / prev['n']):.2f}"
+        print(f"  n={n} (neighbors auto): {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, peak "
+              f"{r['peak_mb']:.0f} MB, {r['clusters']} clusters, ARI {r['ari']:.3f}, first iteration "
+              f"{r['first_iteration_s']:.1f} s{grow}", flush=True)
+        prev = r
+        if n <= a.exhaustive_max:
+            # the other side of the comparison: every pair, or K = 30 where auto already took every pair
+            from core.neighbors import AUTO_K, resolve_neighbors
+
+            other = "all" if resolve_neighbors("auto", n) is not None else AUTO_K
+            e = run_child(n, a.size, other, a.backend, a.iterations, timeout=a.timeout)
+            what = "exhaustive (every pair)" if other == "all" else f"pruned (K={other})"
+            if e is None:
+                print(f"  n={n} {what}: did not finish within {a.timeout:.0f} s")
+            else:
+                agree = adjusted_rand_score(e["labels"], r["labels"])
+                print(f"  n={n} {what}: {e['wall_s']:.1f} s wall, {e['cpu_s']:.1f} s CPU, peak "
+                      f"{e['peak_mb']:.0f} MB, ARI {e['ari']:.3f}; labels ARI between the two runs {agree:.3f}",
+                      flush=True)
+
+
+def recall(n, size, queries=20, k=30):
+    """Recall of each query's true 10 nearest invariant neighbours among its ``k`` candidates."""
+    from core.neighbors import candidate_pairs
+    from core.similarity import invariant_distances
+
+    x, _ = make_set(n, size)
+    rng = np.random.default_rng(0)
+    qs = rng.choice(n, queries, replace=False)
+    t0 = time.perf_counter()
+    rows, cols = candidate_pairs(x, k)
+    t_cand = time.perf_counter() - t0
+    others = np.arange(n)
+    hits = 0
+    for q in qs:
+        o = others[others != q]
+        d = invariant_distances(x, pairs=(np.full(o.size, q), o)).distances[q].toarray().ravel()
+        d[q] = np.inf
+        true = np.argsort(d)[:10]
+        cand = set(cols[rows == q]) | set(rows[cols == q])
+        hits += sum(int(t in cand) for t in true)
+    print(f"n={n}, {size} px: recall of the true 10 nearest invariant neighbours among K={k} candidates "
+          f"= {hits / (10 * queries):.3f} ({queries} queries, exact distances to all {n - 1} others); "
+          f"candidates for all {n} images took {t_cand:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""Candidate neighbours from rotation- and translation-invariant features.
+
+Aligning every pair of ``n`` images costs ``n^2``; for thousands of images
+only each image's nearest neighbours matter to W (the RBF weight of a far
+image is negligible).  Candidates are found cheaply, as in ASPIRE's
+rotationally-invariant class averaging:
+
+1. **Features.**  ``|F(v)|``, the Fourier magnitude, does not change when
+   ``v`` is shifted; in polar coordinates a rotation of ``v`` shifts it along
+   the angle, so the magnitude of its Fourier series along the angle (the
+   angular power spectrum of every ring) does not change either.  The
+   feature vector of an image is that spectrum, unit-norm.
+2. **Neighbours.**  scikit-learn's :class:`~sklearn.neighbors.NearestNeighbors`
+   on the features gives every image ``3 K`` neighbours; they are re-ranked
+   by the best circular correlation of the polar magnitudes over every
+   rotation (phase along the angle kept), and the top ``K`` are the image's
+   candidates.  The union of the candidate lists is the graph on which the
+   full alignment (global search + refinement) runs.
+
+On that graph W, its column sums and the affinity of the read-out are sparse
+(:func:`sparse_attention_weights`, :func:`sparse_cluster_labels`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .backend import array_module, fft_module, ndimage_module, to_host
+
+__all__ = [
+    "AUTO_ALL_PAIRS_MAX",
+    "AUTO_K",
+    "resolve_neighbors",
+    "invariant_features",
+    "candidate_pairs",
+    "sparse_auto_beta",
+    "sparse_attention_weights",
+    "sparse_cluster_labels",
+]
+
+#: ``neighbors="auto"``: every pair up to this many images, ``AUTO_K`` candidates above.
+AUTO_ALL_PAIRS_MAX = 300
+AUTO_K = 30
+
+
+def resolve_neighbors(neighbors, n: int) -> int | None:
+    """The number of candidates per image, or ``None`` for every pair.
+
+    Parameters
+    ----------
+    neighbors : int, "all" or "auto"
+        ``"auto"``: every pair up to :data:`AUTO_ALL_PAIRS_MAX` images,
+        :data:`AUTO_K` candidates above.
+    n : int
+        Number of images.
+
+    Returns
+    -------
+    int or None
+        ``None`` when every pair is aligned (also when ``K >= n - 1``).
+
+    Examples
+    --------
+    >>> resolve_neighbors("auto", 100), resolve_neighbors("auto", 1000), resolve_neighbors(5, 4)
+    (None, 30, None)
+    """
+    if neighbors in (None, "all"):
+        return None
+    if neighbors == "auto":
+        return None if n <= AUTO_ALL_PAIRS_MAX else AUTO_K
+    k = int(neighbors)
+    if k < 1:
+        raise ValueError("neighbors must be at least 1, 'all' or 'auto'")
+    return None if k >= n - 1 else k
+
+
+def _polar_magnitudes(images, n_rings, n_angles):
+    """``|F(v)|`` on a polar grid, ``sqrt(radius)``-weighted and unit-norm: (n, rings, angles), on the device."""
+    xp = array_module(images)
+    fft = fft_module(xp)
+    ndi = ndimage_module(xp)
+    n, h, w = images.shape[:3]
+    p = 2 * max(h, w)
+    n_rings = n_rings or max(8, max(h, w) // 2)
+    radii = np.linspace(1.0, 0.45 * p, n_rings)
+    phi = 2 * np.pi * np.arange(n_angles) / n_angles
+    centre = p // 2
+    coords = xp.asarray(np.stack([(centre + radii[:, None] * np.cos(phi)).ravel(),
+                                  (centre + radii[:, None] * np.sin(phi)).ravel()]))
+    weight = xp.asarray(np.sqrt(radii), dtype=np.float32)[:, None]
+    out = xp.empty((n, n_rings, n_angles), dtype=np.float32)
+    step = max(1, (1 << 22) // (p * p))
+    for lo in range(0, n, step):
+        blk = xp.asarray(images[lo:lo + step], dtype=np.float32)
+        spec = xp.abs(fft.fftshift(fft.fft2(blk, s=(p, p), axes=(1, 2)), axes=(1, 2)))
+        if spec.ndim == 4:
+            spec = spec.sum(axis=-1)
+        polar = xp.stack([ndi.map_coordinates(s, coords, order=1, mode="constant") for s in spec])
+        out[lo:lo + step] = polar.reshape(-1, n_rings, n_angles) * weight
+    out /= xp.maximum(xp.sqrt((out * out).sum(axis=(1, 2))), 1e-12)[:, None, None]
+    return out
+
+
+def invariant_features(images, *, n_rings: int | None = None, n_angles: int = 64) -> np.ndarray:
+    """Rotation- and translation-invariant feature vectors (host, float32).
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W[, C])
+        Unit-norm images on one canvas (NumPy or CuPy).
+    n_rings : int, optional
+        Radii sampled in the Fourier plane (default: ``max(8, H // 2)``).
+    n_angles : int
+        Angles per ring.
+
+    Returns
+    -------
+    ndarray, shape (n, n_rings * (n_angles // 2 + 1))
+        The angular power spectrum of every ring of ``|F|``, unit-norm:
+        unchanged by any rotation about the centre and any shift.
+    """
+    polar = _polar_magnitudes(images, n_rings, n_angles)
+    xp = array_module(polar)
+    power = to_host(xp.abs(fft_module(xp).rfft(polar, axis=2)), np.float32)
+    power = power.reshape(power.shape[0], -1)
+    return power / np.maximum(np.linalg.norm(power, axis=1, keepdims=True), 1e-12)
+
+
+def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
+                    n_jobs: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs ``i < j`` where ``j`` is among ``i``'s ``k`` candidates or vice versa.
+
+    Two stages, both invariant to rotation and shift: the ``oversample * k``
+    nearest neighbours of :func:`invariant_features` (scikit-learn
+    :class:`~sklearn.neighbors.NearestNeighbors`), re-ranked by the best
+    circular correlation of the polar Fourier magnitudes over all rotations
+    (the score the global search of :mod:`core.similarity` starts from);
+    the top ``k`` are kept.
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W[, C])
+        Unit-norm images on one canvas (NumPy or CuPy).
+    k : int
+        Candidates per image (itself not counted).
+    oversample : int
+        How many more feature neighbours are re-ranked.
+    n_angles : int
+        Angles per polar ring.
+    n_jobs : int, optional
+        Passed to :class:`~sklearn.neighbors.NearestNeighbors`.
+
+    Returns
+    -------
+    rows, cols : ndarray of int, shape (P,)
+        Unique pairs with ``rows < cols``, sorted; ``P <= n k``.
+    """
+    from sklearn.neighbors import NearestNeighbors
+
+    n = images.shape[0]
+    k = min(int(k), n - 1)
+    polar = _polar_magnitudes(images, None, n_angles)
+    xp = array_module(polar)
+    fft = fft_module(xp)
+    q = fft.rfft(polar, axis=2)  # (n, R, F)
+    feats = to_host(xp.abs(q), np.float32).reshape(n, -1)
+    feats /= np.maximum(np.linalg.norm(feats, axis=1, keepdims=True), 1e-12)
+    k1 = min(n - 1, max(k, oversample * k))
+    idx = NearestNeighbors(n_neighbors=k1 + 1, n_jobs=n_jobs).fit(feats).kneighbors(feats, return_distance=False)
+    top = np.empty((n, k), dtype=np.int64)
+    step = max(1, (1 << 22) // (k1 * q.shape[1] * q.shape[2]))
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        cand = idx[lo:hi]
+        g = (xp.conj(q[lo:hi])[:, None] * q[xp.asarray(cand)]).sum(axis=2)  # (b, c, F)
+        score = to_host(fft.irfft(g, n=n_angles, axis=2).max(axis=2), np.float64)  # best rotation
+        score[cand == np.arange(lo, hi)[:, None]] = -np.inf  # not itself
+        order = np.argsort(-score, axis=1, kind="stable")[:, :k]
+        top[lo:hi] = np.take_along_axis(cand, order, axis=1)
+    rows = np.repeat(np.arange(n), k)
+    cols = top.ravel()
+    a, b = np.minimum(rows, cols), np.maximum(rows, cols)
+    key = np.unique(a[a != b].astype(np.int64) * n + b[a != b])
+    return key // n, key % n
+
+
+def sparse_auto_beta(distances) -> float:
+    """``beta="auto"`` on a K-neighbour graph of distances (CSR, no diagonal).
+
+    The rule of :func:`core.weights.auto_beta` on the neighbours each image
+    has: ``1 / max(median_i d_i,(k)^2, 0.02)`` with
+    ``k = min(ceil(sqrt(n) / 2), fewest neighbours of any image)``.
+    """
+    d = sp.csr_matrix(distances)
+    n = d.shape[0]
+    deg = np.diff(d.indptr)
+    if n < 2 or deg.min() < 1:
+        return 1.0 / 0.02
+    k = min(int(deg.min()), max(1, int(np.ceil(np.sqrt(n) / 2))))
+    kth = np.array([np.sort(d.data[d.indptr[i]:d.indptr[i + 1]])[k - 1] for i in range(n)])
+    return float(1.0 / max(float(np.median(kth**2)), 0.02))
+
+
+def sparse_attention_weights(distances, beta="auto"):
+    """W on a K-neighbour graph: ``exp(-beta d^2)`` on its edges and the diagonal, columns sum to 1.
+
+    Parameters
+    ----------
+    distances : scipy.sparse matrix, shape (n, n)
+        Symmetric distances on the candidate edges (no diagonal; a stored
+        zero is a real zero distance).
+    beta : float or "auto"
+
+    Returns
+    -------
+    W : scipy.sparse.csr_matrix, shape (n, n)
+    beta : float
+    """
+    b = sparse_auto_beta(distances) if beta == "auto" else float(beta)
+    if not b > 0:
+        raise ValueError("beta must be > 0")
+    gamma = _affinity(distances, b)
+    colsum = np.asarray(gamma.sum(axis=0)).ravel()
+    return (gamma @ sp.diags(1.0 / np.maximum(colsum, 1e-300))).tocsr(), b
+
+
+def _affinity(distances, beta):
+    d = sp.coo_matrix(distances)
+    n = d.shape[0]
+    data = np.concatenate([np.exp(-beta * d.data.astype(float) ** 2), np.ones(n)])
+    rows = np.concatenate([d.row, np.arange(n)])
+    cols = np.concatenate([d.col, np.arange(n)])
+    return sp.csr_matrix((data, (rows, cols)), shape=(n, n))
+
+
+def sparse_cluster_labels(distances, beta: float, *, k="auto", max_k: int = 20) -> np.ndarray:
+    """Spectral clusters of the sparse affinity ``exp(-beta d^2)`` (ARPACK).
+
+    ``k="auto"`` takes the largest gap among the top eigenvalues of the
+    normalised affinity ``D^-1/2 A D^-1/2``; labels come from scikit-learn's
+    spectral clustering on the sparse affinity, numbered in order of first
+    appearance (as :func:`core.clustering.cluster_labels` does densely).
+    """
+    from scipy.sparse.linalg import eigsh
+    from sklearn.cluster import SpectralClustering
+
+    from .clustering import relabel_by_appearance
+
+    a = _affinity(distances, beta)
+    a = (0.5 * (a + a.T)).tocsr()
+    n = a.shape[0]
+    if k == "auto":
+        deg = np.asarray(a.sum(axis=1)).ravel()
+        s = sp.diags(1.0 / np.sqrt(np.maximum(deg, 1e-300)))
+        kk = min(n - 2, max_k + 1)
+        ev = np.sort(eigsh(s @ a @ s, k=kk, which="LA", return_eigenvectors=False,
+                           v0=np.ones(n) / np.sqrt(n))[::-1])[::-1]
+        gaps = ev[:-1] - ev[1:]
+        k = int(np.argmax(gaps[:max_k])) + 1
+    k = int(k)
+    if k <= 1:
+        return np.zeros(n, dtype=int)
+    model = SpectralClustering(n_clusters=k, affinity="precomputed", assign_labels="cluster_qr", random_state=0,
+                               eigen_solver="arpack")
+    return relabel_by_appearance(model.fit_predict(a))

@@ -1,0 +1,132 @@
+"""Candidate pruning: invariant features, recall of the true neighbours, sparse W and the pruned run."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from numpy.testing import assert_allclose, assert_array_equal
+from sklearn.metrics import adjusted_rand_score
+
+from core import se2
+from core.attention import AttentionRun
+from core.demos import _digit_images, load_demo
+from core.neighbors import (
+    candidate_pairs,
+    invariant_features,
+    resolve_neighbors,
+    sparse_attention_weights,
+    sparse_cluster_labels,
+)
+from core.preprocess import preprocess
+from core.similarity import invariant_distances
+from core.warp import warp
+
+
+def test_resolve_neighbors_rule():
+    assert resolve_neighbors("all", 10_000) is None
+    assert resolve_neighbors("auto", 300) is None and resolve_neighbors("auto", 301) == 30
+    assert resolve_neighbors(10, 500) == 10 and resolve_neighbors(10, 11) is None  # K >= n - 1: every pair
+    with pytest.raises(ValueError):
+        resolve_neighbors(0, 10)
+
+
+def test_features_do_not_change_under_rotation_and_shift(shape_images):
+    x = shape_images.astype(np.float32)
+    tau = se2.random_transforms(3, rotation_range=180, shift_range=5, seed=3)
+    moved = np.clip(warp(x, tau), 0, None).astype(np.float32)
+    moved /= np.linalg.norm(moved.reshape(3, -1), axis=1)[:, None, None]
+    f, g = invariant_features(x), invariant_features(moved)
+    same = np.linalg.norm(f - g, axis=1)
+    other = np.linalg.norm(f[:, None] - f[None], axis=2)[~np.eye(3, dtype=bool)]
+    assert same.max() < 0.25 * other.min()  # a moved copy is far nearer than any other shape
+
+
+@pytest.fixture(scope="module")
+def rotated_digits():
+    rng = np.random.default_rng(1)
+    orig, labels = _digit_images(tuple(range(10)), 12, rng)
+    tau = se2.random_transforms(len(orig), rotation_range=180, shift_range=3, seed=rng)
+    x = preprocess(list(np.clip(warp(orig, tau), 0, None).astype(np.float32)), size=24).images
+    return x, invariant_distances(x)
+
+
+def test_candidates_recall_the_true_ten_nearest_invariant_neighbours(rotated_digits):
+    x, sim = rotated_digits
+    n = x.shape[0]
+    true = np.argsort(sim.distances + np.diag(np.full(n, np.inf)), axis=1)[:, :10]
+    rows, cols = candidate_pairs(x, 30)
+    assert (rows < cols).all() and rows.size <= 30 * n
+    adj = np.zeros((n, n), dtype=bool)
+    adj[rows, cols] = adj[cols, rows] = True
+    recall = adj[np.arange(n)[:, None], true].mean()
+    assert recall >= 0.95  # measured 0.99 (120 rotated digits, 24 px)
+
+
+def test_pair_list_gives_the_exhaustive_distances_of_those_pairs(rotated_digits):
+    x, full = rotated_digits
+    x, n = x[:30], 30
+    full_d = full.distances[:30, :30]
+    rows, cols = candidate_pairs(x, 5)
+    part = invariant_distances(x, pairs=(cols, rows))  # either order
+    assert sp.issparse(part.distances) and part.transforms is None
+    assert_allclose(part.distances[rows, cols].A1, full_d[rows, cols], atol=1e-6)
+    assert_allclose(part.distances.toarray(), part.distances.toarray().T)
+    dense = full.transforms[:30, :30]
+    assert_allclose(part.transform(rows, cols), dense[rows, cols], atol=1e-6)
+    assert_allclose(part.transform(cols, rows), dense[cols, rows], atol=1e-6)
+    assert_array_equal(part.transform([3], [3]), np.zeros((1, 3)))  # itself: the identity
+
+
+def test_sparse_weights_known_answer():
+    d = sp.csr_matrix(np.array([[0, 0.5, 0], [0.5, 0, 1.0], [0, 1.0, 0]]))
+    w, beta = sparse_attention_weights(d, beta=2.0)
+    g = np.array([[1, np.exp(-0.5), 0], [np.exp(-0.5), 1, np.exp(-2.0)], [0, np.exp(-2.0), 1]])
+    assert beta == 2.0
+    assert_allclose(w.toarray(), g / g.sum(axis=0))
+    labels = sparse_cluster_labels(sp.csr_matrix(np.array(
+        [[0, .1, 0, 0, 0, 0], [.1, 0, .1, 0, 0, 0], [0, .1, 0, 2, 0, 0],
+         [0, 0, 2, 0, .1, 0], [0, 0, 0, .1, 0, .1], [0, 0, 0, 0, .1, 0]])), 5.0)
+    assert_array_equal(labels, [0, 0, 0, 1, 1, 1])
+
+
+@pytest.mark.parametrize("name,k", [("shapes", 8), ("digits", 12)])
+def test_pruned_run_agrees_with_the_exhaustive_run(name, k):
+    s = load_demo(name, seed=0)
+    x = preprocess(s.images, size=32).images
+    full = AttentionRun(x, backend="numpy", neighbors="all").run()
+    pruned = AttentionRun(x, backend="numpy", neighbors=k).run()
+    assert abs(adjusted_rand_score(s.labels, pruned.labels) - adjusted_rand_score(s.labels, full.labels)) <= 0.01
+    assert pruned.weights.shape == (len(x), len(x))  # dense view at this size; zeros off the graph
+    assert (pruned.weights > 0).sum() < len(x) ** 2  # zeros off the K-neighbour graph
+    assert_allclose(pruned.weights.sum(axis=0), 1.0, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_pruned_run_on_cupy_gives_the_numpy_labels():
+    from core.backend import BackendUnavailableError, get_backend
+
+    try:
+        gpu = get_backend("cupy")
+    except BackendUnavailableError as exc:
+        pytest.skip(f"no GPU: {exc}")
+    s = load_demo("digits", seed=0)
+    x = preprocess(s.images, size=32).images
+    a = AttentionRun(x, backend="numpy", neighbors=12).run()
+    b = AttentionRun(x, backend=gpu, neighbors=12).run()
+    assert_array_equal(b.labels, a.labels)  # measured on an H200 (benchmarks/gpu_check.py)
+    assert np.abs(b.input_distances - a.input_distances).max() < 1e-3
+
+
+def test_cli_neighbors_option(tmp_path, capsys):
+    import json
+
+    from core.cli import main
+
+    out = tmp_path / "o"
+    assert main(["demo:shapes", "--size", "24", "--iterations", "1", "--neighbors", "6", "--quiet",
+                 "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["parameters"]["neighbors"] == 6 and summary["metrics"]["ari"] == 1.0
+    w = np.load(out / "weights.npy", allow_pickle=False)
+    assert w.shape == (18, 18) and (w > 0).sum() < 18 * 18  # the K-neighbour graph, not every pair
+    with pytest.raises(SystemExit) as err:
+        main(["demo:shapes", "--neighbors", "0"])
+    assert err.value.code == 2 and "--neighbors must be at least 1" in capsys.readouterr().err
