@@ -332,8 +332,9 @@ def _run_and_signal(tmp_path, sig, delay):
     out = tmp_path / f"out{sig}_{delay}"
     logs = tmp_path.parent / f"{tmp_path.name}-logs{sig}_{delay}"  # outside tmp_path: it must stay clean
     env = dict(os.environ, IA_STUDIO_LOG_DIR=str(logs))
-    p = subprocess.Popen([sys.executable, "-m", "core.cli", "demo:shapes", "--size", "24", "--iterations", "2",
-                          "--quiet", "--out", str(out), "--save-project", str(out) + ".iaproj"],
+    # a run of several seconds (explicit beta: no guard stopping it early), so the signal lands mid-run
+    p = subprocess.Popen([sys.executable, "-m", "core.cli", "demo:digits", "--size", "40", "--iterations", "3",
+                          "--beta", "20", "--quiet", "--out", str(out), "--save-project", str(out) + ".iaproj"],
                          cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     # the log file appears once the handlers are installed: a loaded machine can take seconds to get there
@@ -349,7 +350,7 @@ def _run_and_signal(tmp_path, sig, delay):
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signals_leave_all_or_nothing_and_one_line(tmp_path, sig, code):
     complete = None
-    for delay in (0.0, 1.0, 2.0, 3.0):
+    for delay in (0.0, 1.0, 2.0, 3.0, 9.0):
         rc, err, out = _run_and_signal(tmp_path, sig, delay)
         hidden = [p for p in os.listdir(tmp_path) if p.startswith(".")]
         assert hidden == [], hidden
