@@ -21,6 +21,7 @@ __all__ = ["Canvas", "preprocess", "content_frame", "content_radius", "canvas_to
 
 _CONTENT_LEVEL = 0.02  # fraction of an image's maximum that counts as content
 _MARGIN = 2  # pixels kept free around the content disk (Keys kernel support)
+_DETECT_MAX_SIDE = 1024  # larger images are searched for their object on a block-mean copy
 _GYRATION_REACH = 2.0  # content scaling fits this many radii of gyration into the canvas disk
 
 
@@ -106,15 +107,25 @@ def content_frame(image: np.ndarray) -> tuple[np.ndarray, float] | None:
         ``centroid`` is ``(row, col)`` in pixels; ``radius`` is twice the
         radius of gyration of the mass about it (a disk's edge lies at 1.41,
         a bar's ends at 1.73 radii of gyration).  Both follow the
-        object under rotation and translation, and scale with it.  ``None``
+        object under rotation and translation, and scale with it.  Images
+        larger than 1024 px are searched on a block-mean copy (fast, bounded
+        memory) and the result is scaled back.  ``None``
         for an image with no content (blank or pure noise).
     """
     from scipy.ndimage import gaussian_filter
 
-    img = np.asarray(image, dtype=np.float64)
+    img = np.asarray(image, dtype=np.float32)
     if img.ndim == 3:
         img = img.mean(axis=-1)
-    g = gaussian_filter(img, 1.0)
+    f = int(np.ceil(max(img.shape) / _DETECT_MAX_SIDE))
+    if f > 1:  # a large file: find the object on a block-mean copy (the crop and resize use the original)
+        h, w = (img.shape[0] // f) * f, (img.shape[1] // f) * f
+        small = img[:h, :w].reshape(h // f, f, w // f, f).mean(axis=(1, 3))
+        found = content_frame(small)
+        if found is None:
+            return None
+        return (found[0] + 0.5) * f - 0.5, found[1] * f
+    g = gaussian_filter(img.astype(np.float64), 1.0)
     h, w = g.shape
     k = max(1, int(round(0.03 * min(h, w))))
     border = np.concatenate([g[:k].ravel(), g[-k:].ravel(), g[:, :k].ravel(), g[:, -k:].ravel()])

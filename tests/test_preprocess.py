@@ -1,4 +1,5 @@
 import numpy as np
+from numpy.testing import assert_allclose
 import pytest
 
 from core.preprocess import canvas_to_original, content_radius, preprocess
@@ -103,3 +104,17 @@ def test_blank_and_non_finite_images():
     bad[3, 3] = np.nan
     with pytest.raises(ValueError, match="image 1 holds NaN"):
         preprocess([blank, bad], size=32)
+
+
+def test_large_files_find_their_object_on_a_reduced_copy():
+    from core.preprocess import content_frame
+
+    big = np.zeros((3000, 2600), np.float32)
+    big[1200:1500, 700:900] = 1.0  # an L-shaped object off-centre in a big file
+    big[1400:1500, 900:1200] = 1.0
+    small = big.reshape(300, 10, 260, 10).mean(axis=(1, 3))
+    (cb, rb), (cs, rs) = content_frame(big), content_frame(small)
+    assert_allclose(cb, (cs + 0.5) * 10 - 0.5, rtol=0.01)
+    assert rb == pytest.approx(rs * 10, rel=0.02)
+    c = preprocess([big, small], size=40)
+    assert c.scale[0] == pytest.approx(c.scale[1] / 10, rel=0.02)  # the same object gets the same size
