@@ -547,9 +547,7 @@ class MainWindow(QMainWindow):
 
     def _remember(self, key, value):
         s = settings()
-        items = [v for v in (s.value(key) or []) if v != value]
-        if isinstance(items, str):
-            items = [items]
+        items = [v for v in self.recent(key) if v != value]  # one stored entry comes back as a plain str
         s.setValue(key, [value] + items[:MAX_RECENT - 1])
         self._refresh_recent()
 

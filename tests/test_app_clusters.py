@@ -333,3 +333,15 @@ def test_split_by_re_running_ia_on_a_cluster(fresh, qapp):
     assert m.undo_stack.undoText().startswith("Split Cluster 1 by re-running")
     w.undo_action.trigger()
     assert m.book == merged
+
+
+def test_recent_list_survives_a_restart_with_one_entry(fresh):
+    w = fresh
+    key = "recent/test-folders"
+    # after a restart QSettings gives a one-entry list back as a plain str: the next entry must not split it
+    settings().setValue(key, "/data/first")
+    assert w.recent(key) == ["/data/first"]
+    w._remember(key, "/data/second")
+    assert w.recent(key) == ["/data/second", "/data/first"]
+    w._remember(key, "/data/first")
+    assert w.recent(key) == ["/data/first", "/data/second"]
