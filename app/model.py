@@ -21,7 +21,7 @@ from core.clustering import read_clusters
 from core.project import Project, load_project, save_project
 from core.similarity import invariant_distances
 from core.demos import load_demo
-from core.filenames import printable
+from core.filenames import display_name, printable
 from core.imageset import ImageSet, NoUsableImagesError, load_images
 from core.preprocess import preprocess
 from core.warp import warp
@@ -132,7 +132,7 @@ class StudioModel(QObject):
         msg = f"Added {len(new)} image{'s' if len(new) != 1 else ''}"
         if new.skipped:
             msg += f"; skipped {len(new.skipped)}: " + "; ".join(
-                f"{printable(s['path'].split('/')[-1])} ({printable(s['reason'])})" for s in new.skipped[:3])
+                f"{printable(display_name(s['path']))} ({printable(s['reason'])})" for s in new.skipped[:3])
         self.message.emit(msg)
         return new.skipped
 
@@ -373,7 +373,7 @@ class StudioModel(QObject):
         note = ""
         if missing:
             note = (f"; {len(missing)} original file(s) moved or missing, using the embedded images: "
-                    + ", ".join(p.split('/')[-1] for p in missing[:5]))
+                    + ", ".join(display_name(p) for p in missing[:5]))
         self.message.emit(f"Opened {path}: {proj.n} images{note}")
         proj.missing = missing
         return proj

@@ -1,8 +1,6 @@
 """The control panels: image set, transforms and run settings."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 from PySide6.QtCore import QAbstractListModel, QMimeData, QModelIndex, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPen, QPixmap
@@ -12,6 +10,7 @@ from PySide6.QtWidgets import (
 )
 
 from core.clusterbook import UNASSIGNED
+from core.filenames import display_name
 
 MIME_IMAGES = "application/x-ia-images"
 
@@ -490,7 +489,7 @@ class ClustersPanel(QGroupBox):
         lines = [f"Run: {result.k_choice.describe(result.n_clusters)}"]
         blank = np.flatnonzero(result.blank) if result.blank is not None else []
         if len(blank):
-            names = ", ".join(Path(str(paths[i])).name for i in blank[:3]) if len(paths) else ""
+            names = ", ".join(display_name(paths[i]) for i in blank[:3]) if len(paths) else ""
             lines.append(f"{len(blank)} blank image{'s' if len(blank) != 1 else ''} in a cluster of "
                          f"{'their' if len(blank) != 1 else 'its'} own" + (f": {names}" if names else ""))
         lines += result.notes

@@ -10,6 +10,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from core.filenames import display_name
+
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=True, background="w", foreground="k")
 
 CLUSTER_COLOURS = [
@@ -139,7 +141,7 @@ class WeightsView(_Titled):
             i, j = cell
             ni = self.names[i] if i < len(self.names) else str(i)
             nj = self.names[j] if j < len(self.names) else str(j)
-            self.hover.setText(f"i = {i} ({ni.split('/')[-1]}), j = {j} ({nj.split('/')[-1]}): "
+            self.hover.setText(f"i = {i} ({display_name(ni)}), j = {j} ({display_name(nj)}): "
                                f"W_ij = {self.weights[i, j]:.4f}")
 
 
@@ -386,6 +388,7 @@ class InspectView(_Titled):
             self.items[key].setImage(np.asarray(info[key]) / top, levels=(0, 1))
         self.items["difference"].setImage(np.asarray(info["difference"]) / top, levels=(0, 1))
         self.caption.setText(
-            f"i = {info['i']} ({info['name_i'].split('/')[-1]}) onto j = {info['j']} ({info['name_j'].split('/')[-1]}):"
+            f"i = {info['i']} ({display_name(info['name_i'])}) onto j = {info['j']} "
+            f"({display_name(info['name_j'])}):"
             f" θ = {info['theta_deg']:.2f}°, tx = {info['tx']:.2f} px, ty = {info['ty']:.2f} px; "
             f"distance {info['distance']:.4f}, score (cosine) {info['score']:.4f}")

@@ -52,3 +52,10 @@ def printable(name) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def display_name(path) -> str:
+    """The file name of ``path`` for display, whichever separator it uses (``/`` or ``\\``)."""
+    import ntpath
+
+    return ntpath.basename(str(path))

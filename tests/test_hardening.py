@@ -421,3 +421,10 @@ def test_animations_are_refused_before_decoding_every_frame(tmp_path):
     frames[0].save(tmp_path / "anim.png", save_all=True, append_images=frames[1:])
     with pytest.raises(ImageLoadError, match="animation of 3 frames"):
         load_image(tmp_path / "anim.png")
+
+
+def test_display_name_takes_either_separator():
+    from core.filenames import display_name
+
+    assert display_name(r"C:\scans\cell 1.png") == "cell 1.png"
+    assert display_name("/data/x/y.tif") == "y.tif" and display_name("demo:shapes/003") == "003"
