@@ -262,6 +262,7 @@ class StudioModel(QObject):
             k: v for k, v in vars(self.run.settings).items() if k not in ("clusters", "snapshot_every")}
         sub = AttentionRun(self.working[members], backend="numpy", clusters="auto", **opts)
         self._subset_run = sub
+        _warm_imports()
         self._set_state("splitting")
         self.message.emit(f"Re-running {self.book.name_of(cluster)} ({len(members)} images)…")
         self._drive_subset.emit(sub, int(cluster), members)
@@ -533,6 +534,7 @@ class StudioModel(QObject):
         return True
 
     def _launch(self):
+        _warm_imports()
         self._t_start = time.perf_counter()
         self._set_state("running")
         self._drive.emit(self.run)
@@ -609,3 +611,13 @@ def _renorm(images: np.ndarray) -> np.ndarray:
     images = images.astype(np.float32)
     norm = np.sqrt((images.astype(np.float64) ** 2).reshape(len(images), -1).sum(axis=1))
     return images / np.maximum(norm, 1e-12).reshape((-1,) + (1,) * (images.ndim - 1)).astype(np.float32)
+
+
+def _warm_imports() -> None:
+    """Import what the engine imports lazily, here on the GUI thread, before the worker needs it.
+
+    A first import of scikit-learn inside the worker thread was seen to stall (its joblib and psutil
+    imports) in one environment; imported once on the GUI thread, the worker finds it loaded.
+    """
+    import sklearn.cluster  # noqa: F401
+    import sklearn.metrics  # noqa: F401

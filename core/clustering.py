@@ -30,10 +30,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-# imported here, on the importing (main) thread: a first import of scikit-learn inside the app's worker
-# thread was seen to stall there (its joblib/psutil imports) in one environment
-from sklearn.cluster import SpectralClustering
-from sklearn.metrics import silhouette_score
 
 from .weights import local_bandwidth
 
@@ -173,6 +169,8 @@ def eigengap_k(affinity: np.ndarray, *, max_k: int | None = None) -> int:
 
 
 def _spectral(affinity, k):
+    from sklearn.cluster import SpectralClustering
+
     n = affinity.shape[0]
     if k == 1:
         return np.zeros(n, dtype=int)
@@ -184,6 +182,8 @@ def _spectral(affinity, k):
 
 
 def _silhouette(distances, labels):
+    from sklearn.metrics import silhouette_score
+
     if not 1 < len(np.unique(labels)) < len(labels):
         return -1.0
     return float(silhouette_score(distances, labels, metric="precomputed"))
