@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backend import Backend, get_backend, to_host
-from .clustering import KChoice, read_clusters, grouping_order
+from .clustering import KChoice, grouping_order, read_clusters, silhouette
 from .invariant_mean import invariant_mean_step, invariant_means, start_invariant_means
 from .neighbors import resolve_neighbors
 from .similarity import check_finite, invariant_distances, plain_distances
@@ -447,10 +447,10 @@ class AttentionRun:
             return labels, KChoice(1, 1, 1.0, "trivial", [(1, 1.0)])
         k = self.settings.clusters
         if _is_sparse(distances):  # a pruned run: the sparse read-out of core.neighbors, no blank handling
-            from .neighbors import sparse_attention_weights, sparse_cluster_labels
+            from .neighbors import sparse_auto_beta, sparse_cluster_labels
 
             b = self.settings.beta
-            beta = sparse_attention_weights(distances, "auto")[1] if b == "auto" else float(b)
+            beta = sparse_auto_beta(distances) if b == "auto" else float(b)
             labels = sparse_cluster_labels(distances, beta, k=k)
             kk = int(labels.max()) + 1
             return labels, KChoice(kk, 1, 1.0 if k != "auto" else 0.0, "given" if k != "auto" else "sparse-eigengap",
@@ -465,13 +465,8 @@ class AttentionRun:
 
     def _separation(self, distances, labels) -> float | None:
         """Silhouette of a partition of the non-blank images (None when undefined)."""
-        from sklearn.metrics import silhouette_score
-
         keep = np.flatnonzero(~self.blank)
-        lab = labels[keep]
-        if not 1 < np.unique(lab).size < keep.size:
-            return None
-        return float(silhouette_score(distances[np.ix_(keep, keep)], lab, metric="precomputed"))
+        return silhouette(distances[np.ix_(keep, keep)], labels[keep])
 
     def _guard_rejects(self, labels) -> bool:
         """True (and the previous iteration restored) when ``labels`` are not a clear improvement.

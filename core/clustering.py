@@ -40,6 +40,7 @@ __all__ = [
     "eigengap_k",
     "select_k",
     "read_clusters",
+    "silhouette",
     "cluster_labels",
     "relabel_by_appearance",
     "grouping_order",
@@ -181,12 +182,18 @@ def _spectral(affinity, k):
     return relabel_by_appearance(model.fit_predict(a + 1e-12))
 
 
-def _silhouette(distances, labels):
+def silhouette(distances, labels) -> float | None:
+    """Mean silhouette of a partition on precomputed distances; None for 1 cluster or n clusters."""
     from sklearn.metrics import silhouette_score
 
     if not 1 < len(np.unique(labels)) < len(labels):
-        return -1.0
+        return None
     return float(silhouette_score(distances, labels, metric="precomputed"))
+
+
+def _silhouette(distances, labels):
+    s = silhouette(distances, labels)
+    return -1.0 if s is None else s
 
 
 def select_k(distances: np.ndarray, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int = MAX_K) -> KChoice:
