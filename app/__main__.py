@@ -1,4 +1,4 @@
-"""``ia-studio`` / ``python -m app``: open the Invariant Attention Studio window."""
+"""``ia-studio`` / ``python -m iastudio.app``: open the Invariant Attention Studio window."""
 from __future__ import annotations
 
 import argparse
@@ -7,8 +7,8 @@ import os
 import sys
 import traceback
 
-from core import __version__
-from core.demos import DEMO_NAMES
+from iastudio.core import __version__
+from iastudio.core.demos import DEMO_NAMES
 
 log = logging.getLogger("ia-studio")
 
@@ -20,7 +20,7 @@ def _excepthook(exc_type, exc, tb):
     try:
         from PySide6.QtWidgets import QApplication, QMessageBox
 
-        from core.logs import log_dir
+        from iastudio.core.logs import log_dir
 
         if QApplication.instance() is not None:
             box = QMessageBox(QMessageBox.Icon.Critical, "Unexpected error",
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.selftest and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from core.logs import setup_file_logging
+    from iastudio.core.logs import setup_file_logging
 
     log_path = setup_file_logging("ia-studio")
     missing = missing_system_libraries()

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
-from core.clusterbook import UNASSIGNED
-from core.preprocess import canvas_to_original
-from core.report import write_assignments
-from core.similarity import invariant_distances
-from core.warp import warp
+from iastudio.core.clusterbook import UNASSIGNED
+from iastudio.core.preprocess import canvas_to_original
+from iastudio.core.report import write_assignments
+from iastudio.core.similarity import invariant_distances
+from iastudio.core.warp import warp
 
 
 def assignment_rows(model) -> list[dict]:

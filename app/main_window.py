@@ -11,14 +11,26 @@ import numpy as np
 from PySide6.QtCore import QSettings, Qt, QTimer, QUrl
 from PySide6.QtGui import QAction, QDesktopServices, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
-    QDialog, QDialogButtonBox, QFileDialog, QHBoxLayout, QInputDialog, QMainWindow, QMessageBox,
-    QProgressDialog, QPushButton, QSplitter, QTabWidget, QTextBrowser, QVBoxLayout, QWidget,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QHBoxLayout,
+    QInputDialog,
+    QMainWindow,
+    QMessageBox,
+    QProgressDialog,
+    QPushButton,
+    QSplitter,
+    QTabWidget,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
 )
 
-from core import __version__
-from core.clusterbook import UNASSIGNED
-from core.logs import log_dir
-from core.project import ProjectError
+from iastudio.core import __version__
+from iastudio.core.clusterbook import UNASSIGNED
+from iastudio.core.logs import log_dir
+from iastudio.core.project import ProjectError
 
 from .model import StudioModel, gpu_status
 from .panels import ClustersPanel, ImageSetPanel, RunPanel, TransformPanel
@@ -386,7 +398,7 @@ class MainWindow(QMainWindow):
 
     def split_cluster(self, cluster, k):
         """Split a cluster into k by spectral clustering of its members' final distances."""
-        from core.clustering import read_clusters
+        from iastudio.core.clustering import read_clusters
 
         m = self.model
         if m.book is None or m.final is None:
@@ -476,7 +488,7 @@ class MainWindow(QMainWindow):
 
     def remove_stale_saves(self) -> list:
         """Remove what killed saves left beside the autosave and the recent projects."""
-        from core.atomic import remove_stale_temporaries
+        from iastudio.core.atomic import remove_stale_temporaries
 
         removed = []
         folders = {self.autosave_path().parent} | {Path(p).parent for p in self.recent("recent/projects")}

@@ -1,7 +1,7 @@
 """The studio model: owns the image set, the transforms and the run.
 
 Views never compute; they draw what the model (and the worker's frames) give
-them.  The model lives in the GUI thread; the one :class:`~app.worker.RunWorker`
+them.  The model lives in the GUI thread; the one :class:`~iastudio.app.worker.RunWorker`
 lives in its QThread and is reached only through queued signals.
 """
 from __future__ import annotations
@@ -13,18 +13,18 @@ import numpy as np
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
 from PySide6.QtGui import QUndoCommand, QUndoStack
 
-from core import se2
-from core.attention import AttentionRun
-from core.backend import BackendUnavailableError, get_backend
-from core.clusterbook import ClusterBook
-from core.clustering import read_clusters
-from core.project import Project, load_project, save_project
-from core.similarity import invariant_distances
-from core.demos import load_demo
-from core.filenames import display_name, printable
-from core.imageset import ImageSet, NoUsableImagesError, load_images
-from core.preprocess import preprocess
-from core.warp import warp
+from iastudio.core import se2
+from iastudio.core.attention import AttentionRun
+from iastudio.core.backend import BackendUnavailableError, get_backend
+from iastudio.core.clusterbook import ClusterBook
+from iastudio.core.clustering import read_clusters
+from iastudio.core.demos import load_demo
+from iastudio.core.filenames import display_name, printable
+from iastudio.core.imageset import ImageSet, NoUsableImagesError, load_images
+from iastudio.core.preprocess import preprocess
+from iastudio.core.project import Project, load_project, save_project
+from iastudio.core.similarity import invariant_distances
+from iastudio.core.warp import warp
 
 from .worker import Frame, RunWorker
 
@@ -240,7 +240,7 @@ class StudioModel(QObject):
 
             z = linkage(squareform(np.asarray(d, float), checks=False), method="single")
             labels = fcluster(z, t=float(threshold), criterion="distance") - 1
-            from core.clustering import relabel_by_appearance
+            from iastudio.core.clustering import relabel_by_appearance
 
             labels = relabel_by_appearance(labels)
             text = f"Re-read clusters at distance {threshold:.3g}"
@@ -314,7 +314,7 @@ class StudioModel(QObject):
         self.projectChanged.emit()
 
     def to_project(self) -> Project:
-        """The current session as a :class:`core.project.Project`."""
+        """The current session as a :class:`iastudio.core.project.Project`."""
         res = self.final.extra.get("result") if self.final is not None else None
         result = {}
         if res is not None:
@@ -351,7 +351,7 @@ class StudioModel(QObject):
         return True
 
     def open_project(self, path) -> Project:
-        """Open a ``.iaproj``; raises :class:`core.project.ProjectError` when it cannot be used.
+        """Open a ``.iaproj``; raises :class:`iastudio.core.project.ProjectError` when it cannot be used.
 
         Transactional: the project is read and checked, and the whole new
         session (images, transforms, run frames, clusters) is built aside
@@ -359,7 +359,7 @@ class StudioModel(QObject):
         the current session, its project path and its dirty flag are
         untouched.
         """
-        from core.project import ProjectError
+        from iastudio.core.project import ProjectError
 
         proj = load_project(path)
         try:
@@ -368,7 +368,8 @@ class StudioModel(QObject):
             raise
         except Exception as exc:  # noqa: BLE001 - any problem with the contents is a refusal
             log.exception("cannot open project %s", path)
-            raise ProjectError(f"{path}: cannot be opened ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})") from None
+            reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            raise ProjectError(f"{path}: cannot be opened ({reason})") from None
         self._install_session(state)
         missing = state["missing"]
         note = ""
@@ -381,8 +382,8 @@ class StudioModel(QObject):
 
     def _session_from(self, proj: Project, path) -> dict:
         """Everything :meth:`open_project` installs, built without touching the current session."""
-        from core.preprocess import Canvas
-        from core.project import ProjectError
+        from iastudio.core.preprocess import Canvas
+        from iastudio.core.project import ProjectError
 
         n = proj.n
         missing = proj.missing_originals()
@@ -447,9 +448,9 @@ class StudioModel(QObject):
     @staticmethod
     def _frames_from(proj: Project, working: np.ndarray):
         """``(frames, final)`` of a saved run, checked against the images; changes nothing."""
-        from core.attention import RunResult, Snapshot
-        from core.project import ProjectError
-        from core.report import convergence_curves
+        from iastudio.core.attention import RunResult, Snapshot
+        from iastudio.core.project import ProjectError
+        from iastudio.core.report import convergence_curves
 
         from .worker import classical_mds
 

@@ -15,7 +15,15 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
 from PySide6.QtWidgets import (
-    QComboBox, QGridLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSlider, QSpinBox, QVBoxLayout, QWidget,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
 )
 
 log = logging.getLogger(__name__)
@@ -30,7 +38,7 @@ INSTALL_HINT = 'pip install "invariant-attention-studio[nets]"'
 def torch_available() -> bool:
     """PyTorch and the networks package are importable (a bundle built without --nets has no torch)."""
     try:
-        from core.nets import torch_available as avail
+        from iastudio.core.nets import torch_available as avail
     except ImportError:
         return False
     return avail()
@@ -40,11 +48,11 @@ def torch_available() -> bool:
 class NetsState:
     """Qt-free state of the panel: the data, the trained model and its learning curve."""
 
-    data: object = None  # core.nets.data.Dataset
+    data: object = None  # iastudio.core.nets.data.Dataset
     model: object = None
     model_name: str = ""
     history: list = field(default_factory=list)
-    result: object = None  # core.nets.train.TrainResult
+    result: object = None  # iastudio.core.nets.train.TrainResult
 
 
 class NetsWorker(QObject):
@@ -61,7 +69,7 @@ class NetsWorker(QObject):
 
     @Slot(str, object, int)
     def train(self, name, data, epochs):
-        from core.nets.train import train_model
+        from iastudio.core.nets.train import train_model
 
         self.stop_flag.clear()
         try:
@@ -80,7 +88,7 @@ class NetsPanel(QWidget):
     Parameters
     ----------
     imageset_source : callable
-        Returns the studio's current :class:`core.imageset.ImageSet` (used when "Current image set" is chosen).
+        Returns the studio's current :class:`iastudio.core.imageset.ImageSet` (used when "Current image set" is chosen).
     """
 
     _train = Signal(str, object, int)
@@ -102,7 +110,7 @@ class NetsPanel(QWidget):
             lay.addStretch(1)
             self.thread = None
             return
-        from core.nets import MODEL_NAMES as MODELS
+        from iastudio.core.nets import MODEL_NAMES as MODELS
 
         top = QHBoxLayout()
         self.data_box = QComboBox()
@@ -193,7 +201,7 @@ class NetsPanel(QWidget):
     # ------------------------------------------------------------ training
     def load_data(self):
         """The chosen data as a Dataset (raises ValueError with a plain message)."""
-        from core.nets.data import from_imageset, rot_digits
+        from iastudio.core.nets.data import from_imageset, rot_digits
 
         if self.data_box.currentText() == ROT_DIGITS:
             return rot_digits()
@@ -261,7 +269,7 @@ class NetsPanel(QWidget):
         self.angle_label.setText(f"{self.angle.value()}°")
         if self.state.model is None:
             return
-        from core.nets.inspect import inspect_image
+        from iastudio.core.nets.inspect import inspect_image
 
         data = self.state.data
         i = min(self.image_index.value(), len(data.x_test) - 1)

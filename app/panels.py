@@ -2,19 +2,32 @@
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QAbstractListModel, QMimeData, QModelIndex, QSize, Qt, Signal
+from PySide6.QtCore import QAbstractListModel, QMimeData, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import (
-    QAbstractItemView, QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
-    QListView, QListWidget, QListWidgetItem, QProgressBar, QPushButton, QSlider, QSpinBox, QVBoxLayout,
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QListView,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
 )
 
-from core.clusterbook import UNASSIGNED
-from core.filenames import display_name
+from iastudio.core.clusterbook import UNASSIGNED
+from iastudio.core.demos import DEMO_NAMES
+from iastudio.core.filenames import display_name
 
 MIME_IMAGES = "application/x-ia-images"
-
-from core.demos import DEMO_NAMES
 
 THUMB = 56
 
@@ -89,8 +102,8 @@ class ThumbnailModel(QAbstractListModel):
         if len(images):
             self.dataChanged.emit(self.index(0), self.index(len(images) - 1), [Qt.ItemDataRole.DecorationRole])
 
-    def rowCount(self, parent=QModelIndex()):
-        return 0 if parent.isValid() else len(self.names)
+    def rowCount(self, parent=None):
+        return 0 if parent is not None and parent.isValid() else len(self.names)
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
         i = index.row()

@@ -10,7 +10,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from core.filenames import display_name
+from iastudio.core.filenames import display_name
 
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=True, background="w", foreground="k")
 

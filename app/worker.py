@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from PySide6.QtCore import QObject, Signal, Slot
 
-from core.attention import AttentionRun, Snapshot
-from core.backend import to_host
-from core.report import convergence_curves
+from iastudio.core.attention import AttentionRun, Snapshot
+from iastudio.core.backend import to_host
+from iastudio.core.report import convergence_curves
 
 log = logging.getLogger(__name__)
 

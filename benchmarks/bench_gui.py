@@ -28,7 +28,7 @@ from PySide6.QtCore import QEvent, QObject, Qt, QTimer  # noqa: E402
 from PySide6.QtGui import QKeyEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from core.demos import load_demo  # noqa: E402
+from iastudio.core.demos import load_demo  # noqa: E402
 
 
 class LatencyProbe(QObject):
@@ -63,7 +63,7 @@ def main(argv=None):
     ap.add_argument("--px", type=int, default=48)
     ap.add_argument("--seconds", type=float, default=120.0)
     args = ap.parse_args(argv)
-    from app.main_window import MainWindow
+    from iastudio.app.main_window import MainWindow
 
     app = QApplication.instance() or QApplication([])
     w = MainWindow()

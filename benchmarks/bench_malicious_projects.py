@@ -2,7 +2,7 @@
 
 Each project is built on the fly (zip bombs streamed through zlib, never
 written uncompressed), then opened in a fresh Python process — by
-``core.project.load_project`` and, with ``--app``, by the app's model
+``iastudio.core.project.load_project`` and, with ``--app``, by the app's model
 (``StudioModel.open_project``, offscreen) — which reports the peak resident
 memory *above its own baseline after imports* and the wall time.  A valid
 project at the library's inflate budget (256 MiB of images in a ~260 KB file)
@@ -25,10 +25,19 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import numpy as np  # noqa: E402
+from _malicious import (  # noqa: E402
+    _deflated,
+    bomb_project,
+    good_project,
+    manifest_bomb,
+    many_members,
+    npy,
+    raw_zip,
+    read_members,
+    write_project,
+)
 
-from _malicious import (bomb_project, good_project, manifest_bomb, many_members, npy,  # noqa: E402
-                        raw_zip, read_members, write_project, _deflated)
-from core.project import FORMAT, save_project  # noqa: E402
+from iastudio.core.project import FORMAT, save_project  # noqa: E402
 
 CHILD = r"""
 import json, os, resource, sys, time
@@ -38,13 +47,13 @@ def rss():
         for line in fh:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
-from core.project import ProjectError, load_project
+from iastudio.core.project import ProjectError, load_project
 app = {app!r}
 if app:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
     qa = QApplication([])
-    from app.model import StudioModel
+    from iastudio.app.model import StudioModel
     model = StudioModel()
     model.load_demo("shapes")
 import gc; gc.collect()

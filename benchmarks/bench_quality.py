@@ -82,9 +82,9 @@ def _score(truth, labels):
 
 def evaluate(spec, *, split: str, size: int, iterations: int = 3, methods=METHODS) -> dict:
     """Run every method on one set; returns ``{method: (ari, nmi, k, seconds)}``."""
-    from core.attention import AttentionRun
-    from core.clustering import read_clusters
-    from core.preprocess import preprocess
+    from iastudio.core.attention import AttentionRun
+    from iastudio.core.clustering import read_clusters
+    from iastudio.core.preprocess import preprocess
 
     images, truth = make_set(spec, split=split)
     k_true = len(set(truth))

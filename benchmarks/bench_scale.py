@@ -35,12 +35,12 @@ sys.path.insert(0, str(ROOT))
 
 def make_set(n, size, seed=0):
     """``n`` unit-norm digit images on one canvas, rotated over the full circle; and their classes."""
-    from sklearn.datasets import load_digits
     from skimage.transform import resize
+    from sklearn.datasets import load_digits
 
-    from core import se2
-    from core.preprocess import preprocess
-    from core.warp import warp
+    from iastudio.core import se2
+    from iastudio.core.preprocess import preprocess
+    from iastudio.core.warp import warp
 
     rng = np.random.default_rng(seed)
     data = load_digits()
@@ -60,11 +60,11 @@ def make_set(n, size, seed=0):
 
 def _one(n, size, neighbors, backend, iterations):
     """Child process: one full run, JSON on stdout."""
+    import os
+
     from sklearn.metrics import adjusted_rand_score
 
-    from core.attention import AttentionRun
-
-    import os
+    from iastudio.core.attention import AttentionRun
 
     x, y = make_set(n, size)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -113,9 +113,9 @@ def run_child(n, size, neighbors, backend="numpy", iterations=3, timeout=None):
 
 def bench_means(size=64, n=60):
     """The mean stage on one W: the previous rules against the current ones, in the same run."""
-    from core.invariant_mean import invariant_means
-    from core.similarity import invariant_distances
-    from core.weights import attention_weights
+    from iastudio.core.invariant_mean import invariant_means
+    from iastudio.core.similarity import invariant_distances
+    from iastudio.core.weights import attention_weights
 
     x, _ = make_set(n, size, seed=1)
     sim = invariant_distances(x)
@@ -185,7 +185,7 @@ def sizes(ns, a):
         prev = r
         if n <= a.exhaustive_max:
             # the other side of the comparison: every pair, or K = 30 where auto already took every pair
-            from core.neighbors import AUTO_K, resolve_neighbors
+            from iastudio.core.neighbors import AUTO_K, resolve_neighbors
 
             other = "all" if resolve_neighbors("auto", n) is not None else AUTO_K
             e = run_child(n, a.size, other, a.backend, a.iterations, timeout=a.timeout)
@@ -201,8 +201,8 @@ def sizes(ns, a):
 
 def recall(n, size, queries=20, k=30):
     """Recall of each query's true 10 nearest invariant neighbours among its ``k`` candidates."""
-    from core.neighbors import candidate_pairs
-    from core.similarity import invariant_distances
+    from iastudio.core.neighbors import candidate_pairs
+    from iastudio.core.similarity import invariant_distances
 
     x, _ = make_set(n, size)
     rng = np.random.default_rng(0)

@@ -24,12 +24,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core import se2  # noqa: E402
-from core.backend import get_backend, to_host  # noqa: E402
-from core.demos import _digit_images  # noqa: E402
-from core.preprocess import preprocess  # noqa: E402
-from core.similarity import invariant_distances  # noqa: E402
-from core.warp import warp  # noqa: E402
+from iastudio.core import se2  # noqa: E402
+from iastudio.core.backend import get_backend, to_host  # noqa: E402
+from iastudio.core.demos import _digit_images  # noqa: E402
+from iastudio.core.preprocess import preprocess  # noqa: E402
+from iastudio.core.similarity import invariant_distances  # noqa: E402
+from iastudio.core.warp import warp  # noqa: E402
 
 STEP = 5.0
 

@@ -17,8 +17,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.backend import get_backend, to_host  # noqa: E402
-from core.warp import warp  # noqa: E402
+from iastudio.core.backend import get_backend, to_host  # noqa: E402
+from iastudio.core.warp import warp  # noqa: E402
 
 
 def scipy_loop(images, params):

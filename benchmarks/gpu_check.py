@@ -45,24 +45,24 @@ def say(text):
 
 def gpu_tests(budget):
     files = [str(f) for f in sorted((ROOT / "tests").glob("test_*.py"))
-             if not any(s in f.read_text() for s in ("PySide6", "qtbot", "from app", "import app"))]
+             if not any(s in f.read_text() for s in ("PySide6", "qtbot", "iastudio.app"))]
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *files]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(30, min(150, left(budget) - 300)),
                               cwd=ROOT)
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
         SUMMARY["pytest_gpu"] = {"rc": proc.returncode, "tail": tail[-1] if tail else ""}
-        say("pytest -m gpu: rc %d\n  %s" % (proc.returncode, "\n  ".join(tail)))
+        say(f"pytest -m gpu: rc {proc.returncode}\n  " + "\n  ".join(tail))
     except subprocess.TimeoutExpired:
         SUMMARY["pytest_gpu"] = {"rc": None, "tail": "timed out"}
         say("pytest -m gpu: timed out")
 
 
 def equality():
-    from core.attention import AttentionRun
-    from core.backend import get_backend
-    from core.demos import load_demo
-    from core.preprocess import preprocess
+    from iastudio.core.attention import AttentionRun
+    from iastudio.core.backend import get_backend
+    from iastudio.core.demos import load_demo
+    from iastudio.core.preprocess import preprocess
 
     bk = get_backend("cupy")
     say(f"GPU: {bk.device}")

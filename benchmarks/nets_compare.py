@@ -16,11 +16,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 try:
-    import core  # noqa: F401
-except ImportError:  # core/__init__ needs SciPy & co.; the networks need only PyTorch and NumPy
-    shim = types.ModuleType("core")
-    shim.__path__ = [str(ROOT / "core")]
-    sys.modules["core"] = shim
+    import iastudio.core  # noqa: F401
+except ImportError:  # not installed, or core/__init__ needs SciPy & co.: the networks need only PyTorch and NumPy
+    for name, path in (("iastudio", []), ("iastudio.core", [str(ROOT / "core")])):
+        shim = types.ModuleType(name)
+        shim.__path__ = path
+        sys.modules[name] = shim
 
 SETTINGS = {"rotated": "rot-digits", "upright": "rot-digits-upright"}
 
@@ -39,7 +40,7 @@ def main() -> int:
     ap.add_argument("--tables-from", nargs="*", default=None, metavar="DIR",
                     help="only print the tables of runs already in these output folders (merging seeds)")
     args = ap.parse_args()
-    from core.nets.cli import main as nets_main
+    from iastudio.core.nets.cli import main as nets_main
 
     if args.tables_from is not None:
         return _tables(args.tables_from, args.models.split(","))
@@ -48,7 +49,7 @@ def main() -> int:
     if args.data_dir:
         d = Path(args.data_dir)
         if args.make_data:
-            from core.nets.data import rot_digits, save_npz
+            from iastudio.core.nets.data import rot_digits, save_npz
 
             d.mkdir(parents=True, exist_ok=True)
             save_npz(rot_digits(), d / "rot-digits.npz")
@@ -72,8 +73,8 @@ def main() -> int:
 def _tables(folders, models) -> int:
     import json
 
-    from core.nets.cli import compare_table
-    from core.nets.train import TrainResult
+    from iastudio.core.nets.cli import compare_table
+    from iastudio.core.nets.train import TrainResult
 
     for key in SETTINGS:
         results = {}

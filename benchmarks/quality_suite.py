@@ -20,9 +20,8 @@ labels.  :func:`suite` lists the sets; :func:`make_set` builds one.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import zlib
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -90,8 +89,8 @@ def _letter(ch: str) -> np.ndarray:
     import matplotlib
 
     matplotlib.use("Agg")
-    from matplotlib.figure import Figure
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(1.28, 1.28), dpi=100)
     FigureCanvasAgg(fig)
@@ -121,7 +120,7 @@ def _photo(name: str, centre: tuple, half: int) -> np.ndarray:
 
 
 def _key(teeth: int) -> np.ndarray:
-    from core.demos import _key as demo_key
+    from iastudio.core.demos import _key as demo_key
 
     return _place(demo_key(teeth))
 
@@ -154,8 +153,8 @@ def _bases(kind: str, n_classes: int, split: str, rng) -> list[np.ndarray]:
 
 def _digits(sizes, split, rng):
     from scipy.ndimage import gaussian_filter
-    from sklearn.datasets import load_digits
     from skimage.transform import resize
+    from sklearn.datasets import load_digits
 
     data = load_digits()
     n = len(sizes)
@@ -186,8 +185,8 @@ def make_set(spec: SetSpec, *, split: str = "tune", seed: int = 0):
         2-D float images (all 64 x 64 unless ``spec.frames``).
     labels : list of str
     """
-    from core import se2
-    from core.warp import warp
+    from iastudio.core import se2
+    from iastudio.core.warp import warp
 
     rng = np.random.default_rng([seed, zlib.crc32(spec.name.encode()), 0 if split == "tune" else 1])
     if spec.kind == "digits":

@@ -28,10 +28,9 @@ BUNDLE = DIST / "InvariantAttentionStudio"
 
 
 def version() -> str:
-    sys.path.insert(0, str(ROOT))
-    from core import __version__
+    from importlib.metadata import version as installed_version
 
-    return __version__
+    return installed_version("invariant-attention-studio")
 
 
 def folder_size(path: Path) -> int:

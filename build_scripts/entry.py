@@ -1,7 +1,7 @@
 """Entry point of the frozen app (PyInstaller)."""
 import sys
 
-from app.__main__ import main
+from iastudio.app.__main__ import main
 
 if __name__ == "__main__":
     sys.exit(main())

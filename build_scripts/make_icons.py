@@ -28,7 +28,8 @@ def main():
     p.end()
     png = ICONS / "ia-studio.png"
     img.save(str(png))
-    Image.open(png).save(ICONS / "ia-studio.ico", sizes=[(16, 16), (32, 32), (48, 48), (64, 64), (128, 128), (256, 256)])
+    sizes = [(s, s) for s in (16, 32, 48, 64, 128, 256)]
+    Image.open(png).save(ICONS / "ia-studio.ico", sizes=sizes)
     print(f"wrote {png} and {ICONS / 'ia-studio.ico'}")
     del app
 

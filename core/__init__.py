@@ -4,7 +4,13 @@ The algorithms, with no Qt: arrays in, arrays out (NumPy or CuPy).
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _installed_version
+
+try:  # the version is written once, in pyproject.toml; installs (and the bundle) carry it as metadata
+    __version__ = _installed_version("invariant-attention-studio")
+except PackageNotFoundError:  # a source tree used without installing
+    __version__ = "0+unknown"
 
 from .attention import AttentionRun, RunResult, Settings, Snapshot  # noqa: E402
 from .backend import get_backend, to_host  # noqa: E402

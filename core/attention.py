@@ -14,7 +14,7 @@ features -> ``W`` -> the invariant mean of every column -> ``V <- [mu_1..mu_n]``
 ``method="ka"`` runs kernel attention instead (eq. 2.1): plain distances and
 plain weighted means ``V <- V W``.  After the last iteration the distances of
 the final features are computed once more, and clusters are read out from
-them (:mod:`core.clustering`).
+them (:mod:`iastudio.core.clustering`).
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class Settings:
     ----------
     method : {"ia", "ka"}
     beta : float or "auto"
-        RBF bandwidth on unit-norm images (see :mod:`core.weights`).
+        RBF bandwidth on unit-norm images (see :mod:`iastudio.core.weights`).
     iterations : int
         IA iterations; ``1`` computes W on the inputs and one round of means.
     clusters : int or "auto"
@@ -81,7 +81,7 @@ class Settings:
     converge_tol : float
         Stop early when no entry of W moves more than this between iterations.
     neighbors : int, "all" or "auto"
-        Align only each image's ``K`` candidate neighbours (:mod:`core.neighbors`);
+        Align only each image's ``K`` candidate neighbours (:mod:`iastudio.core.neighbors`);
         W, the means and the read-out then work on the sparse K-neighbour
         graph.  ``"auto"``: every pair up to 300 images, 30 candidates above.
     """
@@ -294,18 +294,18 @@ class AttentionRun:
     Parameters
     ----------
     images : ndarray, shape (n, H, W[, C])
-        Unit-norm images on one canvas (:func:`core.preprocess.preprocess`).
+        Unit-norm images on one canvas (:func:`iastudio.core.preprocess.preprocess`).
     backend : str or Backend
         ``"auto"``, ``"numpy"`` or ``"cupy"``.
     client : dask.distributed.Client, optional
         Run the pairwise alignment and the invariant means as tasks on this
-        cluster (see :mod:`core.distributed`); the results equal a local run's.
+        cluster (see :mod:`iastudio.core.distributed`); the results equal a local run's.
     **options
         Fields of :class:`Settings`.
 
     Examples
     --------
-    >>> from core import load_demo, preprocess, AttentionRun
+    >>> from iastudio.core import load_demo, preprocess, AttentionRun
     >>> canvas = preprocess(load_demo("shapes").images)
     >>> run = AttentionRun(canvas.images, iterations=2)
     >>> for snap in run.steps():
@@ -446,7 +446,7 @@ class AttentionRun:
         if keep.size == 0:
             return labels, KChoice(1, 1, 1.0, "trivial", [(1, 1.0)])
         k = self.settings.clusters
-        if _is_sparse(distances):  # a pruned run: the sparse read-out of core.neighbors, no blank handling
+        if _is_sparse(distances):  # a pruned run: the sparse read-out of iastudio.core.neighbors, no blank handling
             from .neighbors import sparse_auto_beta, sparse_cluster_labels
 
             b = self.settings.beta

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__, se2
-from .demos import DEMO_NAMES, load_demo
 from .atomic import ResultFolder
+from .demos import DEMO_NAMES, load_demo
 from .filenames import printable
 from .imageset import ImageSet, NoUsableImagesError, load_images
 from .project import ProjectError

@@ -31,7 +31,7 @@ class ClusterBook:
     names: dict = field(default_factory=dict)
 
     @classmethod
-    def from_labels(cls, labels, names=None) -> "ClusterBook":
+    def from_labels(cls, labels, names=None) -> ClusterBook:
         """A book from read-out labels, clusters named "Cluster 1", "Cluster 2", ..."""
         labels = tuple(int(x) for x in np.asarray(labels).ravel())
         ids = sorted({x for x in labels if x != UNASSIGNED})
@@ -65,7 +65,7 @@ class ClusterBook:
         return max(self.names, default=-1) + 1
 
     # ------------------------------------------------------------- edits (all return a new book)
-    def move(self, indices, cluster: int) -> "ClusterBook":
+    def move(self, indices, cluster: int) -> ClusterBook:
         """Move images to ``cluster`` (``-1``: unassigned); empty clusters disappear."""
         if cluster != UNASSIGNED and cluster not in self.names:
             raise KeyError(f"no cluster {cluster}")
@@ -73,7 +73,7 @@ class ClusterBook:
         arr[np.asarray(list(indices), dtype=int)] = cluster
         return self._with(arr, dict(self.names))
 
-    def rename(self, cluster: int, name: str) -> "ClusterBook":
+    def rename(self, cluster: int, name: str) -> ClusterBook:
         name = str(name).strip()
         if cluster not in self.names:
             raise KeyError(f"no cluster {cluster}")
@@ -83,7 +83,7 @@ class ClusterBook:
         names[cluster] = name
         return ClusterBook(self.labels, names)
 
-    def merge(self, clusters) -> "ClusterBook":
+    def merge(self, clusters) -> ClusterBook:
         """Merge ``clusters`` into the first of them (which keeps its name)."""
         clusters = [int(c) for c in clusters]
         if len(clusters) < 2:
@@ -95,7 +95,7 @@ class ClusterBook:
         arr[np.isin(arr, clusters[1:])] = clusters[0]
         return self._with(arr, dict(self.names))
 
-    def split(self, cluster: int, sublabels) -> "ClusterBook":
+    def split(self, cluster: int, sublabels) -> ClusterBook:
         """Split ``cluster`` by ``sublabels`` (one per member, in member order).
 
         The first sub-cluster keeps the id and name; the others get new ids
@@ -118,7 +118,7 @@ class ClusterBook:
             new_id += 1
         return self._with(arr, names)
 
-    def new_cluster(self, indices, name: str | None = None) -> "ClusterBook":
+    def new_cluster(self, indices, name: str | None = None) -> ClusterBook:
         """Put ``indices`` in a new cluster."""
         cid = self._new_id()
         names = dict(self.names)
@@ -127,7 +127,7 @@ class ClusterBook:
         arr[np.asarray(list(indices), dtype=int)] = cid
         return self._with(arr, names)
 
-    def _with(self, arr, names) -> "ClusterBook":
+    def _with(self, arr, names) -> ClusterBook:
         used = set(arr.tolist())
         return ClusterBook(tuple(int(x) for x in arr), {c: v for c, v in names.items() if c in used})
 
@@ -136,7 +136,7 @@ class ClusterBook:
         return {"labels": list(self.labels), "names": {str(k): v for k, v in self.names.items()}}
 
     @classmethod
-    def from_json(cls, data: dict, n: int | None = None) -> "ClusterBook":
+    def from_json(cls, data: dict, n: int | None = None) -> ClusterBook:
         labels = tuple(int(x) for x in data["labels"])
         if n is not None and len(labels) != n:
             raise ValueError(f"{len(labels)} cluster labels for {n} images")

@@ -61,7 +61,7 @@ def _horse() -> np.ndarray:
 
 
 def _seven() -> np.ndarray:
-    from skimage.draw import line_aa, disk
+    from skimage.draw import disk, line_aa
 
     img = np.zeros((CANVAS, CANVAS))
     strokes = [((18, 19), (17, 44)), ((17, 44), (46, 28)), ((31, 26), (30, 40))]
@@ -99,8 +99,8 @@ def base_shapes() -> tuple[np.ndarray, list[str]]:
 
 
 def _digit_images(classes, per_class, rng):
-    from sklearn.datasets import load_digits
     from skimage.transform import resize
+    from sklearn.datasets import load_digits
 
     data = load_digits()
     imgs, labels = [], []

@@ -7,8 +7,8 @@ node, ``dask worker tcp://host:8786`` on every node, or ``dask-jobqueue`` on
 SLURM).  Two kinds of task run there:
 
 * chunks of image pairs of the invariant similarity
-  (:func:`core.similarity.align_pair_chunk`);
-* groups of invariant-mean columns (:func:`core.invariant_mean.invariant_mean_step`).
+  (:func:`iastudio.core.similarity.align_pair_chunk`);
+* groups of invariant-mean columns (:func:`iastudio.core.invariant_mean.invariant_mean_step`).
 
 Each task computes exactly what the same chunk computes in a local run, so
 the results match a single-process run.  The images go to the workers once
@@ -139,7 +139,7 @@ def map_chunks(client, func, chunk_args, shared, options=None, *, progress=None)
     results = [None] * len(chunk_args)
     pending = list(range(len(chunk_args)))
     done = 0
-    for attempt in range(_RETRIES + 1):
+    for _attempt in range(_RETRIES + 1):
         cached = getattr(client, "_ia_shared", None)
         if cached is not None and cached[0] is shared:  # the same images again (every mean step): sent once
             shared_f = cached[1]

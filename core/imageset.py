@@ -100,7 +100,7 @@ class ImageSet:
             parts.append(f"{len(self.skipped)} skipped")
         return " · ".join(parts)
 
-    def subset(self, indices) -> "ImageSet":
+    def subset(self, indices) -> ImageSet:
         """A new set with the images at ``indices`` (skipped list kept)."""
         idx = list(indices)
         tt = None if self.true_transforms is None else self.true_transforms[idx]
@@ -114,7 +114,7 @@ class ImageSet:
             orig,
         )
 
-    def extend(self, other: "ImageSet") -> "ImageSet":
+    def extend(self, other: ImageSet) -> ImageSet:
         """A new set with ``other`` appended (demo metadata is dropped)."""
         return ImageSet(
             self.images + other.images,

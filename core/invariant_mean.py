@@ -241,7 +241,7 @@ def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), dam
         once one lowers its objective (the cheap default); ``False`` tries all
         levels for every entry and keeps the best.
     client : dask.distributed.Client, optional
-        Run groups of columns as tasks on this cluster (:mod:`core.distributed`).
+        Run groups of columns as tasks on this cluster (:mod:`iastudio.core.distributed`).
     check : callable, optional
         Called between blocks; it may raise to abandon the step (``state`` is untouched).
 

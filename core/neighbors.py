@@ -134,7 +134,7 @@ def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
     nearest neighbours of :func:`invariant_features` (scikit-learn
     :class:`~sklearn.neighbors.NearestNeighbors`), re-ranked by the best
     circular correlation of the polar Fourier magnitudes over all rotations
-    (the score the global search of :mod:`core.similarity` starts from);
+    (the score the global search of :mod:`iastudio.core.similarity` starts from);
     the top ``k`` are kept.
 
     Parameters
@@ -187,7 +187,7 @@ def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
 def sparse_auto_beta(distances) -> float:
     """``beta="auto"`` on a K-neighbour graph of distances (CSR, no diagonal).
 
-    The rule of :func:`core.weights.auto_beta` on the neighbours each image
+    The rule of :func:`iastudio.core.weights.auto_beta` on the neighbours each image
     has: ``1 / max(median_i d_i,(k)^2, 0.02)`` with
     ``k = min(ceil(sqrt(n) / 2), fewest neighbours of any image)``.
     """
@@ -239,7 +239,7 @@ def sparse_cluster_labels(distances, beta: float, *, k="auto", max_k: int = 20) 
     ``k="auto"`` takes the largest gap among the top eigenvalues of the
     normalised affinity ``D^-1/2 A D^-1/2``; labels come from scikit-learn's
     spectral clustering on the sparse affinity, numbered in order of first
-    appearance (as :func:`core.clustering.cluster_labels` does densely).
+    appearance (as :func:`iastudio.core.clustering.cluster_labels` does densely).
     """
     from scipy.sparse.linalg import eigsh
     from sklearn.cluster import SpectralClustering

@@ -1,7 +1,7 @@
 """Project files (``.iaproj``): one zip of a JSON manifest and ``.npy`` arrays.
 
 Never pickle: arrays are plain ``.npy`` (numbers only) and everything else is
-JSON.  Writes are atomic (:mod:`core.atomic`: a temporary file in the same
+JSON.  Writes are atomic (:mod:`iastudio.core.atomic`: a temporary file in the same
 folder, then a rename), so a crash never leaves half a project behind.
 
 Projects come from other people, so :func:`load_project` treats the file as
@@ -94,7 +94,7 @@ class Project:
     Attributes
     ----------
     paths, labels, skipped : list
-        As in :class:`core.imageset.ImageSet`.
+        As in :class:`iastudio.core.imageset.ImageSet`.
     size : int
         Working size (longest side, px).
     transforms : ndarray (n, 3)
@@ -177,7 +177,7 @@ def save_project(path, project: Project, *, embed: bool = True) -> Path:
     Notes
     -----
     Temporary files that killed saves left beside ``path`` are removed first
-    (:func:`core.atomic.remove_stale_temporaries`).
+    (:func:`iastudio.core.atomic.remove_stale_temporaries`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ in radians and the translation in pixels along columns (``tx``) and rows
 (``ty``).  Points are ``(row, col)`` pairs and ``c`` is the canvas centre
 ``((H - 1) / 2, (W - 1) / 2)``.  As in the paper, ``tau`` is the *sampling map*:
 the warped image ``v o tau`` takes at pixel ``p`` the value of ``v`` at
-``tau(p)`` (see :func:`core.warp.warp`).  With
+``tau(p)`` (see :func:`iastudio.core.warp.warp`).  With
 
     A(theta) = [[cos theta,  sin theta],
                 [-sin theta, cos theta]]

@@ -22,9 +22,9 @@ every pair is also searched with the first image flipped, and the better of
 the two alignments is kept (``SimilarityResult.mirrored``; all pairs only).
 
 ``pairs=(rows, cols)`` aligns only those pairs (the candidate graph of
-:mod:`core.neighbors`): the distances come back as a SciPy sparse matrix and
+:mod:`iastudio.core.neighbors`): the distances come back as a SciPy sparse matrix and
 the transforms as a per-pair list, so nothing of size ``n^2`` is made.  With
-``client=`` (a ``dask.distributed`` client, :mod:`core.distributed`) the
+``client=`` (a ``dask.distributed`` client, :mod:`iastudio.core.distributed`) the
 chunks of pairs run as tasks on the cluster.
 """
 from __future__ import annotations
@@ -364,7 +364,7 @@ def invariant_distances(
     ----------
     images : ndarray, shape (n, H, W) or (n, H, W, C)
         Unit-norm images on one canvas (NumPy or CuPy; see
-        :func:`core.preprocess.preprocess`).
+        :func:`iastudio.core.preprocess.preprocess`).
     angle_step : float
         Degrees between the grid angles searched globally.
     rotation_range : float, optional

@@ -105,7 +105,7 @@ def warp(images, params, *, index=None, gradient=False):
         Source images (NumPy or CuPy).  Outside the image the value is 0.
     params : ndarray, shape (B, 3) or (3,)
         Transforms ``(theta [rad], tx [px], ty [px])`` about the canvas centre
-        (see :mod:`core.se2`).
+        (see :mod:`iastudio.core.se2`).
     index : ndarray of int, shape (B,), optional
         Which source image each transform applies to.  Defaults to
         ``arange(B)`` when ``N == B`` and to image 0 for every transform when
@@ -224,11 +224,11 @@ def _warp_block(flat, params, index, rr, cc, h, w, hp, wp, dtype, xp, out, grad)
     for k in range(4):
         row = 0
         drow = 0
-        for l in range(4):
-            v = xp.take(flat[k * wp + l :], base, axis=0)
-            row = row + wc[l] * v
+        for c in range(4):
+            v = xp.take(flat[k * wp + c :], base, axis=0)
+            row = row + wc[c] * v
             if gradient:
-                drow = drow + dwc[l] * v
+                drow = drow + dwc[c] * v
         acc = acc + wr[k] * row
         if gradient:
             g_r = g_r + dwr[k] * row

@@ -7,11 +7,11 @@ and ``W_ij = gamma_ij / sum_k gamma_kj``.
 Perona): ``gamma_ij = exp(-d_ij^2 / (s_i s_j))`` where ``s_i`` is the distance
 from image ``i`` to its ``m``-th nearest neighbour (``m`` = 1..3, the neighbour
 scale at which the input distances show their clearest cluster structure,
-see :mod:`core.clustering`).  Each image's column of W then spreads over its
+see :mod:`iastudio.core.clustering`).  Each image's column of W then spreads over its
 own neighbourhood, however tight or loose its class is, and no global cap is
 needed: a class of 3 images or two classes that differ by a small detail keep
 their own bandwidth; ``s_i`` is never below 0.02 (resampling noise between copies
-of one image).  :class:`~core.attention.AttentionRun` computes ``s``
+of one image).  :class:`~iastudio.core.attention.AttentionRun` computes ``s``
 once, on the input distances, and keeps it for every iteration.  The reported
 ``beta`` of an automatic run is the equivalent global value
 ``1 / median(s_i^2)``.

@@ -13,8 +13,8 @@ import zlib
 
 import numpy as np
 
-from core.clusterbook import ClusterBook
-from core.project import FORMAT, Project, save_project
+from iastudio.core.clusterbook import ClusterBook
+from iastudio.core.project import FORMAT, Project, save_project
 
 
 def good_project(n=4, side=8, frames=2, seed=0) -> Project:

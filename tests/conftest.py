@@ -6,7 +6,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from core.demos import base_shapes  # noqa: E402
+from iastudio.core.demos import base_shapes  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -10,11 +10,10 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
-from core import __version__  # noqa: E402
-from core.attention import AttentionRun  # noqa: E402
-from core.backend import Backend  # noqa: E402
-
-from app.main_window import MainWindow  # noqa: E402
+from iastudio.app.main_window import MainWindow  # noqa: E402
+from iastudio.core import __version__  # noqa: E402
+from iastudio.core.attention import AttentionRun  # noqa: E402
+from iastudio.core.backend import Backend  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -211,7 +210,7 @@ def test_closing_during_a_run_stops_cleanly(qtbot):
 
 
 def test_selftest_entry_point(qtbot, tmp_path, capsys):
-    from app.__main__ import main
+    from iastudio.app.__main__ import main
 
     shot = tmp_path / "shot.png"
     assert main(["--selftest", "--screenshot", str(shot)]) == 0
@@ -224,7 +223,7 @@ def test_missing_system_library_gives_a_readable_message(monkeypatch, capsys, tm
     import ctypes
     import sys as _sys
 
-    from app import __main__ as entry
+    from iastudio.app import __main__ as entry
 
     if not _sys.platform.startswith("linux"):
         pytest.skip("the library check is for Linux")
@@ -272,7 +271,7 @@ def test_heatmap_hover_names_the_pair(window, qtbot):
 
 
 def test_log_ticks_are_readable():
-    from app.views import log_ticks
+    from iastudio.app.views import log_ticks
 
     labels = [t[1] for t in log_ticks(0.01, 0.8)]
     assert labels == ["0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "1"]
@@ -296,7 +295,7 @@ def test_adding_files_keeps_the_transforms_already_set(window, tmp_path):
 
 
 def test_k_evidence_and_blank_images_shown_after_a_run(window, qtbot, tmp_path):
-    from core.demos import base_shapes
+    from iastudio.core.demos import base_shapes
 
     bases, _ = base_shapes()
     d = tmp_path / "set"

@@ -11,11 +11,10 @@ from PySide6.QtCore import QMimeData, QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 
-from core.clusterbook import UNASSIGNED, ClusterBook  # noqa: E402
-from core.project import load_project  # noqa: E402
-
-from app.main_window import MainWindow, about_text, settings  # noqa: E402
-from app.panels import MIME_IMAGES  # noqa: E402
+from iastudio.app.main_window import MainWindow, about_text, settings  # noqa: E402
+from iastudio.app.panels import MIME_IMAGES  # noqa: E402
+from iastudio.core.clusterbook import UNASSIGNED, ClusterBook  # noqa: E402
+from iastudio.core.project import load_project  # noqa: E402
 
 
 def _wait(app, pred, timeout=60.0):

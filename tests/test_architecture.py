@@ -20,11 +20,12 @@ def test_import_linter_contract():
 
 def test_running_the_engine_loads_no_gui_module():
     code = (
-        "import sys, core, core.cli, core.report\n"
-        "from core import load_demo, preprocess, AttentionRun\n"
+        "import sys, iastudio.core, iastudio.core.cli, iastudio.core.report\n"
+        "from iastudio.core import load_demo, preprocess, AttentionRun\n"
         "c = preprocess(load_demo('shapes').images[:4], size=16)\n"
         "AttentionRun(c.images, backend='numpy', iterations=1, mean_steps=1).run()\n"
-        "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'app', 'superqt')]\n"
+        "gui = ('PySide6', 'pyqtgraph', 'superqt')\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in gui or m.startswith('iastudio.app')]\n"
         "print(bad)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

@@ -3,7 +3,7 @@ import builtins
 import numpy as np
 import pytest
 
-from core import backend as bk
+from iastudio.core import backend as bk
 
 
 def test_numpy_backend():
@@ -63,7 +63,7 @@ def _gpu():
 
 @pytest.mark.gpu
 def test_cupy_warp_matches_numpy():
-    from core.warp import warp
+    from iastudio.core.warp import warp
     from tests.conftest import smooth_blob
 
     b = _gpu()
@@ -77,7 +77,7 @@ def test_cupy_warp_matches_numpy():
 
 @pytest.mark.gpu
 def test_cupy_distances_match_numpy(shape_images):
-    from core.similarity import invariant_distances
+    from iastudio.core.similarity import invariant_distances
 
     b = _gpu()
     imgs = shape_images.astype(np.float32)

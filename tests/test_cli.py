@@ -2,15 +2,16 @@ import csv
 import json
 import subprocess
 import sys
+from importlib.metadata import version
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from core.cli import main
-from core.demos import base_shapes
-from core.warp import warp
-from core import se2
+from iastudio.core import se2
+from iastudio.core.cli import main
+from iastudio.core.demos import base_shapes
+from iastudio.core.warp import warp
 
 FAST = ["--size", "24", "--quiet"]
 
@@ -91,12 +92,12 @@ def test_nothing_usable_exits_1_with_one_line(tmp_path, capsys):
 
 
 def test_failure_exits_1_and_logs_traceback(tmp_path, capsys, monkeypatch):
-    import core.attention
+    import iastudio.core.attention
 
     def boom(*a, **k):
         raise MemoryError("simulated out of memory")
 
-    monkeypatch.setattr(core.attention.AttentionRun, "steps", boom)
+    monkeypatch.setattr(iastudio.core.attention.AttentionRun, "steps", boom)
     assert main(["demo:shapes", "--out", str(tmp_path / "o"), *FAST]) == 1
     err = capsys.readouterr().err
     assert "simulated out of memory" in err and "Traceback" not in err
@@ -105,9 +106,9 @@ def test_failure_exits_1_and_logs_traceback(tmp_path, capsys, monkeypatch):
 
 
 def test_console_script_help_and_version():
-    out = subprocess.run([sys.executable, "-m", "core.cli", "--version"], capture_output=True, text=True)
-    assert out.returncode == 0 and "ia-cluster 0.1.0" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "core.cli", "--help"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "iastudio.core.cli", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and f"ia-cluster {version('invariant-attention-studio')}" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "iastudio.core.cli", "--help"], capture_output=True, text=True)
     assert "--rotation-range" in out.stdout and "demo:shapes" in out.stdout
 
 

@@ -5,9 +5,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from core.cli import main
-from core.clusterbook import UNASSIGNED, ClusterBook
-from core.project import Project, ProjectError, load_project, save_project
+from iastudio.core.cli import main
+from iastudio.core.clusterbook import UNASSIGNED, ClusterBook
+from iastudio.core.project import Project, ProjectError, load_project, save_project
 
 
 def test_clusterbook_edits():
@@ -108,7 +108,7 @@ def test_corrupted_and_truncated_projects_are_refused(tmp_path):
 def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
     path = save_project(tmp_path / "p.iaproj", _project(tmp_path))
     before = path.read_bytes()
-    import core.project as cp
+    import iastudio.core.project as cp
 
     def boom(arr):
         raise OSError("disk full")

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from core import se2
-from core.demos import DEMO_NAMES, load_demo
-from core.warp import warp
+from iastudio.core import se2
+from iastudio.core.demos import DEMO_NAMES, load_demo
+from iastudio.core.warp import warp
 
 
 @pytest.mark.parametrize("name,n,k", [("shapes", 18, 3), ("digits", 40, 4), ("threes", 10, 1)])

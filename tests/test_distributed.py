@@ -11,11 +11,11 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 pytest.importorskip("distributed")
 
-from core.attention import AttentionRun  # noqa: E402
-from core.cli import main  # noqa: E402
-from core.demos import load_demo  # noqa: E402
-from core.distributed import DaskUnavailableError, close, connect, map_chunks  # noqa: E402
-from core.preprocess import preprocess  # noqa: E402
+from iastudio.core.attention import AttentionRun  # noqa: E402
+from iastudio.core.cli import main  # noqa: E402
+from iastudio.core.demos import load_demo  # noqa: E402
+from iastudio.core.distributed import DaskUnavailableError, close, connect, map_chunks  # noqa: E402
+from iastudio.core.preprocess import preprocess  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

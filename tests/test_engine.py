@@ -2,13 +2,13 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
-from core import se2
-from core.attention import AttentionRun
-from core.demos import load_demo
-from core.invariant_mean import invariant_means
-from core.preprocess import preprocess
-from core.similarity import invariant_distances
-from core.warp import warp
+from iastudio.core import se2
+from iastudio.core.attention import AttentionRun
+from iastudio.core.demos import load_demo
+from iastudio.core.invariant_mean import invariant_means
+from iastudio.core.preprocess import preprocess
+from iastudio.core.similarity import invariant_distances
+from iastudio.core.warp import warp
 
 SIZE = 32
 
@@ -149,7 +149,7 @@ def test_cancel_inside_a_mean_step_or_the_read_out_resumes_exactly(shapes):
 
 
 def test_mirror_group_clusters_mirror_images_together():
-    from core.demos import base_shapes
+    from iastudio.core.demos import base_shapes
 
     bases = base_shapes()[0][1:]  # seven and key: neither is its own mirror image
     src = np.repeat(bases, 4, axis=0)
@@ -203,7 +203,7 @@ def test_guard_keeps_the_input_clusters_when_an_iteration_mixes_them():
     imgs = preprocess(s.images, size=SIZE).images
     guarded = AttentionRun(imgs, backend="numpy", beta=0.5, clusters=4, iterations=3, mean_steps=3, guard=True).run()
     plain = AttentionRun(imgs, backend="numpy", beta=0.5, clusters=4, iterations=3, mean_steps=3).run()
-    from core.clustering import read_clusters
+    from iastudio.core.clustering import read_clusters
 
     inputs, _ = read_clusters(guarded.input_distances, k=4)
     if adjusted_rand_score(plain.labels, inputs) < 1.0:  # the plain iteration changed the clusters...

@@ -17,12 +17,21 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _malicious import (bomb_project, good_project, manifest_bomb, many_members, npy, npy_header,  # noqa: E402
-                        read_members, save_good, write_project)
+from _malicious import (  # noqa: E402
+    bomb_project,
+    good_project,
+    manifest_bomb,
+    many_members,
+    npy,
+    npy_header,
+    read_members,
+    save_good,
+    write_project,
+)
 
-import core.project as cp  # noqa: E402
-from core.clusterbook import UNASSIGNED  # noqa: E402
-from core.project import MAX_JSON_DEPTH, Project, ProjectError, load_project, save_project  # noqa: E402
+import iastudio.core.project as cp  # noqa: E402
+from iastudio.core.clusterbook import UNASSIGNED  # noqa: E402
+from iastudio.core.project import MAX_JSON_DEPTH, Project, ProjectError, load_project, save_project  # noqa: E402
 
 NASTY = [None, -1, 0, 10**9, 10**30, -(10**30), 1.5, float("nan"), float("inf"), "x", "", [], {}, [[[]]], True,
          [None], [-5], [10**9], ["a"] * 3, {"labels": "x"}]
@@ -158,7 +167,7 @@ def test_zip_level_damage(tmp_path):
     data = path.read_bytes()
     rng = np.random.default_rng(1)
     outcomes = []
-    for k in range(150):  # random byte damage
+    for _ in range(150):  # random byte damage
         bad = bytearray(data)
         for pos in rng.integers(0, len(bad), size=int(rng.integers(1, 8))):
             bad[pos] = int(rng.integers(0, 256))

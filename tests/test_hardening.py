@@ -14,15 +14,15 @@ import pytest
 from PIL import Image
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _malicious import good_project, save_good  # noqa: E402
+from _malicious import good_project  # noqa: E402
 
-import core.imageset as imageset  # noqa: E402
-from core.atomic import ResultFolder, atomic_write_bytes, remove_stale_temporaries, umask  # noqa: E402
-from core.cli import main  # noqa: E402
-from core.filenames import printable  # noqa: E402
-from core.imageset import ImageLoadError, load_image, load_images  # noqa: E402
-from core.project import ProjectError, load_project, save_project  # noqa: E402
-from core.report import write_assignments, write_json  # noqa: E402
+import iastudio.core.imageset as imageset  # noqa: E402
+from iastudio.core.atomic import ResultFolder, atomic_write_bytes, remove_stale_temporaries, umask  # noqa: E402
+from iastudio.core.cli import main  # noqa: E402
+from iastudio.core.filenames import printable  # noqa: E402
+from iastudio.core.imageset import ImageLoadError, load_image, load_images  # noqa: E402
+from iastudio.core.project import ProjectError, load_project, save_project  # noqa: E402
+from iastudio.core.report import write_assignments, write_json  # noqa: E402
 
 FAST = ["--size", "24", "--iterations", "1", "--quiet"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -252,12 +252,12 @@ def test_full_disk_leaves_no_partial_result(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     out.mkdir()
     (out / "mine.txt").write_text("keep me")
-    import core.report
+    import iastudio.core.report
 
     def full(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(core.report, "save_weights_png", full)
+    monkeypatch.setattr(iastudio.core.report, "save_weights_png", full)
     assert main(["demo:shapes", "--out", str(out), *FAST]) == 1
     assert "No space left on device" in capsys.readouterr().err
     assert sorted(os.listdir(out)) == ["mine.txt"]  # no half-written set beside the user's file
@@ -333,7 +333,7 @@ def _run_and_signal(tmp_path, sig, delay):
     logs = tmp_path.parent / f"{tmp_path.name}-logs{sig}_{delay}"  # outside tmp_path: it must stay clean
     env = dict(os.environ, IA_STUDIO_LOG_DIR=str(logs))
     # a run of several seconds (explicit beta: no guard stopping it early), so the signal lands mid-run
-    p = subprocess.Popen([sys.executable, "-m", "core.cli", "demo:digits", "--size", "40", "--iterations", "3",
+    p = subprocess.Popen([sys.executable, "-m", "iastudio.core.cli", "demo:digits", "--size", "40", "--iterations", "3",
                           "--beta", "20", "--quiet", "--out", str(out), "--save-project", str(out) + ".iaproj"],
                          cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -367,7 +367,7 @@ def test_signals_leave_all_or_nothing_and_one_line(tmp_path, sig, code):
 
 @pytest.mark.parametrize("when", ["before", "during"])
 def test_signal_at_the_moment_of_moving_results_into_place(tmp_path, capsys, monkeypatch, when):
-    import core.atomic
+    import iastudio.core.atomic
 
     out = tmp_path / "out"
     real_commit, real_replace = ResultFolder.commit, os.replace
@@ -386,7 +386,7 @@ def test_signal_at_the_moment_of_moving_results_into_place(tmp_path, capsys, mon
         return real_replace(a, b)
 
     monkeypatch.setattr(ResultFolder, "commit", commit)
-    monkeypatch.setattr(core.atomic.os, "replace", replace)
+    monkeypatch.setattr(iastudio.core.atomic.os, "replace", replace)
     assert main(["demo:shapes", "--out", str(out), *FAST]) == 143
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "interrupted by SIGTERM" in err[0]
@@ -401,16 +401,16 @@ def test_signal_at_the_moment_of_moving_results_into_place(tmp_path, capsys, mon
 
 def test_project_export_on_a_full_disk_leaves_nothing(tmp_path, capsys, monkeypatch):
     proj = save_project(tmp_path / "p.iaproj", good_project())
-    import core.report
+    import iastudio.core.report
 
-    real = core.report.atomic_write
+    real = iastudio.core.report.atomic_write
 
     def full(path, **kw):
         if str(path).endswith("summary.json"):
             raise OSError(28, "No space left on device")
         return real(path, **kw)
 
-    monkeypatch.setattr(core.report, "atomic_write", full)
+    monkeypatch.setattr(iastudio.core.report, "atomic_write", full)
     assert main(["--project", str(proj), "--out", str(tmp_path / "o"), "--quiet"]) == 1
     assert "No space left on device" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["logs", "p.iaproj"]
@@ -424,7 +424,7 @@ def test_animations_are_refused_before_decoding_every_frame(tmp_path):
 
 
 def test_display_name_takes_either_separator():
-    from core.filenames import display_name
+    from iastudio.core.filenames import display_name
 
     assert display_name(r"C:\scans\cell 1.png") == "cell 1.png"
     assert display_name("/data/x/y.tif") == "y.tif" and display_name("demo:shapes/003") == "003"

@@ -13,9 +13,8 @@ from PIL import Image  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 from _malicious import bomb_project, good_project, npy, read_members, write_project  # noqa: E402
 
-from core.project import load_project, save_project  # noqa: E402
-
-from app.main_window import MainWindow  # noqa: E402
+from iastudio.app.main_window import MainWindow  # noqa: E402
+from iastudio.core.project import load_project, save_project  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +89,7 @@ def _malicious(tmp):
 
 
 def test_malicious_projects_never_change_the_session(win, qapp, tmp_path):
-    for name, (path, expect) in _malicious(tmp_path).items():
+    for path, expect in _malicious(tmp_path).values():
         _refused(win, path, qapp, expect)
     # Save still writes the user's own session to the user's own file (D2)
     mine = win.model.project_path
@@ -101,12 +100,12 @@ def test_malicious_projects_never_change_the_session(win, qapp, tmp_path):
 
 def test_failure_while_rebuilding_the_run_is_a_dialog_not_a_half_load(win, qapp, tmp_path, monkeypatch):
     path = save_project(tmp_path / "other.iaproj", good_project(n=6, side=10, frames=3, seed=9))
-    import app.worker
+    import iastudio.app.worker
 
     def broken(*a, **k):
         raise np.linalg.LinAlgError("Eigenvalues did not converge")
 
-    monkeypatch.setattr(app.worker, "classical_mds", broken)
+    monkeypatch.setattr(iastudio.app.worker, "classical_mds", broken)
     _refused(win, path, qapp, "Eigenvalues did not converge")
     monkeypatch.undo()
     before = win.model.project_path

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from core.imageset import ImageLoadError, NoUsableImagesError, load_image, load_images
+from iastudio.core.imageset import ImageLoadError, NoUsableImagesError, load_image, load_images
 
 
 def _png(path, arr, mode=None):

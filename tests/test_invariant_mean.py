@@ -4,11 +4,11 @@ import pytest
 import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 
-from core.demos import load_demo
-from core.invariant_mean import invariant_mean_step, invariant_means, start_invariant_means, weight_entries
-from core.preprocess import preprocess
-from core.similarity import invariant_distances
-from core.weights import attention_weights
+from iastudio.core.demos import load_demo
+from iastudio.core.invariant_mean import invariant_mean_step, invariant_means, start_invariant_means, weight_entries
+from iastudio.core.preprocess import preprocess
+from iastudio.core.similarity import invariant_distances
+from iastudio.core.weights import attention_weights
 
 
 def test_weight_entries_keeps_a_fraction_of_each_columns_mass():

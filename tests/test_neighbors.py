@@ -5,19 +5,19 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.metrics import adjusted_rand_score
 
-from core import se2
-from core.attention import AttentionRun
-from core.demos import _digit_images, load_demo
-from core.neighbors import (
+from iastudio.core import se2
+from iastudio.core.attention import AttentionRun
+from iastudio.core.demos import _digit_images, load_demo
+from iastudio.core.neighbors import (
     candidate_pairs,
     invariant_features,
     resolve_neighbors,
     sparse_attention_weights,
     sparse_cluster_labels,
 )
-from core.preprocess import preprocess
-from core.similarity import invariant_distances
-from core.warp import warp
+from iastudio.core.preprocess import preprocess
+from iastudio.core.similarity import invariant_distances
+from iastudio.core.warp import warp
 
 
 def test_resolve_neighbors_rule():
@@ -62,7 +62,7 @@ def test_candidates_recall_the_true_ten_nearest_invariant_neighbours(rotated_dig
 
 def test_pair_list_gives_the_exhaustive_distances_of_those_pairs(rotated_digits):
     x, full = rotated_digits
-    x, n = x[:30], 30
+    x = x[:30]
     full_d = full.distances[:30, :30]
     rows, cols = candidate_pairs(x, 5)
     part = invariant_distances(x, pairs=(cols, rows))  # either order
@@ -101,7 +101,7 @@ def test_pruned_run_agrees_with_the_exhaustive_run(name, k):
 
 @pytest.mark.gpu
 def test_pruned_run_on_cupy_gives_the_numpy_labels():
-    from core.backend import BackendUnavailableError, get_backend
+    from iastudio.core.backend import BackendUnavailableError, get_backend
 
     try:
         gpu = get_backend("cupy")
@@ -118,7 +118,7 @@ def test_pruned_run_on_cupy_gives_the_numpy_labels():
 def test_cli_neighbors_option(tmp_path, capsys):
     import json
 
-    from core.cli import main
+    from iastudio.core.cli import main
 
     out = tmp_path / "o"
     assert main(["demo:shapes", "--size", "24", "--iterations", "1", "--neighbors", "6", "--quiet",

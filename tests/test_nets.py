@@ -1,4 +1,4 @@
-"""Known-answer tests of the equivariant attention networks (core.nets): groups, layers, models, data, CLI."""
+"""Known-answer tests of the equivariant attention networks (iastudio.core.nets): groups, layers, models, data, CLI."""
 from __future__ import annotations
 
 import json
@@ -12,12 +12,12 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (optional 
 # the models here are tiny: one thread avoids thread hand-off costs (8x slower on a busy 2-core machine)
 torch.set_num_threads(1)
 
-from core.nets import data as ndata  # noqa: E402
-from core.nets.attentive import AttentiveGroupConv, InputAttention  # noqa: E402
-from core.nets.gconv import GroupConv, LiftingConv  # noqa: E402
-from core.nets.groups import Group, act, act_image, get_group, rotate_images  # noqa: E402
-from core.nets.gsa import GroupSelfAttention, LiftingSelfAttention  # noqa: E402
-from core.nets.models import MODELS, build_model, count_parameters  # noqa: E402
+from iastudio.core.nets import data as ndata  # noqa: E402
+from iastudio.core.nets.attentive import AttentiveGroupConv, InputAttention  # noqa: E402
+from iastudio.core.nets.gconv import GroupConv, LiftingConv  # noqa: E402
+from iastudio.core.nets.groups import Group, act, act_image, get_group, rotate_images  # noqa: E402
+from iastudio.core.nets.gsa import GroupSelfAttention, LiftingSelfAttention  # noqa: E402
+from iastudio.core.nets.models import MODELS, build_model, count_parameters  # noqa: E402
 
 P4, P4M = Group(4), Group(4, True)
 
@@ -294,7 +294,7 @@ def _tiny_dataset():
 
 
 def test_train_save_and_load_roundtrip(tmp_path):
-    from core.nets.train import load_model, predict_logits, save_model, train_model
+    from iastudio.core.nets.train import load_model, predict_logits, save_model, train_model
 
     ds = _tiny_dataset()
     seen = []
@@ -315,7 +315,7 @@ class _Evil:
 
 
 def test_model_file_that_is_not_a_state_dict_is_refused(tmp_path):
-    from core.nets.train import load_model
+    from iastudio.core.nets.train import load_model
 
     _Evil.target = str(tmp_path / "pwned")
     bad = tmp_path / "evil.pt"
@@ -330,7 +330,7 @@ def test_model_file_that_is_not_a_state_dict_is_refused(tmp_path):
 
 
 def test_cli_train_and_compare(tmp_path, capsys):
-    from core.nets.cli import main
+    from iastudio.core.nets.cli import main
 
     _write_pngs(tmp_path / "imgs", {"bar": (30, 20), "box": (20, 20), "dot": (25, 25)})
     out = tmp_path / "run"
@@ -352,7 +352,7 @@ def test_cli_train_and_compare(tmp_path, capsys):
 
 
 def test_cli_plain_errors(tmp_path, capsys):
-    from core.nets.cli import main
+    from iastudio.core.nets.cli import main
 
     (tmp_path / "flat").mkdir()
     rc = main(["train", "--model", "cnn", "--data", str(tmp_path / "flat"), "--out", str(tmp_path / "o")])
@@ -363,7 +363,7 @@ def test_cli_plain_errors(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["gsa-r4", "a-p4cnn"])
 def test_inspection_maps_turn_with_the_input(name):
-    from core.nets.inspect import inspect_image
+    from iastudio.core.nets.inspect import inspect_image
 
     model = _small(name)
     img = _np(_blob(1, 24))[0, 0]

@@ -15,14 +15,15 @@ def _run(code):
 
 
 def test_ia_nets_without_torch_says_how_to_install():
-    out = _run("from core.nets.cli import main\nsys.exit(main(['train', '--model', 'cnn', '--out', 'x']))")
+    out = _run("from iastudio.core.nets.cli import main\nsys.exit(main(['train', '--model', 'cnn', '--out', 'x']))")
     assert out.returncode == 2
     assert 'pip install "invariant-attention-studio[nets]"' in out.stderr
     assert "Traceback" not in out.stderr
 
 
 def test_core_and_panel_module_import_without_torch():
-    out = _run("import core, core.cli, core.nets, app.nets_panel\n"
-               "print(core.nets.torch_available(), 'torch' in sys.modules and sys.modules['torch'] is not None)")
+    out = _run("import iastudio.core, iastudio.core.cli, iastudio.core.nets, iastudio.app.nets_panel\n"
+               "print(iastudio.core.nets.torch_available(),\n"
+               "      'torch' in sys.modules and sys.modules['torch'] is not None)")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from core.imageset import ImageSet
+from iastudio.core.imageset import ImageSet
 
 
 def _labelled_set():
@@ -23,7 +23,7 @@ def _labelled_set():
 
 
 def test_panel_without_torch_says_how_to_add_it(qtbot, monkeypatch):
-    import app.nets_panel as np_mod
+    import iastudio.app.nets_panel as np_mod
 
     monkeypatch.setattr(np_mod, "torch_available", lambda: False)
     panel = np_mod.NetsPanel(lambda: None)
@@ -34,7 +34,7 @@ def test_panel_without_torch_says_how_to_add_it(qtbot, monkeypatch):
 
 def test_panel_trains_one_epoch_and_attention_turns(qtbot, tmp_path):
     pytest.importorskip("torch", reason="PyTorch is not installed (optional extra [nets])")
-    from app.nets_panel import CURRENT_SET, NetsPanel
+    from iastudio.app.nets_panel import CURRENT_SET, NetsPanel
 
     iset = _labelled_set()
     panel = NetsPanel(lambda: iset)

@@ -1,9 +1,9 @@
 import numpy as np
-from numpy.testing import assert_allclose
 import pytest
+from numpy.testing import assert_allclose
 
-from core.preprocess import canvas_to_original, content_radius, preprocess
-from core.warp import warp
+from iastudio.core.preprocess import canvas_to_original, content_radius, preprocess
+from iastudio.core.warp import warp
 
 
 def test_content_stays_inside_under_any_rotation():
@@ -59,7 +59,7 @@ def _object(scale, frame, shift=(0, 0)):
     """The demo key, ``scale`` times its pixels, placed in a ``frame`` x ``frame`` file."""
     from skimage.transform import rescale
 
-    from core.demos import base_shapes
+    from iastudio.core.demos import base_shapes
 
     key = rescale(base_shapes()[0][2], scale, order=1, anti_aliasing=True)
     img = np.zeros((frame, frame))
@@ -70,7 +70,7 @@ def _object(scale, frame, shift=(0, 0)):
 
 
 def test_content_scale_makes_frame_size_irrelevant():
-    from core.similarity import invariant_distances
+    from iastudio.core.similarity import invariant_distances
 
     a = _object(1.0, 80)
     b = _object(2.0, 200, shift=(25, -30))  # the same object at twice the pixels, off-centre, in a big file
@@ -90,7 +90,7 @@ def test_content_scale_transform_maps_back_to_the_original():
     c = preprocess([img], size=40)
     t = canvas_to_original(np.zeros(3), c, 0)
     # the canvas centre (rotation centre) maps to the object's centroid in the original file
-    from core.preprocess import content_frame
+    from iastudio.core.preprocess import content_frame
 
     centroid, _ = content_frame(img)
     assert (t["center_row"], t["center_col"]) == pytest.approx(tuple(centroid), abs=1.0)
@@ -107,7 +107,7 @@ def test_blank_and_non_finite_images():
 
 
 def test_large_files_find_their_object_on_a_reduced_copy():
-    from core.preprocess import content_frame
+    from iastudio.core.preprocess import content_frame
 
     big = np.zeros((3000, 2600), np.float32)
     big[1200:1500, 700:900] = 1.0  # an L-shaped object off-centre in a big file

@@ -14,8 +14,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 from quality_suite import make_set, suite  # noqa: E402
 
-from core.attention import AttentionRun  # noqa: E402
-from core.preprocess import preprocess  # noqa: E402
+from iastudio.core.attention import AttentionRun  # noqa: E402
+from iastudio.core.preprocess import preprocess  # noqa: E402
 
 GATE = {"mixed-3x2", "keys-detail", "mixed-6-frames", "letters-1"}
 

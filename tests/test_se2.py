@@ -1,7 +1,7 @@
 import numpy as np
 
-from core import se2
-from core.warp import warp
+from iastudio.core import se2
+from iastudio.core.warp import warp
 from tests.conftest import smooth_blob
 
 

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from core import se2
-from core.similarity import angle_grid, invariant_distances, plain_distances
-from core.warp import warp
+from iastudio.core import se2
+from iastudio.core.similarity import angle_grid, invariant_distances, plain_distances
+from iastudio.core.warp import warp
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -63,7 +63,7 @@ def test_plain_distances_known_answer():
 
 
 def test_pair_chunks_give_the_same_answer(shape_images, monkeypatch):
-    import core.similarity as cs
+    import iastudio.core.similarity as cs
 
     tau = se2.random_transforms(6, rotation_range=180, shift_range=4, seed=5)
     imgs = warp(np.repeat(shape_images, 2, axis=0), tau).astype(np.float32)
@@ -77,8 +77,8 @@ def test_pair_chunks_give_the_same_answer(shape_images, monkeypatch):
 
 
 def test_mirror_group_recovers_reflection_rotation_and_shift():
-    from core.demos import load_demo
-    from core.preprocess import preprocess
+    from iastudio.core.demos import load_demo
+    from iastudio.core.preprocess import preprocess
 
     s = load_demo("shapes", seed=0)
     x = preprocess([s.images[i] for i in (0, 6, 12)], size=40).images  # horse, seven, key

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from core.smoothing import gaussian_smooth
+from iastudio.core.smoothing import gaussian_smooth
 
 
 @pytest.mark.parametrize("sigma", [1.0, 2.0])

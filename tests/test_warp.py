@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from core import se2
-from core.warp import keys_kernel, keys_kernel_derivative, warp
+from iastudio.core import se2
+from iastudio.core.warp import keys_kernel, keys_kernel_derivative, warp
 from tests.conftest import smooth_blob
 
 

@@ -1,11 +1,17 @@
 import numpy as np
 import pytest
-
-from core.clustering import (cluster_labels, eigengap_k, grouping_order, local_scaling_affinity, read_clusters,
-                             relabel_by_appearance, select_k)
 from numpy.testing import assert_allclose
 
-from core.weights import attention_weights, auto_beta, column_normalize, local_bandwidth, rbf_similarity
+from iastudio.core.clustering import (
+    cluster_labels,
+    eigengap_k,
+    grouping_order,
+    local_scaling_affinity,
+    read_clusters,
+    relabel_by_appearance,
+    select_k,
+)
+from iastudio.core.weights import attention_weights, auto_beta, column_normalize, local_bandwidth, rbf_similarity
 
 
 def test_columns_sum_to_one_and_rbf_known_answer():

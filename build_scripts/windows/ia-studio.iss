@@ -1,10 +1,10 @@
 ; Inno Setup script: a real Windows installer for the onedir bundle.
 ; Build the bundle first (python build_scripts\build.py), then:
-;   iscc /DAppVersion=0.1.0 build_scripts\windows\ia-studio.iss
+;   iscc /DAppVersion=<version> build_scripts\windows\ia-studio.iss   (build.py prints the version)
 ; Output: dist\InvariantAttentionStudio-<version>-setup.exe
 
 #ifndef AppVersion
-  #define AppVersion "0.1.0"
+  #error Pass the version: iscc /DAppVersion=<version> (it is written once, in pyproject.toml)
 #endif
 
 [Setup]

@@ -4,10 +4,11 @@ From the companion papers of the project: attentive group convolutions (alpha-p4
 seed 001) and group equivariant stand-alone self-attention (GSA-Nets, seed 002), with a plain
 CNN and non-equivariant self-attention (Z2-SA) as baselines.
 
-Modules: :mod:`~core.nets.groups` (the groups and their action), :mod:`~core.nets.gconv` (lifting and
-group convolutions), :mod:`~core.nets.attentive` (alpha and alpha_F attention),
-:mod:`~core.nets.gsa` (lifting and group self-attention), :mod:`~core.nets.models`,
-:mod:`~core.nets.data`, :mod:`~core.nets.train` and the ``ia-nets`` CLI (:mod:`~core.nets.cli`).
+Modules: :mod:`~iastudio.core.nets.groups` (the groups and their action), :mod:`~iastudio.core.nets.gconv` (lifting and
+group convolutions), :mod:`~iastudio.core.nets.attentive` (alpha and alpha_F attention),
+:mod:`~iastudio.core.nets.gsa` (lifting and group self-attention), :mod:`~iastudio.core.nets.models`,
+:mod:`~iastudio.core.nets.data`, :mod:`~iastudio.core.nets.train` and the ``ia-nets`` CLI
+(:mod:`~iastudio.core.nets.cli`).
 Importing this package does not import PyTorch; the submodules do.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ import importlib.util
 
 INSTALL_HINT = 'pip install "invariant-attention-studio[nets]"'
 
-#: The model names (also :data:`core.nets.models.MODELS`), available without importing PyTorch.
+#: The model names (also :data:`iastudio.core.nets.models.MODELS`), available without importing PyTorch.
 MODEL_NAMES = ("cnn", "p4cnn", "a-p4cnn", "aF-p4cnn", "p4mcnn", "a-p4mcnn", "z2sa", "gsa-r4", "gsa-r8", "gsa-r12",
                "gsa-r16", "gsa-r4m")
 

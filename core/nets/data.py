@@ -97,7 +97,7 @@ def load_folder(folder, *, size: int = 28, test_fraction: float = 0.3, seed: int
                 on_progress=None) -> Dataset:
     """Images in labelled subfolders (``folder/LABEL/*.png``), preprocessed to one size.
 
-    Uses the core's loader (unusable files are skipped) and :func:`core.preprocess.preprocess`: gray,
+    Uses the core's loader (unusable files are skipped) and :func:`iastudio.core.preprocess.preprocess`: gray,
     background subtracted, longest side ``size * 5 / 7`` centred on a ``size`` canvas (room to rotate),
     then scaled to a maximum of 1 per image.
 
@@ -117,7 +117,10 @@ def load_folder(folder, *, size: int = 28, test_fraction: float = 0.3, seed: int
 
 def from_imageset(iset, *, size: int = 28, test_fraction: float = 0.3, seed: int = 0, invert: bool = False,
                   name: str = "image set") -> Dataset:
-    """A labelled :class:`core.imageset.ImageSet` as a train/test :class:`Dataset` (see :func:`load_folder`)."""
+    """A labelled :class:`~iastudio.core.imageset.ImageSet` as a train/test :class:`Dataset`.
+
+    See :func:`load_folder`.
+    """
     from sklearn.model_selection import train_test_split
 
     from ..preprocess import preprocess

@@ -47,7 +47,7 @@ _SPECS = {
     "gsa-r4m": ("gsa", Group(4, True), 16, None),
 }
 MODELS = tuple(_SPECS)
-assert MODELS == MODEL_NAMES, "core.nets.MODEL_NAMES must list the models in models._SPECS"
+assert MODELS == MODEL_NAMES, "iastudio.core.nets.MODEL_NAMES must list the models in models._SPECS"
 
 
 class GroupCNN(nn.Module):
@@ -150,7 +150,7 @@ class GSANet(nn.Module):
         return self.fc(self.drop(group_max_pool(self.features(x)).mean(dim=(-2, -1))))
 
     def attention_maps(self):
-        """Attention weights of the lifting layer and each block (see :mod:`core.nets.gsa`)."""
+        """Attention weights of the lifting layer and each block (see :mod:`iastudio.core.nets.gsa`)."""
         return [m.last_attention for m in [self.lift, *self.blocks] if m.last_attention is not None]
 
 

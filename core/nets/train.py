@@ -104,12 +104,12 @@ def group_angles(group: Group) -> list[float]:
 def train_model(name: str, data, *, epochs: int = 10, batch: int = 64, lr: float = 1e-3, weight_decay: float = 1e-4,
                 seed: int = 0, device: str = "auto", model_options=None, on_epoch=None, on_batch=None,
                 should_stop=None, eval_subset: int | None = None):
-    """Train a model by name on a :class:`~core.nets.data.Dataset` (Adam, cross-entropy, seed 001 B.2).
+    """Train a model by name on a :class:`~iastudio.core.nets.data.Dataset` (Adam, cross-entropy, seed 001 B.2).
 
     Parameters
     ----------
     name : str
-        One of :data:`core.nets.models.MODELS`.
+        One of :data:`iastudio.core.nets.models.MODELS`.
     data : Dataset
     epochs, batch : int
     lr, weight_decay : float
