@@ -353,7 +353,7 @@ class CompareView(_Titled):
         if true_labels is not None and frame.ka_labels is not None:
             from sklearn.metrics import adjusted_rand_score
 
-            res = frame.extra.get("result")
+            res = frame.result
             ari_ia = adjusted_rand_score(true_labels, res.labels)
             ari_ka = adjusted_rand_score(true_labels, frame.ka_labels)
             text += f" Against the true labels: IA ARI {ari_ia:.2f}, KA ARI {ari_ka:.2f}."
