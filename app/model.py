@@ -23,7 +23,7 @@ from iastudio.core.filenames import display_name, printable
 from iastudio.core.frames import Frame, frames_from_project
 from iastudio.core.imageset import ImageSet, NoUsableImagesError, load_images
 from iastudio.core.preprocess import apply_transforms, preprocess
-from iastudio.core.project import Project, history_entry, load_project, save_project
+from iastudio.core.project import RECORDED_STAGES, Project, history_entry, load_project, save_project
 from iastudio.core.similarity import invariant_distances
 from iastudio.core.warp import warp
 
@@ -492,7 +492,7 @@ class StudioModel(QObject):
 
     def _on_frame(self, frame: Frame) -> None:
         self.latest = frame
-        if frame.snapshot.stage in ("similarity", "iteration", "done"):
+        if frame.snapshot.stage in RECORDED_STAGES:
             self.history_frames.append(frame)
         self.frameReady.emit(frame)
 

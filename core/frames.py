@@ -184,10 +184,10 @@ class FrameBuilder:
 
 
 def _check_history(history, working) -> None:
-    from .project import ProjectError
+    from .project import HISTORY_ARRAYS, ProjectError
 
     for h in history:
-        if any(h.get(k) is None for k in ("weights", "means", "distances", "labels")):
+        if any(h.get(k) is None for k in HISTORY_ARRAYS):
             raise ProjectError("the saved run is incomplete (a step lacks its weights, means, distances "
                                "or clusters)")
         if h["means"].shape[1:] != working.shape[1:]:

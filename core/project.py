@@ -46,13 +46,15 @@ from .attention import RESULT_ARRAYS, Stage
 from .clusterbook import UNASSIGNED, ClusterBook
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Project", "ProjectError", "save_project", "load_project",
-           "RECORDED_STAGES", "history_entry", "MAX_IMAGES", "MAX_MANIFEST_BYTES", "MAX_JSON_DEPTH", "MAX_FRAMES",
-           "MAX_SIDE", "inflated_limit"]
+           "RECORDED_STAGES", "HISTORY_ARRAYS", "history_entry", "MAX_IMAGES", "MAX_MANIFEST_BYTES",
+           "MAX_JSON_DEPTH", "MAX_FRAMES", "MAX_SIDE", "inflated_limit"]
 
 FORMAT = "invariant-attention-studio project"
 FORMAT_VERSION = 1
 _RESULT_KEYS = RESULT_ARRAYS  # the stored arrays of a RunResult: RunResult.arrays() / RunResult.from_arrays()
-_FRAME_KEYS = ("weights", "means", "distances", "labels")
+HISTORY_ARRAYS = ("weights", "means", "distances", "labels")
+"""The arrays of each step of :attr:`Project.history` (see :func:`history_entry`)."""
+_FRAME_KEYS = HISTORY_ARRAYS
 _STAGES = tuple(Stage)
 
 MAX_IMAGES = 100_000
@@ -158,8 +160,9 @@ def history_entry(snapshot) -> dict:
         ``iteration``, ``stage`` and the arrays ``weights``, ``means``,
         ``distances``, ``labels`` (the snapshot's own, not copies).
     """
-    return {"iteration": snapshot.iteration, "stage": Stage(snapshot.stage), "weights": snapshot.weights,
-            "means": snapshot.means, "distances": snapshot.distances, "labels": snapshot.labels}
+    entry = {"iteration": snapshot.iteration, "stage": Stage(snapshot.stage)}
+    entry.update({key: getattr(snapshot, key) for key in HISTORY_ARRAYS})
+    return entry
 
 
 def _npy_bytes(arr) -> bytes:
