@@ -7,28 +7,20 @@ from pathlib import Path
 
 import numpy as np
 
-from iastudio.core.clusterbook import UNASSIGNED
-from iastudio.core.preprocess import canvas_to_original
+from iastudio.core import alignment
+from iastudio.core.atomic import atomic_write_bytes
+from iastudio.core.report import assignment_rows as _rows
 from iastudio.core.report import write_assignments
-from iastudio.core.similarity import invariant_distances
-from iastudio.core.warp import warp
 
 
 def assignment_rows(model) -> list[dict]:
     """The CLI's columns plus ``cluster_name``, for the current (edited) clusters."""
     book = model.book
-    res = model.final.extra.get("result") if model.final is not None else None
-    rows = []
-    for i, path in enumerate(model.data.paths):
-        c = book.labels[i]
-        row = {"path": path, "cluster": "" if c == UNASSIGNED else c, "theta_deg": "", "tx_px": "", "ty_px": "",
-               "score": "", "label": model.data.labels[i] or "", "cluster_name": book.name_of(c)}
-        if res is not None and c != UNASSIGNED and int(res.labels[i]) == c and model.canvas is not None:
-            t = canvas_to_original(res.image_transforms[i], model.canvas, i)
-            row.update(theta_deg=f"{t['theta_deg']:.3f}", tx_px=f"{t['tx_px']:.3f}", ty_px=f"{t['ty_px']:.3f}",
-                       score=f"{float(res.scores[i]):.4f}")
-        rows.append(row)
-    return rows
+    res = model.final.result if model.final is not None else None
+    return _rows(model.data.paths, book.labels, true_labels=model.data.labels, names=book.name_of,
+                 run_labels=None if res is None else res.labels,
+                 transforms=None if res is None else res.image_transforms,
+                 scores=None if res is None else res.scores, canvas=model.canvas)
 
 
 def export_assignments(model, path) -> Path:
@@ -41,30 +33,25 @@ def _safe(name: str) -> str:
 
 
 def _png(path, img):
-    from skimage.io import imsave
+    """``img`` scaled to its maximum, as an 8-bit PNG written atomically (the user's file mode)."""
+    import imageio.v3 as iio
 
     a = np.asarray(img, dtype=np.float32)
     top = float(a.max()) or 1.0
-    imsave(str(path), (np.clip(a / top, 0, 1) * 255).astype(np.uint8), check_contrast=False)
+    atomic_write_bytes(path, iio.imwrite("<bytes>", (np.clip(a / top, 0, 1) * 255).astype(np.uint8),
+                                         extension=".png"))
 
 
 def aligned_images(model) -> np.ndarray:
-    """Each working image aligned onto its (current) cluster's mean."""
-    res = model.final.extra["result"]
-    book = model.book
-    out = model.working.copy()
-    for i in range(model.n):
-        c = book.labels[i]
-        if c == UNASSIGNED:
-            continue
-        if int(res.labels[i]) == c:
-            t = res.image_transforms[i]
-        else:  # moved by hand: align it onto the mean of the cluster it was moved to
-            members = book.members(c)
-            ref = model.working[members[members != i][0]] if (members != i).any() else model.working[i]
-            t = invariant_distances(np.stack([model.working[i], ref])).transforms[0, 1]
-        out[i] = warp(model.working[i][None], np.asarray(t)[None])[0]
-    return out
+    """Each working image aligned onto its (current) cluster's mean (:func:`iastudio.core.alignment.aligned_images`)."""
+    res = model.final.result
+    opts = {}
+    if model.run is not None:
+        s = model.run.settings
+        opts = dict(angle_step=s.angle_step, rotation_range=s.rotation_range, group=s.group)
+    return alignment.aligned_images(model.working, model.book.array(), run_labels=res.labels,
+                                    transforms=res.image_transforms, means=res.cluster_means,
+                                    mirrored=res.mirrored, **opts)
 
 
 def export_cluster_folders(model, folder, *, aligned: bool, progress=None) -> Path:
@@ -164,5 +151,5 @@ def export_gif(model, path, *, progress=None) -> Path:
         pics.append(pic)
         if progress is not None:
             progress(k + 1, len(frames))
-    iio.imwrite(path, np.stack(pics), duration=600, loop=0)
-    return Path(path)
+    suffix = Path(path).suffix or ".gif"
+    return atomic_write_bytes(path, iio.imwrite("<bytes>", np.stack(pics), extension=suffix, duration=600, loop=0))

@@ -358,7 +358,7 @@ class MainWindow(QMainWindow):
         self.images_panel.thumbs.set_labels(None if book is None else book.labels)
         means = {}
         if book is not None and m.final is not None:
-            res = m.final.extra.get("result")
+            res = m.final.result
             for c in book.cluster_ids():
                 members = book.members(c)
                 if res is not None and c < len(res.cluster_means) and (res.labels[members] == c).all():
@@ -398,7 +398,7 @@ class MainWindow(QMainWindow):
 
     def split_cluster(self, cluster, k):
         """Split a cluster into k by spectral clustering of its members' final distances."""
-        from iastudio.core.clustering import read_clusters
+        from iastudio.core.clustering import split_labels
 
         m = self.model
         if m.book is None or m.final is None:
@@ -407,9 +407,7 @@ class MainWindow(QMainWindow):
         if len(members) < k:
             m.message.emit(f"Cannot split {len(members)} images into {k}.")
             return
-        res = m.final.extra["result"]
-        d = res.input_distances[np.ix_(members, members)]
-        sub, _ = read_clusters(d, k=k)
+        sub = split_labels(m.final.result.input_distances, members, k=k)
         m.edit_clusters(f"Split {m.book.name_of(cluster)} into {k}", m.book.split(cluster, sub))
 
     def new_cluster_from_selection(self):
@@ -456,7 +454,7 @@ class MainWindow(QMainWindow):
 
     def _finished(self, frame):
         self.redraw()
-        self.clusters_panel.show_evidence(frame.extra.get("result"), self.model.data.paths)
+        self.clusters_panel.show_evidence(frame.result, self.model.data.paths)
         labels = self.model.data.labels if self.model.data.has_labels else None
         self.compare_view.show_final(frame, labels)
         self.autosave()

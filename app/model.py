@@ -17,16 +17,17 @@ from iastudio.core import se2
 from iastudio.core.attention import AttentionRun
 from iastudio.core.backend import BackendUnavailableError, get_backend
 from iastudio.core.clusterbook import ClusterBook
-from iastudio.core.clustering import read_clusters
+from iastudio.core.clustering import labels_at_threshold, read_clusters
 from iastudio.core.demos import load_demo
 from iastudio.core.filenames import display_name, printable
+from iastudio.core.frames import Frame, frames_from_project
 from iastudio.core.imageset import ImageSet, NoUsableImagesError, load_images
-from iastudio.core.preprocess import preprocess
-from iastudio.core.project import Project, load_project, save_project
+from iastudio.core.preprocess import apply_transforms, preprocess
+from iastudio.core.project import RECORDED_STAGES, Project, history_entry, load_project, save_project
 from iastudio.core.similarity import invariant_distances
 from iastudio.core.warp import warp
 
-from .worker import Frame, RunWorker
+from .worker import RunWorker
 
 log = logging.getLogger(__name__)
 
@@ -196,10 +197,10 @@ class StudioModel(QObject):
         if not self.n or not self.transforms.any():
             self.working = self.base  # the originals, exactly
         elif only is None:
-            self.working = _renorm(np.clip(warp(self.base, self.transforms), 0, None))
+            self.working = apply_transforms(self.base, self.transforms)
         else:
             w = self.working.copy() if self.working is not self.base else self.base.copy()
-            w[only] = _renorm(np.clip(warp(self.base[only][None], self.transforms[only][None]), 0, None))[0]
+            w[only] = apply_transforms(self.base, self.transforms[only][None], index=[only])[0]
             self.working = w
         self.transformsChanged.emit()
 
@@ -233,16 +234,9 @@ class StudioModel(QObject):
         if frame is None:
             self.message.emit("Run first: clusters are read from a run's result.")
             return
-        d = frame.extra["result"].final_distances if "result" in frame.extra else frame.snapshot.distances
+        d = frame.result.final_distances if frame.result is not None else frame.snapshot.distances
         if threshold is not None:
-            from scipy.cluster.hierarchy import fcluster, linkage
-            from scipy.spatial.distance import squareform
-
-            z = linkage(squareform(np.asarray(d, float), checks=False), method="single")
-            labels = fcluster(z, t=float(threshold), criterion="distance") - 1
-            from iastudio.core.clustering import relabel_by_appearance
-
-            labels = relabel_by_appearance(labels)
+            labels = labels_at_threshold(d, threshold=threshold)
             text = f"Re-read clusters at distance {threshold:.3g}"
         else:
             kk = "auto" if k in (None, "auto") else min(int(k), self.n)
@@ -315,15 +309,9 @@ class StudioModel(QObject):
 
     def to_project(self) -> Project:
         """The current session as a :class:`iastudio.core.project.Project`."""
-        res = self.final.extra.get("result") if self.final is not None else None
-        result = {}
-        if res is not None:
-            result = {"cluster_means": res.cluster_means, "image_transforms": res.image_transforms,
-                      "scores": res.scores, "weights": res.weights, "input_distances": res.input_distances,
-                      "final_distances": res.final_distances, "run_labels": res.labels}
-        history = [{"iteration": f.snapshot.iteration, "stage": f.snapshot.stage, "weights": f.snapshot.weights,
-                    "means": f.snapshot.means, "distances": f.snapshot.distances, "labels": f.snapshot.labels}
-                   for f in self.history_frames]
+        res = self.final.result if self.final is not None else None
+        result = {} if res is None else res.arrays()
+        history = [history_entry(f.snapshot) for f in self.history_frames]
         params = dict(vars(self.run.settings)) if self.run is not None else {}
         params["sigmas"] = list(params.get("sigmas", []))
         if self.run is not None:
@@ -405,7 +393,7 @@ class StudioModel(QObject):
             data = ImageSet(list(base), list(proj.paths), list(proj.labels), list(proj.skipped))
         base = canvas.images
         transforms = np.array(proj.transforms, dtype=float)
-        working = base if not transforms.any() else _renorm(np.clip(warp(base, transforms), 0, None))
+        working = base if not transforms.any() else apply_transforms(base, transforms)
         frames, final = self._frames_from(proj, working)
         if proj.clusters is not None and proj.clusters.n != n:
             raise ProjectError(f"{path}: the clusters do not match the images")
@@ -448,62 +436,7 @@ class StudioModel(QObject):
     @staticmethod
     def _frames_from(proj: Project, working: np.ndarray):
         """``(frames, final)`` of a saved run, checked against the images; changes nothing."""
-        from iastudio.core.attention import RunResult, Snapshot
-        from iastudio.core.project import ProjectError
-        from iastudio.core.report import convergence_curves
-
-        from .worker import classical_mds
-
-        if not proj.history:
-            return [], None
-        n = working.shape[0]
-        beta = proj.parameters.get("beta_used")
-        beta = float("nan") if beta is None else float(beta)
-        for h in proj.history:
-            if any(h.get(k) is None for k in ("weights", "means", "distances", "labels")):
-                raise ProjectError("the saved run is incomplete (a step lacks its weights, means, distances "
-                                   "or clusters)")
-            if h["means"].shape[1:] != working.shape[1:]:
-                raise ProjectError("the saved run does not match the images (different working size)")
-        res = None
-        r = proj.result
-        if all(r.get(k) is not None for k in ("run_labels", "cluster_means", "image_transforms", "scores",
-                                              "weights", "input_distances", "final_distances")):
-            labels = np.asarray(r["run_labels"]).astype(int)
-            k = int(labels.max()) + 1
-            if k > n or r["cluster_means"].shape[0] != k or r["cluster_means"].shape[1:] != working.shape[1:]:
-                raise ProjectError("the saved result does not match the images")
-            res = RunResult(
-                labels=labels, n_clusters=k,
-                cluster_means=r["cluster_means"], image_transforms=r["image_transforms"],
-                scores=r["scores"], weights=r["weights"], input_distances=r["input_distances"],
-                final_distances=r["final_distances"],
-                history=[h["distances"] for h in proj.history if h["stage"] in ("similarity", "done")],
-                features=proj.history[-1]["means"], iterations=int(proj.history[-1]["iteration"]),
-                beta=beta,
-            )
-        mds = None
-        hist = []
-        frames = []
-        for h in proj.history:
-            snap = Snapshot(iteration=h["iteration"], stage=h["stage"], step=0, n_steps=0, weights=h["weights"],
-                            means=h["means"], distances=h["distances"], transforms=None, labels=h["labels"],
-                            objective=[], timings={}, progress=1.0, beta=beta)
-            if h["stage"] in ("similarity", "done"):
-                hist.append(h["distances"])
-            mds = classical_mds(h["distances"], mds)
-            frames.append(Frame(snapshot=snap, order=np.argsort(h["labels"], kind="stable"),
-                                mds=mds, curves=convergence_curves(hist, h["labels"])))
-        last = frames[-1]
-        final = None
-        if res is not None:
-            last.extra["result"] = res
-            last.cluster_means = res.cluster_means
-            labels = res.labels
-            last.plain_means = np.stack([working[labels == c].mean(axis=0) if (labels == c).any()
-                                         else np.zeros(working.shape[1:], working.dtype) for c in range(k)])
-            final = last
-        return frames, final
+        return frames_from_project(proj, working)
 
     # ---------------------------------------------------------------- run
     def start(self, *, backend: str = "auto", **options) -> bool:
@@ -559,7 +492,7 @@ class StudioModel(QObject):
 
     def _on_frame(self, frame: Frame) -> None:
         self.latest = frame
-        if frame.snapshot.stage in ("similarity", "iteration", "done"):
+        if frame.snapshot.stage in RECORDED_STAGES:
             self.history_frames.append(frame)
         self.frameReady.emit(frame)
 
@@ -574,12 +507,12 @@ class StudioModel(QObject):
             self.history_frames.append(frame)
         self.undo_stack.clear()
         self.edits = []
-        self._set_book(ClusterBook.from_labels(frame.extra["result"].labels))
+        self._set_book(ClusterBook.from_labels(frame.result.labels))
         self._mark_dirty()
         self._set_state("finished")
         self.frameReady.emit(frame)
         self.runFinished.emit(frame)
-        res = frame.extra.get("result")
+        res = frame.result
         self.message.emit(f"Done: {res.n_clusters} clusters in {frame.elapsed:.1f} s" if res else "Done")
 
     def _on_stopped(self) -> None:
@@ -606,12 +539,6 @@ class _BookCommand(QUndoCommand):
         self.model._set_book(self.before)
         if self.model.edits:
             self.model.edits.pop()
-
-
-def _renorm(images: np.ndarray) -> np.ndarray:
-    images = images.astype(np.float32)
-    norm = np.sqrt((images.astype(np.float64) ** 2).reshape(len(images), -1).sum(axis=1))
-    return images / np.maximum(norm, 1e-12).reshape((-1,) + (1,) * (images.ndim - 1)).astype(np.float32)
 
 
 def _warm_imports() -> None:

@@ -10,6 +10,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from iastudio.core.attention import Stage
 from iastudio.core.filenames import display_name
 
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=True, background="w", foreground="k")
@@ -232,8 +233,8 @@ class MeansView(_Titled):
         self._geom = (cols, tiles.shape[1], tiles.shape[2]) if len(tiles) else (1, 1, 1)
         self.image_item.setImage(tile(tiles, cols), levels=(0, 1))
         self._draw_overlay()
-        self.caption.setText(f"{self.n_tiles} means, one per {what} · iteration {snap.iteration}, "
-                             f"{snap.stage}" + (f" step {snap.step}/{snap.n_steps}" if snap.stage == "means" else ""))
+        step = f" step {snap.step}/{snap.n_steps}" if snap.stage == Stage.MEANS else ""
+        self.caption.setText(f"{self.n_tiles} means, one per {what} · iteration {snap.iteration}, {snap.stage}{step}")
 
 
 def log_ticks(lo: float, hi: float) -> list[tuple[float, str]]:
@@ -353,7 +354,7 @@ class CompareView(_Titled):
         if true_labels is not None and frame.ka_labels is not None:
             from sklearn.metrics import adjusted_rand_score
 
-            res = frame.extra.get("result")
+            res = frame.result
             ari_ia = adjusted_rand_score(true_labels, res.labels)
             ari_ka = adjusted_rand_score(true_labels, frame.ka_labels)
             text += f" Against the true labels: IA ARI {ari_ia:.2f}, KA ARI {ari_ka:.2f}."

@@ -1,7 +1,8 @@
 """The run worker: a QObject living in a QThread that drives the engine.
 
 It owns the engine's generator; everything it sends to the GUI thread goes
-through queued signals as host NumPy data (:class:`Frame`).  Stopping is
+through queued signals as host NumPy data (:class:`~iastudio.core.frames.Frame`,
+built by :class:`~iastudio.core.frames.FrameBuilder`).  Stopping is
 ``AttentionRun.cancel()``, a thread-safe flag checked between steps and inside
 the similarity stage.  A failure on the GPU falls back to the CPU and says so.
 """
@@ -10,50 +11,15 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from dataclasses import dataclass, field
 
-import numpy as np
 from PySide6.QtCore import QObject, Signal, Slot
 
-from iastudio.core.attention import AttentionRun, Snapshot
-from iastudio.core.backend import to_host
-from iastudio.core.report import convergence_curves
+from iastudio.core.attention import AttentionRun, Snapshot, Stage
+from iastudio.core.frames import Frame, FrameBuilder
+
+__all__ = ["Frame", "RunWorker"]  # Frame lives in iastudio.core.frames; re-exported for the app's modules
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Frame:
-    """What the views draw: a snapshot plus what is derived from it off the GUI thread."""
-
-    snapshot: Snapshot
-    order: np.ndarray  # image order grouping the clusters
-    mds: np.ndarray  # (n, 2) manifold map, aligned to the previous frame
-    curves: dict  # within_max / between_min / median per iteration
-    cluster_means: np.ndarray | None = None  # (k, H, W) when finished
-    plain_means: np.ndarray | None = None  # (k, H, W) plain averages (KA-style) per cluster
-    ka_labels: np.ndarray | None = None  # KA's own clusters on the same images
-    elapsed: float = 0.0
-    extra: dict = field(default_factory=dict)
-
-
-def classical_mds(distances: np.ndarray, previous: np.ndarray | None = None) -> np.ndarray:
-    """2-D classical MDS of a distance matrix, Procrustes-aligned to ``previous``."""
-    from scipy.linalg import orthogonal_procrustes
-
-    d2 = np.asarray(distances, dtype=float) ** 2
-    n = d2.shape[0]
-    j = np.eye(n) - 1.0 / n
-    b = -0.5 * j @ d2 @ j
-    vals, vecs = np.linalg.eigh(b)
-    top = np.argsort(vals)[::-1][:2]
-    coords = vecs[:, top] * np.sqrt(np.maximum(vals[top], 0.0))
-    if coords.shape[1] < 2:
-        coords = np.pad(coords, ((0, 0), (0, 2 - coords.shape[1])))
-    if previous is not None and previous.shape == coords.shape:
-        r, _ = orthogonal_procrustes(coords, previous - previous.mean(0))
-        coords = coords @ r
-    return coords
 
 
 class RunWorker(QObject):
@@ -70,12 +36,11 @@ class RunWorker(QObject):
     def __init__(self):
         super().__init__()
         self.run: AttentionRun | None = None
-        self._history: list[np.ndarray] = []
-        self._mds: np.ndarray | None = None
+        self.frames = FrameBuilder()
         self._t0 = 0.0
 
     def reset(self):
-        self._history, self._mds = [], None
+        self.frames.reset()
 
     @Slot(object)
     def drive(self, run: AttentionRun):
@@ -90,7 +55,7 @@ class RunWorker(QObject):
                 log.exception("GPU run failed; falling back to the CPU")
                 self.notice.emit(f"The GPU failed ({exc}); continuing on the CPU.")
                 try:
-                    cpu = AttentionRun(to_host(run._inputs), backend="numpy", **vars(run.settings))
+                    cpu = run.on_backend("numpy")
                     self.run = cpu
                     cpu.on_progress = run.on_progress
                     self._loop(cpu)
@@ -120,52 +85,23 @@ class RunWorker(QObject):
         for snap in run.steps():
             last = snap
             self.progress.emit(snap.progress, _stage_text(snap))
-            self.frame.emit(self._frame(snap))
+            self.frame.emit(self.frames.frame(snap, elapsed=self._elapsed()))
         if run.finished:
-            self.finished.emit(self._final_frame(run, last))
+            final = self.frames.final(run, last)  # includes kernel attention's run on the same images
+            final.elapsed = self._elapsed()
+            self.finished.emit(final)
         else:
             self.stopped.emit()
 
-    def _frame(self, snap: Snapshot) -> Frame:
-        if snap.stage in ("similarity", "done"):  # each is a new d(S_i, S_j)
-            self._history.append(snap.distances)
-        self._mds = classical_mds(snap.distances, self._mds)
-        return Frame(
-            snapshot=snap,
-            order=np.argsort(snap.labels, kind="stable"),
-            mds=self._mds.copy(),
-            curves=convergence_curves(self._history, snap.labels),
-            elapsed=time.perf_counter() - self._t0,
-        )
-
-    def _final_frame(self, run: AttentionRun, last: Snapshot | None) -> Frame:
-        res = run.result()
-        snap = last if last is not None else run._snapshot("done")
-        inputs = to_host(run._inputs)
-        plain = np.stack([inputs[res.labels == c].mean(axis=0) for c in range(res.n_clusters)])
-        ka_labels = None
-        if run.settings.method == "ia":
-            ka = AttentionRun(inputs, backend="numpy", method="ka", beta=run.settings.beta,
-                              iterations=run.settings.iterations, clusters=run.settings.clusters)
-            ka_labels = ka.run().labels
-        if last is None or self._mds is None:
-            fr = self._frame(snap)
-        else:
-            fr = Frame(snapshot=snap, order=np.argsort(res.labels, kind="stable"), mds=self._mds.copy(),
-                       curves=convergence_curves(self._history, res.labels))
-        fr.cluster_means = res.cluster_means
-        fr.plain_means = plain.astype(np.float32)
-        fr.ka_labels = ka_labels
-        fr.elapsed = time.perf_counter() - self._t0
-        fr.extra["result"] = res
-        return fr
+    def _elapsed(self) -> float:
+        return time.perf_counter() - self._t0
 
 
 def _stage_text(snap: Snapshot) -> str:
-    if snap.stage == "means":
+    if snap.stage == Stage.MEANS:
         return f"invariant means, step {snap.step}/{snap.n_steps}"
-    if snap.stage == "similarity":
+    if snap.stage == Stage.SIMILARITY:
         return f"iteration {snap.iteration}: similarity done"
-    if snap.stage == "iteration":
+    if snap.stage == Stage.ITERATION:
         return f"iteration {snap.iteration} done"
     return "done"

@@ -64,7 +64,7 @@ def _one(n, size, neighbors, backend, iterations):
 
     from sklearn.metrics import adjusted_rand_score
 
-    from iastudio.core.attention import AttentionRun
+    from iastudio.core.attention import AttentionRun, Stage
 
     x, y = make_set(n, size)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -77,7 +77,7 @@ def _one(n, size, neighbors, backend, iterations):
         prof = cProfile.Profile()
         prof.enable()
     for snap in run.steps():
-        if snap.stage == "iteration" and snap.iteration == 1 and first_iteration is None:
+        if snap.stage == Stage.ITERATION and snap.iteration == 1 and first_iteration is None:
             first_iteration = time.perf_counter() - t0
     res = run.result()
     if prof_path:

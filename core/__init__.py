@@ -12,7 +12,7 @@ try:  # the version is written once, in pyproject.toml; installs (and the bundle
 except PackageNotFoundError:  # a source tree used without installing
     __version__ = "0+unknown"
 
-from .attention import AttentionRun, RunResult, Settings, Snapshot  # noqa: E402
+from .attention import AttentionRun, RunResult, RunState, Settings, Snapshot, Stage  # noqa: E402
 from .backend import get_backend, to_host  # noqa: E402
 from .demos import DEMO_NAMES, load_demo  # noqa: E402
 from .imageset import ImageSet, NoUsableImagesError, load_images  # noqa: E402
@@ -28,6 +28,8 @@ __all__ = [
     "RunResult",
     "Settings",
     "Snapshot",
+    "Stage",
+    "RunState",
     "get_backend",
     "to_host",
     "DEMO_NAMES",

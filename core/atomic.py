@@ -25,8 +25,8 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["umask", "atomic_write", "atomic_write_bytes", "remove_stale_temporaries", "ResultFolder",
-           "signals_held"]
+__all__ = ["umask", "atomic_write", "atomic_write_bytes", "atomic_write_text", "remove_stale_temporaries",
+           "ResultFolder", "signals_held"]
 
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.(?:tmp|partial)$")
 # project saves of earlier versions (tempfile.mkstemp: no pid), e.g. ".work.iaproj.k3j4h5g6.tmp"
@@ -93,6 +93,22 @@ def atomic_write_bytes(path, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically (see :func:`atomic_write`)."""
     with atomic_write(path) as fh:
         fh.write(data)
+    return Path(path)
+
+
+def atomic_write_text(path, text: str, *, errors: str = "strict") -> Path:
+    """Write ``text`` to ``path`` atomically as UTF-8, newlines as given (see :func:`atomic_write`).
+
+    Parameters
+    ----------
+    path : str or Path
+    text : str
+    errors : str
+        As in :func:`open`; ``"surrogateescape"`` writes undecodable
+        file-name bytes back as they were.
+    """
+    with atomic_write(path, mode="w", encoding="utf-8", errors=errors, newline="") as fh:
+        fh.write(text)
     return Path(path)
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
 
 import numpy as np
 
@@ -32,7 +33,42 @@ from .similarity import check_finite, invariant_distances, plain_distances
 from .warp import warp
 from .weights import attention_weights, local_bandwidth
 
-__all__ = ["Settings", "Snapshot", "AttentionRun", "RunResult"]
+__all__ = ["Stage", "RunState", "Settings", "Snapshot", "AttentionRun", "RunResult", "RESULT_ARRAYS"]
+
+
+class Stage(StrEnum):
+    """What a :class:`Snapshot` follows: the step of the run just done.
+
+    A ``StrEnum``: ``Stage.DONE == "done"`` holds and ``str(Stage.DONE)`` is
+    ``"done"``, so saved projects and plain-string comparisons keep working.
+    """
+
+    SIMILARITY = "similarity"  #: invariant distances, W and the k read-out of the current features
+    MEANS = "means"  #: some invariant-mean steps of the current iteration
+    ITERATION = "iteration"  #: an iteration's means became the new features
+    DONE = "done"  #: the run finished: clusters read out, images aligned to the cluster means
+
+
+class RunState(StrEnum):
+    """The state of a run as an application shows it (the engine itself only knows :class:`Stage`)."""
+
+    IDLE = "idle"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FINISHED = "finished"
+    FAILED = "failed"
+    SPLITTING = "splitting"  #: one cluster's images are being re-run on their own
+
+
+class _Phase(StrEnum):
+    """The next thing :meth:`AttentionRun._advance` does (private: two phases have no snapshot)."""
+
+    SIMILARITY = "similarity"
+    MEANS = "means"
+    FINAL = "final"  # distances of the final features and the read-out
+    FINISHING = "finishing"  # cluster means and per-image alignment
+    DONE = "done"
 
 
 @dataclass
@@ -144,7 +180,7 @@ class Snapshot:
     ----------
     iteration : int
         The IA iteration the step belongs to (1-based).
-    stage : {"similarity", "means", "iteration", "done"}
+    stage : Stage
     step, n_steps : int
         Mean step within the iteration (``means`` stage).
     weights : ndarray (n, n)
@@ -171,7 +207,7 @@ class Snapshot:
     """
 
     iteration: int
-    stage: str
+    stage: Stage
     step: int
     n_steps: int
     weights: np.ndarray
@@ -244,6 +280,60 @@ class RunResult:
     notes: list = field(default_factory=list)
     mirrored: np.ndarray | None = None
 
+    def arrays(self) -> dict:
+        """The result's arrays under their stored names (:data:`RESULT_ARRAYS`).
+
+        Returns
+        -------
+        dict of str to ndarray
+            ``run_labels`` is :attr:`labels`; the others are the attributes of
+            the same name.  The arrays themselves, not copies.
+        """
+        return {key: getattr(self, _ATTRIBUTES.get(key, key)) for key in RESULT_ARRAYS}
+
+    @classmethod
+    def from_arrays(cls, arrays, *, features, history=(), iterations: int = 0,
+                    beta: float = float("nan")) -> RunResult:
+        """Rebuild a result from :meth:`arrays` (e.g. a saved project's ``result``).
+
+        Parameters
+        ----------
+        arrays : mapping of str to ndarray
+            Every name of :data:`RESULT_ARRAYS`.
+        features : ndarray (n, H, W[, C])
+            The final features (a saved run's last means).
+        history : sequence of ndarray
+            Manifold distances per distance computation.
+        iterations : int
+        beta : float
+
+        Returns
+        -------
+        RunResult
+            ``n_clusters`` is ``max(run_labels) + 1``; what :meth:`arrays`
+            does not hold (timings, k choice, blank and mirror flags, notes)
+            is left at its default.
+
+        Raises
+        ------
+        KeyError
+            When an array of :data:`RESULT_ARRAYS` is missing (or None).
+        """
+        missing = [key for key in RESULT_ARRAYS if arrays.get(key) is None]
+        if missing:
+            raise KeyError(f"the result lacks {', '.join(missing)}")
+        labels = np.asarray(arrays["run_labels"]).astype(int)
+        kept = {_ATTRIBUTES.get(key, key): arrays[key] for key in RESULT_ARRAYS}
+        kept["labels"] = labels
+        return cls(**kept, n_clusters=int(labels.max()) + 1 if labels.size else 0, history=list(history),
+                   features=features, iterations=int(iterations), beta=float(beta))
+
+
+RESULT_ARRAYS = ("cluster_means", "image_transforms", "scores", "weights", "input_distances",
+                 "final_distances", "run_labels")
+"""The arrays of a :class:`RunResult` that are stored (in projects), by their stored names."""
+_ATTRIBUTES = {"run_labels": "labels"}  # stored name -> RunResult attribute, where they differ
+
 
 _DENSE_TRANSFORMS_MAX = 500  # images; above this, mean-step snapshots carry no (n, n, 3) transforms
 _DENSE_VIEW_MAX = 2000  # images; a pruned run's W and distances are shown dense up to this, sparse above
@@ -300,8 +390,10 @@ class AttentionRun:
     client : dask.distributed.Client, optional
         Run the pairwise alignment and the invariant means as tasks on this
         cluster (see :mod:`iastudio.core.distributed`); the results equal a local run's.
-    **options
-        Fields of :class:`Settings`.
+    method, beta, iterations, clusters, rotation_range, angle_step, mean_steps, sigmas, init, weight_tol, \
+weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
+        The options of the run, keyword-only: see :class:`Settings` (the
+        defaults are its defaults).  They are kept as :attr:`settings`.
 
     Examples
     --------
@@ -313,10 +405,21 @@ class AttentionRun:
     >>> result = run.result()         # doctest: +SKIP
     """
 
-    def __init__(self, images, *, backend="auto", client=None, **options):
+    def __init__(self, images, *, backend="auto", client=None,
+                 method: str = Settings.method, beta=Settings.beta, iterations: int = Settings.iterations,
+                 clusters=Settings.clusters, rotation_range: float | None = Settings.rotation_range,
+                 angle_step: float = Settings.angle_step, mean_steps: int = Settings.mean_steps,
+                 sigmas: tuple = Settings.sigmas, init: str = Settings.init, weight_tol: float = Settings.weight_tol,
+                 weight_mass: float = Settings.weight_mass, mean_rtol: float = Settings.mean_rtol,
+                 snapshot_every: int = Settings.snapshot_every, converge_tol: float = Settings.converge_tol,
+                 guard: bool | None = Settings.guard, group: str = Settings.group, neighbors=Settings.neighbors):
         #: optional ``dask.distributed.Client``: similarity chunks and mean columns run as its tasks
         self.client = client
-        self.settings = Settings(**options)
+        self.settings = Settings(
+            method=method, beta=beta, iterations=iterations, clusters=clusters, rotation_range=rotation_range,
+            angle_step=angle_step, mean_steps=mean_steps, sigmas=sigmas, init=init, weight_tol=weight_tol,
+            weight_mass=weight_mass, mean_rtol=mean_rtol, snapshot_every=snapshot_every,
+            converge_tol=converge_tol, guard=guard, group=group, neighbors=neighbors)
         images = np.asarray(to_host(images), dtype=np.float32)
         if images.ndim not in (3, 4) or images.shape[0] < 2:
             raise ValueError("need at least 2 images of shape (H, W) or (H, W, C)")
@@ -326,12 +429,14 @@ class AttentionRun:
         self.blank = ~np.any(images.reshape(images.shape[0], -1) != 0, axis=1)
         self.backend: Backend = backend if isinstance(backend, Backend) else get_backend(backend)
         xp = self.backend.xp
+        self._host_inputs = images.view()
+        self._host_inputs.flags.writeable = False
         self._inputs = xp.asarray(images)
         self.n = images.shape[0]
         # committed state
         self._features = self._inputs
         self._iteration = 1
-        self._stage = "similarity"  # next thing to do: similarity | means | final | finishing | done
+        self._stage = _Phase.SIMILARITY  # the next thing to do
         self._sim = None
         self._weights = None
         self._beta = float("nan")
@@ -351,6 +456,58 @@ class AttentionRun:
         #: optional ``callable(fraction, text)`` told how far a long stage has got
         self.on_progress = None
 
+    # ------------------------------------------------------------------ public state
+    @property
+    def inputs(self) -> np.ndarray:
+        """The input images as given, ``(n, H, W[, C])`` float32 on the host (read-only).
+
+        A read-only view: the run never copies its inputs, so the array passed
+        in must not be changed while the run is in use.
+        """
+        return self._host_inputs
+
+    def on_backend(self, backend) -> AttentionRun:
+        """A new, unstarted run of the same inputs and settings on another backend.
+
+        Parameters
+        ----------
+        backend : str or Backend
+            ``"numpy"`` (e.g. after a GPU failure), ``"cupy"`` or ``"auto"``.
+
+        Returns
+        -------
+        AttentionRun
+            Same inputs, settings and Dask client; its own state (nothing of
+            this run's progress is carried over) and no ``on_progress``.
+        """
+        return AttentionRun(self._host_inputs, backend=backend, client=self.client,
+                            **{f.name: getattr(self.settings, f.name) for f in fields(Settings)})
+
+    def snapshot(self, stage: Stage | str | None = None) -> Snapshot:
+        """The committed state as a :class:`Snapshot` (as :meth:`steps` last yielded it).
+
+        Parameters
+        ----------
+        stage : Stage, optional
+            What the snapshot is labelled as; default :attr:`Stage.DONE` for a
+            finished run, otherwise :attr:`Stage.SIMILARITY`.
+
+        Raises
+        ------
+        RuntimeError
+            Before the first step (nothing has been computed).
+        ValueError
+            ``Stage.MEANS`` while no invariant means are in progress.
+        """
+        if self._sim is None:
+            raise RuntimeError("the run has not computed anything yet")
+        stage = Stage(stage) if stage is not None else Stage.DONE if self.finished else Stage.SIMILARITY
+        if stage == Stage.MEANS and self._mean_state is None:
+            raise ValueError("no invariant means are in progress")
+        snap = self._snapshot(stage)
+        snap.timings = dict(self._timings)
+        return snap
+
     # ------------------------------------------------------------------ control
     def cancel(self) -> None:
         """Ask the generator to stop at the next step boundary (thread-safe)."""
@@ -359,7 +516,7 @@ class AttentionRun:
     @property
     def finished(self) -> bool:
         """True once the run is complete and :meth:`result` is available."""
-        return self._stage == "done"
+        return self._stage == _Phase.DONE
 
     @property
     def _steps_per_iteration(self) -> int:
@@ -374,10 +531,10 @@ class AttentionRun:
         s = self.settings
         per = self._steps_per_iteration
         done = (self._iteration - 1) * per
-        if self._stage == "means":
+        if self._stage == _Phase.MEANS:
             done += 1 + (self._mean_state.step if self._mean_state is not None else 0)
-        elif self._stage in ("final", "finishing", "done"):
-            done = s.iterations * per + (1 if self._stage == "done" else 0)
+        elif self._stage in (_Phase.FINAL, _Phase.FINISHING, _Phase.DONE):
+            done = s.iterations * per + (1 if self._stage == _Phase.DONE else 0)
         return done
 
     # ------------------------------------------------------------------ steps
@@ -388,7 +545,7 @@ class AttentionRun:
         calling :meth:`steps` again resumes.
         """
         self._cancel.clear()
-        while self._stage != "done":
+        while self._stage != _Phase.DONE:
             if self._cancel.is_set():
                 return
             t0 = time.perf_counter()
@@ -519,12 +676,12 @@ class AttentionRun:
     def _advance(self):
         s = self.settings
         xp = self.backend.xp
-        if self._stage == "similarity":
+        if self._stage == _Phase.SIMILARITY:
             dist, trans, mirrored = sim = self._distances(self._features)
             self._history.append(_view(dist, fill_missing=True))
             labels, choice = self._read_labels(dist)
             if self._guard_rejects(labels):
-                self._stage = "finishing"
+                self._stage = _Phase.FINISHING
                 return self._advance()
             if self._input_sim is None:
                 self._input_sim = sim
@@ -535,9 +692,9 @@ class AttentionRun:
             self._sim, self._weights, self._beta = sim, w, beta
             self._labels, self._k_choice = labels, choice
             if prev is not None and _max_abs_diff(w, prev) < s.converge_tol:
-                self._stage = "finishing"  # W stopped moving: converged
+                self._stage = _Phase.FINISHING  # W stopped moving: converged
                 return self._advance()
-            self._stage = "means"
+            self._stage = _Phase.MEANS
             t0 = time.perf_counter()
             if s.method == "ia":
                 init = self._init_of(trans) if s.init == "pairwise" else None
@@ -549,8 +706,8 @@ class AttentionRun:
                 self._mean_state = start_invariant_means(self._mean_src, w_src, init, tol=s.weight_tol,
                                                          mass=s.weight_mass)
             self._timings["mean_s"] += time.perf_counter() - t0
-            return self._snapshot("similarity")
-        if self._stage == "means":
+            return self._snapshot(Stage.SIMILARITY)
+        if self._stage == _Phase.MEANS:
             t0 = time.perf_counter()
             if s.method == "ka":
                 w = xp.asarray(self._weights, dtype=np.float32)
@@ -566,20 +723,20 @@ class AttentionRun:
             self._timings["mean_s"] += time.perf_counter() - t0
             if not done:
                 if self._mean_state.step % max(1, s.snapshot_every) == 0:
-                    return self._snapshot("means")
+                    return self._snapshot(Stage.MEANS)
                 return None
             self._prev = (self._features, self._sim, self._weights, self._labels, self._k_choice, self._beta)
             self._features = feats
             self._accepted += 1
-            snap = self._snapshot("iteration")
+            snap = self._snapshot(Stage.ITERATION)
             self._mean_state = None
             if self._iteration >= s.iterations:
-                self._stage = "final"
+                self._stage = _Phase.FINAL
             else:
                 self._iteration += 1
-                self._stage = "similarity"
+                self._stage = _Phase.SIMILARITY
             return snap
-        if self._stage == "final":
+        if self._stage == _Phase.FINAL:
             sim = self._distances(self._features)
             dist = sim[0]
             self._history.append(_view(dist, fill_missing=True))
@@ -587,11 +744,11 @@ class AttentionRun:
             if not self._guard_rejects(labels):
                 self._sim = sim
                 self._labels, self._k_choice = labels, choice
-            self._stage = "finishing"
+            self._stage = _Phase.FINISHING
             return self._advance()
-        if self._stage == "finishing":  # committed state above; a cancel here redoes only this
+        if self._stage == _Phase.FINISHING:  # committed state above; a cancel here redoes only this
             self._finish()
-            return self._snapshot("done")
+            return self._snapshot(Stage.DONE)
         raise RuntimeError(f"unknown stage {self._stage}")
 
     def _with_mirrors(self, images, weights, init, mirrored):
@@ -684,11 +841,11 @@ class AttentionRun:
             notes=list(self._notes),
             mirrored=mirrored,
         )
-        self._stage = "done"
+        self._stage = _Phase.DONE
 
     def _snapshot(self, stage):
         st = self._mean_state
-        if stage == "means" or (stage == "iteration" and st is not None):
+        if stage == Stage.MEANS or (stage == Stage.ITERATION and st is not None):
             means = st.means
             # the dense (n, n, 3) entry transforms only while they stay small
             transforms = self._entry_transforms(st) if self.n <= _DENSE_TRANSFORMS_MAX else None

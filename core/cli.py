@@ -24,6 +24,7 @@ from .demos import DEMO_NAMES, load_demo
 from .filenames import printable
 from .imageset import ImageSet, NoUsableImagesError, load_images
 from .project import ProjectError
+from .report import write_json
 
 log = logging.getLogger("ia-cluster")
 
@@ -347,11 +348,45 @@ def _run(args, parser) -> int:
 
 def _run_body(args, client) -> int:
     from .attention import AttentionRun
-    from .preprocess import canvas_to_original, preprocess
-    from .report import save_convergence_png, save_means_png, save_weights_png, write_assignments, write_json
 
     t_start = time.perf_counter()
-    progress = _Progress(args.quiet)
+    data = _usable_inputs(args)
+    canvas, images, tau = _working_images(args, data)
+    run = AttentionRun(images, backend=args.backend, method=args.method, beta=args.beta,
+                       iterations=args.iterations, clusters=args.clusters,
+                       rotation_range=args.rotation_range, angle_step=args.angle_step, group=args.group,
+                       neighbors=args.neighbors, client=client)
+    history = _iterate(run, args)
+    res = run.result()
+    out = args.results.open()  # a hidden folder beside --out; moved into place when complete
+    _write_results(out, args, data, canvas, res)
+    summary = _summary(args, data, canvas, run, res, time.perf_counter() - t_start)
+    write_json(out / "summary.json", summary)
+    if args.save_project:
+        from .clusterbook import ClusterBook
+        from .project import Project, save_project
+
+        proj = Project(
+            paths=list(data.paths), labels=list(data.labels), skipped=list(data.skipped), size=args.size,
+            transforms=tau, base=canvas.images, scale=canvas.scale, offset=canvas.offset,
+            parameters=summary["parameters"], clusters=ClusterBook.from_labels(res.labels), history=history,
+            result=res.arrays(),
+        )
+        save_project(args.save_project, proj)
+    out = args.results.commit()
+    if not args.quiet:
+        extra = f", ARI {summary['metrics']['ari']:.3f}" if "metrics" in summary else ""
+        print(f"{len(data)} images -> {_k_text(res)}{extra}; results in {printable(out)}",
+              file=sys.stderr)
+    if summary["blank"]:
+        print(f"ia-cluster: {len(summary['blank'])} blank image(s) put in a cluster of their own", file=sys.stderr)
+    for note in res.notes:
+        print(f"ia-cluster: {note}", file=sys.stderr)
+    return 0
+
+
+def _usable_inputs(args) -> ImageSet:
+    """The inputs, loaded; skipped files reported; at least 2 images and no more clusters than images."""
     data = gather_inputs(args.inputs, args.seed)
     for s in data.skipped:
         print(f"ia-cluster: skipped {printable(s['path'])}: {printable(s['reason'])}", file=sys.stderr)
@@ -360,46 +395,50 @@ def _run_body(args, client) -> int:
         raise NoUsableImagesError(f"need at least 2 usable images, found {n}", data.skipped)
     if args.clusters != "auto" and args.clusters > n:
         raise _UsageError(f"--clusters {args.clusters} is more than the {n} usable images")
-    canvas = preprocess(data.images, size=args.size, scale=args.scale)
-    images = canvas.images
-    if args.transform is not None:
-        from .warp import warp
+    return data
 
-        rot, frac = args.transform
-        tau = se2.random_transforms(n, rotation_range=rot, shift_range=frac * args.size, seed=args.seed + 1)
-        images = np.clip(warp(images, tau), 0, None).astype(np.float32)
-        images /= np.maximum(np.sqrt((images.astype(np.float64) ** 2).reshape(n, -1).sum(1)), 1e-12)[:, None, None]
-    run = AttentionRun(images, backend=args.backend, method=args.method, beta=args.beta,
-                       iterations=args.iterations, clusters=args.clusters,
-                       rotation_range=args.rotation_range, angle_step=args.angle_step, group=args.group,
-                       neighbors=args.neighbors, client=client)
-    stage_names = {"similarity": "invariant similarity", "means": "invariant means",
-                   "iteration": "iteration done", "done": "done"}
+
+def _working_images(args, data):
+    """``(canvas, images, transforms)``: the preprocessed images and, with ``--transform``, them moved."""
+    from .preprocess import apply_transforms, preprocess
+
+    n = len(data)
+    canvas = preprocess(data.images, size=args.size, scale=args.scale)
+    if args.transform is None:
+        return canvas, canvas.images, np.zeros((n, 3))
+    rot, frac = args.transform
+    tau = se2.random_transforms(n, rotation_range=rot, shift_range=frac * args.size, seed=args.seed + 1)
+    return canvas, apply_transforms(canvas.images, tau), tau
+
+
+def _iterate(run, args) -> list:
+    """Run to the end with a progress bar; the project history (when ``--save-project``)."""
+    from .attention import Stage
+    from .project import RECORDED_STAGES, history_entry
+
+    stage_names = {Stage.SIMILARITY: "invariant similarity", Stage.MEANS: "invariant means",
+                   Stage.ITERATION: "iteration done", Stage.DONE: "done"}
     if args.method == "ka":
-        stage_names["similarity"] = "kernel similarity"
+        stage_names[Stage.SIMILARITY] = "kernel similarity"
+    progress = _Progress(args.quiet)
     history = []
     for snap in run.steps():
         progress(snap.progress, f"iteration {snap.iteration}: {stage_names.get(snap.stage, snap.stage)}")
-        if args.save_project and snap.stage in ("similarity", "iteration", "done"):
-            history.append({"iteration": snap.iteration, "stage": snap.stage, "weights": snap.weights,
-                            "means": snap.means, "distances": snap.distances, "labels": snap.labels})
+        if args.save_project and snap.stage in RECORDED_STAGES:
+            history.append(history_entry(snap))
     progress.close()
-    res = run.result()
+    return history
 
-    out = args.results.open()  # a hidden folder beside --out; moved into place when complete
-    rows = []
-    for i in range(n):
-        t = canvas_to_original(res.image_transforms[i], canvas, i)
-        rows.append({
-            "path": data.paths[i], "cluster": int(res.labels[i]),
-            "theta_deg": f"{t['theta_deg']:.3f}", "tx_px": f"{t['tx_px']:.3f}", "ty_px": f"{t['ty_px']:.3f}",
-            "score": f"{res.scores[i]:.4f}", "label": data.labels[i] if data.labels[i] is not None else "",
-        })
-        if args.group == "e2":
-            rows[-1]["mirrored"] = int(res.mirrored[i])
-    write_assignments(out / "assignments.csv", rows)
+
+def _write_results(out, args, data, canvas, res) -> None:
+    """``assignments.csv``, the weights and distances, the means and the figures into ``out``."""
     import scipy.sparse as sp
 
+    from .report import assignment_rows, save_convergence_png, save_means_png, save_weights_png, write_assignments
+
+    rows = assignment_rows(data.paths, res.labels, true_labels=data.labels, transforms=res.image_transforms,
+                           scores=res.scores, canvas=canvas, mirrored=res.mirrored if args.group == "e2" else None)
+    write_assignments(out / "assignments.csv", rows)
     if sp.issparse(res.weights):  # a pruned run above the dense-view size: the K-neighbour graph
         sp.save_npz(out / "weights.npz", res.weights.tocsr())
         sp.save_npz(out / "distances.npz", sp.csr_matrix(res.input_distances))
@@ -410,8 +449,12 @@ def _run_body(args, client) -> int:
         save_convergence_png(out / "convergence.png", res.history, res.labels)
     np.save(out / "means.npy", res.cluster_means.astype(np.float32))
     save_means_png(out / "means.png", res.cluster_means)
+
+
+def _summary(args, data, canvas, run, res, seconds: float) -> dict:
+    """What ``summary.json`` holds: counts, parameters, timings, the k evidence and, with labels, ARI/NMI."""
     summary = {
-        "n_images": n,
+        "n_images": len(data),
         "n_clusters": int(res.n_clusters),
         "skipped": data.skipped,
         "backend": run.backend.describe(),
@@ -424,7 +467,7 @@ def _run_body(args, client) -> int:
             "transform": list(args.transform) if args.transform else None, "seed": args.seed,
         },
         "timings": {
-            "total_s": round(time.perf_counter() - t_start, 3),
+            "total_s": round(seconds, 3),
             "similarity_s": round(res.timings.get("similarity_s", 0.0), 3),
             "mean_s": round(res.timings.get("mean_s", 0.0), 3),
         },
@@ -438,29 +481,7 @@ def _run_body(args, client) -> int:
             "ari": float(adjusted_rand_score(data.labels, res.labels)),
             "nmi": float(normalized_mutual_info_score(data.labels, res.labels)),
         }
-    write_json(out / "summary.json", summary)
-    if args.save_project:
-        from .clusterbook import ClusterBook
-        from .project import Project, save_project
-
-        proj = Project(
-            paths=list(data.paths), labels=list(data.labels), skipped=list(data.skipped), size=args.size,
-            transforms=tau if args.transform is not None else np.zeros((n, 3)),
-            base=canvas.images, scale=canvas.scale, offset=canvas.offset,
-            parameters=summary["parameters"], clusters=ClusterBook.from_labels(res.labels), history=history,
-            result=_result_arrays(res),
-        )
-        save_project(args.save_project, proj)
-    out = args.results.commit()
-    if not args.quiet:
-        extra = f", ARI {summary['metrics']['ari']:.3f}" if "metrics" in summary else ""
-        print(f"{n} images -> {_k_text(res)}{extra}; results in {printable(out)}",
-              file=sys.stderr)
-    if summary["blank"]:
-        print(f"ia-cluster: {len(summary['blank'])} blank image(s) put in a cluster of their own", file=sys.stderr)
-    for note in res.notes:
-        print(f"ia-cluster: {note}", file=sys.stderr)
-    return 0
+    return summary
 
 
 def _k_text(res) -> str:
@@ -482,47 +503,27 @@ def _k_evidence(res, paths) -> dict:
     return out
 
 
-def _result_arrays(res) -> dict:
-    return {
-        "cluster_means": res.cluster_means, "image_transforms": res.image_transforms, "scores": res.scores,
-        "weights": res.weights, "input_distances": res.input_distances,
-        "final_distances": res.final_distances, "run_labels": res.labels,
-    }
-
-
 def _export_project(args) -> int:
     """``--project P``: write the saved clusters, edits included, to ``--out``."""
     from .clusterbook import UNASSIGNED
-    from .preprocess import Canvas, canvas_to_original
+    from .preprocess import Canvas
     from .project import load_project
-    from .report import write_assignments, write_json
+    from .report import assignment_rows, write_assignments
 
     proj = load_project(args.project)
     book = proj.clusters
     if book is None:
         raise ProjectError(f"{Path(args.project).name}: the project has no clusters yet (run it first)")
     out = args.results.open()
-    run_labels = proj.result.get("run_labels")
-    tr = proj.result.get("image_transforms")
-    scores = proj.result.get("scores")
     side = int(proj.base.shape[1]) if proj.base is not None else proj.size
     canvas = None
     if proj.scale is not None and proj.offset is not None:
         canvas = Canvas(np.zeros((0, side, side), np.float32), proj.scale, proj.offset, [])
-    rows = []
-    for i, path in enumerate(proj.paths):
-        c = book.labels[i]
-        row = {"path": path, "cluster": c if c != UNASSIGNED else "", "theta_deg": "", "tx_px": "", "ty_px": "",
-               "score": "", "label": proj.labels[i] if proj.labels[i] is not None else "",
-               "cluster_name": book.name_of(c)}
-        # the run's alignment still describes the image when the user did not move it
-        unchanged = run_labels is not None and c != UNASSIGNED and int(run_labels[i]) == c
-        if unchanged and tr is not None and canvas is not None:
-            t = canvas_to_original(tr[i], canvas, i)
-            row.update(theta_deg=f"{t['theta_deg']:.3f}", tx_px=f"{t['tx_px']:.3f}", ty_px=f"{t['ty_px']:.3f}")
-            if scores is not None:
-                row["score"] = f"{float(scores[i]):.4f}"
-        rows.append(row)
+    run_labels = proj.result.get("run_labels")
+    # the run's alignment still describes an image the user did not move; without the run's clusters, none does
+    rows = assignment_rows(proj.paths, book.labels, true_labels=proj.labels, names=book.name_of,
+                           run_labels=run_labels, transforms=None if run_labels is None else
+                           proj.result.get("image_transforms"), scores=proj.result.get("scores"), canvas=canvas)
     write_assignments(out / "assignments.csv", rows)
     counts = book.counts()
     summary = {

@@ -40,6 +40,8 @@ __all__ = [
     "eigengap_k",
     "select_k",
     "read_clusters",
+    "labels_at_threshold",
+    "split_labels",
     "silhouette",
     "cluster_labels",
     "relabel_by_appearance",
@@ -282,6 +284,56 @@ def read_clusters(distances: np.ndarray, *, k="auto", scales=SCALES) -> tuple[np
         if best is None or s > best[0]:
             best = (s, labels, m)
     return best[1], KChoice(k, best[2], 1.0, "given", [(k, best[0])])
+
+
+def labels_at_threshold(distances: np.ndarray, *, threshold: float) -> np.ndarray:
+    """Clusters of images joined by chains of distances at most ``threshold``.
+
+    Single linkage (SciPy): two images share a cluster when a path of
+    pairwise distances, each at most ``threshold``, links them.
+
+    Parameters
+    ----------
+    distances : ndarray, shape (n, n)
+        Symmetric, zero diagonal.
+    threshold : float
+
+    Returns
+    -------
+    ndarray of int, shape (n,)
+        Numbered in order of first appearance.
+    """
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
+
+    d = np.asarray(distances, dtype=float)
+    if d.shape[0] < 2:
+        return np.zeros(d.shape[0], dtype=int)
+    z = linkage(squareform(d, checks=False), method="single")
+    return relabel_by_appearance(fcluster(z, t=float(threshold), criterion="distance") - 1)
+
+
+def split_labels(distances: np.ndarray, members, *, k: int) -> np.ndarray:
+    """Split a subset of the images into ``k`` clusters (:func:`read_clusters` on their distances).
+
+    Parameters
+    ----------
+    distances : ndarray, shape (n, n)
+        Distances between all images.
+    members : sequence of int
+        The images to split.
+    k : int
+        Number of parts, ``1 <= k <= len(members)``.
+
+    Returns
+    -------
+    ndarray of int, shape (len(members),)
+        The part of each member, ``0 .. k - 1``.
+    """
+    members = np.asarray(members, dtype=int)
+    sub = np.asarray(distances, dtype=float)[np.ix_(members, members)]
+    labels, _ = read_clusters(sub, k=int(k))
+    return labels
 
 
 def relabel_by_appearance(labels) -> np.ndarray:

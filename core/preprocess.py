@@ -17,7 +17,8 @@ import numpy as np
 
 from . import se2
 
-__all__ = ["Canvas", "preprocess", "content_frame", "content_radius", "canvas_to_original"]
+__all__ = ["Canvas", "preprocess", "unit_norm", "apply_transforms", "content_frame", "content_radius",
+           "canvas_to_original"]
 
 _CONTENT_LEVEL = 0.02  # fraction of an image's maximum that counts as content
 _MARGIN = 2  # pixels kept free around the content disk (Keys kernel support)
@@ -189,23 +190,13 @@ def preprocess(
     -------
     Canvas
     """
-    from skimage.color import gray2rgb, rgb2gray
-
     if size < 8:
         raise ValueError("size must be at least 8 pixels")
     if scale not in ("content", "frame"):
         raise ValueError("scale must be 'content' or 'frame'")
     prepared, frames = [], []
     for i, img in enumerate(images):
-        img = np.asarray(img, dtype=np.float32)
-        if not np.all(np.isfinite(img)):
-            raise ValueError(f"image {i} holds NaN or inf values")
-        if grayscale and img.ndim == 3:
-            img = rgb2gray(img).astype(np.float32)
-        elif not grayscale and img.ndim == 2:
-            img = gray2rgb(img).astype(np.float32)
-        if invert:
-            img = img.max() - img
+        img = _prepare(img, i, grayscale=grayscale, invert=invert)
         frames.append(content_frame(img) if scale == "content" else None)
         if subtract_background:
             img = np.clip(img - _border_level(img), 0.0, None)
@@ -219,6 +210,32 @@ def preprocess(
         radius = max((content_radius(p[0]) for p in placed), default=0.0)
         side = max(size, int(np.ceil(2 * (radius + _MARGIN))))
         side += side % 2  # even sides keep the centre between pixels for even images
+    out, scales, offsets = _compose(placed, [fr is not None for fr in frames], side, grayscale=grayscale)
+    return Canvas(unit_norm(out), scales, offsets, [img.shape[:2] for img in prepared])
+
+
+def _prepare(img, i, *, grayscale, invert):
+    """One raw image as float32, checked finite, gray or colour as asked, inverted if asked."""
+    from skimage.color import gray2rgb, rgb2gray
+
+    img = np.asarray(img, dtype=np.float32)
+    if not np.all(np.isfinite(img)):
+        raise ValueError(f"image {i} holds NaN or inf values")
+    if grayscale and img.ndim == 3:
+        img = rgb2gray(img).astype(np.float32)
+    elif not grayscale and img.ndim == 2:
+        img = gray2rgb(img).astype(np.float32)
+    if invert:
+        img = img.max() - img
+    return img
+
+
+def _compose(placed, in_disk, side, *, grayscale):
+    """Put each placed image on the canvas: ``(images, scales, offsets)``, not yet unit-norm.
+
+    ``placed`` holds ``(image, scale, centre or None, crop origin)`` per image;
+    where ``in_disk`` is true the canvas outside the content disk is cleared.
+    """
     channels = () if grayscale else (3,)
     out = np.zeros((len(placed), side, side) + channels, dtype=np.float32)
     offsets = np.zeros((len(placed), 2))
@@ -235,16 +252,63 @@ def preprocess(
         hh, ww = min(h - src_r, side - dst_r), min(w - src_c, side - dst_c)
         if hh > 0 and ww > 0:
             out[i, dst_r:dst_r + hh, dst_c:dst_c + ww] = img[src_r:src_r + hh, src_c:src_c + ww]
-        if frames[i] is not None:
+        if in_disk[i]:
             out[i] *= disk if out.ndim == 3 else disk[..., None]
         # canvas coordinate of original pixel (0, 0): resize maps pixel centres
         # x_canvas + 0.5 = s (x_orig - crop0 + 0.5) + r0
         offsets[i] = (r0 + s * (0.5 - crop0[0]) - 0.5, c0 + s * (0.5 - crop0[1]) - 0.5)
         scales[i] = s
-        norm = float(np.sqrt((out[i].astype(np.float64) ** 2).sum()))
-        if norm > 0:
-            out[i] /= norm
-    return Canvas(out, scales, offsets, [img.shape[:2] for img in prepared])
+    return out, scales, offsets
+
+
+def unit_norm(images) -> np.ndarray:
+    """Scale each image to unit L2 norm (the norm summed in float64); blank images stay zero.
+
+    Parameters
+    ----------
+    images : array_like, shape (n, H, W[, C])
+
+    Returns
+    -------
+    ndarray, float32, same shape
+        A new array.
+
+    Examples
+    --------
+    >>> unit_norm(np.array([[[3.0, 4.0]], [[0.0, 0.0]]])).tolist()
+    [[[0.6000000238418579, 0.800000011920929]], [[0.0, 0.0]]]
+    """
+    images = np.asarray(images, dtype=np.float32)
+    norm = np.sqrt((images.astype(np.float64) ** 2).reshape(len(images), -1).sum(axis=1))
+    norm = np.where(norm > 0, norm, 1.0).astype(np.float32)
+    return images / norm.reshape((-1,) + (1,) * (images.ndim - 1))
+
+
+def apply_transforms(images, transforms, *, index=None) -> np.ndarray:
+    """Warp each image by its rigid transform, clip negative values and make it unit-norm again.
+
+    What a user's transforms do to the preprocessed images: the warp's
+    interpolation can overshoot below zero (clipped, as the background is
+    zero) and changes the norm slightly (restored).
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, S, S[, C])
+        Unit-norm images on one canvas (:func:`preprocess`).
+    transforms : ndarray, shape (m, 3)
+        ``(theta, tx, ty)`` per output image (canvas px; see :func:`iastudio.core.warp.warp`).
+    index : ndarray of int, shape (m,), optional
+        Output ``k`` warps ``images[index[k]]``; default: image ``k`` (``m == n``).
+
+    Returns
+    -------
+    ndarray, shape (m, S, S[, C]), float32
+    """
+    from .warp import warp
+
+    images = np.asarray(images, dtype=np.float32)
+    index = None if index is None else np.asarray(index, dtype=int)
+    return unit_norm(np.clip(warp(images, np.asarray(transforms, dtype=float), index=index), 0, None))
 
 
 def _resize(img, s):

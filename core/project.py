@@ -42,17 +42,20 @@ import numpy as np
 
 from . import __version__
 from .atomic import atomic_write, remove_stale_temporaries
+from .attention import RESULT_ARRAYS, Stage
 from .clusterbook import UNASSIGNED, ClusterBook
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Project", "ProjectError", "save_project", "load_project",
-           "MAX_IMAGES", "MAX_MANIFEST_BYTES", "MAX_JSON_DEPTH", "MAX_FRAMES", "MAX_SIDE", "inflated_limit"]
+           "RECORDED_STAGES", "HISTORY_ARRAYS", "history_entry", "MAX_IMAGES", "MAX_MANIFEST_BYTES",
+           "MAX_JSON_DEPTH", "MAX_FRAMES", "MAX_SIDE", "inflated_limit"]
 
 FORMAT = "invariant-attention-studio project"
 FORMAT_VERSION = 1
-_RESULT_KEYS = ("cluster_means", "image_transforms", "scores", "weights", "input_distances",
-                "final_distances", "run_labels")
-_FRAME_KEYS = ("weights", "means", "distances", "labels")
-_STAGES = ("similarity", "means", "iteration", "done")
+_RESULT_KEYS = RESULT_ARRAYS  # the stored arrays of a RunResult: RunResult.arrays() / RunResult.from_arrays()
+HISTORY_ARRAYS = ("weights", "means", "distances", "labels")
+"""The arrays of each step of :attr:`Project.history` (see :func:`history_entry`)."""
+_FRAME_KEYS = HISTORY_ARRAYS
+_STAGES = tuple(Stage)
 
 MAX_IMAGES = 100_000
 """Most images a project may declare."""
@@ -108,11 +111,14 @@ class Project:
     clusters : ClusterBook or None
         Clusters and names, edits included.
     history : list of dict
-        Per recorded step: ``iteration``, ``stage`` and arrays ``weights``,
+        Per recorded step: ``iteration``, ``stage`` (a :class:`~iastudio.core.attention.Stage`
+        once loaded) and arrays ``weights``,
         ``means``, ``distances``, ``labels``.
     result : dict of ndarray
-        ``cluster_means``, ``image_transforms``, ``scores``, ``weights``,
-        ``input_distances``, ``final_distances``, ``run_labels`` (any may be absent).
+        :data:`iastudio.core.attention.RESULT_ARRAYS`: ``cluster_means``,
+        ``image_transforms``, ``scores``, ``weights``, ``input_distances``,
+        ``final_distances``, ``run_labels`` (any may be absent), as
+        :meth:`RunResult.arrays` gives them.
     edits : list of str
         What the user did, in order (the undo history's texts).
     """
@@ -141,10 +147,22 @@ class Project:
         return [p for p in self.paths if not str(p).startswith("demo:") and not Path(p).exists()]
 
 
-def _npy_bytes(arr) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, np.asarray(arr), allow_pickle=False)
-    return buf.getvalue()
+RECORDED_STAGES = (Stage.SIMILARITY, Stage.ITERATION, Stage.DONE)
+"""The snapshots a project's run history keeps (enough to replay the run; not every mean step)."""
+
+
+def history_entry(snapshot) -> dict:
+    """One step of :attr:`Project.history` from a :class:`~iastudio.core.attention.Snapshot`.
+
+    Returns
+    -------
+    dict
+        ``iteration``, ``stage`` and the arrays ``weights``, ``means``,
+        ``distances``, ``labels`` (the snapshot's own, not copies).
+    """
+    entry = {"iteration": snapshot.iteration, "stage": Stage(snapshot.stage)}
+    entry.update({key: getattr(snapshot, key) for key in HISTORY_ARRAYS})
+    return entry
 
 
 def _npy_bytes(arr) -> bytes:
@@ -451,7 +469,7 @@ class _Manifest:
             if not isinstance(fr, dict) or not _is_int(fr.get("iteration")) or not 0 <= fr["iteration"] <= 10**6 \
                     or fr.get("stage") not in _STAGES:
                 bad("a run-history frame is malformed")
-            frames.append({"iteration": int(fr["iteration"]), "stage": fr["stage"]})
+            frames.append({"iteration": int(fr["iteration"]), "stage": Stage(fr["stage"])})
         names = m.get("arrays", [])
         if not isinstance(names, list) or not all(isinstance(a, str) for a in names) or len(set(names)) != len(names):
             bad("the list of arrays is malformed")

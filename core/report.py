@@ -7,18 +7,72 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import atomic_write
+from .atomic import atomic_write, atomic_write_text
+from .clusterbook import UNASSIGNED
 from .clustering import grouping_order
 
-__all__ = ["ASSIGNMENT_COLUMNS", "write_assignments", "write_json", "save_means_png",
+__all__ = ["ASSIGNMENT_COLUMNS", "assignment_rows", "write_assignments", "write_json", "save_means_png",
            "save_weights_png", "save_convergence_png", "convergence_curves"]
 
 ASSIGNMENT_COLUMNS = ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label"]
 
 
-def _atomic_write_text(path: Path, text: str, *, errors: str = "strict") -> None:
-    with atomic_write(path, mode="w", encoding="utf-8", errors=errors, newline="") as fh:
-        fh.write(text)
+def assignment_rows(paths, clusters, *, true_labels=None, names=None, run_labels=None, transforms=None,
+                    scores=None, canvas=None, mirrored=None) -> list[dict]:
+    """The rows of ``assignments.csv``: each image's cluster and its alignment onto the cluster mean.
+
+    Parameters
+    ----------
+    paths : sequence of str
+    clusters : sequence of int
+        Cluster of each image; :data:`~iastudio.core.clusterbook.UNASSIGNED`
+        gives an empty ``cluster``.
+    true_labels : sequence of str or None, optional
+        The ``label`` column (None or missing: empty).
+    names : callable, optional
+        ``names(cluster) -> str``; adds a ``cluster_name`` column (e.g.
+        ``ClusterBook.name_of``).
+    run_labels : sequence of int, optional
+        The clusters the run found.  An image whose cluster differs (moved
+        by hand) gets no transform and no score: the run's alignment is onto
+        another cluster's mean.  Default: ``clusters`` are the run's.
+    transforms : ndarray (n, 3), optional
+        The run's per-image transforms (canvas px); with ``canvas`` they
+        fill ``theta_deg``, ``tx_px``, ``ty_px`` in original pixels.
+    scores : ndarray (n,), optional
+        Fills ``score`` where the transform is written.
+    canvas : Canvas, optional
+        Geometry of the working canvas (only ``scale``, ``offset`` and the
+        side are used; see :func:`iastudio.core.preprocess.canvas_to_original`).
+    mirrored : ndarray of bool (n,), optional
+        Adds a ``mirrored`` column (0/1; runs with ``group="e2"``).
+
+    Returns
+    -------
+    list of dict
+        For :func:`write_assignments`.  Numbers are formatted: angles and
+        shifts with 3 decimals, scores with 4.
+    """
+    from .preprocess import canvas_to_original
+
+    rows = []
+    for i, path in enumerate(paths):
+        c = int(clusters[i])
+        lab = None if true_labels is None else true_labels[i]
+        row = {"path": path, "cluster": "" if c == UNASSIGNED else c, "theta_deg": "", "tx_px": "", "ty_px": "",
+               "score": "", "label": "" if lab is None else lab}
+        if names is not None:
+            row["cluster_name"] = names(c)
+        same = c != UNASSIGNED and (run_labels is None or int(run_labels[i]) == c)
+        if same and transforms is not None and canvas is not None:
+            t = canvas_to_original(transforms[i], canvas, i)
+            row.update(theta_deg=f"{t['theta_deg']:.3f}", tx_px=f"{t['tx_px']:.3f}", ty_px=f"{t['ty_px']:.3f}")
+            if scores is not None:
+                row["score"] = f"{float(scores[i]):.4f}"
+        if mirrored is not None:
+            row["mirrored"] = int(mirrored[i])
+        rows.append(row)
+    return rows
 
 
 def write_assignments(path, rows) -> None:
@@ -44,7 +98,7 @@ def write_assignments(path, rows) -> None:
         row = {k: ("" if r.get(k) is None else r.get(k)) for k in cols}
         # the csv module leaves a lone "\r" unquoted when the line ends in "\n": quote that row
         (quoted if any("\r" in str(v) for v in row.values()) else plain).writerow(row)
-    _atomic_write_text(Path(path), buf.getvalue(), errors="surrogateescape")
+    atomic_write_text(Path(path), buf.getvalue(), errors="surrogateescape")
 
 
 def write_json(path, data) -> None:
@@ -69,6 +123,15 @@ def _tile(images, cols=None):
     return grid
 
 
+def _save_figure(plt, fig, path) -> None:
+    """Save ``fig`` as PNG atomically (:mod:`iastudio.core.atomic`) and close it."""
+    try:
+        with atomic_write(Path(path)) as fh:
+            fig.savefig(fh, format="png", dpi=100)
+    finally:
+        plt.close(fig)
+
+
 def _figure():
     import matplotlib
 
@@ -91,8 +154,7 @@ def save_means_png(path, means, names=None) -> None:
             ax.imshow(means[i], cmap="gray" if np.ndim(means[i]) == 2 else None)
             ax.set_title(names[i] if names else f"cluster {i}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save_figure(plt, fig, path)
 
 
 def save_weights_png(path, weights, labels) -> None:
@@ -115,8 +177,7 @@ def save_weights_png(path, weights, labels) -> None:
     ax.set_xlabel("image j")
     ax.set_ylabel("image i")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save_figure(plt, fig, path)
 
 
 def convergence_curves(history, labels) -> dict:
@@ -155,5 +216,4 @@ def save_convergence_png(path, history, labels) -> None:
     ax.set_title("Convergence of the image manifolds")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save_figure(plt, fig, path)

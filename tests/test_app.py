@@ -94,7 +94,7 @@ def test_full_run_panels_match_the_engine(window, qtbot):
     _wait_state(qtbot, window, ("finished", "failed"))
     assert m.state == "finished"
     window.redraw()
-    res = m.final.extra["result"]
+    res = m.final.result
     order = m.final.order
     assert np.allclose(window.weights_view.image_item.image, res.weights[np.ix_(order, order)])
     assert window.means_view.n_tiles == 18
@@ -127,8 +127,8 @@ def test_stop_within_a_second_and_resume_to_the_same_result(window, qtbot):
     window.run_panel.resume_btn.click()
     _wait_state(qtbot, window, ("finished",), timeout=120000)
     direct = AttentionRun(m.working, backend="numpy", **window.run_panel.options()).run()
-    assert np.array_equal(m.final.extra["result"].weights, direct.weights)
-    assert np.array_equal(m.final.extra["result"].labels, direct.labels)
+    assert np.array_equal(m.final.result.weights, direct.weights)
+    assert np.array_equal(m.final.result.labels, direct.labels)
 
 
 def test_errors_reach_a_dialog(window, qtbot, monkeypatch):
@@ -266,7 +266,7 @@ def test_heatmap_hover_names_the_pair(window, qtbot):
     window.weights_view._hover(Ev(2.5, 1.5))  # row 1, column 2 of the grouped matrix
     i, j = int(order[1]), int(order[2])
     text = window.weights_view.hover.text()
-    w = m.final.extra["result"].weights
+    w = m.final.result.weights
     assert f"i = {i} ({i:03d})" in text and f"j = {j} ({j:03d})" in text and f"{w[i, j]:.4f}" in text
 
 
@@ -310,7 +310,7 @@ def test_k_evidence_and_blank_images_shown_after_a_run(window, qtbot, tmp_path):
     window.run_panel.start_btn.click()
     _wait_state(qtbot, window, ("finished",))
     text = window.clusters_panel.evidence.text()
-    res = m.final.extra["result"]
+    res = m.final.result
     assert res.n_clusters == 3 and f"Run: {res.k_choice.describe(3)}" in text
     assert "1 blank image in a cluster of its own: empty-scan.png" in text
     window.clusters_panel.grab().save(str(tmp_path / "clusters_panel.png"))

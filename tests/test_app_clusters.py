@@ -49,7 +49,7 @@ def win(qapp, home):
 def fresh(win):
     """The window with the run's clusters and an empty undo history."""
     m = win.model
-    m.book = ClusterBook.from_labels(m.final.extra["result"].labels)
+    m.book = ClusterBook.from_labels(m.final.result.labels)
     m.undo_stack.clear()
     m.edits = []
     m.clustersChanged.emit()
@@ -113,7 +113,7 @@ def test_every_edit_kind_undoes_and_redoes(fresh, qapp):
 def test_rereading_is_instant_and_exact(fresh):
     m = fresh.model
     fresh.clusters_panel.k.setValue(3)
-    assert m.book.array().tolist() == m.final.extra["result"].labels.tolist() or len(m.book.cluster_ids()) == 3
+    assert m.book.array().tolist() == m.final.result.labels.tolist() or len(m.book.cluster_ids()) == 3
     fresh.clusters_panel.threshold.setValue(1.9)  # everything within 1.9: one cluster
     assert len(m.book.cluster_ids()) == 1
 
@@ -328,7 +328,7 @@ def test_split_by_re_running_ia_on_a_cluster(fresh, qapp):
     assert len(m.book.cluster_ids()) == 3
     from sklearn.metrics import adjusted_rand_score
 
-    assert adjusted_rand_score(m.final.extra["result"].labels, m.book.labels) == 1.0  # the shapes, apart again
+    assert adjusted_rand_score(m.final.result.labels, m.book.labels) == 1.0  # the shapes, apart again
     assert m.undo_stack.undoText().startswith("Split Cluster 1 by re-running")
     w.undo_action.trigger()
     assert m.book == merged

@@ -41,7 +41,7 @@ def test_shapes_block_diagonal_and_ari_one(shapes_run):
     assert stages[0] == "similarity" and stages[-1] == "done" and "means" in stages
     prog = [x.progress for x in snaps]
     assert prog == sorted(prog) and prog[-1] == 1.0
-    assert snaps[-1].means.shape == run._inputs.shape and snaps[-1].means.dtype == np.float32
+    assert snaps[-1].means.shape == run.inputs.shape and snaps[-1].means.dtype == np.float32
 
 
 def test_mean_objective_never_increases(shapes):

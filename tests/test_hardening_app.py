@@ -100,12 +100,12 @@ def test_malicious_projects_never_change_the_session(win, qapp, tmp_path):
 
 def test_failure_while_rebuilding_the_run_is_a_dialog_not_a_half_load(win, qapp, tmp_path, monkeypatch):
     path = save_project(tmp_path / "other.iaproj", good_project(n=6, side=10, frames=3, seed=9))
-    import iastudio.app.worker
+    import iastudio.core.frames
 
     def broken(*a, **k):
         raise np.linalg.LinAlgError("Eigenvalues did not converge")
 
-    monkeypatch.setattr(iastudio.app.worker, "classical_mds", broken)
+    monkeypatch.setattr(iastudio.core.frames, "classical_mds", broken)
     _refused(win, path, qapp, "Eigenvalues did not converge")
     monkeypatch.undo()
     before = win.model.project_path

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from iastudio.core.preprocess import canvas_to_original, content_radius, preprocess
+from iastudio.core.preprocess import apply_transforms, canvas_to_original, content_radius, preprocess, unit_norm
 from iastudio.core.warp import warp
 
 
@@ -118,3 +118,27 @@ def test_large_files_find_their_object_on_a_reduced_copy():
     assert rb == pytest.approx(rs * 10, rel=0.02)
     c = preprocess([big, small], size=40)
     assert c.scale[0] == pytest.approx(c.scale[1] / 10, rel=0.02)  # the same object gets the same size
+
+
+def test_unit_norm_known_answer():
+    x = np.array([[[3.0, 4.0]], [[0.0, 0.0]], [[0.0, -2.0]]])
+    out = unit_norm(x)
+    assert out.dtype == np.float32 and out.shape == x.shape
+    assert_allclose(out, [[[0.6, 0.8]], [[0.0, 0.0]], [[0.0, -1.0]]], rtol=1e-7)
+    rgb = np.ones((2, 2, 2, 3))
+    assert_allclose(np.sqrt((unit_norm(rgb) ** 2).reshape(2, -1).sum(1)), 1.0, rtol=1e-6)
+    assert x[0, 0, 0] == 3.0  # the input is not changed
+
+
+def test_apply_transforms_rotates_clips_and_renormalises():
+    img = np.zeros((16, 16), np.float32)
+    img[4:12, 7:9] = 1.0  # a bar along the rows
+    base = unit_norm(np.stack([img, img.T]))
+    quarter = np.array([[np.pi / 2, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    out = apply_transforms(base, quarter)
+    assert out.min() >= 0 and out.dtype == np.float32
+    assert_allclose(np.sqrt((out.astype(float) ** 2).reshape(2, -1).sum(1)), 1.0, rtol=1e-6)
+    assert_allclose(out[1], base[1], atol=1e-6)  # the identity keeps the image
+    assert_allclose(out[0], base[1], atol=1e-5)  # a quarter turn of the bar is the transposed bar
+    one = apply_transforms(base, quarter[:1], index=[0])
+    assert_allclose(one[0], out[0])

@@ -6,10 +6,12 @@ from iastudio.core.clustering import (
     cluster_labels,
     eigengap_k,
     grouping_order,
+    labels_at_threshold,
     local_scaling_affinity,
     read_clusters,
     relabel_by_appearance,
     select_k,
+    split_labels,
 )
 from iastudio.core.weights import attention_weights, auto_beta, column_normalize, local_bandwidth, rbf_similarity
 
@@ -149,3 +151,23 @@ def test_read_clusters_with_k_given():
     assert (read_clusters(d, k=1)[0] == 0).all() and len(set(read_clusters(d, k=12)[0])) == 12
     with pytest.raises(ValueError):
         read_clusters(d, k=13)
+
+
+def test_labels_at_threshold_single_linkage_known_answer():
+    x = np.array([0.0, 1.0, 2.0, 10.0, 10.5, 30.0])  # points on a line: chains 0-1-2, 3-4, and 5 alone
+    d = np.abs(x[:, None] - x[None])
+    assert labels_at_threshold(d, threshold=1.0).tolist() == [0, 0, 0, 1, 1, 2]
+    assert labels_at_threshold(d, threshold=0.9).tolist() == [0, 1, 2, 3, 3, 4]
+    assert labels_at_threshold(d, threshold=8.0).tolist() == [0, 0, 0, 0, 0, 1]  # chained through 2 -> 10
+    assert labels_at_threshold(d, threshold=25.0).tolist() == [0] * 6
+    order = [5, 3, 0, 4, 1, 2]  # numbered by first appearance whatever the order
+    assert labels_at_threshold(d[np.ix_(order, order)], threshold=1.0).tolist() == [0, 1, 2, 1, 2, 2]
+
+
+def test_split_labels_splits_only_the_members():
+    d, lab = _points(np.eye(6)[:3] * 5, [4, 4, 4], spread=0.2)
+    members = np.flatnonzero(lab != 2)  # two of the three groups
+    parts = split_labels(d, members, k=2)
+    assert parts.shape == members.shape and sorted(set(parts)) == [0, 1]
+    assert relabel_by_appearance(lab[members]).tolist() == parts.tolist()
+    assert (split_labels(d, members, k=1) == 0).all()

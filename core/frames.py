@@ -1,0 +1,260 @@
+"""What a run's views draw: :class:`Frame`, built from snapshots or from a saved project.
+
+A :class:`Frame` is a :class:`~iastudio.core.attention.Snapshot` plus what is
+derived from it for display: the image order grouping the clusters, a 2-D
+map of the manifold distances (:func:`~iastudio.core.embedding.classical_mds`,
+turned onto the previous frame's map) and the convergence curves of every
+distance matrix so far.  The frame of a finished run also holds the
+:class:`~iastudio.core.attention.RunResult`, the cluster means and the plain
+(kernel-attention style) averages of each cluster.
+
+:class:`FrameBuilder` keeps what consecutive frames share (the distance
+history and the last map); a live run and a restored project use the same
+builder, so they draw the same frames.  Everything here is host NumPy and
+Qt-free: an application builds frames off its GUI thread.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .attention import AttentionRun, RunResult, Snapshot, Stage
+from .embedding import classical_mds
+from .report import convergence_curves
+
+__all__ = ["Frame", "FrameBuilder", "plain_means", "frames_from_project"]
+
+
+@dataclass
+class Frame:
+    """A snapshot and what is derived from it for display.
+
+    Attributes
+    ----------
+    snapshot : Snapshot
+    order : ndarray (n,)
+        Image order grouping the snapshot's clusters (stable).
+    mds : ndarray (n, 2)
+        Manifold map of the snapshot's distances, aligned to the previous frame's.
+    curves : dict
+        Within-cluster max, between-cluster min and median distance per
+        distance computation (:func:`~iastudio.core.report.convergence_curves`).
+    cluster_means : ndarray (k, H, W[, C]) or None
+        The invariant cluster means (finished runs).
+    plain_means : ndarray (k, H, W[, C]) or None
+        Plain averages of each cluster's images, what kernel attention would show.
+    ka_labels : ndarray (n,) or None
+        Kernel attention's own clusters of the same images (finished IA runs).
+    elapsed : float
+        Seconds since the run (or its resumption) started.
+    result : RunResult or None
+        The finished run's result (the last frame of a finished run).
+    """
+
+    snapshot: Snapshot
+    order: np.ndarray
+    mds: np.ndarray
+    curves: dict
+    cluster_means: np.ndarray | None = None
+    plain_means: np.ndarray | None = None
+    ka_labels: np.ndarray | None = None
+    elapsed: float = 0.0
+    result: RunResult | None = None
+
+    @property
+    def extra(self) -> dict:
+        """Deprecated: ``{"result": result}`` (or ``{}``); read :attr:`result` instead."""
+        return {} if self.result is None else {"result": self.result}
+
+
+def plain_means(images: np.ndarray, labels: np.ndarray, *, n_clusters: int | None = None) -> np.ndarray:
+    """Plain average of each cluster's images (no alignment).
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W[, C])
+    labels : ndarray of int, shape (n,)
+        Cluster of each image, ``0 .. n_clusters - 1``.
+    n_clusters : int, optional
+        Default ``max(labels) + 1``.
+
+    Returns
+    -------
+    ndarray, shape (n_clusters, H, W[, C]), float32
+        Row ``c`` is the mean of the images labelled ``c``; zeros for a
+        cluster without images.
+    """
+    images = np.asarray(images)
+    labels = np.asarray(labels, dtype=int)
+    k = int(labels.max()) + 1 if n_clusters is None else int(n_clusters)
+    out = np.zeros((k,) + images.shape[1:], dtype=np.float32)
+    for c in range(k):
+        if (labels == c).any():
+            out[c] = images[labels == c].mean(axis=0)
+    return out
+
+
+def _ka_labels(run: AttentionRun) -> np.ndarray | None:
+    """Kernel attention's clusters of an IA run's inputs (same beta, iterations, clusters); None for KA."""
+    s = run.settings
+    if s.method != "ia":
+        return None
+    ka = AttentionRun(run.inputs, backend="numpy", method="ka", beta=s.beta, iterations=s.iterations,
+                      clusters=s.clusters)
+    return ka.run().labels
+
+
+class FrameBuilder:
+    """Builds the :class:`Frame` of each snapshot of one run, in order.
+
+    It keeps the distance matrices of the run's distance computations (the
+    ``similarity`` and ``done`` snapshots) for the convergence curves, and the
+    last map, so each map is turned onto the one before.
+
+    Examples
+    --------
+    >>> builder = FrameBuilder()                           # doctest: +SKIP
+    >>> last = None
+    >>> for snap in run.steps():                           # doctest: +SKIP
+    ...     last = snap
+    ...     draw(builder.frame(snap))
+    >>> final = builder.final(run, last)                   # doctest: +SKIP
+    """
+
+    def __init__(self):
+        self.history: list[np.ndarray] = []
+        self.mds: np.ndarray | None = None
+
+    def reset(self) -> None:
+        """Forget the history and the map (a new run starts)."""
+        self.history, self.mds = [], None
+
+    def frame(self, snapshot: Snapshot, *, elapsed: float = 0.0) -> Frame:
+        """The frame of the next snapshot of the run.
+
+        Parameters
+        ----------
+        snapshot : Snapshot
+        elapsed : float
+            Seconds since the run started, kept in the frame.
+
+        Returns
+        -------
+        Frame
+            Without the final read-out (see :meth:`final`).
+        """
+        if snapshot.stage in (Stage.SIMILARITY, Stage.DONE):  # each is a new d(S_i, S_j)
+            self.history.append(snapshot.distances)
+        self.mds = classical_mds(snapshot.distances, previous=self.mds)
+        return Frame(snapshot=snapshot, order=np.argsort(snapshot.labels, kind="stable"), mds=self.mds.copy(),
+                     curves=convergence_curves(self.history, snapshot.labels), elapsed=elapsed)
+
+    def final(self, run: AttentionRun, last: Snapshot | None, *, elapsed: float = 0.0) -> Frame:
+        """The frame of a finished run: its last snapshot with the result and the cluster means.
+
+        Parameters
+        ----------
+        run : AttentionRun
+            Finished.
+        last : Snapshot or None
+            The last snapshot :meth:`frame` was given (None when none was, e.g.
+            a resumed run that had nothing left to do).
+        elapsed : float
+
+        Returns
+        -------
+        Frame
+            With :attr:`Frame.result`, the invariant cluster means, the plain
+            average of each cluster and, for an IA run, kernel attention's
+            clusters of the same inputs (a KA run on the CPU).
+        """
+        res = run.result()
+        if last is None or self.mds is None:
+            fr = self.frame(last if last is not None else run.snapshot(Stage.DONE))
+        else:
+            fr = Frame(snapshot=last, order=np.argsort(res.labels, kind="stable"), mds=self.mds.copy(),
+                       curves=convergence_curves(self.history, res.labels))
+        fr.cluster_means = res.cluster_means
+        fr.plain_means = plain_means(run.inputs, res.labels, n_clusters=res.n_clusters)
+        fr.ka_labels = _ka_labels(run)
+        fr.elapsed = elapsed
+        fr.result = res
+        return fr
+
+
+def _check_history(history, working) -> None:
+    from .project import HISTORY_ARRAYS, ProjectError
+
+    for h in history:
+        if any(h.get(k) is None for k in HISTORY_ARRAYS):
+            raise ProjectError("the saved run is incomplete (a step lacks its weights, means, distances "
+                               "or clusters)")
+        if h["means"].shape[1:] != working.shape[1:]:
+            raise ProjectError("the saved run does not match the images (different working size)")
+
+
+def _saved_result(project, working, beta) -> RunResult | None:
+    """The saved result, checked against the images; None when the project holds no complete one."""
+    from .attention import RESULT_ARRAYS
+    from .project import ProjectError
+
+    r = project.result
+    if any(r.get(k) is None for k in RESULT_ARRAYS):
+        return None
+    history = project.history
+    res = RunResult.from_arrays(
+        r, features=history[-1]["means"], iterations=int(history[-1]["iteration"]), beta=beta,
+        history=[h["distances"] for h in history if h["stage"] in (Stage.SIMILARITY, Stage.DONE)])
+    k = res.n_clusters
+    means = res.cluster_means
+    if k > working.shape[0] or means.shape[0] != k or means.shape[1:] != working.shape[1:]:
+        raise ProjectError("the saved result does not match the images")
+    return res
+
+
+def frames_from_project(project, working: np.ndarray) -> tuple[list[Frame], Frame | None]:
+    """The frames of a saved run, checked against the images; changes nothing.
+
+    Parameters
+    ----------
+    project : Project
+        As :func:`iastudio.core.project.load_project` gives it.
+    working : ndarray, shape (n, H, W[, C])
+        The images the run was made on (the project's images with its
+        transforms applied).
+
+    Returns
+    -------
+    frames : list of Frame
+        One per saved step, built as during the run (:class:`FrameBuilder`).
+    final : Frame or None
+        The last frame, with the result and the cluster means, when the
+        project holds a complete result; otherwise None.  Kernel attention's
+        clusters are not recomputed (``ka_labels`` is None).
+
+    Raises
+    ------
+    ProjectError
+        When the saved run is incomplete or does not match the images.
+    """
+    if not project.history:
+        return [], None
+    beta = project.parameters.get("beta_used")
+    beta = float("nan") if beta is None else float(beta)
+    _check_history(project.history, working)
+    res = _saved_result(project, working, beta)
+    builder = FrameBuilder()
+    frames = []
+    for h in project.history:
+        snap = Snapshot(iteration=h["iteration"], stage=Stage(h["stage"]), step=0, n_steps=0,
+                        weights=h["weights"], means=h["means"], distances=h["distances"], transforms=None,
+                        labels=h["labels"], objective=[], timings={}, progress=1.0, beta=beta)
+        frames.append(builder.frame(snap))
+    if res is None:
+        return frames, None
+    final = frames[-1]
+    final.result = res
+    final.cluster_means = res.cluster_means
+    final.plain_means = plain_means(working, res.labels, n_clusters=res.n_clusters)
+    return frames, final

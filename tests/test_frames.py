@@ -1,0 +1,145 @@
+"""Frames: one builder for a live run and a restored project; the final read-out; the project checks."""
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+
+from iastudio.core.attention import AttentionRun, Stage
+from iastudio.core.demos import load_demo
+from iastudio.core.embedding import classical_mds
+from iastudio.core.frames import Frame, FrameBuilder, frames_from_project, plain_means
+from iastudio.core.preprocess import preprocess
+from iastudio.core.project import (
+    RECORDED_STAGES,
+    Project,
+    ProjectError,
+    history_entry,
+    load_project,
+    save_project,
+)
+from iastudio.core.report import convergence_curves
+
+
+@pytest.fixture(scope="module")
+def live():
+    """A finished IA run on 9 demo shapes, with every frame the builder made."""
+    demo = load_demo("shapes")
+    images = preprocess(demo.images[:9], size=20).images
+    run = AttentionRun(images, backend="numpy", iterations=2, mean_steps=2, snapshot_every=1)
+    builder = FrameBuilder()
+    frames, last = [], None
+    for snap in run.steps():
+        last = snap
+        frames.append(builder.frame(snap, elapsed=1.5))
+    final = builder.final(run, last, elapsed=2.5)
+    return run, frames, final
+
+
+def _pairwise(points):
+    return np.linalg.norm(points[:, None] - points[None], axis=-1)
+
+
+def test_plain_means_known_answer():
+    imgs = np.arange(4 * 2 * 2, dtype=np.float32).reshape(4, 2, 2)
+    out = plain_means(imgs, np.array([1, 0, 1, 1]), n_clusters=3)
+    assert out.shape == (3, 2, 2) and out.dtype == np.float32
+    assert_allclose(out[0], imgs[1])
+    assert_allclose(out[1], (imgs[0] + imgs[2] + imgs[3]) / 3)
+    assert_allclose(out[2], 0.0)  # a cluster without images
+    assert plain_means(imgs, np.array([0, 0, 2, 2])).shape[0] == 3
+
+
+def test_frames_follow_the_snapshots(live):
+    run, frames, _ = live
+    res = run.result()
+    sims = [f for f in frames if f.snapshot.stage in (Stage.SIMILARITY, Stage.DONE)]
+    # one curve point per distance computation so far, the last frame's over the whole history
+    assert len(frames[-1].curves["median"]) == len(sims) == len(res.history)
+    assert frames[-1].curves == convergence_curves(res.history, frames[-1].snapshot.labels)
+    for f in frames:
+        assert_array_equal(f.order, np.argsort(f.snapshot.labels, kind="stable"))
+        assert f.elapsed == 1.5 and f.result is None
+        # the map reproduces the manifold distances as well as a planar map can: its own MDS, up to rotation
+        assert_allclose(_pairwise(f.mds), _pairwise(classical_mds(f.snapshot.distances)), atol=1e-6)
+    # each map is turned onto the one before: no farther from it than the unaligned map
+    for before, after in zip(frames, frames[1:]):
+        plain = classical_mds(after.snapshot.distances)
+        assert np.linalg.norm(after.mds - before.mds) <= np.linalg.norm(plain - before.mds) + 1e-9
+
+
+def test_final_frame_holds_the_read_out(live):
+    run, frames, final = live
+    res = run.result()
+    assert final.result is res and final.snapshot is frames[-1].snapshot
+    assert final.elapsed == 2.5
+    assert_array_equal(final.cluster_means, res.cluster_means)
+    for c in range(res.n_clusters):
+        assert_allclose(final.plain_means[c], run.inputs[res.labels == c].mean(axis=0), rtol=1e-6, atol=1e-7)
+    ka = AttentionRun(run.inputs, backend="numpy", method="ka", beta=run.settings.beta,
+                      iterations=run.settings.iterations, clusters=run.settings.clusters).run()
+    assert_array_equal(final.ka_labels, ka.labels)
+    assert_array_equal(final.mds, frames[-1].mds)
+    assert final.extra == {"result": res}  # the deprecated view, for callers not yet reading .result
+
+
+def test_final_without_a_last_snapshot_builds_the_done_frame(live):
+    run, _, _ = live
+    final = FrameBuilder().final(run, None)
+    assert final.snapshot.stage is Stage.DONE and final.result is run.result()
+    assert len(final.curves["median"]) == 1  # a fresh builder: only the final distances
+
+
+def _saved(live, tmp_path):
+    run, frames, _ = live
+    res = run.result()
+    history = [history_entry(f.snapshot) for f in frames if f.snapshot.stage in RECORDED_STAGES]
+    n = run.inputs.shape[0]
+    proj = Project(paths=[f"demo:shapes/{i:03d}" for i in range(n)], labels=[None] * n, size=20,
+                   base=run.inputs, parameters={"beta_used": float(res.beta)}, history=history,
+                   result=res.arrays())
+    return load_project(save_project(tmp_path / "run.iaproj", proj))
+
+
+def test_project_restores_the_same_frames(live, tmp_path):
+    run, frames, final = live
+    proj = _saved(live, tmp_path)
+    restored, rfinal = frames_from_project(proj, run.inputs)
+    recorded = [f for f in frames if f.snapshot.stage in RECORDED_STAGES]
+    assert [f.snapshot.stage for f in restored] == [f.snapshot.stage for f in recorded]
+    for a, b in zip(restored, recorded):
+        assert isinstance(a, Frame)
+        assert_array_equal(a.snapshot.weights, b.snapshot.weights)
+        assert_array_equal(a.order, b.order)
+        assert a.curves == b.curves
+        assert_allclose(_pairwise(a.mds), _pairwise(b.mds), atol=1e-6)  # the same map, possibly turned
+    assert rfinal is restored[-1]
+    res = run.result()
+    for key, arr in res.arrays().items():
+        assert_array_equal(rfinal.result.arrays()[key], arr)
+    assert rfinal.result.n_clusters == res.n_clusters and rfinal.result.beta == pytest.approx(res.beta)
+    assert len(rfinal.result.history) == len(res.history)
+    assert_allclose(rfinal.plain_means, final.plain_means)
+    assert rfinal.ka_labels is None
+
+
+def test_project_without_a_complete_result_has_no_final(live, tmp_path):
+    run, _, _ = live
+    proj = _saved(live, tmp_path)
+    proj.result.pop("scores")
+    frames, final = frames_from_project(proj, run.inputs)
+    assert final is None and frames and frames[-1].result is None
+    proj.history = []
+    assert frames_from_project(proj, run.inputs) == ([], None)
+
+
+def test_project_that_does_not_fit_the_images_is_refused(live, tmp_path):
+    run, _, _ = live
+    proj = _saved(live, tmp_path)
+    with pytest.raises(ProjectError, match="different working size"):
+        frames_from_project(proj, run.inputs[:, :-2, :-2])
+    proj.history[0]["weights"] = None
+    with pytest.raises(ProjectError, match="a step lacks its weights"):
+        frames_from_project(proj, run.inputs)
+    proj = _saved(live, tmp_path)
+    proj.result["cluster_means"] = proj.result["cluster_means"][:, :-1]
+    with pytest.raises(ProjectError, match="the saved result does not match the images"):
+        frames_from_project(proj, run.inputs)
