@@ -35,8 +35,8 @@ from .demos import load_demo
 from .filenames import display_name, printable
 from .frames import Frame, FrameBuilder, frames_from_project
 from .imageset import ImageSet, NoUsableImagesError, load_images
-from .preprocess import Canvas, preprocess, transformed_images
-from .project import Project, ProjectError, load_project, save_project
+from .preprocess import Canvas, apply_transforms, preprocess
+from .project import RECORDED_STAGES, Project, ProjectError, history_entry, load_project, save_project
 
 log = logging.getLogger(__name__)
 
@@ -323,10 +323,10 @@ class Session:
         if not self.n or not self.transforms.any():
             self.working = self.base  # the originals, exactly
         elif only is None:
-            self.working = transformed_images(self.base, self.transforms)
+            self.working = apply_transforms(self.base, self.transforms)
         else:
             w = self.working.copy()
-            w[only] = transformed_images(self.base[only][None], self.transforms[only][None])[0]
+            w[only] = apply_transforms(self.base[only][None], self.transforms[only][None])[0]
             self.working = w
         self._emit("transforms")
         self._mark_dirty()
@@ -524,7 +524,7 @@ class Session:
     def on_frame(self, frame: Frame) -> None:
         """A frame of the running run (the driver calls this on the session's thread)."""
         self.latest = frame
-        if frame.snapshot.stage in ("similarity", "iteration", "done"):
+        if frame.snapshot.stage in RECORDED_STAGES:
             self.frames.append(frame)
         self._emit("frame", frame)
 
@@ -595,14 +595,14 @@ class Session:
     # ------------------------------------------------------------------ inspect
     def inspect(self, i: int, j: int) -> dict | None:
         """Align image i onto image j: transform, distance, cosine score and the images (also an event)."""
-        from .similarity import align_onto
+        from .alignment import inspect_pair
 
         if not (0 <= i < self.n and 0 <= j < self.n):
             return None
         opts = {}
         if self.run is not None:
             opts = dict(angle_step=self.run.settings.angle_step, rotation_range=self.run.settings.rotation_range)
-        info = align_onto(self.working[i], self.working[j], **opts)
+        info = inspect_pair(self.working[i], self.working[j], **opts)
         info.update(i=i, j=j, name_i=self.data.paths[i], name_j=self.data.paths[j])
         self._emit("inspect", info)
         return info
@@ -622,7 +622,7 @@ class Session:
             size=self.size, transforms=self.transforms.copy(), base=self.base,
             scale=None if self.canvas is None else self.canvas.scale,
             offset=None if self.canvas is None else self.canvas.offset,
-            parameters=params, clusters=self.book, history=[f.history_entry() for f in self.frames],
+            parameters=params, clusters=self.book, history=[history_entry(f.snapshot) for f in self.frames],
             result={} if res is None else res.arrays(), edits=list(self.edits),
         )
 
@@ -712,7 +712,7 @@ def _state_from_project(proj: Project, path) -> dict:
         data = ImageSet(list(base), list(proj.paths), list(proj.labels), list(proj.skipped))
     base = canvas.images
     transforms = np.array(proj.transforms, dtype=float)
-    working = base if not transforms.any() else transformed_images(base, transforms)
+    working = base if not transforms.any() else apply_transforms(base, transforms)
     frames, final = frames_from_project(proj, working)
     if proj.clusters is not None and proj.clusters.n != n:
         raise ProjectError(f"{path}: the clusters do not match the images")
