@@ -1,0 +1,145 @@
+"""The Qt-free session: state changes, undo/redo, frozen inputs, projects (no Qt imported here)."""
+import sys
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from iastudio.core.attention import RunState
+from iastudio.core.session import EditHistory, Session
+
+RUN = dict(iterations=1, mean_steps=2, clusters=3)
+
+
+@pytest.fixture(scope="module")
+def finished_project(tmp_path_factory):
+    """A finished run on the shapes demo, saved once for the tests that reopen it."""
+    s = Session(size=24)
+    s.load_demo("shapes")
+    res = s.run_here(**RUN)
+    path = tmp_path_factory.mktemp("session") / "shapes.iaproj"
+    s.save_project(path)
+    return s, res, path
+
+
+def _events(session):
+    seen = []
+    for name in ("images", "transforms", "clusters", "history", "state", "message", "frame", "finished"):
+        session.events.connect(name, lambda *a, _n=name: seen.append((_n, a)))
+    return seen
+
+
+def test_session_imports_no_qt():
+    assert not any(m.split(".")[0] in ("PySide6", "superqt", "pyqtgraph") for m in sys.modules)
+
+
+def test_loading_a_demo_sets_the_images_and_says_so():
+    s = Session(size=24)
+    seen = _events(s)
+    assert s.load_demo("shapes")
+    assert s.n == 18 and s.working.shape == (18, 24, 24)
+    names = [n for n, _ in seen]
+    assert "images" in names and "transforms" in names
+    assert any(n == "message" and "shapes" in a[0] for n, a in seen)
+
+
+def test_a_finished_run_gives_clusters_frames_and_a_result(finished_project):
+    s, res, _ = finished_project
+    assert s.state == RunState.FINISHED
+    assert res is not None and s.book is not None
+    assert_allclose(s.book.labels, res.labels)
+    assert len(s.frames) >= 2 and s.final is s.frames[-1]
+
+
+def test_edit_history_undo_and_redo():
+    h = EditHistory()
+    assert not h.can_undo and h.undo() is None
+    from iastudio.core.clusterbook import ClusterBook
+    from iastudio.core.session import Edit
+
+    a, b, c = (ClusterBook.from_labels(x) for x in ([0, 0, 1], [0, 1, 1], [0, 0, 0]))
+    h.push(Edit("one", a, b))
+    h.push(Edit("two", b, c))
+    assert h.undo_text == "two" and h.undo().before == b
+    assert h.redo_text == "two" and h.can_redo
+    h.push(Edit("three", b, a))  # a new edit drops what could be redone
+    assert not h.can_redo and h.undo_text == "three"
+
+
+def test_cluster_edits_are_undoable_and_named(finished_project):
+    s, res, path = finished_project
+    s2 = Session()
+    s2.open_project(path)
+    before = s2.book
+    first = int(s2.book.members(0)[0])
+    assert s2.move_images([first], 1)
+    assert s2.book.labels[first] == 1 and s2.edits == [f"Move 1 image to {before.name_of(1)}"]
+    assert s2.dirty
+    assert s2.undo()
+    assert s2.book == before and s2.edits == []
+    assert s2.redo()
+    assert s2.book.labels[first] == 1
+
+
+def test_inputs_are_frozen_while_a_run_works_and_a_changed_input_discards_the_run():
+    s = Session(size=24)
+    s.load_demo("shapes")
+    run = s.start(backend="numpy", **RUN)
+    assert run is not None and s.state == RunState.RUNNING
+    messages = []
+    s.events.connect("message", messages.append)
+    assert not s.set_size(32) and s.size == 24
+    assert not s.apply_random_transforms(rotation_deg=90, shift_percent=5, seed=1)
+    assert "Stop the run" in messages[-1]
+    s.stop()
+    s.on_stopped()
+    assert s.can_resume()
+    assert "stopped run" in s.work_at_risk()
+    assert s.apply_random_transforms(rotation_deg=90, shift_percent=5, seed=1)  # M2: the old run must go
+    assert s.run is None and not s.can_resume() and s.resume() is None
+    assert s.state == RunState.IDLE and s.work_at_risk() == ""
+
+
+def test_work_at_risk_names_the_result_and_the_edits(finished_project):
+    _, _, path = finished_project
+    s = Session()
+    s.open_project(path)
+    assert s.work_at_risk() == "the result of the last run"
+    s.merge_clusters([0, 1])
+    assert s.work_at_risk() == "the result of the last run and 1 cluster edit"
+
+
+def test_project_round_trip_restores_the_run(finished_project):
+    s, res, path = finished_project
+    s2 = Session()
+    proj = s2.open_project(path)
+    assert proj.n == s.n and s2.project_path == str(path) and not s2.dirty
+    assert len(s2.frames) == len(s.frames)
+    assert_allclose(s2.result.labels, res.labels)
+    assert_allclose(s2.final.snapshot.weights, s.final.snapshot.weights, atol=1e-6)
+    assert s2.elapsed == pytest.approx(s.elapsed)
+    assert s2.state == RunState.FINISHED
+
+
+def test_reread_by_threshold_and_by_k(finished_project):
+    _, res, path = finished_project
+    s = Session()
+    s.open_project(path)
+    d = np.asarray(res.final_distances)
+    assert s.reread(threshold=float(d.max()) + 1)  # above every distance: one cluster
+    assert len(s.book.cluster_ids()) == 1
+    assert s.reread(k=3)
+    assert len(s.book.cluster_ids()) == 3
+    assert s.undo() and len(s.book.cluster_ids()) == 1
+
+
+def test_split_cluster_into_two(finished_project):
+    _, _, path = finished_project
+    s = Session()
+    s.open_project(path)
+    s.merge_clusters([0, 1])
+    merged = s.book.cluster_ids()[0]
+    n_before = len(s.book.cluster_ids())
+    assert s.split_cluster(merged, 2)
+    assert len(s.book.cluster_ids()) == n_before + 1
+    assert not s.split_cluster(s.book.cluster_ids()[0], 999)
