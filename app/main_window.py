@@ -189,12 +189,11 @@ class MainWindow(QMainWindow):
         f.addSeparator()
         self._action(f, "Quit", self.close, QKeySequence.StandardKey.Quit)
         e = bar.addMenu("&Edit")
-        self.undo_action = m.undo_stack.createUndoAction(self, "Undo")
-        self.undo_action.setShortcut(QKeySequence("Ctrl+Z"))
-        self.redo_action = m.undo_stack.createRedoAction(self, "Redo")
+        self.undo_action = self._action(e, "Undo", m.undo, "Ctrl+Z")
+        self.redo_action = self._action(e, "Redo", m.redo, "Ctrl+Shift+Z")
         self.redo_action.setShortcuts([QKeySequence("Ctrl+Shift+Z"), QKeySequence("Ctrl+Y")])
-        e.addAction(self.undo_action)
-        e.addAction(self.redo_action)
+        m.historyChanged.connect(self._history_changed)
+        self._history_changed()
         r = bar.addMenu("&Run")
         self._action(r, "Start", self.start_run, "Ctrl+R")
         self._action(r, "Stop", m.stop, "Ctrl+.")
@@ -369,12 +368,7 @@ class MainWindow(QMainWindow):
         self._update_title()
 
     def move_images(self, indices, cluster):
-        m = self.model
-        if m.book is None or not indices:
-            return
-        n = len(indices)
-        m.edit_clusters(f"Move {n} image{'s' if n != 1 else ''} to {m.book.name_of(cluster)}",
-                        m.book.move(indices, cluster))
+        self.model.move_images(indices, cluster)
 
     def rename_cluster(self, cluster, name=None):
         m = self.model
@@ -384,38 +378,23 @@ class MainWindow(QMainWindow):
             name, ok = QInputDialog.getText(self, "Rename cluster", "New name:", text=m.book.name_of(cluster))
             if not ok:
                 return
-        try:
-            m.edit_clusters(f"Rename {m.book.name_of(cluster)} to {name}", m.book.rename(cluster, name))
-        except ValueError as exc:
-            m.message.emit(str(exc))
+        m.rename_cluster(cluster, name)
 
     def merge_clusters(self, clusters):
-        m = self.model
-        if m.book is None or len(clusters) < 2:
-            m.message.emit("Select two or more clusters to merge.")
-            return
-        m.edit_clusters(f"Merge {len(clusters)} clusters", m.book.merge(clusters))
+        self.model.merge_clusters(clusters)
 
     def split_cluster(self, cluster, k):
-        """Split a cluster into k by spectral clustering of its members' final distances."""
-        from iastudio.core.clustering import split_labels
-
-        m = self.model
-        if m.book is None or m.final is None:
-            return
-        members = m.book.members(cluster)
-        if len(members) < k:
-            m.message.emit(f"Cannot split {len(members)} images into {k}.")
-            return
-        sub = split_labels(m.final.result.input_distances, members, k=k)
-        m.edit_clusters(f"Split {m.book.name_of(cluster)} into {k}", m.book.split(cluster, sub))
+        self.model.split_cluster(cluster, k)
 
     def new_cluster_from_selection(self):
-        m = self.model
-        if m.book is None or not m.selection:
-            m.message.emit("Select images first.")
-            return
-        m.edit_clusters(f"New cluster from {len(m.selection)} images", m.book.new_cluster(m.selection))
+        self.model.new_cluster_from_selection()
+
+    def _history_changed(self):
+        h = self.model.history
+        for act, can, text, verb in ((self.undo_action, h.can_undo, h.undo_text, "Undo"),
+                                     (self.redo_action, h.can_redo, h.redo_text, "Redo")):
+            act.setEnabled(can)
+            act.setText(f"{verb} {text}" if can else verb)
 
     def _select_cluster_of_label(self, label):
         m = self.model
@@ -506,8 +485,7 @@ class MainWindow(QMainWindow):
         self.last_dialog = box
         if box.exec() == QMessageBox.StandardButton.Yes and self.open_project(self.autosave_path(),
                                                                              remember=False):
-            self.model.project_path = None
-            self.model._mark_dirty(True)
+            self.model.session.adopt_as_untitled()
 
     def open_project_dialog(self):
         path, _ = QFileDialog.getOpenFileName(self, "Open project", "", "Projects (*.iaproj)")

@@ -111,9 +111,9 @@ class StudioModel(QObject):
         _warm_imports()
         self._t_launch = time.perf_counter()
         run.on_progress = lambda fraction, text: self._progressed.emit(fraction, text)  # worker thread
-        worker = create_worker(stream_run, run, self.builder, _start_thread=False)
-        worker.yielded.connect(self._on_yield, QUEUED)
-        worker.errored.connect(self._on_error, QUEUED)
+        # handlers given at creation (superqt re-raises errors in the GUI thread when no handler was)
+        worker = create_worker(_reraising, stream_run, run, self.builder, _start_thread=False,
+                               _connect={"yielded": self._on_yield, "errored": self._on_error})
         self.worker = worker
         worker.start()
 
@@ -139,21 +139,41 @@ class StudioModel(QObject):
             return False
         run, members = prepared
         _warm_imports()
-        worker = create_worker(run_subset, run, _start_thread=False)
-        worker.returned.connect(lambda labels: self.session.on_subset_done(cluster, members, labels), QUEUED)
-        worker.errored.connect(lambda exc: self._subset_failed(exc, cluster, members), QUEUED)
+        self._subset = (cluster, members)
+        worker = create_worker(run_subset, run, _start_thread=False,
+                               _connect={"returned": self._subset_returned, "errored": self._subset_failed})
         self.subset_worker = worker
         worker.start()
         return True
 
-    def _subset_failed(self, exc, cluster, members) -> None:
+    def _subset_returned(self, labels) -> None:
+        self.session.on_subset_done(*self._subset, labels)
+
+    def _subset_failed(self, exc) -> None:
         log.error("re-run on a cluster failed\n%s", "".join(traceback.format_exception(exc)))
-        self.session.on_subset_done(cluster, members, None)
+        self.session.on_subset_done(*self._subset, None)
 
     def shutdown(self, timeout_ms: int = 10000) -> bool:
         """Stop the runs and wait for their threads (window closing); True if they ended in time."""
         self.stop()
         return QThreadPool.globalInstance().waitForDone(timeout_ms)
+
+
+class EngineError(Exception):
+    """A RuntimeError of the engine, renamed for the worker (see :func:`_reraising`)."""
+
+
+def _reraising(generator_function, *args):
+    """Yield from ``generator_function(*args)``, re-raising a RuntimeError as :class:`EngineError`.
+
+    superqt's generator worker takes a RuntimeError for "the worker was deleted" and only warns; an
+    engine failure of that type (CUDA errors are RuntimeErrors) would then vanish instead of reaching
+    the error dialog.
+    """
+    try:
+        return (yield from generator_function(*args))
+    except RuntimeError as exc:
+        raise EngineError(str(exc) or type(exc).__name__) from exc
 
 
 def _stage_text(snap) -> str:

@@ -23,7 +23,7 @@ def check_window(window) -> list[tuple[str, bool, str]]:
     """Every panel's content against the finished result: (check, ok, detail)."""
     m = window.model
     frame = m.final
-    res = frame.extra["result"]
+    res = frame.result
     checks = []
     shown = window.weights_view.image_item.image
     expected = res.weights[np.ix_(frame.order, frame.order)]

@@ -73,7 +73,7 @@ def main(argv=None):
     while len(data) < args.n:
         data = data.extend(load_demo("digits", seed=s))
         s += 1
-    w.model._set_data(data.subset(range(args.n)))
+    w.model.session.set_images(data.subset(range(args.n)))
     w.run_panel.size.setValue(args.px)
     w.run_panel.backend.setCurrentIndex(1)  # CPU
     probe = LatencyProbe(w)

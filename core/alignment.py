@@ -18,7 +18,7 @@ from .clusterbook import UNASSIGNED
 from .similarity import invariant_distances
 from .warp import warp
 
-__all__ = ["aligned_images"]
+__all__ = ["aligned_images", "inspect_pair"]
 
 
 def _flip(image):
@@ -87,3 +87,30 @@ def aligned_images(images, labels, *, run_labels, transforms, means=None, mirror
         src = _flip(images[i]) if flip else images[i]
         out[i] = warp(np.ascontiguousarray(src)[None], t[None])[0]
     return out
+
+
+def inspect_pair(image, reference, *, angle_step: float = 5.0, rotation_range: float | None = None) -> dict:
+    """Align one image onto another and say how well it fits (the app's Inspect view).
+
+    Parameters
+    ----------
+    image, reference : ndarray, shape (S, S[, C])
+        Two unit-norm images on one canvas.
+    angle_step, rotation_range
+        Options of the global search (:func:`~iastudio.core.similarity.invariant_distances`).
+
+    Returns
+    -------
+    dict
+        ``vi``, ``vj`` (the two images), ``aligned`` (``image`` warped onto ``reference``),
+        ``difference`` (``|aligned - reference|``), ``theta_deg``, ``tx``, ``ty`` (the transform),
+        ``distance`` (the invariant distance) and ``score`` (cosine of ``aligned`` and ``reference``).
+    """
+    pair = np.stack([np.asarray(image, np.float32), np.asarray(reference, np.float32)])
+    sim = invariant_distances(pair, angle_step=angle_step, rotation_range=rotation_range)
+    t = np.asarray(sim.transforms[0, 1], dtype=float)
+    aligned = warp(pair[:1], t[None])[0]
+    norm = max(float(np.linalg.norm(aligned) * np.linalg.norm(pair[1])), 1e-12)
+    return {"vi": pair[0], "vj": pair[1], "aligned": aligned, "difference": np.abs(aligned - pair[1]),
+            "theta_deg": float(np.rad2deg(t[0])), "tx": float(t[1]), "ty": float(t[2]),
+            "distance": float(sim.distances[0, 1]), "score": float((aligned * pair[1]).sum() / norm)}

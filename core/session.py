@@ -252,6 +252,13 @@ class Session:
         self.message(msg)
         return new.skipped
 
+    def set_images(self, data: ImageSet) -> bool:
+        """Replace the image set by ``data`` (an :class:`~iastudio.core.imageset.ImageSet`)."""
+        if not self._inputs_may_change("replacing the images"):
+            return False
+        self._set_data(data)
+        return True
+
     def clear(self) -> bool:
         if not self._inputs_may_change("clearing the images"):
             return False
@@ -625,6 +632,11 @@ class Session:
             parameters=params, clusters=self.book, history=[history_entry(f.snapshot) for f in self.frames],
             result={} if res is None else res.arrays(), edits=list(self.edits),
         )
+
+    def adopt_as_untitled(self) -> None:
+        """Keep what was opened (a recovered autosave) as unsaved work of its own, with no file yet."""
+        self.project_path = None
+        self._mark_dirty(True)
 
     def save_project(self, path, *, embed: bool = True) -> None:
         save_project(path, self.to_project(), embed=embed)

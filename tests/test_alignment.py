@@ -80,3 +80,17 @@ def test_a_moved_image_in_a_new_cluster_is_aligned_onto_a_member():
                          means=np.stack([a, b]))
     assert _cos(out[5], imgs[4]) > 0.98  # onto the first other member of cluster 2
     assert _cos(out[4], imgs[5]) > 0.98
+
+
+def test_inspect_pair_recovers_a_known_rotation_and_shift():
+    from iastudio.core.alignment import inspect_pair
+    from iastudio.core.demos import base_shapes
+    from iastudio.core.preprocess import apply_transforms, preprocess
+
+    v = preprocess(base_shapes()[0][:1], size=48).images
+    moved = apply_transforms(v, np.array([[np.deg2rad(40.0), 3.0, -2.0]]))
+    info = inspect_pair(moved[0], v[0], angle_step=5.0)
+    assert info["score"] > 0.99
+    assert info["distance"] < 0.1
+    np.testing.assert_allclose(info["aligned"], v[0], atol=0.08)
+    np.testing.assert_allclose(info["difference"], np.abs(info["aligned"] - v[0]))

@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 
-from iastudio.core import se2
 from iastudio.core.demos import DEMO_NAMES, load_demo
 from iastudio.core.warp import warp
 
@@ -33,4 +32,3 @@ def test_unknown_demo():
     with pytest.raises(ValueError, match="unknown demo"):
         load_demo("faces")
     assert DEMO_NAMES == ("shapes", "digits", "threes")
-    assert se2 is not None
