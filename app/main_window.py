@@ -44,8 +44,10 @@ MAX_RECENT = 8
 
 
 def app_home() -> Path:
-    """Settings, autosave and logs live beside each other (``log_dir()``'s parent)."""
-    return log_dir().parent
+    """Settings, autosave, the recovery lock and logs (``$IA_STUDIO_HOME``; see :mod:`iastudio.app.home`)."""
+    from .home import app_home as home
+
+    return home()
 
 
 def settings() -> QSettings:
@@ -462,9 +464,10 @@ class MainWindow(QMainWindow):
         self.autosave()
 
     def _failed(self, message, tb):
+        from .errors import show_error
+
         log.error("run failed: %s\n%s", message, tb)
-        self._dialog(QMessageBox.Icon.Critical, "The run failed", message,
-                     f"{tb}\n\nThe log is in {log_dir()}")
+        self.last_dialog = show_error("The run failed", message, tb, parent=self)
 
     def _dialog(self, icon, title, text, details=""):
         box = QMessageBox(icon, title, text, QMessageBox.StandardButton.Ok, self)
