@@ -123,6 +123,9 @@ class MainWindow(QMainWindow):
         if recover and crashed and self.autosave_path().exists():
             QTimer.singleShot(0, self.offer_recovery)
         self._update_title()
+        from .wiring import install_ui_extras
+
+        install_ui_extras(self)  # empty states, menus' enabled state, context menus, fit to the screen
 
     # ------------------------------------------------------------ layout
     def _build_layout(self):
@@ -198,12 +201,17 @@ class MainWindow(QMainWindow):
         e.addAction(self.undo_action)
         e.addAction(self.redo_action)
         r = bar.addMenu("&Run")
-        self._action(r, "Start", self.start_run, "Ctrl+R")
-        self._action(r, "Stop", m.stop, "Ctrl+.")
-        self._action(r, "Resume", m.resume, "Ctrl+Shift+R")
+        self.start_action = self._action(r, "Start", self.start_run, "Ctrl+R")
+        self.stop_action = self._action(r, "Stop", m.stop, "Ctrl+.")
+        self.resume_action = self._action(r, "Resume", m.resume, "Ctrl+Shift+R")
         h = bar.addMenu("&Help")
-        self._action(h, "About", self.show_about, QKeySequence.StandardKey.HelpContents)
+        self._action(h, "About", self.show_about)
         self._action(h, "Open log folder", self.open_log_folder)
+        from .help import add_help_actions
+        from .layout import add_view_menu
+
+        add_help_actions(self, h)  # F1: quick start; keyboard shortcuts
+        add_view_menu(self, before=h.menuAction())  # View → Presentation mode
         self._refresh_recent()
 
     def _connect(self):

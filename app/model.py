@@ -26,6 +26,7 @@ from iastudio.core.project import Project, load_project, save_project
 from iastudio.core.similarity import invariant_distances
 from iastudio.core.warp import warp
 
+from .wording import count_of
 from .worker import Frame, RunWorker
 
 log = logging.getLogger(__name__)
@@ -580,7 +581,7 @@ class StudioModel(QObject):
         self.frameReady.emit(frame)
         self.runFinished.emit(frame)
         res = frame.extra.get("result")
-        self.message.emit(f"Done: {res.n_clusters} clusters in {frame.elapsed:.1f} s" if res else "Done")
+        self.message.emit(f"Done: {count_of(res.n_clusters, 'cluster')} in {frame.elapsed:.1f} s" if res else "Done")
 
     def _on_stopped(self) -> None:
         self._set_state("stopped")
