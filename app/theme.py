@@ -9,7 +9,8 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtGui import QColor, QFont, QPalette
 
-__all__ = ["dark_palette", "is_dark", "plot_colours", "style_glw", "style_plot", "style_plot_item"]
+__all__ = ["dark_palette", "is_dark", "plot_colours", "style_axis", "style_glw", "style_legend", "style_plot",
+           "style_plot_item"]
 
 
 def plot_colours(palette: QPalette) -> tuple[QColor, QColor]:
@@ -30,16 +31,8 @@ def style_plot_item(item: pg.PlotItem, palette: QPalette, font: QFont) -> None:
     """Axes, tick labels, title and legend of one PlotItem in the palette's text colour, at the font's size."""
     _, fg = plot_colours(palette)
     pt = _pt(font)
-    tick_font = QFont(font)
-    tick_font.setPointSizeF(max(6.0, pt * 0.9))
     for name in ("left", "bottom", "right", "top"):
-        axis = item.getAxis(name)
-        axis.setPen(fg)
-        axis.setTextPen(fg)
-        axis.setStyle(tickFont=tick_font)
-        if axis.labelText or axis.labelUnits:
-            axis.setLabel(axis.labelText, units=axis.labelUnits or None,
-                          **{"color": fg.name(), "font-size": f"{pt:.1f}pt"})
+        style_axis(item.getAxis(name), palette, font)
     title = item.titleLabel
     if title.isVisible() and title.text:
         title.setText(title.text, color=fg.name(), size=f"{pt * 1.1:.1f}pt")
@@ -49,6 +42,20 @@ def style_plot_item(item: pg.PlotItem, palette: QPalette, font: QFont) -> None:
     legend = item.legend
     if legend is not None:
         style_legend(legend, palette, font)
+
+
+def style_axis(axis: pg.AxisItem, palette: QPalette, font: QFont) -> None:
+    """One axis: line, ticks and label in the palette's text colour; tick labels a little smaller than the font."""
+    _, fg = plot_colours(palette)
+    pt = _pt(font)
+    tick_font = QFont(font)
+    tick_font.setPointSizeF(max(6.0, pt * 0.9))
+    axis.setPen(fg)
+    axis.setTextPen(fg)
+    axis.setStyle(tickFont=tick_font)
+    if axis.labelText or axis.labelUnits:
+        axis.setLabel(axis.labelText, units=axis.labelUnits or None,
+                      **{"color": fg.name(), "font-size": f"{pt:.1f}pt"})
 
 
 def style_legend(legend: pg.LegendItem, palette: QPalette, font: QFont) -> None:

@@ -183,9 +183,7 @@ class WeightsView(_Titled):
     def restyle(self):
         super().restyle()
         if hasattr(self, "colorbar"):
-            _, fg = theme.plot_colours(self.palette())
-            self.colorbar.axis.setPen(fg)
-            self.colorbar.axis.setTextPen(fg)
+            theme.style_axis(self.colorbar.axis, self.palette(), self.font())
 
     def clear(self):
         self.weights, self.order = np.zeros((0, 0)), np.zeros(0, int)
