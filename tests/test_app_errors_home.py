@@ -122,10 +122,13 @@ def test_the_app_home_is_movable_and_the_tests_use_a_temporary_one(tmp_path, mon
 def test_selftest_runs_in_a_temporary_home(tmp_path):
     """``ia-studio --selftest`` with HOME pointed at a fresh folder writes nothing into the app's folder there."""
     env = {k: v for k, v in os.environ.items() if k not in ("IA_STUDIO_HOME", "IA_STUDIO_LOG_DIR")}
-    env.update(HOME=str(tmp_path), QT_QPA_PLATFORM="offscreen", USERPROFILE=str(tmp_path))
+    (tmp_path / "tmp").mkdir()
+    env.update(HOME=str(tmp_path), QT_QPA_PLATFORM="offscreen", USERPROFILE=str(tmp_path),
+               TMPDIR=str(tmp_path / "tmp"))
     env.pop("DISPLAY", None)
     out = subprocess.run([sys.executable, "-m", "iastudio.app", "--selftest"], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "FAIL" not in out.stdout and "W heatmap = result W" in out.stdout
     assert not (tmp_path / ".invariant-attention-studio").exists()
+    assert not [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("ia-studio")]  # cleaned up
