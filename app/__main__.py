@@ -5,31 +5,11 @@ import argparse
 import logging
 import os
 import sys
-import traceback
 
 from iastudio.core import __version__
 from iastudio.core.demos import DEMO_NAMES
 
 log = logging.getLogger("ia-studio")
-
-
-def _excepthook(exc_type, exc, tb):
-    """Uncaught exceptions: logged, and shown locally in a dialog (nothing is sent anywhere)."""
-    text = "".join(traceback.format_exception(exc_type, exc, tb))
-    log.error("uncaught exception\n%s", text)
-    try:
-        from PySide6.QtWidgets import QApplication, QMessageBox
-
-        from iastudio.core.logs import log_dir
-
-        if QApplication.instance() is not None:
-            box = QMessageBox(QMessageBox.Icon.Critical, "Unexpected error",
-                              f"{exc_type.__name__}: {exc}\n\nThe report is in the log folder:\n{log_dir()}")
-            box.setDetailedText(text)
-            box.open()
-            box.setParent(QApplication.activeWindow())
-    except Exception:  # noqa: BLE001 - never fail inside the hook
-        pass
 
 
 # Libraries Qt needs on Linux, by platform plugin, with the Debian packages that provide them.
@@ -64,15 +44,33 @@ def missing_system_libraries(platform_name: str | None = None) -> list[tuple[str
     return missing
 
 
-def main(argv=None) -> int:
+def _parse(argv):
     ap = argparse.ArgumentParser(prog="ia-studio", description="Invariant Attention Studio")
     ap.add_argument("--demo", choices=DEMO_NAMES, help="open with a demo set loaded")
     ap.add_argument("--selftest", action="store_true",
-                    help="load demo shapes, transform, run IA through the worker, check every panel, exit 0/1")
+                    help="load demo shapes, transform, run IA through the worker, check every panel, exit 0/1 "
+                         "(in a temporary home: your settings, autosave and logs are not touched)")
     ap.add_argument("--screenshot", metavar="PATH", help="with --selftest: save a screenshot of the window")
     ap.add_argument("--version", action="version", version=f"ia-studio {__version__}")
     ap.add_argument("--quit-after-show", action="store_true", help=argparse.SUPPRESS)  # start-up timing
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
+    if not args.selftest:
+        return _start(args)
+    from .home import temporary_home
+
+    outcome = {"code": 1}
+    with temporary_home(prefix="ia-studio-selftest-", keep=lambda: outcome["code"] != 0) as home:
+        outcome["code"] = _start(args)
+        if outcome["code"] != 0:
+            print(f"selftest: its log is kept in {home / 'logs'}", file=sys.stderr)
+    return outcome["code"]
+
+
+def _start(args) -> int:
     if args.selftest and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from iastudio.core.logs import setup_file_logging
@@ -97,10 +95,11 @@ def main(argv=None) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName(APP_NAME)
     app.setOrganizationName("InvariantAttentionStudio")
+    from .errors import install_excepthook
     from .resources import app_icon
 
     app.setWindowIcon(app_icon())
-    sys.excepthook = _excepthook
+    install_excepthook()
     window = MainWindow(recover=not (args.selftest or args.quit_after_show))
     window.show()
     if args.quit_after_show:

@@ -1,6 +1,7 @@
 """Exports: assignments CSV, per-cluster folders, panels as PNG/SVG, the convergence GIF."""
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 from pathlib import Path
@@ -76,8 +77,27 @@ def export_cluster_folders(model, folder, *, aligned: bool, progress=None) -> Pa
     return folder
 
 
+@contextlib.contextmanager
+def overlays_hidden(window):
+    """Hide the views' interactive decorations (selection tints, colour-bar handles) for a picture."""
+    views = (window.weights_view, window.means_view, window.convergence_view, window.compare_view,
+             window.inspect_view)
+    items = [it for v in views for it in v.overlay_items()]
+    shown = [it.isVisible() for it in items]
+    for it in items:
+        it.setVisible(False)
+    try:
+        yield items
+    finally:
+        for it, was in zip(items, shown):
+            it.setVisible(was)
+
+
 def export_panels(window, folder) -> list[Path]:
-    """Every live panel as PNG (pyqtgraph's exporter, >= 600 px wide) and SVG (Qt's SVG generator)."""
+    """Every live panel as PNG (pyqtgraph's exporter, >= 600 px wide) and SVG (Qt's SVG generator).
+
+    The pictures show the data only: the selection tint and the colour bar's handles are left out.
+    """
     import pyqtgraph.exporters as ex
     from PySide6.QtCore import QRect, QSize
     from PySide6.QtGui import QPainter
@@ -94,21 +114,22 @@ def export_panels(window, folder) -> list[Path]:
         "ia_means": window.compare_view.plots[1],
     }
     written = []
-    for name, widget in widgets.items():
-        item = widget.getPlotItem()
-        png = ex.ImageExporter(item)
-        png.parameters()["width"] = max(600, int(item.sceneBoundingRect().width() * 2))
-        png.export(str(folder / f"{name}.png"))
-        size = widget.size() if widget.width() > 10 else QSize(600, 450)
-        gen = QSvgGenerator()
-        gen.setFileName(str(folder / f"{name}.svg"))
-        gen.setSize(size)
-        gen.setViewBox(QRect(0, 0, size.width(), size.height()))
-        gen.setTitle(name.replace("_", " "))
-        painter = QPainter(gen)
-        widget.render(painter)
-        painter.end()
-        written += [folder / f"{name}.png", folder / f"{name}.svg"]
+    with overlays_hidden(window):
+        for name, widget in widgets.items():
+            item = widget.getPlotItem()
+            png = ex.ImageExporter(item)
+            png.parameters()["width"] = max(600, int(item.sceneBoundingRect().width() * 2))
+            png.export(str(folder / f"{name}.png"))
+            size = widget.size() if widget.width() > 10 else QSize(600, 450)
+            gen = QSvgGenerator()
+            gen.setFileName(str(folder / f"{name}.svg"))
+            gen.setSize(size)
+            gen.setViewBox(QRect(0, 0, size.width(), size.height()))
+            gen.setTitle(name.replace("_", " "))
+            painter = QPainter(gen)
+            widget.render(painter)
+            painter.end()
+            written += [folder / f"{name}.png", folder / f"{name}.svg"]
     return written
 
 

@@ -44,8 +44,10 @@ MAX_RECENT = 8
 
 
 def app_home() -> Path:
-    """Settings, autosave and logs live beside each other (``log_dir()``'s parent)."""
-    return log_dir().parent
+    """Settings, autosave, the recovery lock and logs (``$IA_STUDIO_HOME``; see :mod:`iastudio.app.home`)."""
+    from .home import app_home as home
+
+    return home()
 
 
 def settings() -> QSettings:
@@ -121,6 +123,9 @@ class MainWindow(QMainWindow):
         if recover and crashed and self.autosave_path().exists():
             QTimer.singleShot(0, self.offer_recovery)
         self._update_title()
+        from .wiring import install_ui_extras
+
+        install_ui_extras(self)  # empty states, menus' enabled state, context menus, fit to the screen
 
     # ------------------------------------------------------------ layout
     def _build_layout(self):
@@ -195,12 +200,17 @@ class MainWindow(QMainWindow):
         m.historyChanged.connect(self._history_changed)
         self._history_changed()
         r = bar.addMenu("&Run")
-        self._action(r, "Start", self.start_run, "Ctrl+R")
-        self._action(r, "Stop", m.stop, "Ctrl+.")
-        self._action(r, "Resume", m.resume, "Ctrl+Shift+R")
+        self.start_action = self._action(r, "Start", self.start_run, "Ctrl+R")
+        self.stop_action = self._action(r, "Stop", m.stop, "Ctrl+.")
+        self.resume_action = self._action(r, "Resume", m.resume, "Ctrl+Shift+R")
         h = bar.addMenu("&Help")
-        self._action(h, "About", self.show_about, QKeySequence.StandardKey.HelpContents)
+        self._action(h, "About", self.show_about)
         self._action(h, "Open log folder", self.open_log_folder)
+        from .help import add_help_actions
+        from .layout import add_view_menu
+
+        add_help_actions(self, h)  # F1: quick start; keyboard shortcuts
+        add_view_menu(self, before=h.menuAction())  # View → Presentation mode
         self._refresh_recent()
 
     def _connect(self):
@@ -439,9 +449,10 @@ class MainWindow(QMainWindow):
         self.autosave()
 
     def _failed(self, message, tb):
+        from .errors import show_error
+
         log.error("run failed: %s\n%s", message, tb)
-        self._dialog(QMessageBox.Icon.Critical, "The run failed", message,
-                     f"{tb}\n\nThe log is in {log_dir()}")
+        self.last_dialog = show_error("The run failed", message, tb, parent=self)
 
     def _dialog(self, icon, title, text, details=""):
         box = QMessageBox(icon, title, text, QMessageBox.StandardButton.Ok, self)

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QThread, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
+    QGridLayout,
     QHBoxLayout,
     QLabel,
     QProgressBar,
@@ -25,6 +26,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from . import theme
+from .tooltips import apply_tooltips
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +102,7 @@ class NetsPanel(QWidget):
         self.imageset_source = imageset_source or (lambda: None)
         self.state = NetsState()
         self.available = torch_available()
+        self.thread = None
         lay = QVBoxLayout(self)
         self.status = QLabel()
         self.status.setWordWrap(True)
@@ -108,11 +113,27 @@ class NetsPanel(QWidget):
             self.status.setTextFormat(Qt.TextFormat.RichText)
             lay.addWidget(self.status)
             lay.addStretch(1)
-            self.thread = None
             return
+        lay.addLayout(self._build_controls())
+        self.progress = QProgressBar()
+        self.progress.setFormat("%v / %m batches")
+        lay.addWidget(self.progress)
+        lay.addWidget(self.status)
+        lay.addLayout(self._build_body(), 1)
+        self._map_items: list = []
+        self._start_worker()
+        self.train_button.clicked.connect(self.start_training)
+        self.stop_button.clicked.connect(self.stop_training)
+        for box in (self.angle, self.image_index, self.query_row, self.query_col):
+            box.valueChanged.connect(self.update_inspection)
+        apply_tooltips(self)
+        self.restyle()
+        self.status.setText("Pick a model and data, then Train. Training runs in the background.")
+
+    def _build_controls(self) -> QGridLayout:
+        """Data, model, epochs, Train and Stop (two rows, so the panel stays narrow)."""
         from iastudio.core.nets import MODEL_NAMES as MODELS
 
-        top = QHBoxLayout()
         self.data_box = QComboBox()
         self.data_box.addItems([ROT_DIGITS, CURRENT_SET])
         self.model_box = QComboBox()
@@ -125,16 +146,19 @@ class NetsPanel(QWidget):
         self.train_button = QPushButton("Train")
         self.stop_button = QPushButton("Stop")
         self.stop_button.setEnabled(False)
-        for w in (QLabel("Data"), self.data_box, QLabel("Model"), self.model_box, self.epochs, self.train_button,
-                  self.stop_button):
-            top.addWidget(w)
-        top.addStretch(1)
-        lay.addLayout(top)
-        self.progress = QProgressBar()
-        self.progress.setFormat("%v / %m batches")
-        lay.addWidget(self.progress)
-        lay.addWidget(self.status)
+        grid = QGridLayout()
+        grid.addWidget(QLabel("Data"), 0, 0)
+        grid.addWidget(self.data_box, 0, 1, 1, 2)
+        grid.addWidget(QLabel("Model"), 1, 0)
+        grid.addWidget(self.model_box, 1, 1)
+        grid.addWidget(self.epochs, 1, 2)
+        grid.addWidget(self.train_button, 0, 3)
+        grid.addWidget(self.stop_button, 1, 3)
+        grid.setColumnStretch(4, 1)
+        return grid
 
+    def _build_body(self) -> QHBoxLayout:
+        """The learning curve beside the inspection (image, query pixel, rotation, attention maps)."""
         body = QHBoxLayout()
         self.curve_plot = pg.PlotWidget(title="Learning curve")
         self.curve_plot.addLegend(offset=(-5, 5))
@@ -143,17 +167,14 @@ class NetsPanel(QWidget):
                                                symbolBrush="#d62728", name="train loss")
         self.acc_curve = self.curve_plot.plot([], [], pen=pg.mkPen("#1f77b4", width=2), symbol="s", symbolSize=6,
                                               symbolBrush="#1f77b4", name="test accuracy")
-        self.curve_plot.setMinimumWidth(260)
+        self.curve_plot.setMinimumWidth(160)
         body.addWidget(self.curve_plot, 2)
-
         inspect = QVBoxLayout()
-        row = QHBoxLayout()
         self.image_index = QSpinBox()
         self.image_index.setPrefix("test image ")
         self.angle = QSlider(Qt.Orientation.Horizontal)
         self.angle.setRange(0, 359)
         self.angle_label = QLabel("0°")
-        row.addWidget(self.image_index)
         # self-attention models: one query's weights (a pixel of the unrotated image), or all queries
         self.query_row, self.query_col = QSpinBox(), QSpinBox()
         for box, name in ((self.query_row, "query row "), (self.query_col, "col ")):
@@ -161,12 +182,15 @@ class NetsPanel(QWidget):
             box.setValue(-1)
             box.setPrefix(name)
             box.setSpecialValueText(name + "all")
-            box.setToolTip("GSA / Z2-SA: show the attention weights of this query pixel (of the upright image)")
-            row.addWidget(box)
-        row.addWidget(QLabel("rotation"))
-        row.addWidget(self.angle, 1)
-        row.addWidget(self.angle_label)
+        row = QHBoxLayout()
+        for w in (self.image_index, QLabel("rotation"), self.angle, self.angle_label):
+            row.addWidget(w, 1 if w is self.angle else 0)
         inspect.addLayout(row)
+        row2 = QHBoxLayout()
+        row2.addWidget(self.query_row)
+        row2.addWidget(self.query_col)
+        row2.addStretch(1)
+        inspect.addLayout(row2)
         self.prediction = QLabel("Train a model to see its prediction and attention.")
         self.prediction.setWordWrap(True)
         inspect.addWidget(self.prediction)
@@ -174,9 +198,9 @@ class NetsPanel(QWidget):
         self.maps_widget.setMinimumHeight(160)
         inspect.addWidget(self.maps_widget, 1)
         body.addLayout(inspect, 3)
-        lay.addLayout(body, 1)
-        self._map_items: list = []
+        return body
 
+    def _start_worker(self) -> None:
         self.thread = QThread()
         self.thread.setObjectName("ia-nets-worker")
         self.worker = NetsWorker()
@@ -190,13 +214,19 @@ class NetsPanel(QWidget):
         app = QCoreApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)
-        self.train_button.clicked.connect(self.start_training)
-        self.stop_button.clicked.connect(self.stop_training)
-        self.angle.valueChanged.connect(self.update_inspection)
-        self.image_index.valueChanged.connect(self.update_inspection)
-        self.query_row.valueChanged.connect(self.update_inspection)
-        self.query_col.valueChanged.connect(self.update_inspection)
-        self.status.setText("Pick a model and data, then Train. Training runs in the background.")
+
+    def restyle(self) -> None:
+        """The plots in the palette's colours and the widget's font (dark desktops, presentation mode)."""
+        if self.available and hasattr(self, "curve_plot"):
+            theme.style_plot(self.curve_plot, self.palette(), self.font())
+            theme.style_glw(self.maps_widget, [t for _, _, t in getattr(self, "_map_items", [])],
+                            self.palette(), self.font())
+
+    def changeEvent(self, event):
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange,
+                            QEvent.Type.FontChange, QEvent.Type.ApplicationFontChange):
+            self.restyle()
+        super().changeEvent(event)
 
     # ------------------------------------------------------------ training
     def load_data(self):
@@ -301,6 +331,7 @@ class NetsPanel(QWidget):
                 vb.addItem(item)
                 text = self.maps_widget.addLabel(title, row=1, col=k)
                 self._map_items.append((vb, item, text))
+            self.restyle()
         for (vb, item, text), (title, img) in zip(self._map_items, panels):
             item.setImage(np.asarray(img, dtype=np.float32), autoLevels=True,
                           lut=None if title == "input" else pg.colormap.get("viridis").getLookupTable())

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QAbstractListModel, QMimeData, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPen, QPixmap
+from PySide6.QtCore import QAbstractListModel, QMimeData, QPoint, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPalette, QPen, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -21,15 +22,28 @@ from PySide6.QtWidgets import (
     QSlider,
     QSpinBox,
     QVBoxLayout,
+    QWidget,
 )
+from superqt import QElidingLabel
 
 from iastudio.core.clusterbook import UNASSIGNED
 from iastudio.core.demos import DEMO_NAMES
 from iastudio.core.filenames import display_name
 
+from .tooltips import apply_tooltips
+from .wording import count_of
+
 MIME_IMAGES = "application/x-ia-images"
 
 THUMB = 56
+THUMB_MIN, THUMB_MAX = 32, 192
+PREVIEW = 104  # the per-image preview (small enough for a 768-px-high screen)
+
+
+def muted(label: QLabel) -> QLabel:
+    """A secondary note, drawn in the palette's placeholder colour (readable on light and dark)."""
+    label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+    return label
 
 
 def to_qimage(img: np.ndarray) -> QImage:
@@ -41,6 +55,13 @@ def to_qimage(img: np.ndarray) -> QImage:
     u8 = np.ascontiguousarray((np.clip(a / top, 0, 1) * 255).astype(np.uint8))
     q = QImage(u8.data, u8.shape[1], u8.shape[0], u8.strides[0], QImage.Format.Format_Grayscale8)
     return q.copy()
+
+
+def _row(*widgets) -> QHBoxLayout:
+    row = QHBoxLayout()
+    for w in widgets:
+        row.addWidget(w)
+    return row
 
 
 def cluster_qcolor(k: int) -> QColor:
@@ -61,7 +82,14 @@ class ThumbnailModel(QAbstractListModel):
         self.images = np.zeros((0, 1, 1), np.float32)
         self.names: list[str] = []
         self.labels = None
+        self.size = THUMB
         self._cache: dict[int, QPixmap] = {}
+
+    def set_thumb_size(self, px: int):
+        """Render the thumbnails at ``px`` pixels (the cache is rebuilt lazily)."""
+        self.size, self._cache = int(px), {}
+        if len(self.names):
+            self.dataChanged.emit(self.index(0), self.index(len(self.names) - 1), [Qt.ItemDataRole.DecorationRole])
 
     def set_images(self, images, names):
         self.beginResetModel()
@@ -89,10 +117,10 @@ class ThumbnailModel(QAbstractListModel):
 
     def _pixmap(self, i):
         pm = QPixmap.fromImage(to_qimage(self.images[i])).scaled(
-            THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
+            self.size, self.size, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
         if self.labels is not None:
             p = QPainter(pm)
-            p.setPen(QPen(cluster_qcolor(self.labels[i]), 4))
+            p.setPen(QPen(cluster_qcolor(self.labels[i]), max(3, self.size // 14)))
             p.drawRect(1, 1, pm.width() - 3, pm.height() - 3)
             p.end()
         return pm
@@ -117,12 +145,14 @@ class ThumbnailModel(QAbstractListModel):
 
 
 class ImageSetPanel(QGroupBox):
-    """Thumbnails, open/add buttons, demos and a one-line summary."""
+    """Thumbnails (with a size slider), open/add buttons, demos, a one-line summary and the skipped files."""
 
     openFolder = Signal()
     addFiles = Signal()
     demoChosen = Signal(str)
     detailsRequested = Signal()
+    imageActivated = Signal(int)  # a thumbnail double-clicked
+    thumbMenuRequested = Signal(list, QPoint)  # selected rows, global position (right-click)
 
     def __init__(self, parent=None):
         super().__init__("Image set", parent)
@@ -142,22 +172,54 @@ class ImageSetPanel(QGroupBox):
         self.summary.setTextFormat(Qt.TextFormat.RichText)
         self.summary.linkActivated.connect(lambda _: self.detailsRequested.emit())
         lay.addWidget(self.summary)
+        self.skipped_list = QListWidget()
+        self.skipped_list.setMaximumHeight(4 * self.fontMetrics().height() + 8)
+        self.skipped_list.hide()
+        lay.addWidget(self.skipped_list)
         self.thumbs = ThumbnailModel(self)
         self.view = QListView()
-        self.view.setViewMode(QListView.ViewMode.IconMode)
-        self.view.setIconSize(QSize(THUMB, THUMB))
-        self.view.setGridSize(QSize(THUMB + 8, THUMB + 8))
-        self.view.setUniformItemSizes(True)
-        self.view.setResizeMode(QListView.ResizeMode.Adjust)
-        self.view.setMovement(QListView.Movement.Static)
-        self.view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
-        self.view.setDragEnabled(True)
-        self.view.setDragDropMode(QAbstractItemView.DragDropMode.DragOnly)
-        self.view.setModel(self.thumbs)
+        self._build_view()
         lay.addWidget(self.view, 1)
+        size_row = QHBoxLayout()
+        self.thumb_size = QSlider(Qt.Orientation.Horizontal, minimum=THUMB_MIN, maximum=THUMB_MAX, value=THUMB)
+        size_row.addWidget(QLabel("Thumbnail size"))
+        size_row.addWidget(self.thumb_size, 1)
+        lay.addLayout(size_row)
         self.open_btn.clicked.connect(self.openFolder)
         self.add_btn.clicked.connect(self.addFiles)
         self.demo_box.activated.connect(self._demo)
+        self.thumb_size.valueChanged.connect(self.set_thumb_size)
+        self.view.doubleClicked.connect(lambda index: self.imageActivated.emit(index.row()))
+        self.view.customContextMenuRequested.connect(self._context_menu)
+        apply_tooltips(self)
+
+    def _build_view(self):
+        v = self.view
+        v.setViewMode(QListView.ViewMode.IconMode)
+        v.setUniformItemSizes(True)
+        v.setResizeMode(QListView.ResizeMode.Adjust)
+        v.setMovement(QListView.Movement.Static)
+        v.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        v.setDragEnabled(True)
+        v.setDragDropMode(QAbstractItemView.DragDropMode.DragOnly)
+        v.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        v.setModel(self.thumbs)
+        self.set_thumb_size(THUMB)
+
+    def set_thumb_size(self, px: int):
+        self.view.setIconSize(QSize(px, px))
+        self.view.setGridSize(QSize(px + 8, px + 8))
+        self.thumbs.set_thumb_size(px)
+
+    def _context_menu(self, pos):
+        index = self.view.indexAt(pos)
+        if not index.isValid():
+            return
+        sel = self.view.selectionModel()
+        if not sel.isSelected(index):  # right-click on an unselected thumbnail selects it alone
+            self.view.setCurrentIndex(index)
+        rows = sorted(i.row() for i in sel.selectedIndexes())
+        self.thumbMenuRequested.emit(rows, self.view.viewport().mapToGlobal(pos))
 
     def _demo(self, index):
         if index > 0:
@@ -167,6 +229,15 @@ class ImageSetPanel(QGroupBox):
     def set_summary(self, text: str, n_skipped: int):
         link = ' — <a href="details">details</a>' if n_skipped else ""
         self.summary.setText(text + link)
+
+    def set_skipped(self, skipped) -> None:
+        """List the files that were skipped (name and reason; the full path in the tooltip)."""
+        self.skipped_list.clear()
+        for s in skipped:
+            item = QListWidgetItem(f"Skipped {display_name(s['path'])}: {s['reason']}")
+            item.setToolTip(f"{s['path']}\n{s['reason']}")
+            self.skipped_list.addItem(item)
+        self.skipped_list.setVisible(bool(skipped))
 
 
 class TransformPanel(QGroupBox):
@@ -193,7 +264,7 @@ class TransformPanel(QGroupBox):
         row.addWidget(self.apply_btn)
         row.addWidget(self.reset_btn)
         lay.addLayout(row)
-        self.image_label = QLabel("Select a thumbnail to transform one image.")
+        self.image_label = QElidingLabel("Select a thumbnail to transform one image.")
         lay.addWidget(self.image_label)
         per = QFormLayout()
         self.theta = QDoubleSpinBox(minimum=-180, maximum=180, decimals=1, suffix=" °", singleStep=5)
@@ -208,7 +279,7 @@ class TransformPanel(QGroupBox):
         self.show_original = QCheckBox("show original")
         lay.addWidget(self.show_original)
         self.preview = QLabel()
-        self.preview.setFixedSize(128, 128)
+        self.preview.setFixedSize(PREVIEW, PREVIEW)
         self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.preview.setStyleSheet("background: #222;")
         lay.addWidget(self.preview, 0, Qt.AlignmentFlag.AlignHCenter)
@@ -221,6 +292,7 @@ class TransformPanel(QGroupBox):
             box.valueChanged.connect(self._emit)
         self._loading = False
         self.set_enabled_image(False)
+        apply_tooltips(self)
 
     def _sync_slider(self, v):
         self.theta_slider.blockSignals(True)
@@ -238,6 +310,7 @@ class TransformPanel(QGroupBox):
     def load_image(self, name: str, theta_deg: float, tx: float, ty: float):
         self._loading = True
         self.image_label.setText(f"Image: {name}")
+        self.image_label.setToolTip(name)
         self.theta.setValue(theta_deg)
         self._sync_slider(theta_deg)
         self.tx.setValue(tx)
@@ -247,12 +320,15 @@ class TransformPanel(QGroupBox):
 
     def set_preview(self, img: np.ndarray):
         pm = QPixmap.fromImage(to_qimage(img)).scaled(
-            128, 128, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
+            PREVIEW, PREVIEW, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation)
         self.preview.setPixmap(pm)
 
 
 class RunPanel(QGroupBox):
-    """Settings, Start / Stop / Resume and the progress bar."""
+    """Settings, Start / Stop / Resume and the progress bar.
+
+    The settings are locked while a run goes (they only apply to the next run).
+    """
 
     startRequested = Signal()
     stopRequested = Signal()
@@ -261,57 +337,12 @@ class RunPanel(QGroupBox):
     def __init__(self, gpu_ok: bool, gpu_reason: str, parent=None):
         super().__init__("Run", parent)
         lay = QVBoxLayout(self)
-        form = QFormLayout()
-        self.method = QComboBox()
-        self.method.addItem("Invariant Attention (IA)", "ia")
-        self.method.addItem("Kernel attention (KA)", "ka")
-        self.beta_auto = QCheckBox("auto")
-        self.beta_auto.setChecked(True)
-        self.beta = QDoubleSpinBox(minimum=0.01, maximum=10000, value=10, decimals=2)
-        self.beta_auto.setToolTip("auto: each image's bandwidth follows its own nearest neighbours, and an iteration "
-                                  "that would mix the clusters of the input images is undone. A number: the "
-                                  "paper's global RBF exp(-β d²), iterated as in the paper.")
-        self.beta.setEnabled(False)
-        beta_row = QHBoxLayout()
-        beta_row.addWidget(self.beta_auto)
-        beta_row.addWidget(self.beta)
-        self.iterations = QSpinBox(minimum=1, maximum=50, value=3)
-        self.clusters_auto = QCheckBox("auto")
-        self.clusters_auto.setChecked(True)
-        self.clusters = QSpinBox(minimum=1, maximum=1000, value=3)
-        self.clusters.setEnabled(False)
-        k_row = QHBoxLayout()
-        k_row.addWidget(self.clusters_auto)
-        k_row.addWidget(self.clusters)
-        self.rotation_range = QDoubleSpinBox(minimum=1, maximum=180, value=180, suffix=" °")
-        self.angle_step = QDoubleSpinBox(minimum=0.5, maximum=45, value=5, suffix=" °")
-        self.size = QSpinBox(minimum=8, maximum=256, value=64, suffix=" px")
-        self.mirror = QCheckBox("mirror images count as the same")
-        self.mirror.setToolTip("Also match each image flipped left-right (the group E(2)): for cells, particles, "
-                               "leaves… Off: a shape and its mirror image stay apart. Doubles the similarity time.")
-        self.backend = QComboBox()
-        self.backend.addItem("Auto", "auto")
-        self.backend.addItem("CPU", "numpy")
-        self.backend.addItem("GPU", "cupy")
-        if not gpu_ok:
-            item = self.backend.model().item(2)
-            item.setEnabled(False)
-            item.setToolTip(gpu_reason)
-            self.backend.setItemText(2, "GPU (unavailable)")
-        self.backend.setToolTip("GPU: " + gpu_reason)
-        form.addRow("Method", self.method)
-        form.addRow("β", beta_row)
-        form.addRow("Iterations", self.iterations)
-        form.addRow("Clusters", k_row)
-        form.addRow("Rotation range ±", self.rotation_range)
-        form.addRow("Mirrors", self.mirror)
-        form.addRow("Angle step", self.angle_step)
-        form.addRow("Working size", self.size)
-        form.addRow("Backend", self.backend)
-        lay.addLayout(form)
-        self.gpu_note = QLabel("" if gpu_ok else f"GPU unavailable: {gpu_reason}")
+        self.settings = QWidget()  # everything a run reads when it starts
+        self.settings.setLayout(self._build_form(gpu_ok, gpu_reason))
+        self.settings.layout().setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.settings)
+        self.gpu_note = muted(QLabel("" if gpu_ok else f"GPU unavailable: {gpu_reason}"))
         self.gpu_note.setWordWrap(True)
-        self.gpu_note.setStyleSheet("color: #666;")
         lay.addWidget(self.gpu_note)
         row = QHBoxLayout()
         self.start_btn = QPushButton("Start")
@@ -330,7 +361,47 @@ class RunPanel(QGroupBox):
         self.start_btn.clicked.connect(self.startRequested)
         self.stop_btn.clicked.connect(self.stopRequested)
         self.resume_btn.clicked.connect(self.resumeRequested)
+        apply_tooltips(self)
+        self.backend.setToolTip(self.backend.toolTip() + "\n\nGPU here: " + gpu_reason)
         self.set_state("idle")
+
+    def _build_form(self, gpu_ok: bool, gpu_reason: str) -> QFormLayout:
+        form = QFormLayout()
+        self.method = QComboBox()
+        self.method.addItem("Invariant Attention (IA)", "ia")
+        self.method.addItem("Kernel attention (KA)", "ka")
+        self.beta_auto = QCheckBox("auto")
+        self.beta_auto.setChecked(True)
+        self.beta = QDoubleSpinBox(minimum=0.01, maximum=10000, value=10, decimals=2)
+        self.beta.setEnabled(False)
+        self.iterations = QSpinBox(minimum=1, maximum=50, value=3)
+        self.clusters_auto = QCheckBox("auto")
+        self.clusters_auto.setChecked(True)
+        self.clusters = QSpinBox(minimum=1, maximum=1000, value=3)
+        self.clusters.setEnabled(False)
+        self.rotation_range = QDoubleSpinBox(minimum=1, maximum=180, value=180, suffix=" °")
+        self.angle_step = QDoubleSpinBox(minimum=0.5, maximum=45, value=5, suffix=" °")
+        self.size = QSpinBox(minimum=8, maximum=256, value=64, suffix=" px")
+        self.mirror = QCheckBox("mirror images match")
+        self.backend = QComboBox()
+        self.backend.addItem("Auto", "auto")
+        self.backend.addItem("CPU", "numpy")
+        self.backend.addItem("GPU", "cupy")
+        if not gpu_ok:
+            item = self.backend.model().item(2)
+            item.setEnabled(False)
+            item.setToolTip(gpu_reason)
+            self.backend.setItemText(2, "GPU (unavailable)")
+        form.addRow("Method", self.method)
+        form.addRow("β", _row(self.beta_auto, self.beta))
+        form.addRow("Iterations", self.iterations)
+        form.addRow("Clusters", _row(self.clusters_auto, self.clusters))
+        form.addRow("Rotation range ±", self.rotation_range)
+        form.addRow("Mirrors", self.mirror)
+        form.addRow("Angle step", self.angle_step)
+        form.addRow("Working size", self.size)
+        form.addRow("Backend", self.backend)
+        return form
 
     def options(self) -> dict:
         rr = self.rotation_range.value()
@@ -344,11 +415,18 @@ class RunPanel(QGroupBox):
             "group": "e2" if self.mirror.isChecked() else "se2",
         }
 
-    def set_state(self, state: str):
+    @staticmethod
+    def can_act(state: str) -> dict[str, bool]:
+        """Which of start / stop / resume can do something in this run state."""
         running = state in ("running", "stopping", "splitting")
-        self.start_btn.setEnabled(not running)
-        self.stop_btn.setEnabled(state == "running")
-        self.resume_btn.setEnabled(state == "stopped")
+        return {"start": not running, "stop": state == "running", "resume": state == "stopped"}
+
+    def set_state(self, state: str):
+        can = self.can_act(state)
+        self.start_btn.setEnabled(can["start"])
+        self.stop_btn.setEnabled(can["stop"])
+        self.resume_btn.setEnabled(can["resume"])
+        self.settings.setEnabled(can["start"])  # a run reads its settings once, when it starts
         if state in ("idle", "stopped", "failed", "finished"):
             self.progress.setFormat({"idle": "idle", "stopped": "stopped — Resume continues",
                                      "failed": "failed", "finished": "done"}[state])
@@ -365,9 +443,12 @@ class ClusterList(QListWidget):
     """The clusters as bins: accepts thumbnails dropped onto a cluster."""
 
     imagesDropped = Signal(list, int)  # image indices, cluster id
+    menuRequested = Signal(int, QPoint)  # cluster id, global position (right-click)
 
     def __init__(self, parent=None):
         super().__init__(parent)
+        self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.customContextMenuRequested.connect(self._context_menu)
         self.setAcceptDrops(True)
         self.setDragDropMode(QAbstractItemView.DragDropMode.DropOnly)
         self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
@@ -376,6 +457,14 @@ class ClusterList(QListWidget):
     def dragEnterEvent(self, event):
         if event.mimeData().hasFormat(MIME_IMAGES):
             event.acceptProposedAction()
+
+    def _context_menu(self, pos):
+        item = self.itemAt(pos)
+        if item is None:
+            return
+        if not item.isSelected():  # right-click on an unselected cluster selects it alone
+            self.setCurrentItem(item)
+        self.menuRequested.emit(int(item.data(Qt.ItemDataRole.UserRole)), self.viewport().mapToGlobal(pos))
 
     def dragMoveEvent(self, event):
         if event.mimeData().hasFormat(MIME_IMAGES) and self.itemAt(event.position().toPoint()) is not None:
@@ -411,23 +500,22 @@ class ClustersPanel(QGroupBox):
         lay = QVBoxLayout(self)
         self.list = ClusterList()
         lay.addWidget(self.list, 1)
-        row = QHBoxLayout()
+        grid = QGridLayout()  # two columns, so the panel stays narrow
         self.rename_btn = QPushButton("Rename…")
         self.merge_btn = QPushButton("Merge")
         self.split_btn = QPushButton("Split")
         self.split_k = QSpinBox(minimum=2, maximum=50, value=2, prefix="k=")
-        for w in (self.rename_btn, self.merge_btn, self.split_btn, self.split_k):
-            row.addWidget(w)
-        lay.addLayout(row)
         self.rerun_btn = QPushButton("Split by re-running IA on the cluster")
-        lay.addWidget(self.rerun_btn)
-        row2 = QHBoxLayout()
         self.new_btn = QPushButton("New from selection")
         self.unassign_btn = QPushButton("Unassign selection")
-        row2.addWidget(self.new_btn)
-        row2.addWidget(self.unassign_btn)
-        lay.addLayout(row2)
+        for k, w in enumerate((self.rename_btn, self.merge_btn, self.split_btn, self.split_k)):
+            grid.addWidget(w, k // 2, k % 2)
+        grid.addWidget(self.rerun_btn, 2, 0, 1, 2)
+        grid.addWidget(self.new_btn, 3, 0)
+        grid.addWidget(self.unassign_btn, 3, 1)
+        lay.addLayout(grid)
         form = QFormLayout()
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # narrow: the field goes under its label
         k_row = QHBoxLayout()
         self.k_auto = QCheckBox("auto")
         self.k = QSpinBox(minimum=1, maximum=1000, value=2)
@@ -448,9 +536,9 @@ class ClustersPanel(QGroupBox):
         self.evidence.setToolTip("How the number of clusters was chosen: when no clear gap was seen, the other "
                                  "counts worth a look are named. Type a k and press Re-read to try one.")
         lay.addWidget(self.evidence)
-        self.hint = QLabel("Drag thumbnails onto a cluster to move them. Ctrl+Z undoes any edit.")
+        self.hint = muted(QLabel("Drag thumbnails onto a cluster to move them; right-click a cluster or a "
+                                 "thumbnail for more. Ctrl+Z undoes any edit."))
         self.hint.setWordWrap(True)
-        self.hint.setStyleSheet("color: #666;")
         lay.addWidget(self.hint)
         self.rename_btn.clicked.connect(lambda: self._one(self.renameRequested))
         self.merge_btn.clicked.connect(lambda: self.mergeRequested.emit(self.selected_clusters()))
@@ -467,6 +555,7 @@ class ClustersPanel(QGroupBox):
         self.threshold.valueChanged.connect(lambda v: self.rereadThreshold.emit(float(v)))
         self.t_apply.clicked.connect(lambda: self.rereadThreshold.emit(float(self.threshold.value())))
         self._updating = False
+        apply_tooltips(self)
 
     def _one(self, signal):
         sel = self.selected_clusters()
@@ -503,7 +592,7 @@ class ClustersPanel(QGroupBox):
         blank = np.flatnonzero(result.blank) if result.blank is not None else []
         if len(blank):
             names = ", ".join(display_name(paths[i]) for i in blank[:3]) if len(paths) else ""
-            lines.append(f"{len(blank)} blank image{'s' if len(blank) != 1 else ''} in a cluster of "
+            lines.append(f"{count_of(len(blank), 'blank image')} in a cluster of "
                          f"{'their' if len(blank) != 1 else 'its'} own" + (f": {names}" if names else ""))
         lines += result.notes
         self.evidence.setText("\n".join(lines))

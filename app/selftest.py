@@ -46,6 +46,9 @@ def check_window(window) -> list[tuple[str, bool, str]]:
     checks.append(("KA vs IA: one tile per cluster", window.compare_view.n_tiles == res.n_clusters,
                    f"{window.compare_view.n_tiles}"))
     checks.append(("redrawn during the run", window.redraws >= 2, f"{window.redraws} redraws"))
+    views = (window.weights_view, window.means_view, window.convergence_view, window.compare_view)
+    empty = [type(v).__name__ for v in views if getattr(v, "empty", False)]
+    checks.append(("every view shows its plot, not its hint", not empty, ", ".join(empty) or "all drawn"))
     if m.data.has_labels:
         from sklearn.metrics import adjusted_rand_score
 

@@ -7,11 +7,23 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+from superqt import QElidingLabel
 
 from iastudio.core.attention import Stage
 from iastudio.core.filenames import display_name
+
+from . import theme
+from .wording import count_of
 
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=True, background="w", foreground="k")
 
@@ -44,13 +56,78 @@ def tile(images: np.ndarray, cols: int | None = None, pad: int = 2) -> np.ndarra
     return np.pad(grid, ((0, pad), (0, pad)), constant_values=0.15)
 
 
+def _body(*widgets, stretch_index=0):
+    """A plain container stacking ``widgets`` vertically (the one at ``stretch_index`` takes the room)."""
+    w = QWidget()
+    lay = QVBoxLayout(w)
+    lay.setContentsMargins(0, 0, 0, 0)
+    for k, child in enumerate(widgets):
+        if isinstance(child, QHBoxLayout):
+            lay.addLayout(child, 1 if k == stretch_index else 0)
+        else:
+            lay.addWidget(child, 1 if k == stretch_index else 0)
+    return w
+
+
 class _Titled(QWidget):
-    def __init__(self, title: str, parent=None):
+    """A titled view that shows a short hint ("Run to see …") until it has something to draw.
+
+    Its plots follow the widget's palette (light or dark) and font (presentation mode).
+    """
+
+    def __init__(self, title: str, hint: str = "", parent=None):
         super().__init__(parent)
         self.layout_ = QVBoxLayout(self)
         self.layout_.setContentsMargins(4, 4, 4, 4)
-        self.title = QLabel(f"<b>{title}</b>")
+        self.title = QElidingLabel(title)  # elides rather than widening the window
+        bold = self.title.font()
+        bold.setBold(True)
+        self.title.setFont(bold)
+        self.title.setToolTip(title)
         self.layout_.addWidget(self.title)
+        self.hint = QLabel(hint)
+        self.hint.setWordWrap(True)
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.hint.setMargin(12)
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.hint)
+        self.layout_.addWidget(self.stack, 1)
+
+    def set_body(self, widget: QWidget) -> None:
+        """The view's content, shown once it has data (the hint until then)."""
+        self.stack.addWidget(widget)
+        self.stack.setCurrentIndex(0)
+        self.restyle()
+
+    @property
+    def empty(self) -> bool:
+        """True while the view shows its hint instead of a plot."""
+        return self.stack.currentIndex() == 0
+
+    def set_empty(self, on: bool) -> None:
+        self.stack.setCurrentIndex(0 if on else min(1, self.stack.count() - 1))
+
+    def clear(self) -> None:
+        """Back to the hint (new images, nothing run yet)."""
+        self.set_empty(True)
+
+    def plot_widgets(self) -> list:
+        """The pg.PlotWidgets to style from the palette."""
+        return []
+
+    def overlay_items(self) -> list:
+        """Interactive decorations (selection tints, handles) to hide while exporting a picture."""
+        return []
+
+    def restyle(self) -> None:
+        for plot in self.plot_widgets():
+            theme.style_plot(plot, self.palette(), self.font())
+
+    def changeEvent(self, event):
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange,
+                            QEvent.Type.FontChange, QEvent.Type.ApplicationFontChange):
+            self.restyle()
+        super().changeEvent(event)
 
 
 def _overlay_rgba(shape, rows=(), cols=()):
@@ -73,7 +150,9 @@ class WeightsView(_Titled):
     cellClicked = Signal(int, int)
 
     def __init__(self, parent=None):
-        super().__init__("Weight matrix W (rows, columns grouped by cluster)", parent)
+        super().__init__("Weight matrix W (rows, columns grouped by cluster)",
+                         "Run to see W: how strongly each image attends to every other image.\n\n"
+                         "Open a folder or pick a demo, then press Start.", parent)
         self.plot = pg.PlotWidget()
         self.plot.setAspectLocked(True)
         self.plot.invertY(True)
@@ -83,9 +162,8 @@ class WeightsView(_Titled):
         self.plot.addItem(self.image_item)
         self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get("viridis"), label="W_ij")
         self.colorbar.setImageItem(self.image_item, insert_in=self.plot.getPlotItem())
-        self.hover = QLabel("Hover over W to see i, j, W_ij and the two images.")
-        self.layout_.addWidget(self.plot, 1)
-        self.layout_.addWidget(self.hover)
+        self.hover = QElidingLabel("Hover over W to see i, j, W_ij and the two images.")
+        self.set_body(_body(self.plot, self.hover))
         self.weights = np.zeros((0, 0))
         self.order = np.zeros(0, int)
         self.names: list[str] = []
@@ -95,6 +173,22 @@ class WeightsView(_Titled):
         self.overlay.setZValue(5)
         self.plot.addItem(self.overlay)
         self.selection: list[int] = []
+        self.restyle()
+
+    def plot_widgets(self):
+        return [self.plot]
+
+    def overlay_items(self):
+        return [self.overlay] + ([self.colorbar.region] if self.colorbar.region is not None else [])
+
+    def restyle(self):
+        super().restyle()
+        if hasattr(self, "colorbar"):
+            theme.style_axis(self.colorbar.axis, self.palette(), self.font())
+
+    def clear(self):
+        self.weights, self.order = np.zeros((0, 0)), np.zeros(0, int)
+        super().clear()
 
     def _cell(self, pos):
         r, c = int(np.floor(pos.y())), int(np.floor(pos.x()))
@@ -133,6 +227,7 @@ class WeightsView(_Titled):
         top = float(shown.max()) if shown.size else 1.0
         self.colorbar.setLevels((0.0, max(top, 1e-6)))
         self._draw_overlay()
+        self.set_empty(False)
 
     def _hover(self, event):
         if event.isExit() or self.weights.size == 0:
@@ -142,8 +237,9 @@ class WeightsView(_Titled):
             i, j = cell
             ni = self.names[i] if i < len(self.names) else str(i)
             nj = self.names[j] if j < len(self.names) else str(j)
-            self.hover.setText(f"i = {i} ({display_name(ni)}), j = {j} ({display_name(nj)}): "
-                               f"W_ij = {self.weights[i, j]:.4f}")
+            text = f"i = {i} ({display_name(ni)}), j = {j} ({display_name(nj)}): W_ij = {self.weights[i, j]:.4f}"
+            self.hover.setText(text)
+            self.hover.setToolTip(text)
 
 
 class MeansView(_Titled):
@@ -157,9 +253,12 @@ class MeansView(_Titled):
     clusterClicked = Signal(int)
 
     def __init__(self, parent=None):
-        super().__init__("Invariant means", parent)
+        super().__init__("Invariant means",
+                         "Run to see the invariant means: each image's look-alikes, turned and shifted onto "
+                         "it, then averaged. They sharpen as the run goes on.", parent)
         self.per_cluster = QCheckBox("one per cluster")
-        self.layout_.addWidget(self.per_cluster)
+        self.per_cluster.setToolTip("Show one mean per cluster instead of one per image. Click a tile to "
+                                    "select its images.")
         self.plot = pg.PlotWidget()
         self.plot.setAspectLocked(True)
         self.plot.invertY(True)
@@ -167,9 +266,8 @@ class MeansView(_Titled):
         self.plot.hideAxis("left")
         self.image_item = pg.ImageItem(np.zeros((2, 2), np.float32))
         self.plot.addItem(self.image_item)
-        self.layout_.addWidget(self.plot, 1)
-        self.caption = QLabel("")
-        self.layout_.addWidget(self.caption)
+        self.caption = QElidingLabel("")
+        self.set_body(_body(self.per_cluster, self.plot, self.caption, stretch_index=1))
         self.n_tiles = 0
         self._frame = None
         self._tile_ids: list[int] = []
@@ -180,6 +278,16 @@ class MeansView(_Titled):
         self.plot.addItem(self.overlay)
         self.image_item.mouseClickEvent = self._click
         self.per_cluster.toggled.connect(lambda _: self._frame is not None and self.show_frame(self._frame))
+
+    def plot_widgets(self):
+        return [self.plot]
+
+    def overlay_items(self):
+        return [self.overlay]
+
+    def clear(self):
+        self._frame, self._tile_ids, self.n_tiles = None, [], 0
+        super().clear()
 
     def _click(self, event):
         cols, h, w = self._geom
@@ -233,8 +341,11 @@ class MeansView(_Titled):
         self._geom = (cols, tiles.shape[1], tiles.shape[2]) if len(tiles) else (1, 1, 1)
         self.image_item.setImage(tile(tiles, cols), levels=(0, 1))
         self._draw_overlay()
-        step = f" step {snap.step}/{snap.n_steps}" if snap.stage == Stage.MEANS else ""
-        self.caption.setText(f"{self.n_tiles} means, one per {what} · iteration {snap.iteration}, {snap.stage}{step}")
+        text = (f"{count_of(self.n_tiles, 'mean')}, one per {what} · iteration {snap.iteration}, "
+                f"{snap.stage}" + (f" step {snap.step}/{snap.n_steps}" if snap.stage == Stage.MEANS else ""))
+        self.caption.setText(text)
+        self.caption.setToolTip(text)
+        self.set_empty(False)
 
 
 def log_ticks(lo: float, hi: float) -> list[tuple[float, str]]:
@@ -255,13 +366,20 @@ class ConvergenceView(_Titled):
     pointClicked = Signal(int)
 
     def __init__(self, parent=None):
-        super().__init__("Manifold convergence", parent)
+        super().__init__("Manifold convergence",
+                         "Run to watch the images converge: the distances between look-alikes shrink towards "
+                         "zero while different shapes stay apart, and the map shows the groups forming.", parent)
         row = QHBoxLayout()
         self.curves_plot = pg.PlotWidget(title="d(S_i, S_j) per iteration")
         self.curves_plot.setLogMode(y=True)
         self.curves_plot.setLabel("bottom", "iteration (0 = inputs)")
         self.curves_plot.setLabel("left", "manifold distance")
-        self.curves_plot.addLegend(offset=(-10, 10))
+        # the legend sits under the plot (its own row of the plot's layout), never over the curves
+        self.legend = pg.LegendItem(colCount=3, horSpacing=8)
+        self.legend.setMinimumWidth(0)  # never widens the plot: its columns adapt to the width instead
+        self.legend.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Preferred)
+        self.curves_plot.getPlotItem().layout.addItem(self.legend, 4, 1)
+        self.curves_plot.getPlotItem().layout.setAlignment(self.legend, Qt.AlignmentFlag.AlignHCenter)
         for p in ("bottom", "left"):
             self.curves_plot.getAxis(p).enableAutoSIPrefix(False)
         self.curves_plot.getAxis("bottom").setTickSpacing(1, 1)
@@ -270,8 +388,9 @@ class ConvergenceView(_Titled):
                                ("between_min", "between-cluster min", (31, 119, 180)),
                                ("median", "median", (90, 90, 90))):
             self.curves[key] = self.curves_plot.plot([], [], pen=pg.mkPen(col, width=2), symbol="o",
-                                                     symbolBrush=col, symbolSize=6, name=name)
-        self.map_plot = pg.PlotWidget(title="Map of the image manifolds (classical MDS)")
+                                                     symbolBrush=col, symbolSize=6)
+            self.legend.addItem(self.curves[key], name)
+        self.map_plot = pg.PlotWidget(title="Map of the images (classical MDS)")
         self.map_plot.setAspectLocked(True)
         self.map_plot.setLabel("bottom", "MDS 1")
         self.map_plot.setLabel("left", "MDS 2")
@@ -284,10 +403,42 @@ class ConvergenceView(_Titled):
         self.scatter.sigClicked.connect(self._clicked)
         row.addWidget(self.curves_plot, 1)
         row.addWidget(self.map_plot, 1)
-        self.layout_.addLayout(row, 1)
         self.coords = np.zeros((0, 2))
         self.highlighted: list[int] = []
         self._brushes = [pg.mkBrush(*c) for c in CLUSTER_COLOURS]
+        self.set_body(_body(row))
+
+    def plot_widgets(self):
+        return [self.curves_plot, self.map_plot]
+
+    def overlay_items(self):
+        return [self.highlight]
+
+    def restyle(self):
+        super().restyle()
+        if hasattr(self, "legend"):
+            theme.style_legend(self.legend, self.palette(), self.font())
+            _, fg = theme.plot_colours(self.palette())
+            self.highlight.setPen(pg.mkPen(fg, width=2))
+            self.fit_legend()
+
+    def fit_legend(self) -> None:
+        """As many legend columns (3, 2 or 1) as the curves plot's width allows."""
+        room = self.curves_plot.width() - 80
+        for cols in (3, 2, 1):
+            self.legend.setColumnCount(cols)
+            self.legend.updateSize()
+            if self.legend.layout.preferredWidth() <= room:
+                break
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self.fit_legend()
+
+    def clear(self):
+        self.coords = np.zeros((0, 2))
+        self.highlighted = []
+        super().clear()
 
     def show_frame(self, frame):
         c = frame.curves
@@ -304,6 +455,7 @@ class ConvergenceView(_Titled):
         # the same brush objects every time, so pyqtgraph reuses its rendered symbols
         brushes = [self._brushes[int(k) % len(self._brushes)] for k in labels]
         self.scatter.setData(pos=frame.mds, brush=brushes, data=np.arange(len(labels)))
+        self.set_empty(False)
 
     def select(self, indices):
         if isinstance(indices, (int, np.integer)):
@@ -321,7 +473,9 @@ class CompareView(_Titled):
     """KA's plain averages next to IA's invariant means (the paper's Fig. 3b vs Fig. 4)."""
 
     def __init__(self, parent=None):
-        super().__init__("Kernel attention vs Invariant Attention", parent)
+        super().__init__("Kernel attention vs Invariant Attention",
+                         "Finish a run to compare: plain kernel attention (KA) averages look-alikes as they lie "
+                         "and blurs them; Invariant Attention (IA) turns them into line first.", parent)
         row = QHBoxLayout()
         self.plots = []
         self.items = []
@@ -336,11 +490,17 @@ class CompareView(_Titled):
             row.addWidget(p, 1)
             self.plots.append(p)
             self.items.append(it)
-        self.layout_.addLayout(row, 1)
         self.caption = QLabel("Finish a run to compare.")
         self.caption.setWordWrap(True)
-        self.layout_.addWidget(self.caption)
+        self.set_body(_body(row, self.caption))
         self.n_tiles = 0
+
+    def plot_widgets(self):
+        return self.plots
+
+    def clear(self):
+        self.n_tiles = 0
+        super().clear()
 
     def show_final(self, frame, true_labels=None):
         if frame.plain_means is None or frame.cluster_means is None:
@@ -350,7 +510,8 @@ class CompareView(_Titled):
         self.items[0].setImage(tile(frame.plain_means, cols), levels=(0, 1))
         self.items[1].setImage(tile(frame.cluster_means, cols), levels=(0, 1))
         self.n_tiles = k
-        text = f"{k} clusters found by IA. Left: what plain kernel attention averages to; right: the invariant means."
+        text = (f"{count_of(k, 'cluster')} found by IA. Left: what plain kernel attention averages to; "
+                "right: the invariant means.")
         if true_labels is not None and frame.ka_labels is not None:
             from sklearn.metrics import adjusted_rand_score
 
@@ -359,28 +520,39 @@ class CompareView(_Titled):
             ari_ka = adjusted_rand_score(true_labels, frame.ka_labels)
             text += f" Against the true labels: IA ARI {ari_ia:.2f}, KA ARI {ari_ka:.2f}."
         self.caption.setText(text)
+        self.set_empty(False)
 
 
 class InspectView(_Titled):
     """Why two images were judged alike: v_i, v_j, v_i aligned onto v_j and their difference."""
 
     def __init__(self, parent=None):
-        super().__init__("Inspect a decision", parent)
+        super().__init__("Inspect a decision",
+                         "Click a square of W, or select exactly two thumbnails, to see why two images were judged "
+                         "alike: one is turned and shifted onto the other, and what is left over is shown.", parent)
         self.glw = pg.GraphicsLayoutWidget()
         self.items = {}
+        self.labels = []
         for col, (key, title) in enumerate((("vi", "v_i"), ("vj", "v_j"), ("aligned", "v_i aligned onto v_j"),
                                             ("difference", "|difference|"))):
             vb = self.glw.addViewBox(row=1, col=col, lockAspect=True, invertY=True, enableMouse=False)
-            self.glw.addLabel(title, row=0, col=col)
+            self.labels.append(self.glw.addLabel(title, row=0, col=col))
             it = pg.ImageItem(np.zeros((2, 2), np.float32))
             vb.addItem(it)
             self.items[key] = it
             self.glw.ci.layout.setColumnStretchFactor(col, 1)
-        self.layout_.addWidget(self.glw, 1)
         self.caption = QLabel("Click W_ij in the heatmap, or select exactly two thumbnails.")
         self.caption.setWordWrap(True)
-        self.layout_.addWidget(self.caption)
+        self.set_body(_body(self.glw, self.caption))
         self.info = None
+
+    def restyle(self):
+        if hasattr(self, "glw"):
+            theme.style_glw(self.glw, self.labels, self.palette(), self.font())
+
+    def clear(self):
+        self.info = None
+        super().clear()
 
     def show_pair(self, info: dict):
         self.info = info
@@ -393,3 +565,4 @@ class InspectView(_Titled):
             f"({display_name(info['name_j'])}):"
             f" θ = {info['theta_deg']:.2f}°, tx = {info['tx']:.2f} px, ty = {info['ty']:.2f} px; "
             f"distance {info['distance']:.4f}, score (cosine) {info['score']:.4f}")
+        self.set_empty(False)

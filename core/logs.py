@@ -5,13 +5,31 @@ import logging
 import os
 from pathlib import Path
 
-__all__ = ["log_dir", "setup_file_logging"]
+__all__ = ["home_dir", "log_dir", "setup_file_logging"]
+
+HOME_ENV = "IA_STUDIO_HOME"
+LOG_ENV = "IA_STUDIO_LOG_DIR"
+
+
+def home_dir() -> Path:
+    """The app's home (settings, autosave, recovery lock, logs).
+
+    ``$IA_STUDIO_HOME``; else the parent of ``$IA_STUDIO_LOG_DIR`` when that is set; else
+    ``~/.invariant-attention-studio``. Not created here.
+    """
+    env = os.environ.get(HOME_ENV)
+    if env:
+        return Path(env)
+    logs = os.environ.get(LOG_ENV)
+    if logs:
+        return Path(logs).parent
+    return Path.home() / ".invariant-attention-studio"
 
 
 def log_dir() -> Path:
-    """The log folder: ``$IA_STUDIO_LOG_DIR`` or ``~/.invariant-attention-studio/logs``."""
-    env = os.environ.get("IA_STUDIO_LOG_DIR")
-    path = Path(env) if env else Path.home() / ".invariant-attention-studio" / "logs"
+    """The log folder: ``$IA_STUDIO_LOG_DIR``, else ``<home_dir()>/logs`` (created)."""
+    env = os.environ.get(LOG_ENV)
+    path = Path(env) if env else home_dir() / "logs"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -26,3 +44,13 @@ def setup_file_logging(name: str) -> Path:
         root.addHandler(handler)
         root.setLevel(logging.INFO)
     return path
+
+
+def remove_file_logging(folder) -> None:
+    """Close and remove the root logger's file handlers writing under ``folder`` (a temporary home going away)."""
+    folder = Path(folder).resolve()
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if isinstance(h, logging.FileHandler) and folder in Path(h.baseFilename).resolve().parents:
+            root.removeHandler(h)
+            h.close()

@@ -27,14 +27,37 @@ def smooth_blob(size=32, seed=0):
     return img / img.max()
 
 
+HOME_VARS = ("IA_STUDIO_HOME", "IA_STUDIO_LOG_DIR")
+
+
+def _point_home_at(mp, folder):
+    mp.setenv("IA_STUDIO_HOME", str(folder))
+    mp.setenv("IA_STUDIO_LOG_DIR", str(folder / "logs"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_home(tmp_path_factory):
+    """Nothing in the test session touches the user's real app home (settings, autosave, lock, logs)."""
+    with pytest.MonkeyPatch.context() as mp:
+        _point_home_at(mp, tmp_path_factory.mktemp("session-home"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _test_home(request, tmp_path_factory):
+    """Each test gets a fresh app home, unless it shares its module's ``home``."""
+    if "home" in request.fixturenames:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        _point_home_at(mp, tmp_path_factory.mktemp("home"))
+        yield
+
+
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
     """A private home for the app's logs, settings and autosave (one per test module)."""
     home = tmp_path_factory.mktemp("home")
-    old = os.environ.get("IA_STUDIO_LOG_DIR")
-    os.environ["IA_STUDIO_LOG_DIR"] = str(home / "logs")
-    yield home
-    if old is None:
-        os.environ.pop("IA_STUDIO_LOG_DIR", None)
-    else:
-        os.environ["IA_STUDIO_LOG_DIR"] = old
+    with pytest.MonkeyPatch.context() as mp:
+        _point_home_at(mp, home)
+        yield home

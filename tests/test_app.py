@@ -37,7 +37,9 @@ def _wait_state(qtbot, window, states, timeout=60000):
 
 def test_title_size_and_gpu_choice(window):
     assert window.windowTitle().startswith(f"Invariant Attention Studio {__version__}")
-    assert window.width() >= 1280 and window.height() >= 800
+    # 1280 x 800, or less where the screen is smaller: the whole window fits the screen it opens on
+    avail = window.screen().availableGeometry()
+    assert window.width() == min(1280, avail.width() - 8) and window.height() == min(800, avail.height() - 32)
     gpu_item = window.run_panel.backend.model().item(2)
     if not gpu_item.isEnabled():  # no GPU here: disabled, with the reason
         assert gpu_status()[1] in gpu_item.toolTip()
@@ -218,7 +220,7 @@ def test_selftest_entry_point(qtbot, tmp_path, capsys):
     assert main(["--selftest", "--screenshot", str(shot)]) == 0
     out = capsys.readouterr().out
     assert "FAIL" not in out and "W heatmap = result W" in out
-    assert Image.open(shot).size[0] >= 1280
+    assert Image.open(shot).size[0] >= 700
 
 
 def test_missing_system_library_gives_a_readable_message(monkeypatch, capsys, tmp_path):

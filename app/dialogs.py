@@ -1,0 +1,55 @@
+"""Small windows: one image shown large, with its name and full path."""
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QPixmap
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QLineEdit, QVBoxLayout
+
+from iastudio.core.filenames import display_name
+
+__all__ = ["ImageDialog", "show_image"]
+
+LARGE = 448
+
+
+class ImageDialog(QDialog):
+    """One image, large, with its file name, its full path (selectable) and its cluster."""
+
+    def __init__(self, image: np.ndarray, path: str, cluster_name: str = "", parent=None):
+        from .panels import to_qimage
+
+        super().__init__(parent)
+        name = display_name(path)
+        self.setWindowTitle(name)
+        lay = QVBoxLayout(self)
+        self.name_label = QLabel(f"<b>{name}</b>" + (f" — {cluster_name}" if cluster_name else ""))
+        self.name_label.setTextFormat(Qt.TextFormat.RichText)
+        lay.addWidget(self.name_label)
+        self.picture = QLabel()
+        self.picture.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.picture.setMinimumSize(LARGE // 2, LARGE // 2)
+        self.picture.setPixmap(QPixmap.fromImage(to_qimage(image)).scaled(
+            LARGE, LARGE, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation))
+        lay.addWidget(self.picture, 1)
+        self.path = QLineEdit(str(path))  # the whole path, selectable and copyable however long it is
+        self.path.setReadOnly(True)
+        self.path.setCursorPosition(0)
+        self.path.setToolTip(str(path))
+        lay.addWidget(self.path)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.close)
+        lay.addWidget(buttons)
+        self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+
+
+def show_image(window, index: int) -> ImageDialog | None:
+    """Open image ``index`` of the window's model large (double-click on a thumbnail)."""
+    m = window.model
+    if not 0 <= index < m.n:
+        return None
+    cluster = m.book.name_of(m.book.labels[index]) if m.book is not None else ""
+    dlg = ImageDialog(m.working[index], m.data.paths[index], cluster, window)
+    dlg.show()
+    window.image_dialog = dlg
+    return dlg

@@ -1,0 +1,106 @@
+"""Plots that follow the system palette and the widget font (light or dark desktop, presentation mode).
+
+pyqtgraph draws with its own colours (white background, black text by default). These functions
+repaint a plot's background, axes, titles and legend from a ``QPalette`` and size its text from a
+``QFont``; the views call them on creation and whenever their palette or font changes.
+"""
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtGui import QColor, QFont, QPalette
+
+__all__ = ["dark_palette", "is_dark", "plot_colours", "style_axis", "style_glw", "style_legend", "style_plot",
+           "style_plot_item"]
+
+
+def plot_colours(palette: QPalette) -> tuple[QColor, QColor]:
+    """(background, foreground) for plots: the palette's Base and Text colours."""
+    return QColor(palette.color(QPalette.ColorRole.Base)), QColor(palette.color(QPalette.ColorRole.Text))
+
+
+def is_dark(palette: QPalette) -> bool:
+    return palette.color(QPalette.ColorRole.Window).lightnessF() < 0.5
+
+
+def _pt(font: QFont) -> float:
+    pt = font.pointSizeF()
+    return pt if pt > 0 else 9.0
+
+
+def style_plot_item(item: pg.PlotItem, palette: QPalette, font: QFont) -> None:
+    """Axes, tick labels, title and legend of one PlotItem in the palette's text colour, at the font's size."""
+    _, fg = plot_colours(palette)
+    pt = _pt(font)
+    for name in ("left", "bottom", "right", "top"):
+        style_axis(item.getAxis(name), palette, font)
+    title = item.titleLabel
+    if title.isVisible() and title.text:
+        title.setText(title.text, color=fg.name(), size=f"{pt * 1.1:.1f}pt")
+        height = int(pt * 2.6) + 6
+        title.setMaximumHeight(height)
+        item.layout.setRowFixedHeight(0, height)
+    legend = item.legend
+    if legend is not None:
+        style_legend(legend, palette, font)
+
+
+def style_axis(axis: pg.AxisItem, palette: QPalette, font: QFont) -> None:
+    """One axis: line, ticks and label in the palette's text colour; tick labels a little smaller than the font."""
+    _, fg = plot_colours(palette)
+    pt = _pt(font)
+    tick_font = QFont(font)
+    tick_font.setPointSizeF(max(6.0, pt * 0.9))
+    axis.setPen(fg)
+    axis.setTextPen(fg)
+    axis.setStyle(tickFont=tick_font)
+    if axis.labelText or axis.labelUnits:
+        axis.setLabel(axis.labelText, units=axis.labelUnits or None,
+                      **{"color": fg.name(), "font-size": f"{pt:.1f}pt"})
+
+
+def style_legend(legend: pg.LegendItem, palette: QPalette, font: QFont) -> None:
+    bg, fg = plot_colours(palette)
+    legend.setLabelTextColor(fg)
+    legend.setLabelTextSize(f"{_pt(font):.1f}pt")
+    for _, label in legend.items:  # setAttr alone does not redraw the text already there
+        label.setText(label.text, color=fg.name(), size=f"{_pt(font):.1f}pt")
+    legend.updateSize()
+    legend.setBrush(QColor(bg.red(), bg.green(), bg.blue(), 220))
+    legend.setPen(QColor(fg.red(), fg.green(), fg.blue(), 80))
+
+
+def style_plot(widget: pg.PlotWidget, palette: QPalette, font: QFont) -> None:
+    """A PlotWidget: background from the palette, then its PlotItem."""
+    bg, _ = plot_colours(palette)
+    widget.setBackground(bg)
+    style_plot_item(widget.getPlotItem(), palette, font)
+
+
+def style_glw(widget: pg.GraphicsLayoutWidget, labels, palette: QPalette, font: QFont) -> None:
+    """A GraphicsLayoutWidget's background and its LabelItems."""
+    bg, fg = plot_colours(palette)
+    widget.setBackground(bg)
+    for label in labels:
+        label.setText(label.text, color=fg.name(), size=f"{_pt(font):.1f}pt")
+
+
+def dark_palette() -> QPalette:
+    """A plain dark palette (for tests, screenshots and users who want one)."""
+    p = QPalette()
+    roles = {
+        QPalette.ColorRole.Window: (45, 45, 48), QPalette.ColorRole.WindowText: (230, 230, 230),
+        QPalette.ColorRole.Base: (30, 30, 32), QPalette.ColorRole.AlternateBase: (45, 45, 48),
+        QPalette.ColorRole.Text: (230, 230, 230), QPalette.ColorRole.Button: (55, 55, 58),
+        QPalette.ColorRole.ButtonText: (230, 230, 230), QPalette.ColorRole.ToolTipBase: (60, 60, 64),
+        QPalette.ColorRole.ToolTipText: (235, 235, 235), QPalette.ColorRole.Highlight: (42, 130, 218),
+        QPalette.ColorRole.HighlightedText: (255, 255, 255), QPalette.ColorRole.Link: (100, 170, 255),
+        QPalette.ColorRole.PlaceholderText: (160, 160, 165), QPalette.ColorRole.BrightText: (255, 80, 80),
+        QPalette.ColorRole.Light: (75, 75, 78), QPalette.ColorRole.Midlight: (62, 62, 65),
+        QPalette.ColorRole.Mid: (40, 40, 42), QPalette.ColorRole.Dark: (25, 25, 27),
+        QPalette.ColorRole.Shadow: (0, 0, 0),
+    }
+    for role, rgb in roles.items():
+        p.setColor(role, QColor(*rgb))
+    for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText):
+        p.setColor(QPalette.ColorGroup.Disabled, role, QColor(127, 127, 127))
+    return p

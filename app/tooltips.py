@@ -1,0 +1,100 @@
+"""Plain-language tooltips for every control: what it does, and when to change it.
+
+Kept in one place so they can be read (and translated) together. Each panel calls
+:func:`apply_tooltips` at the end of its ``__init__``; the keys are the panel's attribute names.
+"""
+from __future__ import annotations
+
+__all__ = ["TOOLTIPS", "apply_tooltips"]
+
+TOOLTIPS: dict[str, dict[str, str]] = {
+    "ImageSetPanel": {
+        "open_btn": "Open a folder of images (PNG, JPEG, TIFF, BMP) and start over with them. "
+                    "Images in sub-folders are read too; a sub-folder's name becomes the image's label.",
+        "add_btn": "Add more image files to the ones already open.",
+        "demo_box": "Try the studio without your own images: pick a ready-made set (shapes, digits…). "
+                    "Nothing is downloaded.",
+        "thumb_size": "Make the thumbnails bigger or smaller. Only the display changes, not the images.",
+        "view": "Your images. Click to select (Ctrl/Shift for more), double-click to see one large, "
+                "right-click for more. Drag them onto a cluster to move them.",
+        "skipped_list": "Files that could not be read as images, and why. They are left out of the run.",
+    },
+    "TransformPanel": {
+        "rotation": "How far each image may be turned at random, either way. Use it to test that the "
+                    "grouping ignores rotation; 180° means any angle.",
+        "shift": "How far each image may be moved at random, as a share of its size. "
+                 "Use it to test that the grouping ignores position.",
+        "seed": "Picks which random turns and shifts are drawn. The same number gives the same result "
+                "again; change it to try another draw.",
+        "apply_btn": "Turn and shift every image at random within the ranges above.",
+        "reset_btn": "Undo all turns and shifts: back to the images as they were loaded.",
+        "theta": "Turn the selected image by this angle (degrees).",
+        "theta_slider": "Drag to turn the selected image and watch the preview.",
+        "tx": "Move the selected image left (−) or right (+), in pixels.",
+        "ty": "Move the selected image up (−) or down (+), in pixels.",
+        "show_original": "Show the selected image as loaded, before any turn or shift.",
+    },
+    "RunPanel": {
+        "method": "Invariant Attention groups images that match after turning and shifting them. "
+                  "Kernel attention is the plain method it improves on: pick it to compare.",
+        "beta_auto": "auto (recommended): the studio picks how picky the matching is for each image, and undoes "
+                     "an iteration that would mix the groups. Untick to set β yourself, as in the paper.",
+        "beta": "How picky the matching is (the paper's β in exp(−β d²)): larger means only very close "
+                "look-alikes count. Used when 'auto' is off.",
+        "iterations": "How many times the images are averaged with their look-alikes. More makes groups "
+                      "tighter but takes longer; 2–4 is usually enough.",
+        "clusters_auto": "auto: the studio decides how many groups there are. Untick if you know the number.",
+        "clusters": "The number of groups to make, when 'auto' is off.",
+        "rotation_range": "Largest turn to try when matching two images. 180° allows any angle; lower it when "
+                          "your images are only slightly tilted (faster, and avoids matching a 6 with a 9).",
+        "mirror": "Also match each image flipped left-right: for cells, particles, leaves… Off: a shape and "
+                  "its mirror image stay apart. Doubles the matching time.",
+        "angle_step": "How finely the turns are tried. Smaller is more precise and slower; 5° suits most images.",
+        "size": "Images are shrunk to this size before matching. Smaller is much faster; raise it when fine "
+                "detail tells your images apart.",
+        "backend": "Where the computing runs. Auto uses the graphics card (GPU) when one works here, "
+                   "else the processor (CPU).",
+        "start_btn": "Start grouping the images with the settings above (Ctrl+R).",
+        "stop_btn": "Pause the run after the current step. Resume continues from there.",
+        "resume_btn": "Continue a stopped run where it stopped.",
+        "progress": "How far the run is, and an estimate of the time left.",
+    },
+    "ClustersPanel": {
+        "list": "The groups found, with how many images each holds. Click one to select its images; "
+                "drop thumbnails on it to move them; right-click for more.",
+        "rename_btn": "Give the selected group a name of your own (used in exports).",
+        "merge_btn": "Join the selected groups into one (select two or more with Ctrl).",
+        "split_btn": "Cut the selected group into k smaller groups by how alike its images are.",
+        "split_k": "Into how many groups 'Split' cuts the selected one.",
+        "rerun_btn": "Run Invariant Attention again on the selected group's images only, to split "
+                     "it more carefully (takes a little time).",
+        "new_btn": "Put the selected thumbnails into a new group of their own.",
+        "unassign_btn": "Take the selected thumbnails out of their groups (they show in grey).",
+        "k": "Read the result again as this many groups, without re-running.",
+        "k_auto": "Let the studio choose the number of groups again.",
+        "k_apply": "Read the groups again with the number on the left.",
+        "threshold": "Read the groups again by distance instead: images closer than this end up together. "
+                     "Lower gives more, smaller groups.",
+        "t_apply": "Read the groups again with the distance on the left.",
+    },
+    "NetsPanel": {
+        "data_box": "What to train on: a built-in set of rotated digits, or your own images (one sub-folder "
+                    "per label).",
+        "model_box": "Which network to train. The 'a' models use attention; aF-p4cnn is quick on a CPU.",
+        "epochs": "How many passes over the training images. More learns better but takes longer.",
+        "train_button": "Train the chosen network in the background. The curves update after every pass.",
+        "stop_button": "Stop training after the current batch; what was learnt so far is kept.",
+        "image_index": "Which test image to show the network's answer and attention for.",
+        "query_row": "Self-attention networks: the row of the pixel whose attention is shown (all: every pixel).",
+        "query_col": "Self-attention networks: the column of the pixel whose attention is shown.",
+        "angle": "Turn the test image and watch the attention turn with it: that is what 'equivariant' means.",
+    },
+}
+
+
+def apply_tooltips(panel) -> None:
+    """Set the tooltips of ``panel``'s controls from :data:`TOOLTIPS` (missing attributes are skipped)."""
+    for name, text in TOOLTIPS.get(type(panel).__name__, {}).items():
+        widget = getattr(panel, name, None)
+        if widget is not None:
+            widget.setToolTip(text)

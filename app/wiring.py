@@ -1,0 +1,50 @@
+"""Connects the window's extras once its panels, views and menus exist.
+
+``install_ui_extras(window)`` is the one call the main window makes: empty views go back to their
+hints when the images change, Run menu actions follow the run state, skipped files are listed,
+right-click menus and double-click work, and the window is fitted to its screen.
+"""
+from __future__ import annotations
+
+from .context_menus import install_context_menus
+from .layout import fit_to_screen
+from .panels import RunPanel
+
+__all__ = ["install_ui_extras", "update_run_actions", "views_of"]
+
+
+def views_of(window) -> list:
+    return [window.weights_view, window.means_view, window.convergence_view, window.compare_view,
+            window.inspect_view]
+
+
+def update_run_actions(window, state: str) -> None:
+    """Run → Start / Stop / Resume enabled only when they can do something."""
+    can = RunPanel.can_act(state)
+    for key in ("start", "stop", "resume"):
+        act = getattr(window, f"{key}_action", None)
+        if act is not None:
+            act.setEnabled(can[key])
+
+
+def _images_changed(window) -> None:
+    m = window.model
+    window.images_panel.set_skipped(m.data.skipped)
+    if m.latest is None:  # new images, nothing run on them yet: every view shows its hint again
+        for view in views_of(window):
+            view.clear()
+
+
+def _run_state(window, state: str) -> None:
+    update_run_actions(window, state)
+    if state == "running" and window.model.final is None:
+        window.compare_view.clear()  # the last comparison is about another run
+
+
+def install_ui_extras(window) -> None:
+    m = window.model
+    m.imagesChanged.connect(lambda: _images_changed(window))
+    m.runStateChanged.connect(lambda state: _run_state(window, state))
+    update_run_actions(window, m.state)
+    install_context_menus(window)
+    fit_to_screen(window)

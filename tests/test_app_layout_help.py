@@ -1,0 +1,418 @@
+"""Issue #12: a layout that fits, empty states, the palette, exports, help, menus, presentation mode (pytest-qt)."""
+import ast
+import os
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from PIL import Image  # noqa: E402
+from PySide6.QtCore import QPointF, QRect, QSize  # noqa: E402
+from PySide6.QtGui import QColor, QKeySequence  # noqa: E402
+from PySide6.QtWidgets import (  # noqa: E402
+    QApplication,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QPushButton,
+    QSlider,
+    QSpinBox,
+)
+
+from iastudio.app import theme  # noqa: E402
+from iastudio.app.context_menus import cluster_menu, thumbnail_menu  # noqa: E402
+from iastudio.app.help import shortcut_rows, shortcuts_dialog  # noqa: E402
+from iastudio.app.layout import fit_to_screen, fitted_size  # noqa: E402
+from iastudio.app.main_window import MainWindow, settings  # noqa: E402
+from iastudio.app.wording import count_of  # noqa: E402
+from iastudio.core.clusterbook import UNASSIGNED  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _wait(qapp, pred, timeout=60.0):
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and not pred():
+        qapp.processEvents()
+        time.sleep(0.005)
+    assert pred()
+
+
+@pytest.fixture(scope="module")
+def run_win(qapp, home):
+    """A window with a finished (quick) IA run on the demo shapes."""
+    w = MainWindow()
+    w.resize(1280, 800)
+    w.show()
+    w.model.load_demo("shapes")
+    w.run_panel.size.setValue(24)
+    w.run_panel.iterations.setValue(1)
+    w.start_run()
+    _wait(qapp, lambda: w.model.state in ("finished", "failed"))
+    assert w.model.state == "finished"
+    w.redraw()
+    qapp.processEvents()
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def window(qtbot):
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.model.shutdown(5000)
+
+
+# ------------------------------------------------------------------ M3: a layout that fits
+class _Hover:
+    def __init__(self, x, y):
+        self._p = QPointF(x, y)
+
+    def isExit(self):
+        return False
+
+    def pos(self):
+        return self._p
+
+
+def test_long_names_do_not_widen_the_window(run_win, qapp):
+    w = run_win
+    w.resize(1024, 768)
+    qapp.processEvents()
+    width = w.width()
+    long = "/data/" + "a_really_long_folder_name_" * 12 + "image.png"
+    w.weights_view.set_names([long] * w.model.n)
+    w.weights_view._hover(_Hover(0.5, 1.5))  # hovering W names both images
+    assert "a_really_long" in w.weights_view.hover.text()
+    w.means_view.caption.setText("means " * 80)
+    w.transform_panel.load_image("b_very_long_file_name_" * 10 + ".png", 0.0, 0.0, 0.0)
+    for view in (w.weights_view, w.means_view, w.compare_view, w.inspect_view):
+        view.title.setText(view.title.text() + " with a much longer title than fits" * 3)
+    qapp.processEvents()
+    for label in (w.weights_view.hover, w.means_view.caption, w.transform_panel.image_label,
+                  w.weights_view.title, w.compare_view.title):
+        assert label.minimumSizeHint().width() < 300, label.text()  # elides (or wraps) instead of widening
+    assert w.width() == width
+    assert w.minimumSizeHint().width() < 1024
+    assert w.minimumSizeHint().height() < 700  # fits a 1024 x 768 screen with a task bar and a title bar
+
+
+def test_window_size_fits_the_screen_and_restored_geometry_is_clamped(qtbot):
+    small = QRect(0, 0, 1024, 768)
+    assert fitted_size(QSize(1280, 800), small) == QSize(1016, 736)
+    assert fitted_size(QSize(900, 600), small) == QSize(900, 600)  # never grown
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    w.resize(1500, 1100)
+    w.move(2000, 1500)
+    fit_to_screen(w, small)
+    frame = w.frameGeometry()
+    assert frame.width() <= 1024 and frame.height() <= 768 and small.contains(frame.topLeft())
+    # a geometry saved on a bigger screen is clamped to this one when it is restored
+    w.resize(1900, 1150)
+    settings().setValue("window/geometry", w.saveGeometry())
+    w.close()
+    w2 = MainWindow()
+    qtbot.addWidget(w2)
+    avail = w2.screen().availableGeometry()
+    assert w2.width() <= avail.width() and w2.height() <= avail.height()
+    assert avail.contains(w2.frameGeometry().topLeft())
+
+
+# ------------------------------------------------------------------ empty states, palette, exports, wording
+def test_views_say_what_to_do_until_they_have_data(window, qtbot):
+    views = [window.weights_view, window.means_view, window.convergence_view, window.compare_view,
+             window.inspect_view]
+    for v in views:  # no placeholder plots: a hint instead
+        assert v.empty and v.stack.currentWidget() is v.hint and v.hint.isVisibleTo(v)
+        assert len(v.hint.text()) > 20 and not any(p.isVisibleTo(v) for p in v.plot_widgets())
+    assert "Run" in window.weights_view.hint.text()
+    m = window.model
+    m.load_demo("shapes")
+    window.run_panel.size.setValue(24)
+    window.run_panel.iterations.setValue(1)
+    window.start_run()
+    qtbot.waitUntil(lambda: m.state == "finished", timeout=60000)
+    window.redraw()
+    for v in views[:4]:
+        assert not v.empty and v.plot_widgets()[0].isVisibleTo(v)
+    assert window.inspect_view.empty  # nothing inspected yet
+    window.inspect_pair(0, 1)
+    qtbot.waitUntil(lambda: not window.inspect_view.empty, timeout=10000)
+    m.load_demo("digits")  # new images: back to the hints
+    assert all(v.empty for v in views)
+
+
+def _lightness(img, rect=None):
+    a = np.asarray(img.convert("L"), dtype=float)
+    if rect is not None:
+        x0, y0, x1, y1 = rect
+        a = a[y0:y1, x0:x1]
+    return a
+
+
+def _grab(widget, path):
+    widget.grab().save(str(path))
+    return Image.open(path)
+
+
+def test_plots_and_hints_follow_a_dark_palette(run_win, qapp, tmp_path):
+    old = QApplication.palette()
+    try:
+        QApplication.setPalette(theme.dark_palette())
+        qapp.processEvents()
+        plot = run_win.weights_view.plot
+        img = _grab(plot, tmp_path / "w.png")
+        base = theme.dark_palette().color(theme.QPalette.ColorRole.Base)
+        corner = img.convert("RGB").getpixel((img.width - 3, 3))
+        assert QColor(*corner) == base  # the plot background is the palette's, not white
+        axis = _lightness(img, (0, 0, 45, img.height))  # the left axis: light tick labels on dark
+        assert axis.max() > 180 and np.median(axis) < 60
+        curves = _grab(run_win.convergence_view.curves_plot, tmp_path / "c.png")
+        legend = run_win.convergence_view.legend
+        assert run_win.convergence_view.legend.labelTextColor() == theme.dark_palette().color(
+            theme.QPalette.ColorRole.Text)
+        assert legend.items and all("color: #e6e6e6" in lab.item.toHtml() or "#e6e6e6" in lab.item.toHtml()
+                                    for _, lab in legend.items)
+        assert np.median(_lightness(curves)) < 60
+        # an empty view's hint is readable on the dark window
+        hint = run_win.compare_view.hint
+        run_win.compare_view.clear()
+        run_win.bottom_tabs.setCurrentWidget(run_win.compare_view)
+        qapp.processEvents()
+        h = _lightness(_grab(hint, tmp_path / "h.png"))
+        assert np.median(h) < 70 and h.max() > 170
+    finally:
+        QApplication.setPalette(old)
+        run_win.compare_view.show_final(run_win.model.final)
+        qapp.processEvents()
+    img = _grab(run_win.weights_view.plot, tmp_path / "w2.png")
+    assert np.median(_lightness(img)) > 150  # back to light
+
+
+def test_exported_panels_leave_out_the_selection_and_the_colour_bar_handles(run_win, qapp, tmp_path, monkeypatch):
+    import pyqtgraph.exporters as ex
+
+    w = run_win
+    seen = []
+    real_export = ex.ImageExporter.export
+
+    def spy(self, *args, **kwargs):
+        seen.append((w.weights_view.overlay.isVisible(), w.weights_view.colorbar.region.isVisible(),
+                     w.means_view.overlay.isVisible(), w.convergence_view.highlight.isVisible()))
+        return real_export(self, *args, **kwargs)
+
+    monkeypatch.setattr(ex.ImageExporter, "export", spy)
+    w.model.select([])
+    qapp.processEvents()
+    w.export_panels(str(tmp_path / "plain"))
+    w.model.select([2, 5])
+    qapp.processEvents()
+    assert w.weights_view.overlay.isVisible() and w.weights_view.colorbar.region.isVisible()
+    w.export_panels(str(tmp_path / "selected"))
+    for name in ("weights", "means"):
+        a = np.asarray(Image.open(tmp_path / "plain" / f"{name}.png"))
+        b = np.asarray(Image.open(tmp_path / "selected" / f"{name}.png"))
+        assert a.shape == b.shape and np.array_equal(a, b), name  # the red tint is not in the picture
+    assert seen and not any(any(flags) for flags in seen)  # no tint, handles or rings while drawing
+    assert w.weights_view.overlay.isVisible() and w.weights_view.colorbar.region.isVisible()  # restored
+    w.model.select([])
+
+
+def test_the_legend_sits_clear_of_the_curves(run_win, qapp):
+    cv = run_win.convergence_view
+    qapp.processEvents()
+    vb = cv.curves_plot.getPlotItem().getViewBox()
+    legend, area = cv.legend.sceneBoundingRect(), vb.sceneBoundingRect()
+    assert legend.height() > 5 and area.height() > 50
+    assert not legend.intersects(area)
+    assert cv.curves_plot.sceneRect().contains(legend)  # and it is not clipped away
+
+
+def test_one_cluster_is_singular(window, qtbot):
+    assert count_of(1, "cluster") == "1 cluster" and count_of(3, "cluster") == "3 clusters"
+    m = window.model
+    m.load_demo("shapes")
+    window.run_panel.size.setValue(24)
+    window.run_panel.iterations.setValue(1)
+    window.run_panel.clusters_auto.setChecked(False)
+    window.run_panel.clusters.setValue(1)
+    messages = []
+    m.message.connect(messages.append)
+    window.start_run()
+    qtbot.waitUntil(lambda: m.state == "finished", timeout=60000)
+    assert any(t.startswith("Done: 1 cluster in") for t in messages), messages
+    assert window.compare_view.caption.text().startswith("1 cluster found")
+
+
+# ------------------------------------------------------------------ help
+CONTROL_TYPES = (QSpinBox, QDoubleSpinBox, QComboBox, QCheckBox, QPushButton, QSlider)
+
+
+def test_every_control_in_the_panels_has_a_plain_tooltip(window):
+    panels = [window.images_panel, window.transform_panel, window.run_panel, window.clusters_panel,
+              window.nets_panel, window.means_view]
+    checked = 0
+    for panel in panels:
+        for kind in CONTROL_TYPES:
+            for ctl in panel.findChildren(kind):
+                if "qt_spinbox" in ctl.objectName():
+                    continue
+                assert len(ctl.toolTip()) > 15, (type(panel).__name__, type(ctl).__name__, ctl.objectName(),
+                                                 getattr(ctl, "text", lambda: "")())
+                checked += 1
+    assert checked >= 35
+
+
+def test_f1_opens_the_quick_start_inside_the_app(window, qtbot):
+    f1 = [a for a in window.findChildren(type(window.start_action))
+          if QKeySequence(QKeySequence.StandardKey.HelpContents) in a.shortcuts()]
+    assert len(f1) == 1  # one action only: two on F1 would make the key do nothing
+    f1[0].trigger()
+    dlg = window.quick_start
+    assert dlg.isVisible()
+    text = dlg.browser.toPlainText()
+    for needle in ("Open folder", "Demo", "Start", "Clusters", "Ctrl+Z", "Export"):
+        assert needle in text
+
+
+def test_the_shortcut_list_is_read_from_the_actions(window):
+    rows = shortcut_rows(window)
+    commands = {(c, k) for _, c, k in rows}
+    assert ("Start", QKeySequence("Ctrl+R").toString(QKeySequence.SequenceFormat.NativeText)) in commands
+    assert any(c == "Quick start" for _, c, _ in rows) and any(c == "Presentation mode" for _, c, _ in rows)
+    act = window.menuBar().actions()[0].menu().addAction("A brand-new command")
+    act.setShortcut(QKeySequence("Ctrl+Alt+J"))
+    dlg = shortcuts_dialog(window)
+    assert dlg.isVisible() and dlg.table.rowCount() == len(rows) + 1
+    cells = [dlg.table.item(r, 1).text() for r in range(dlg.table.rowCount())]
+    assert "A brand-new command" in cells
+
+
+def test_double_click_a_thumbnail_shows_it_large_with_its_path(window, qtbot):
+    window.model.load_demo("shapes")
+    index = window.images_panel.thumbs.index(4)
+    window.images_panel.view.doubleClicked.emit(index)
+    dlg = window.image_dialog
+    assert dlg.isVisible()
+    path = window.model.data.paths[4]
+    assert dlg.path.text() == path and Path(path).name.split("/")[-1] in dlg.name_label.text()
+    assert dlg.picture.pixmap().width() >= 256
+
+
+def test_thumbnail_size_slider(window):
+    window.model.load_demo("shapes")
+    panel = window.images_panel
+    panel.thumb_size.setValue(120)
+    assert panel.view.iconSize() == QSize(120, 120)
+    pm = panel.thumbs.data(panel.thumbs.index(0), 1)  # DecorationRole
+    assert pm.width() == 120
+    panel.thumb_size.setValue(40)
+    assert panel.thumbs.data(panel.thumbs.index(0), 1).width() == 40
+
+
+def test_context_menus_call_the_existing_edits(run_win, qapp):
+    w, m = run_win, run_win.model
+    book = m.book
+    menu = cluster_menu(w, 0)
+    texts = [a.text() for a in menu.actions() if a.text()]
+    assert any(t.startswith("Select the images") for t in texts)
+    assert any(t.startswith("Rename") for t in texts) and any(t.startswith("Merge") for t in texts)
+    assert any(t.startswith("Split") for t in texts)
+    next(a for a in menu.actions() if a.text().startswith("Select the images")).trigger()
+    assert m.selection == book.members(0).tolist()
+    # thumbnails: move two images to another cluster, then undo
+    target = next(c for c in book.cluster_ids() if c != book.labels[0])
+    tmenu = thumbnail_menu(w, [0, 1])
+    move = next(a.menu() for a in tmenu.actions() if a.menu() is not None)
+    assert move.title() == "Move 2 images to"
+    next(a for a in move.actions() if a.text() == book.name_of(target)).trigger()
+    assert m.book.labels[0] == target and m.book.labels[1] == target
+    w.undo_action.trigger()
+    assert m.book == book
+    inspect = next(a for a in tmenu.actions() if a.text().startswith("Inspect"))
+    assert inspect.isEnabled()
+    unassign = next(a for a in thumbnail_menu(w, [3]).actions() if a.text().startswith("Unassign"))
+    unassign.trigger()
+    assert m.book.labels[3] == UNASSIGNED
+    w.undo_action.trigger()
+    # right-click really opens them
+    lst = w.clusters_panel.list
+    lst.customContextMenuRequested.emit(lst.visualItemRect(lst.item(0)).center())
+    assert w.context_menu is not None and w.context_menu.isVisible()
+    w.context_menu.close()
+    view = w.images_panel.view
+    view.customContextMenuRequested.emit(view.visualRect(w.images_panel.thumbs.index(2)).center())
+    assert w.context_menu.isVisible() and any(a.text() == "Show large…" for a in w.context_menu.actions())
+    w.context_menu.close()
+
+
+# ------------------------------------------------------------------ presentation mode
+def test_presentation_mode_enlarges_and_hides_the_controls_then_comes_back(run_win, qapp):
+    w = run_win
+    left = w.images_panel.parentWidget()
+    size = w.weights_view.font().pointSizeF()
+    tick = w.weights_view.plot.getAxis("left").style["tickFont"].pointSizeF()
+    assert left.isVisible()
+    w.presentation_action.trigger()
+    qapp.processEvents()
+    assert not left.isVisible() and w.presentation_action.isChecked()
+    assert w.weights_view.font().pointSizeF() >= 1.4 * size
+    assert w.weights_view.plot.getAxis("left").style["tickFont"].pointSizeF() >= 1.4 * tick
+    w.presentation_action.trigger()
+    qapp.processEvents()
+    assert left.isVisible() and w.weights_view.font().pointSizeF() == size
+    assert w.weights_view.plot.getAxis("left").style["tickFont"].pointSizeF() == tick
+
+
+# ------------------------------------------------------------------ minor items
+def test_run_menu_and_settings_follow_the_run_state(window, qtbot):
+    assert window.start_action.isEnabled()
+    assert not window.stop_action.isEnabled() and not window.resume_action.isEnabled()  # idle: nothing to act on
+    m = window.model
+    m.load_demo("digits")
+    window.run_panel.iterations.setValue(1)
+    states = []
+    m.runStateChanged.connect(lambda s: states.append((s, window.stop_action.isEnabled(),
+                                                       window.start_action.isEnabled(),
+                                                       window.run_panel.iterations.isEnabled(),
+                                                       window.run_panel.method.isEnabled())))
+    window.start_action.trigger()
+    qtbot.waitUntil(lambda: m.state in ("finished", "failed"), timeout=60000)
+    assert ("running", True, False, False, False) in states  # settings locked while it runs
+    assert window.run_panel.iterations.isEnabled() and window.start_action.isEnabled()
+    assert not window.run_panel.beta.isEnabled()  # still follows its 'auto' box
+    assert not window.stop_action.isEnabled() and not window.resume_action.isEnabled()
+
+
+def test_skipped_files_are_listed_in_the_panel(window, tmp_path):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    img = np.zeros((20, 20), np.uint8)
+    img[5:12, 4:15] = 255
+    for k in range(3):
+        Image.fromarray(np.roll(img, k, axis=1)).save(folder / f"{k}.png")
+    (folder / "broken.png").write_text("not an image")
+    window.load_paths([str(folder)])
+    lst = window.images_panel.skipped_list
+    assert lst.isVisible() and lst.count() == 1 and "broken.png" in lst.item(0).text()
+    assert str(folder / "broken.png") in lst.item(0).toolTip()
+    window.model.load_demo("shapes")
+    assert not lst.isVisible()
+
+
+def test_no_function_in_the_app_is_longer_than_80_lines():
+    long = []
+    for path in sorted((ROOT / "app").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > 80:
+                    long.append(f"{path.name}:{node.name} ({n} lines)")
+    assert not long, long
