@@ -62,11 +62,6 @@ class Frame:
     elapsed: float = 0.0
     result: RunResult | None = None
 
-    @property
-    def extra(self) -> dict:
-        """Deprecated: ``{"result": result}`` (or ``{}``); read :attr:`result` instead."""
-        return {} if self.result is None else {"result": self.result}
-
 
 def plain_means(images: np.ndarray, labels: np.ndarray, *, n_clusters: int | None = None) -> np.ndarray:
     """Plain average of each cluster's images (no alignment).

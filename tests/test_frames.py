@@ -78,7 +78,6 @@ def test_final_frame_holds_the_read_out(live):
                       iterations=run.settings.iterations, clusters=run.settings.clusters).run()
     assert_array_equal(final.ka_labels, ka.labels)
     assert_array_equal(final.mds, frames[-1].mds)
-    assert final.extra == {"result": res}  # the deprecated view, for callers not yet reading .result
 
 
 def test_final_without_a_last_snapshot_builds_the_done_frame(live):

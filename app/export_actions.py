@@ -1,0 +1,84 @@
+"""File → Export: asks where, shows progress, and calls :mod:`iastudio.app.export`."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog
+
+
+def progress_dialog(parent, title: str, total: int):
+    """``(dialog, step)``: ``step(done, total)`` updates it and returns False once Cancel was pressed."""
+    dlg = QProgressDialog(title, "Cancel", 0, total, parent)
+    dlg.setWindowModality(Qt.WindowModality.WindowModal)
+    dlg.setMinimumDuration(500)
+
+    def step(done, tot):
+        dlg.setMaximum(tot)
+        dlg.setValue(done)
+        QGuiApplication.processEvents()
+        return not dlg.wasCanceled()
+
+    return dlg, step
+
+
+class ExportActions:
+    """The window's exports; each returns the path written to, or None."""
+
+    def __init__(self, window):
+        self.window, self.model = window, window.model
+
+    def _need_result(self) -> bool:
+        if self.model.book is None or self.model.final is None:
+            self.window.dialog(QMessageBox.Icon.Information, "Nothing to export yet", "Run the clustering first.")
+            return False
+        return True
+
+    def csv(self, path=None):
+        from .export import export_assignments
+
+        if not self._need_result():
+            return None
+        path = path or QFileDialog.getSaveFileName(self.window, "Export assignments", "assignments.csv",
+                                                   "CSV (*.csv)")[0]
+        if path:
+            export_assignments(self.model, path)
+            self.model.message.emit(f"Exported {path}")
+        return path
+
+    def folders(self, aligned: bool, folder=None):
+        from .export import export_cluster_folders
+
+        if not self._need_result():
+            return None
+        folder = folder or QFileDialog.getExistingDirectory(self.window, "Export cluster folders into")
+        if folder:
+            dlg, step = progress_dialog(self.window, "Exporting cluster folders…", self.model.n)
+            export_cluster_folders(self.model, folder, aligned=aligned, progress=step)
+            dlg.close()
+            self.model.message.emit(f"Exported cluster folders to {folder}")
+        return folder
+
+    def panels(self, folder=None):
+        from .export import export_panels
+
+        folder = folder or QFileDialog.getExistingDirectory(self.window, "Export panels into")
+        if folder:
+            files = export_panels(self.window, folder)
+            self.model.message.emit(f"Exported {len(files)} files to {folder}")
+        return folder
+
+    def gif(self, path=None):
+        from .export import export_gif
+
+        frames = self.model.history_frames
+        if not frames:
+            self.window.dialog(QMessageBox.Icon.Information, "Nothing to export yet", "Run the clustering first.")
+            return None
+        path = path or QFileDialog.getSaveFileName(self.window, "Export animation", "convergence.gif",
+                                                   "GIF (*.gif)")[0]
+        if path:
+            dlg, step = progress_dialog(self.window, "Rendering the animation…", len(frames))
+            export_gif(self.model, path, progress=step)
+            dlg.close()
+            self.model.message.emit(f"Exported {path}")
+        return path
