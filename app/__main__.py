@@ -110,6 +110,7 @@ def _start(args) -> int:
         from .selftest import run_selftest
 
         code = run_selftest(window, app, args.screenshot)
+        window.projects.ask = lambda *a, **k: "discard"  # the self-test's session is made to be thrown away
         window.close()
         return code
     if args.demo:

@@ -37,9 +37,9 @@ def cluster_menu(window, cluster: int) -> QMenu:
     _add(menu, f"Select the images of {name}", lambda: m.select_cluster(cluster))
     menu.addSeparator()
     _add(menu, f"Rename {name}…", lambda: window.rename_cluster(cluster), real)
-    _add(menu, f"Merge the {len(selected)} selected clusters", lambda: window.merge_clusters(selected),
+    _add(menu, f"Merge the {len(selected)} selected clusters", lambda: window.model.merge_clusters(selected),
          len(selected) >= 2)
-    _add(menu, f"Split {name} into {k}", lambda: window.split_cluster(cluster, k),
+    _add(menu, f"Split {name} into {k}", lambda: window.model.split_cluster(cluster, k),
          real and m.final is not None and len(book.members(cluster)) >= k)
     _add(menu, f"Split {name} by re-running IA on it", lambda: m.split_by_rerun(cluster),
          real and idle and len(book.members(cluster)) >= 3)
@@ -64,9 +64,9 @@ def thumbnail_menu(window, rows: list[int]) -> QMenu:
     menu.addSeparator()
     move = menu.addMenu(f"Move {what} to")
     for c in book.cluster_ids():
-        _add(move, book.name_of(c), lambda c=c: window.move_images(rows, c))
-    _add(menu, f"New cluster from {what}", lambda: (m.select(rows), window.new_cluster_from_selection()))
-    _add(menu, f"Unassign {what}", lambda: window.move_images(rows, UNASSIGNED))
+        _add(move, book.name_of(c), lambda c=c: window.model.move_images(rows, c))
+    _add(menu, f"New cluster from {what}", lambda: (m.select(rows), window.model.new_cluster_from_selection()))
+    _add(menu, f"Unassign {what}", lambda: window.model.move_images(rows, UNASSIGNED))
     return menu
 
 

@@ -150,3 +150,63 @@ def add_help_actions(window, menu: QMenu) -> dict[str, QAction]:
     if first is not None:
         menu.insertSeparator(first)
     return {"quick_start": quick, "shortcuts": keys}
+
+
+APP_NAME = "Invariant Attention Studio"
+
+
+def about_text(model) -> str:
+    """Versions, the backend in use, the GPU, where the logs are (Help → About; copyable)."""
+    import platform
+    import sys
+
+    import numpy
+    import PySide6
+    from PySide6.QtCore import qVersion
+
+    from iastudio.core import __version__
+    from iastudio.core.logs import log_dir
+
+    from .model import gpu_status
+
+    try:
+        import cupy
+
+        cupy_v = cupy.__version__
+    except Exception:  # noqa: BLE001 - any failure means "not usable"
+        cupy_v = "not installed"
+    ok, reason = gpu_status()
+    backend = model.run.backend.describe() if model.run is not None else ("cupy" if ok else "numpy (CPU)")
+    return "\n".join([
+        f"{APP_NAME} {__version__}",
+        f"Python {platform.python_version()} ({sys.platform})",
+        f"Qt {qVersion()}, PySide6 {PySide6.__version__}",
+        f"NumPy {numpy.__version__}",
+        f"CuPy {cupy_v}",
+        f"Backend: {backend}",
+        f"GPU: {reason if ok else 'none — running on the CPU (' + reason + ')'}",
+        f"Logs: {log_dir()}",
+        "Nothing is downloaded or sent anywhere.",
+    ])
+
+
+def about_dialog(window) -> QDialog:
+    """Help → About: :func:`about_text` with a Copy button (not blocking)."""
+    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtWidgets import QDialogButtonBox, QPushButton, QTextBrowser, QVBoxLayout
+
+    dlg = QDialog(window)
+    dlg.setWindowTitle(f"About {APP_NAME}")
+    lay = QVBoxLayout(dlg)
+    text = QTextBrowser()
+    text.setPlainText(about_text(window.model))
+    lay.addWidget(text)
+    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+    copy = QPushButton("Copy to clipboard")
+    buttons.addButton(copy, QDialogButtonBox.ButtonRole.ActionRole)
+    copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(text.toPlainText()))
+    buttons.rejected.connect(dlg.close)
+    lay.addWidget(buttons)
+    dlg.resize(520, 320)
+    dlg.open()
+    return dlg

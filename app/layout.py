@@ -97,3 +97,40 @@ def add_view_menu(window, before: QAction | None = None):
         bar.insertMenu(before, menu)
     window.view_menu = menu
     return menu
+
+
+def build_central(window) -> None:
+    """Panels on the left (images; Run / Transforms / Clusters tabs), live views on the right."""
+    from PySide6.QtWidgets import QHBoxLayout, QSplitter, QTabWidget, QWidget
+
+    from .nets_panel import NetsPanel  # the Networks panel (PyTorch optional)
+
+    left = QSplitter(Qt.Orientation.Vertical)
+    left.addWidget(window.images_panel)
+    window.controls = QTabWidget()
+    for panel, name in ((window.run_panel, "Run"), (window.transform_panel, "Transforms"),
+                        (window.clusters_panel, "Clusters")):
+        window.controls.addTab(panel, name)
+    left.addWidget(window.controls)
+    left.setSizes([330, 470])
+    top = QSplitter(Qt.Orientation.Horizontal)
+    top.addWidget(window.weights_view)
+    top.addWidget(window.means_view)
+    window.nets_panel = NetsPanel(lambda: window.model.data)
+    window.bottom_tabs = QTabWidget()
+    for view, name in ((window.convergence_view, "Manifold convergence"), (window.compare_view, "KA vs IA"),
+                       (window.inspect_view, "Inspect"), (window.nets_panel, "Networks")):
+        window.bottom_tabs.addTab(view, name)
+    right = QSplitter(Qt.Orientation.Vertical)
+    right.addWidget(top)
+    right.addWidget(window.bottom_tabs)
+    right.setSizes([420, 380])
+    main = QSplitter(Qt.Orientation.Horizontal)
+    main.addWidget(left)
+    main.addWidget(right)
+    main.setSizes([370, 910])
+    central = QWidget()
+    lay = QHBoxLayout(central)
+    lay.setContentsMargins(4, 4, 4, 4)
+    lay.addWidget(main)
+    window.setCentralWidget(central)

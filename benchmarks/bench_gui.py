@@ -88,7 +88,7 @@ def main(argv=None):
         # while the worker computes: redraw every panel from the latest frame and time it
         if w.model.latest is None:
             return
-        w._drawn = None
+        w.sync.drawn = None
         t = time.perf_counter()
         w.redraw()
         w.repaint()

@@ -61,3 +61,41 @@ def home(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         _point_home_at(mp, home)
         yield home
+
+
+class _Asked(list):
+    """The app's questions asked during a test, and the answer the "user" gives."""
+
+    answer = "discard"
+
+
+_ASKED = _Asked()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _answer_for_the_user():
+    """The app's "Discard your work?" / "Save changes?" never block a test (windows that module fixtures
+    close after a test's own patches are undone included): they are answered from ``_ASKED.answer``."""
+    import sys
+
+    projects = sys.modules.get("iastudio.app.projects")  # only where the app is under test
+    if projects is None:
+        yield
+        return
+
+    def ask(parent, title, text, **_):
+        _ASKED.append((title, text))
+        return _ASKED.answer
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(projects.ProjectController, "ask", staticmethod(ask))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def asked():
+    """The questions asked during this test; set ``asked.answer`` to "save", "discard" or "cancel"."""
+    _ASKED.clear()
+    _ASKED.answer = "discard"
+    yield _ASKED
+    _ASKED.answer = "discard"

@@ -12,8 +12,10 @@ from PySide6.QtGui import QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
-from iastudio.app.main_window import MainWindow, about_text, settings  # noqa: E402
+from iastudio.app.help import about_text  # noqa: E402
+from iastudio.app.main_window import MainWindow  # noqa: E402
 from iastudio.app.panels import MIME_IMAGES  # noqa: E402
+from iastudio.app.projects import settings  # noqa: E402
 from iastudio.core.clusterbook import UNASSIGNED, ClusterBook  # noqa: E402
 from iastudio.core.project import load_project  # noqa: E402
 
@@ -97,10 +99,10 @@ def test_every_edit_kind_undoes_and_redoes(fresh, qapp):
     assert bytes(thumbs_drag.data(MIME_IMAGES)) == b"0"
     check(lambda: _drop_on_cluster(w, [0, 1], 1), lambda b: b.labels[0] == 1 and b.labels[1] == 1)
     check(lambda: w.rename_cluster(1, "sevens"), lambda b: b.names[1] == "sevens")
-    check(lambda: w.merge_clusters([0, 2]), lambda b: set(b.labels) == {0, 1})
-    check(lambda: w.split_cluster(1, 2), lambda b: len(b.cluster_ids()) == 3)
+    check(lambda: w.model.merge_clusters([0, 2]), lambda b: set(b.labels) == {0, 1})
+    check(lambda: w.model.split_cluster(1, 2), lambda b: len(b.cluster_ids()) == 3)
     m.select([3, 4])
-    check(w.new_cluster_from_selection, lambda b: b.labels[3] == b.labels[4] and b.labels[3] not in start.labels)
+    check(w.model.new_cluster_from_selection, lambda b: b.labels[3] == b.labels[4] and b.labels[3] not in start.labels)
     m.select([5])
     check(lambda: w.clusters_panel.unassign_btn.click(), lambda b: b.labels[5] == UNASSIGNED)
     check(lambda: w.clusters_panel.k.setValue(2), lambda b: len(b.cluster_ids()) == 2)
@@ -166,24 +168,24 @@ def test_inspect_a_decision(fresh):
 def test_exports_match_the_state(fresh, tmp_path):
     w, m = fresh, fresh.model
     w.rename_cluster(0, "horses")
-    csv_path = w.export_csv(str(tmp_path / "a.csv"))
+    csv_path = w.exports.csv(str(tmp_path / "a.csv"))
     with open(csv_path, newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label", "cluster_name"]
     assert [int(r["cluster"]) for r in rows] == list(m.book.labels)
     assert rows[0]["cluster_name"] == "horses" and float(rows[0]["score"]) > 0.9
-    folder = w.export_folders(True, str(tmp_path / "aligned"))
+    folder = w.exports.folders(True, str(tmp_path / "aligned"))
     counts = {p.name: len(list(p.iterdir())) for p in (tmp_path / "aligned").iterdir()}
     assert counts == {"horses": 6, "Cluster 2": 6, "Cluster 3": 6} and folder
     img = np.asarray(Image.open(next((tmp_path / "aligned" / "horses").iterdir())))
     assert img.shape[:2] == m.working.shape[1:3] and img.max() > 200
-    w.export_folders(False, str(tmp_path / "orig"))
+    w.exports.folders(False, str(tmp_path / "orig"))
     assert sum(len(list(p.iterdir())) for p in (tmp_path / "orig").iterdir()) == 18
-    w.export_panels(str(tmp_path / "panels"))
+    w.exports.panels(str(tmp_path / "panels"))
     for name in ("weights", "means", "convergence_curves", "manifold_map", "ka_means", "ia_means"):
         assert Image.open(tmp_path / "panels" / f"{name}.png").size[0] >= 600
         assert (tmp_path / "panels" / f"{name}.svg").read_text().lstrip().startswith("<?xml")
-    gif = w.export_gif(str(tmp_path / "conv.gif"))
+    gif = w.exports.gif(str(tmp_path / "conv.gif"))
     frames = Image.open(gif)
     assert frames.n_frames == len(m.history_frames) >= 2
 
@@ -191,15 +193,15 @@ def test_exports_match_the_state(fresh, tmp_path):
 def test_save_open_round_trip_through_the_app(fresh, tmp_path, qapp):
     w, m = fresh, fresh.model
     w.rename_cluster(1, "sevens")
-    w.move_images([0], 2)
+    w.model.move_images([0], 2)
     path = tmp_path / "p.iaproj"
-    assert w._save_to(str(path))
+    assert w.projects.save_to(str(path))
     assert not m.dirty and w.windowTitle().endswith("p.iaproj")
     book, edits, working = m.book, list(m.edits), m.working.copy()
     hist = [f.snapshot.weights.copy() for f in m.history_frames]
     w2 = MainWindow()
     try:
-        assert w2.open_project(str(path))
+        assert w2.projects.open_project(str(path))
         m2 = w2.model
         assert m2.book == book and m2.edits == edits
         assert np.array_equal(m2.working, working) and np.array_equal(m2.transforms, m.transforms)
@@ -207,7 +209,7 @@ def test_save_open_round_trip_through_the_app(fresh, tmp_path, qapp):
         w2.redraw()
         assert np.array_equal(w2.weights_view.image_item.image, w.weights_view.image_item.image)
         assert w2.clusters_panel.list.item(1).text().startswith("sevens")
-        assert str(path) in w2.recent("recent/projects")
+        assert str(path) in w2.projects.recent("recent/projects")
         p = load_project(path)
         assert p.clusters == book and p.edits == edits
     finally:
@@ -218,7 +220,7 @@ def test_corrupted_project_is_refused_cleanly(fresh, tmp_path):
     bad = tmp_path / "bad.iaproj"
     bad.write_bytes(b"PK\x03\x04 this is not really a zip")
     before = fresh.model.n
-    assert fresh.open_project(str(bad)) is False
+    assert fresh.projects.open_project(str(bad)) is False
     assert "truncated or corrupted" in fresh.last_dialog.text()
     assert fresh.model.n == before
 
@@ -240,7 +242,7 @@ def test_moved_originals_open_from_embedded_images(qapp, home, tmp_path):
         (src / "a" / "1.png").unlink()
         w2 = MainWindow()
         try:
-            assert w2.open_project(str(path))
+            assert w2.projects.open_project(str(path))
             assert w2.model.n == 6
             assert "1.png" in w2.last_dialog.detailedText()
             assert "missing" in w2.last_dialog.text()
@@ -250,7 +252,7 @@ def test_moved_originals_open_from_embedded_images(qapp, home, tmp_path):
         w.model.save_project(path_small, embed=False)
         w3 = MainWindow()
         try:
-            assert not w3.open_project(str(path_small))
+            assert not w3.projects.open_project(str(path_small))
             assert "1.png" in w3.last_dialog.text()
         finally:
             w3.close()
@@ -260,13 +262,15 @@ def test_moved_originals_open_from_embedded_images(qapp, home, tmp_path):
 
 def test_autosave_and_crash_recovery(fresh, home, qapp, monkeypatch):
     w = fresh
-    w.autosave()
-    auto = w.autosave_path()
+    w.projects.autosave()
+    auto = w.projects.autosave_path()
     assert auto.exists() and load_project(auto).n == 18
     lock = home / "session.lock"
     lock.write_text("4242")  # what a crashed session leaves behind
     offered = []
-    monkeypatch.setattr(MainWindow, "offer_recovery", lambda self, real=MainWindow.offer_recovery: (
+    from iastudio.app.projects import ProjectController
+
+    monkeypatch.setattr(ProjectController, "offer_recovery", lambda self, real=ProjectController.offer_recovery: (
         offered.append(True), real(self)))
     monkeypatch.setattr(QMessageBox, "exec", lambda self: QMessageBox.StandardButton.Yes)
     w2 = MainWindow(recover=True)
@@ -320,7 +324,7 @@ def test_about_help_and_geometry(fresh, qapp, monkeypatch):
 
 def test_split_by_re_running_ia_on_a_cluster(fresh, qapp):
     w, m = fresh, fresh.model
-    w.merge_clusters([0, 1])
+    w.model.merge_clusters([0, 1])
     merged = m.book
     assert len(merged.cluster_ids()) == 2
     lst = w.clusters_panel.list
@@ -342,8 +346,8 @@ def test_recent_list_survives_a_restart_with_one_entry(fresh):
     key = "recent/test-folders"
     # after a restart QSettings gives a one-entry list back as a plain str: the next entry must not split it
     settings().setValue(key, "/data/first")
-    assert w.recent(key) == ["/data/first"]
-    w._remember(key, "/data/second")
-    assert w.recent(key) == ["/data/second", "/data/first"]
-    w._remember(key, "/data/first")
-    assert w.recent(key) == ["/data/first", "/data/second"]
+    assert w.projects.recent(key) == ["/data/first"]
+    w.projects.remember(key, "/data/second")
+    assert w.projects.recent(key) == ["/data/second", "/data/first"]
+    w.projects.remember(key, "/data/first")
+    assert w.projects.recent(key) == ["/data/first", "/data/second"]

@@ -11,7 +11,9 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from iastudio.app import errors  # noqa: E402
-from iastudio.app.main_window import MainWindow, app_home, settings  # noqa: E402
+from iastudio.app.home import app_home  # noqa: E402
+from iastudio.app.main_window import MainWindow  # noqa: E402
+from iastudio.app.projects import settings  # noqa: E402
 from iastudio.core.attention import AttentionRun  # noqa: E402
 from iastudio.core.logs import log_dir  # noqa: E402
 

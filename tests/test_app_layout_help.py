@@ -24,7 +24,8 @@ from iastudio.app import theme  # noqa: E402
 from iastudio.app.context_menus import cluster_menu, thumbnail_menu  # noqa: E402
 from iastudio.app.help import shortcut_rows, shortcuts_dialog  # noqa: E402
 from iastudio.app.layout import fit_to_screen, fitted_size  # noqa: E402
-from iastudio.app.main_window import MainWindow, settings  # noqa: E402
+from iastudio.app.main_window import MainWindow  # noqa: E402
+from iastudio.app.projects import settings  # noqa: E402
 from iastudio.app.wording import count_of  # noqa: E402
 from iastudio.core.clusterbook import UNASSIGNED  # noqa: E402
 
@@ -211,11 +212,11 @@ def test_exported_panels_leave_out_the_selection_and_the_colour_bar_handles(run_
     monkeypatch.setattr(ex.ImageExporter, "export", spy)
     w.model.select([])
     qapp.processEvents()
-    w.export_panels(str(tmp_path / "plain"))
+    w.exports.panels(str(tmp_path / "plain"))
     w.model.select([2, 5])
     qapp.processEvents()
     assert w.weights_view.overlay.isVisible() and w.weights_view.colorbar.region.isVisible()
-    w.export_panels(str(tmp_path / "selected"))
+    w.exports.panels(str(tmp_path / "selected"))
     for name in ("weights", "means"):
         a = np.asarray(Image.open(tmp_path / "plain" / f"{name}.png"))
         b = np.asarray(Image.open(tmp_path / "selected" / f"{name}.png"))

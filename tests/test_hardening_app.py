@@ -24,7 +24,7 @@ def win(qapp, home, tmp_path_factory):
     w.show()
     folder = tmp_path_factory.mktemp("mine")
     save_project(folder / "mine.iaproj", good_project(n=8, side=12, frames=2, seed=5))
-    assert w.open_project(str(folder / "mine.iaproj"))
+    assert w.projects.open_project(str(folder / "mine.iaproj"))
     w.rename_cluster(0, "my edit")
     assert w.model.dirty
     yield w
@@ -50,7 +50,7 @@ def _same(a, b):
 def _refused(w, path, qapp, expect=None):
     before = _state(w)
     t = time.perf_counter()
-    assert w.open_project(str(path)) is False
+    assert w.projects.open_project(str(path)) is False
     assert time.perf_counter() - t < 5
     qapp.processEvents()
     box = w.last_dialog
@@ -93,7 +93,7 @@ def test_malicious_projects_never_change_the_session(win, qapp, tmp_path):
         _refused(win, path, qapp, expect)
     # Save still writes the user's own session to the user's own file (D2)
     mine = win.model.project_path
-    assert win.save()
+    assert win.projects.save()
     p = load_project(mine)
     assert p.clusters.name_of(0) == "my edit" and p.n == 8 and p.paths[0] == "demo:shapes/000"
 
@@ -109,7 +109,7 @@ def test_failure_while_rebuilding_the_run_is_a_dialog_not_a_half_load(win, qapp,
     _refused(win, path, qapp, "Eigenvalues did not converge")
     monkeypatch.undo()
     before = win.model.project_path
-    assert win.open_project(str(path))  # the same file opens once nothing is broken
+    assert win.projects.open_project(str(path))  # the same file opens once nothing is broken
     assert win.model.n == 6 and win.model.project_path == str(path) != before and not win.model.dirty
     assert win.windowTitle().endswith("other.iaproj")
 
@@ -137,7 +137,7 @@ def test_a_loaded_but_odd_project_opens_and_draws(win, qapp, tmp_path):
     p.result.pop("cluster_means")  # an incomplete result: the run's history shows, no final read-out
     p.labels = [None, "é", "\udcff", "", "x\ny"]
     path = save_project(tmp_path / "odd.iaproj", p)
-    assert win.open_project(str(path))
+    assert win.projects.open_project(str(path))
     win.redraw()
     qapp.processEvents()
     assert win.model.n == 5 and win.model.final is None and len(win.model.history_frames) == 2
@@ -148,13 +148,13 @@ def test_non_utf8_names_save_and_reopen_in_the_app(win, qapp, tmp_path):
     p = good_project(n=4, side=8)
     p.paths[1] = "/photos/caf\udce9\r.png"  # the bytes b"caf\xe9\r.png": legal on Linux, not UTF-8
     path = save_project(tmp_path / "names.iaproj", p)
-    assert win.open_project(str(path))
+    assert win.projects.open_project(str(path))
     win.rename_cluster(0, "renamed")
-    assert win._save_to(str(tmp_path / "again.iaproj"))  # used to fail silently (surrogates not allowed)
+    assert win.projects.save_to(str(tmp_path / "again.iaproj"))  # used to fail silently (surrogates not allowed)
     q = load_project(tmp_path / "again.iaproj")
     assert os.fsencode(q.paths[1]) == b"/photos/caf\xe9\r.png" and q.clusters.name_of(0) == "renamed"
-    win.autosave()
-    assert load_project(win.autosave_path()).paths == q.paths
+    win.projects.autosave()
+    assert load_project(win.projects.autosave_path()).paths == q.paths
 
 
 def test_start_removes_temporaries_of_killed_saves(qapp, home, tmp_path):
@@ -163,7 +163,7 @@ def test_start_removes_temporaries_of_killed_saves(qapp, home, tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     w = MainWindow()
-    folder = w.autosave_path().parent
+    folder = w.projects.autosave_path().parent
     folder.mkdir(parents=True, exist_ok=True)
     w.close()
     stale = [folder / f".autosave.iaproj.{dead.pid}.{k:08x}.tmp" for k in range(3)]
@@ -195,7 +195,7 @@ def test_every_fuzzed_project_either_opens_and_draws_or_is_refused_visibly(qapp,
                 _set(m, field, value)
                 path = write_project(tmp_path / "f.iaproj", m, members)
                 before = _state(w)
-                if w.open_project(str(path)):
+                if w.projects.open_project(str(path)):
                     opened += 1
                     w.redraw()
                     assert w.model.project_path == str(path) and w.model.n == 4

@@ -1,0 +1,98 @@
+"""The window's menus and their actions (File, Edit, Run, View, Help).
+
+Undo and Redo act from anywhere in the window: a spin box or line edit with the focus would otherwise
+take Ctrl+Z for its own text (:class:`UndoAnywhere`).
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QObject
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QLineEdit
+
+from .help import add_help_actions
+from .layout import add_view_menu
+
+
+def add_action(window, menu, text, slot, shortcut=None) -> QAction:
+    act = QAction(text, window)
+    if shortcut is not None:
+        act.setShortcut(QKeySequence(shortcut))
+    act.triggered.connect(slot)
+    menu.addAction(act)
+    return act
+
+
+def build_menus(window) -> None:
+    """Create the menu bar; the actions other code needs become attributes of ``window``."""
+    m, p, ex = window.model, window.projects, window.exports
+    bar = window.menuBar()
+    f = bar.addMenu("&File")
+    add_action(window, f, "Open folder…", window.open_folder, QKeySequence.StandardKey.Open)
+    add_action(window, f, "Add files…", window.add_files, "Ctrl+Shift+A")
+    f.addSeparator()
+    add_action(window, f, "Open project…", p.open_project_dialog, "Ctrl+Shift+O")
+    window.save_action = add_action(window, f, "Save project", p.save, QKeySequence.StandardKey.Save)
+    add_action(window, f, "Save project as…", p.save_as, QKeySequence.StandardKey.SaveAs)
+    p.recent_projects_menu = f.addMenu("Recent projects")
+    p.recent_folders_menu = f.addMenu("Recent folders")
+    f.addSeparator()
+    e = f.addMenu("Export")
+    add_action(window, e, "Assignments (CSV)…", ex.csv, "Ctrl+E")
+    add_action(window, e, "Cluster folders (original images)…", lambda: ex.folders(False))
+    add_action(window, e, "Cluster folders (aligned images)…", lambda: ex.folders(True))
+    add_action(window, e, "Panels as PNG and SVG…", ex.panels)
+    add_action(window, e, "Convergence animation (GIF)…", ex.gif)
+    f.addSeparator()
+    add_action(window, f, "Quit", window.close, QKeySequence.StandardKey.Quit)
+    edit = bar.addMenu("&Edit")
+    window.undo_action = add_action(window, edit, "Undo", m.undo, "Ctrl+Z")
+    window.redo_action = add_action(window, edit, "Redo", m.redo, "Ctrl+Shift+Z")
+    window.redo_action.setShortcuts([QKeySequence("Ctrl+Shift+Z"), QKeySequence("Ctrl+Y")])
+    m.historyChanged.connect(lambda: update_undo_actions(window))
+    update_undo_actions(window)
+    window.undo_anywhere = UndoAnywhere(window)
+    r = bar.addMenu("&Run")
+    window.start_action = add_action(window, r, "Start", window.start_run, "Ctrl+R")
+    window.stop_action = add_action(window, r, "Stop", m.stop, "Ctrl+.")
+    window.resume_action = add_action(window, r, "Resume", m.resume, "Ctrl+Shift+R")
+    h = bar.addMenu("&Help")
+    add_action(window, h, "About", window.show_about)
+    add_action(window, h, "Open log folder", window.open_log_folder)
+    add_help_actions(window, h)  # F1: quick start; keyboard shortcuts
+    add_view_menu(window, before=h.menuAction())  # View → Presentation mode
+    p.refresh_recent()
+
+
+def update_undo_actions(window) -> None:
+    """Undo/Redo enabled only when there is something to undo/redo, and named after it."""
+    h = window.model.history
+    for act, can, text, verb in ((window.undo_action, h.can_undo, h.undo_text, "Undo"),
+                                 (window.redo_action, h.can_redo, h.redo_text, "Redo")):
+        act.setEnabled(can)
+        act.setText(f"{verb} {text}" if can else verb)
+
+
+class UndoAnywhere(QObject):
+    """Lets Undo/Redo reach the cluster history while a spin box or line edit has the focus.
+
+    Qt first offers a shortcut to the focused widget (a ShortcutOverride event); text fields accept
+    Ctrl+Z for their own undo.  Declining that offer for the window's Undo/Redo keys lets the actions run.
+    """
+
+    def __init__(self, window):
+        super().__init__(window)
+        self.window = window
+        QApplication.instance().installEventFilter(self)
+
+    def eventFilter(self, obj, event):
+        if event.type() == QEvent.Type.ShortcutOverride and isinstance(obj, (QAbstractSpinBox, QLineEdit)):
+            if obj.window() is self.window and _matches(event, (self.window.undo_action, self.window.redo_action)):
+                event.ignore()
+                return True
+        return False
+
+
+def _matches(event, actions) -> bool:
+    pressed = QKeySequence(event.keyCombination())
+    return any(seq.matches(pressed) == QKeySequence.SequenceMatch.ExactMatch
+               for act in actions for seq in act.shortcuts())

@@ -1,0 +1,130 @@
+"""Keeps every panel and view of the window in step with the model (they only draw what they are given)."""
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QItemSelection, QItemSelectionModel
+
+from iastudio.core.filenames import display_name
+
+
+class ViewSync:
+    """Connects the model's signals to the window's panels and views."""
+
+    def __init__(self, window):
+        self.w, self.m = window, window.model
+        self.drawn = None  # the frame the views show
+        self.redraws = 0
+        m = self.m
+        m.imagesChanged.connect(self.images_changed)
+        m.transformsChanged.connect(self.transforms_changed)
+        m.selectionChanged.connect(self.selection_changed)
+        m.clustersChanged.connect(self.clusters_changed)
+        m.inspectReady.connect(self.show_inspect)
+        m.runStateChanged.connect(window.run_panel.set_state)
+        m.progressChanged.connect(window.run_panel.set_progress)
+        m.runFinished.connect(self.finished)
+        window.images_panel.view.selectionModel().selectionChanged.connect(self.thumb_selection)
+        window.transform_panel.show_original.toggled.connect(lambda _: self.update_preview())
+
+    def images_changed(self) -> None:
+        w, m = self.w, self.m
+        w.images_panel.thumbs.set_images(m.working, m.data.paths)
+        w.images_panel.set_summary(m.data.summary() if m.n else "No images.", len(m.data.skipped))
+        w.weights_view.set_names(m.data.paths)
+        w.transform_panel.set_enabled_image(False)
+        w.run_panel.clusters.setMaximum(max(1, m.n))
+        if w.run_panel.size.value() != m.size:
+            w.run_panel.size.blockSignals(True)
+            w.run_panel.size.setValue(m.size)
+            w.run_panel.size.blockSignals(False)
+
+    def transforms_changed(self) -> None:
+        self.w.images_panel.thumbs.update_images(self.m.working)
+        if self.m.book is not None:
+            self.w.images_panel.thumbs.set_labels(self.m.book.labels)
+        self.update_preview()
+
+    def thumb_selection(self, *_) -> None:
+        rows = sorted(i.row() for i in self.w.images_panel.view.selectionModel().selectedIndexes())
+        self.m.select(rows)
+        if len(rows) == 2:
+            self.w.inspect_pair(rows[0], rows[1])
+
+    def selection_changed(self, sel) -> None:
+        w, m = self.w, self.m
+        self._select_thumbnails(sel)
+        w.convergence_view.select(sel)
+        w.weights_view.set_selection(sel)
+        w.means_view.set_selection(sel, None if m.book is None else np.asarray(m.book.labels))
+        if sel:
+            t = m.transforms[sel[0]]
+            w.transform_panel.load_image(display_name(m.data.paths[sel[0]]), float(np.rad2deg(t[0])),
+                                         float(t[1]), float(t[2]))
+            self.update_preview()
+
+    def _select_thumbnails(self, sel) -> None:
+        view, thumbs = self.w.images_panel.view, self.w.images_panel.thumbs
+        current = sorted(i.row() for i in view.selectionModel().selectedIndexes())
+        if current == sorted(sel):
+            return
+        qs = QItemSelection()
+        for i in sel:
+            qs.select(thumbs.index(i), thumbs.index(i))
+        view.selectionModel().blockSignals(True)
+        view.selectionModel().select(qs, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+        view.selectionModel().blockSignals(False)
+        view.viewport().update()
+        if sel:
+            view.scrollTo(thumbs.index(sel[0]))
+
+    def update_preview(self) -> None:
+        m = self.m
+        if 0 <= m.selected < m.n:
+            src = m.base if self.w.transform_panel.show_original.isChecked() else m.working
+            self.w.transform_panel.set_preview(src[m.selected])
+
+    def clusters_changed(self) -> None:
+        m, book = self.m, self.m.book
+        self.w.images_panel.thumbs.set_labels(None if book is None else book.labels)
+        means = {}
+        res = m.result
+        if book is not None and res is not None:
+            for c in book.cluster_ids():
+                members = book.members(c)
+                if c < len(res.cluster_means) and (res.labels[members] == c).all():
+                    means[c] = res.cluster_means[c]
+                else:
+                    means[c] = m.working[members[0]]
+        self.w.clusters_panel.set_book(book, means)
+        self.w.update_title()
+
+    def redraw(self) -> None:
+        """Draw the latest frame if it is new (the window's timer calls this at <= 30 fps)."""
+        w, frame = self.w, self.m.latest
+        if frame is self.drawn:
+            return
+        self.drawn = frame
+        if frame is None:  # the data changed: stale views go back to their hints
+            for view in (w.weights_view, w.means_view, w.convergence_view, w.compare_view):
+                view.clear()
+            return
+        w.weights_view.show_frame(frame)
+        w.means_view.show_frame(frame)
+        w.convergence_view.show_frame(frame)
+        w.convergence_view.select(self.m.selection)
+        self.redraws += 1
+
+    def finished(self, frame) -> None:
+        self.redraw()
+        m = self.m
+        self.w.clusters_panel.show_evidence(frame.result, m.data.paths)
+        self.w.compare_view.show_final(frame, m.data.labels if m.data.has_labels else None)
+
+    def show_inspect(self, info) -> None:
+        self.w.inspect_view.show_pair(info)
+        self.w.bottom_tabs.setCurrentWidget(self.w.inspect_view)
+
+    def select_cluster_of_label(self, label) -> None:
+        lab = self.m.latest.snapshot.labels if self.m.latest is not None else None
+        if lab is not None:
+            self.m.select(np.flatnonzero(lab == label).tolist())
