@@ -34,6 +34,7 @@ import numpy as np
 
 from . import se2
 from .backend import array_module, to_host
+from .gauss_newton import gauss_newton_metric, gauss_newton_step
 from .smoothing import gaussian_smooth
 from .warp import warp
 
@@ -323,7 +324,6 @@ def _update_entries(images, means, src_all, col_all, wt_all, params, m, *, sigma
     params = params.copy()
     sums = xp.zeros_like(means)
     obj = xp.zeros(m, dtype=np.float64)
-    eye = xp.eye(3)
     for lo, hi in _blocks(int(src_all.shape[0]), images):
         if check is not None:
             check()
@@ -337,18 +337,14 @@ def _update_entries(images, means, src_all, col_all, wt_all, params, m, *, sigma
         best_f = _sqnorm(r, xp)
         best_out = out  # updated in place; ``out`` is not needed again
         best_tau = tau.copy()  # ``tau`` is a view of ``params``, read again below
-        j = jac.reshape(jac.shape[0], 3, -1)
-        jtj = xp.matmul(j, xp.transpose(j, (0, 2, 1))).astype(np.float64)  # single-precision BLAS
-        diag = xp.diagonal(jtj, axis1=1, axis2=2)
-        h = jtj + damping * (eye * (diag[:, None, :] + 1e-9)) + 1e-12 * eye
+        metric = gauss_newton_metric(jac)
         todo = xp.arange(r.shape[0])  # entries without a lowering candidate yet
         for sigma in sigmas:
             if int(todo.shape[0]) == 0:
                 break
             r_t = r[todo]
             rs = gaussian_smooth(r_t, sigma * np.sqrt(2.0)) if sigma > 0 else r_t  # g * g * r
-            g = xp.matmul(j[todo], rs.reshape(rs.shape[0], -1, 1))[..., 0].astype(np.float64)
-            delta = -xp.linalg.solve(h[todo], g[..., None])[..., 0]
+            delta, _ = gauss_newton_step(jac[todo], rs, damping, metric=metric[todo])
             cand = tau[todo] + delta
             out_c = warp(images, cand, index=src[todo])
             f_c = _sqnorm(out_c - target[todo], xp)

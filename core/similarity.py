@@ -35,6 +35,7 @@ import numpy as np
 
 from . import se2
 from .backend import array_module, fft_module, ndimage_module, to_host
+from .gauss_newton import gauss_newton_step
 from .warp import warp
 
 __all__ = ["SimilarityResult", "invariant_distances", "plain_distances", "angle_grid"]
@@ -312,17 +313,12 @@ def _gauss_newton(images, targets, params, index, tindex, steps, xp):
     r, grad, f = evaluate(params, active)
     f_all = f.copy()
     lam = xp.full(e, 1e-3)
-    eye = xp.eye(3)
     tail = (1,) * (r.ndim - 1)
     for _ in range(steps):
         if active.shape[0] == 0:
             break
-        jtj = _jtj(grad, xp)
-        jtr = (grad * r[:, None]).reshape(grad.shape[0], 3, -1).sum(axis=2).astype(np.float64)
-        diag = xp.diagonal(jtj, axis1=1, axis2=2)
         la = lam[active]
-        damp = jtj + la[:, None, None] * (eye * (diag[:, None, :] + 1e-9))
-        delta = -xp.linalg.solve(damp, jtr[..., None])[..., 0]
+        delta, _ = gauss_newton_step(grad, r, la)
         cand = params[active] + delta
         r2, g2, f2 = evaluate(cand, active)
         better = f2 < f
@@ -339,11 +335,6 @@ def _gauss_newton(images, targets, params, index, tindex, steps, xp):
         active, r, grad, f = active[keep], r[keep], grad[keep], f[keep]
     params[:, 0] = se2.wrap_angle(params[:, 0])
     return params, f_all
-
-
-def _jtj(grad, xp):
-    g = grad.reshape(grad.shape[0], 3, -1).astype(np.float64)
-    return xp.matmul(g, xp.transpose(g, (0, 2, 1)))
 
 
 def invariant_distances(
