@@ -148,12 +148,41 @@ def to_host(a, dtype=None) -> np.ndarray:
 
 
 def fft_module(xp: ModuleType):
-    """FFT functions for ``xp``: :mod:`scipy.fft` for NumPy, :mod:`cupy.fft` for CuPy."""
+    """FFT functions for ``xp``: :mod:`scipy.fft` on every CPU core for NumPy, :mod:`cupy.fft` for CuPy.
+
+    For NumPy the transforms (``fft2``, ``rfft2``, ``irfft2``, ...) run batched
+    on all the cores this process may use (SciPy's ``workers=``); anything
+    else (``fftshift``, ``next_fast_len``) is :mod:`scipy.fft`'s own.
+    """
     if xp is np:
+        return _threaded_scipy_fft()
+    return xp.fft
+
+
+_TRANSFORMS = ("fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rfft2", "irfft2", "rfftn", "irfftn")
+_SCIPY_FFT = None
+
+
+def cpu_count() -> int:
+    """CPU cores this process may run on."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _threaded_scipy_fft():
+    global _SCIPY_FFT
+    if _SCIPY_FFT is None:
+        import functools
+
         import scipy.fft
 
-        return scipy.fft
-    return xp.fft
+        workers = cpu_count()
+        ns = {name: getattr(scipy.fft, name) for name in dir(scipy.fft) if not name.startswith("_")}
+        ns.update({name: functools.partial(getattr(scipy.fft, name), workers=workers) for name in _TRANSFORMS})
+        _SCIPY_FFT = ModuleType("scipy_fft_threaded", "scipy.fft with workers= set to the CPU count")
+        _SCIPY_FFT.__dict__.update(ns)
+    return _SCIPY_FFT
 
 
 def ndimage_module(xp: ModuleType):

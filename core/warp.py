@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import array_module, block_elements
+from .backend import array_module, block_elements, cpu_count
 
 __all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp"]
 
@@ -195,10 +195,9 @@ _POOL = None
 def _pool():
     """A thread pool over the CPU cores (None on a single core)."""
     global _POOL
-    import os
     from concurrent.futures import ThreadPoolExecutor
 
-    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = cpu_count()
     if n < 2:
         return None
     if _POOL is None:
