@@ -442,6 +442,8 @@ def _update_entries(images, means, src_all, col_all, wt_all, params, m, *, sigma
 
 
 def _sub_rows(rows, lo, hi):
+    if rows is None:
+        return slice(lo, hi)
     if isinstance(rows, slice):
         return slice(rows.start + lo, rows.start + hi)
     return rows[lo:hi]
