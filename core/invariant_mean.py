@@ -221,13 +221,24 @@ def start_invariant_means(images, weights, init=None, *, tol: float = 0.0, mass:
     params_x = xp.asarray(params)
     means = xp.zeros((m,) + images.shape[1:], dtype=images.dtype)
     cache = _new_cache(src.size, images)
-    for lo, hi in _blocks(src.size, images):
+    host = []
+
+    def work(lo, hi, on_host=False):
+        if on_host and not host:
+            host.append(to_host(images))
+        source = host[0] if on_host else images
+        index, tau = (to_host(src_x[lo:hi]), to_host(params_x[lo:hi])) if on_host else (src_x[lo:hi], params_x[lo:hi])
         if cache is None:
-            out = warp(images, params_x[lo:hi], index=src_x[lo:hi])
+            out, jac = xp.asarray(warp(source, tau, index=index)), None
         else:
-            out, cache[1][lo:hi] = warp(images, params_x[lo:hi], index=src_x[lo:hi], gradient=True)
-            cache[0][lo:hi] = out
-        means += _segment_sum(out * _bcast(wt_x[lo:hi], out), col_x[lo:hi], m, xp)
+            out, jac = (xp.asarray(a) for a in warp(source, tau, index=index, gradient=True))
+        add = _segment_sum(out * _bcast(wt_x[lo:hi], out), col_x[lo:hi], m, xp)
+        if cache is not None:
+            cache[0][lo:hi], cache[1][lo:hi] = out, jac
+        means[...] += add
+
+    in_blocks(src.size, _block_entries(images), work, xp=xp, what="invariant mean", minimum=_MIN_ENTRIES,
+              on_cpu=None if xp is np else lambda lo, hi: work(lo, hi, on_host=True))
     return MeanState(src_x, col_x, wt_x, params_x, means, active=np.ones(m, dtype=bool), cache=cache)
 
 
@@ -258,12 +269,6 @@ def _new_cache(e, images):
 
 def _block_entries(images) -> int:
     return max(1, block_elements(_BLOCK, _GPU_BLOCK, array_module(images)) // int(np.prod(images.shape[1:])))
-
-
-def _blocks(e, images):
-    step = _block_entries(images)
-    for lo in range(0, e, step):
-        yield lo, min(e, lo + step)
 
 
 def _bcast(v, like):
