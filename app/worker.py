@@ -17,6 +17,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from iastudio.core.attention import AttentionRun, Snapshot
 from iastudio.core.backend import to_host
+from iastudio.core.neighbors import graph_curves, graph_map
 from iastudio.core.report import convergence_curves
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,11 @@ class Frame:
 
 def classical_mds(distances: np.ndarray, previous: np.ndarray | None = None) -> np.ndarray:
     """2-D classical MDS of a distance matrix, Procrustes-aligned to ``previous``."""
+    import scipy.sparse as sp
     from scipy.linalg import orthogonal_procrustes
+
+    if sp.issparse(distances):  # a pruned run above 2,000 images: a map of its K-neighbour graph
+        return graph_map(distances, previous)
 
     d2 = np.asarray(distances, dtype=float) ** 2
     n = d2.shape[0]
@@ -134,7 +139,7 @@ class RunWorker(QObject):
             snapshot=snap,
             order=np.argsort(snap.labels, kind="stable"),
             mds=self._mds.copy(),
-            curves=convergence_curves(self._history, snap.labels),
+            curves=_curves(self._history, snap.labels),
             elapsed=time.perf_counter() - self._t0,
         )
 
@@ -152,13 +157,20 @@ class RunWorker(QObject):
             fr = self._frame(snap)
         else:
             fr = Frame(snapshot=snap, order=np.argsort(res.labels, kind="stable"), mds=self._mds.copy(),
-                       curves=convergence_curves(self._history, res.labels))
+                       curves=_curves(self._history, res.labels))
         fr.cluster_means = res.cluster_means
         fr.plain_means = plain.astype(np.float32)
         fr.ka_labels = ka_labels
         fr.elapsed = time.perf_counter() - self._t0
         fr.extra["result"] = res
         return fr
+
+
+def _curves(history, labels) -> dict:
+    import scipy.sparse as sp
+
+    sparse = bool(history) and sp.issparse(history[-1])  # on the computed pairs of a pruned run's graph
+    return (graph_curves if sparse else convergence_curves)(history, labels)
 
 
 def _stage_text(snap: Snapshot) -> str:
