@@ -11,8 +11,8 @@ step is
     delta = -(J J^T + lambda diag(J J^T + eps))^-1 J r
 
 computed for a whole batch of entries at once.  The products ``J J^T`` and
-``J r`` are single-precision matrix products (BLAS / cuBLAS) promoted to
-double precision before the 3 x 3 solve.
+``J r`` are single-precision products (NumPy's ``einsum`` / BLAS, cuBLAS)
+promoted to double precision before the 3 x 3 solve.
 """
 from __future__ import annotations
 
@@ -43,10 +43,12 @@ def gauss_newton_metric(jac):
     Returns
     -------
     ndarray, shape (E, 3, 3)
-        Float64; a single-precision matrix product, promoted.
+        Float64; a single-precision product (relative error ~1e-6), promoted.
     """
     xp = array_module(jac)
     j = _flat_jacobian(jac)
+    if xp is np:  # NumPy's batched matmul of 3 x P blocks is 3x slower than einsum's fused loop
+        return np.einsum("eip,ejp->eij", j, j).astype(np.float64)
     return xp.matmul(j, xp.transpose(j, (0, 2, 1))).astype(np.float64)
 
 

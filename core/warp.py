@@ -19,7 +19,8 @@ __all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp"]
 
 KEYS_A = -0.5
 _PAD = 4  # zero border; a tap index is clipped into it when it falls far outside
-_CHUNK_ELEMENTS = 1 << 15  # output pixels per vectorised block: its temporaries stay in the CPU cache
+_CHUNK_ELEMENTS = 1 << 17  # output pixels per vectorised block when blocks run on several cores
+_SINGLE_CHUNK_ELEMENTS = 1 << 15  # on one core: smaller blocks, whose temporaries stay in the CPU cache
 _GPU_CHUNK_ELEMENTS = 1 << 23  # on a GPU: big blocks, few kernel launches (~0.7 GB of temporaries)
 
 
@@ -165,7 +166,9 @@ def warp(images, params, *, index=None, gradient=False):
 
     out = xp.empty((b,) + images.shape[1:], dtype=dtype)
     grad = xp.empty((b, 3) + images.shape[1:], dtype=dtype) if gradient else None
-    step = max(1, block_elements(_CHUNK_ELEMENTS, _GPU_CHUNK_ELEMENTS, xp) // (h * w))
+    # several cores: big blocks (small NumPy calls would queue on the GIL); one core: cache-sized blocks
+    cpu_block = _CHUNK_ELEMENTS if xp is np and _pool() is not None else _SINGLE_CHUNK_ELEMENTS
+    step = max(1, block_elements(cpu_block, _GPU_CHUNK_ELEMENTS, xp) // (h * w))
     rr = xp.arange(h, dtype=dtype)[:, None] - (h - 1) / 2.0
     cc = xp.arange(w, dtype=dtype)[None, :] - (w - 1) / 2.0
 
