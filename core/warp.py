@@ -148,17 +148,7 @@ def warp(images, params, *, index=None, gradient=False):
     params = params.reshape(-1, 3)
     n_src, h, w = images.shape[:3]
     b = params.shape[0]
-    if index is None:
-        if n_src == b:
-            index = xp.arange(b)
-        elif n_src == 1:
-            index = xp.zeros(b, dtype=np.int64)
-        else:
-            raise ValueError(f"{b} transforms for {n_src} images: pass index=")
-    index = xp.asarray(index, dtype=np.int64).reshape(-1)
-    if index.shape[0] != b:
-        raise ValueError("index must have one entry per transform")
-
+    index = _source_index(index, n_src, b, xp)
     pad_width = [(0, 0), (_PAD, _PAD), (_PAD, _PAD)] + [(0, 0)] * (images.ndim - 3)
     padded = xp.pad(images.astype(dtype, copy=False), pad_width)
     hp, wp = h + 2 * _PAD, w + 2 * _PAD
@@ -190,6 +180,20 @@ def warp(images, params, *, index=None, gradient=False):
         out = out[0]
         grad = grad[0] if gradient else None
     return (out, grad) if gradient else out
+
+
+def _source_index(index, n_src, b, xp):
+    """The source image of each of ``b`` transforms (see :func:`warp`'s ``index``)."""
+    if index is None:
+        if n_src == b:
+            return xp.arange(b)
+        if n_src == 1:
+            return xp.zeros(b, dtype=np.int64)
+        raise ValueError(f"{b} transforms for {n_src} images: pass index=")
+    index = xp.asarray(index, dtype=np.int64).reshape(-1)
+    if index.shape[0] != b:
+        raise ValueError("index must have one entry per transform")
+    return index
 
 
 _POOL = None

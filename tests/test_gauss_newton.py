@@ -78,3 +78,16 @@ def test_both_stages_call_the_shared_step(monkeypatch, caller):
 
         invariant_means(x, np.full((2, 1), 0.5, dtype=np.float32), steps=2)
     assert calls
+
+
+def test_no_function_of_the_numerical_core_is_over_80_lines():
+    import ast
+    from pathlib import Path
+
+    core = Path(__file__).resolve().parents[1] / "core"
+    long = []
+    for name in ("similarity", "invariant_mean", "gauss_newton", "backend", "warp", "neighbors", "distributed"):
+        tree = ast.parse((core / f"{name}.py").read_text())
+        long += [f"{name}.{f.name}: {f.end_lineno - f.lineno + 1}" for f in ast.walk(tree)
+                 if isinstance(f, ast.FunctionDef) and f.end_lineno - f.lineno + 1 > 80]
+    assert not long
