@@ -198,8 +198,10 @@ def _pick_candidates(scores, allowed, k, xp):
     return xp.argsort(-s, axis=0)[:k]
 
 
-def _translation_search(fv, images, pairs_i, pairs_j, angle_idx, angles, p, xp, progress):
+def _translation_search(fv_conj, images, pairs_i, pairs_j, angle_idx, angles, p, xp, progress):
     """Best translation for each (pair, grid angle) entry by FFT correlation.
+
+    ``fv_conj`` holds the conjugated zero-padded spectra of the targets.
 
     Every (grid angle, source image) combination is rotated and transformed
     once, in blocks of bounded memory.  Returns ``scores`` (correlation) and
@@ -229,7 +231,7 @@ def _translation_search(fv, images, pairs_i, pairs_j, angle_idx, angles, p, xp, 
         e0, e1 = int(first[c0]), int(first[c1]) if c1 < uniq.size else order.size
         for lo in range(e0, e1, entries_per_block):
             hi = min(e1, lo + entries_per_block)
-            prod = xp.conj(fv[pj_sorted[lo:hi]]) * fu[xp.asarray(slot[lo:hi] - c0)]
+            prod = fv_conj[pj_sorted[lo:hi]] * fu[xp.asarray(slot[lo:hi] - c0)]
             if prod.ndim == 4:
                 prod = prod.sum(axis=-1)
             corr = fft.irfft2(prod, s=(p, p), axes=(1, 2))
@@ -321,8 +323,8 @@ def _gauss_newton(images, targets, params, index, tindex, steps, xp):
     def evaluate(p, rows):
         out, grad = warp(images, p, index=index[rows], gradient=True)
         r = out - tgt[rows]
-        f = (r.astype(np.float64) ** 2).reshape(r.shape[0], -1).sum(axis=1)
-        return r, grad, f
+        flat = r.reshape(r.shape[0], -1)
+        return r, grad, xp.sum(flat * flat, axis=1, dtype=np.float64)  # squares rounded, sums in float64
 
     active = xp.arange(e)
     r, grad, f = evaluate(params, active)
@@ -501,12 +503,12 @@ class _Aligner:
         self.candidates, self.refine_steps = candidates, refine_steps
         self.q = _polar_spectra(self.images, self.angles.size, xp)
         self.p = _fast_len(int(np.ceil(1.5 * max(h, w))))
-        self.fv = fft_module(xp).rfft2(self.images, s=(self.p, self.p), axes=(1, 2))
+        self.fv_conj = xp.conj(fft_module(xp).rfft2(self.images, s=(self.p, self.p), axes=(1, 2)))
 
     def align(self, rows, cols, progress=lambda f: None):
         """Host ``(params (P, 3), distances (P,))`` of the pairs ``(rows, cols)``."""
         xp = self.xp
-        params, resid = _align_pairs(self.images, self.q, self.fv, xp.asarray(rows), xp.asarray(cols), self.angles,
+        params, resid = _align_pairs(self.images, self.q, self.fv_conj, xp.asarray(rows), xp.asarray(cols), self.angles,
                                      self.allowed, self.candidates, self.refine_steps, self.p, xp, progress)
         return to_host(params, np.float64), np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
 
@@ -539,7 +541,7 @@ def align_pair_chunk(images, rows, cols, *, angle_step=5.0, rotation_range=None,
                     refine_steps=refine_steps).align(rows, cols)
 
 
-def _align_pairs(images, q, fv, pi, pj, angles, allowed, candidates, refine_steps, p, xp, progress):
+def _align_pairs(images, q, fv_conj, pi, pj, angles, allowed, candidates, refine_steps, p, xp, progress):
     """Global search then refinement for the pairs ``(pi, pj)``: ``(params, squared residual)``."""
     n_angles = angles.size
     n_pairs = int(pi.shape[0])
@@ -558,7 +560,7 @@ def _align_pairs(images, q, fv, pi, pj, angles, allowed, candidates, refine_step
     ent_pair = xp.tile(xp.arange(n_pairs), k)
     ent_angle = cand.reshape(-1)
     score, shift = _translation_search(
-        fv, images, pi[ent_pair], pj[ent_pair], ent_angle, angles, p, xp,
+        fv_conj, images, pi[ent_pair], pj[ent_pair], ent_angle, angles, p, xp,
         lambda f: progress(0.1 + 0.5 * f),
     )
     score = xp.where(xp.asarray(allowed)[ent_angle], score, -xp.inf)
