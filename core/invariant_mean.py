@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import se2
-from .backend import array_module, block_elements, in_blocks, is_out_of_memory, to_host
+from .backend import array_module, block_elements, cpu_count, in_blocks, is_out_of_memory, to_host
 from .gauss_newton import gauss_newton_metric, gauss_newton_step
 from .smoothing import gaussian_smooth
-from .warp import warp
+from .warp import parallel_map, warp
 
 __all__ = ["MeanState", "weight_entries", "start_invariant_means", "invariant_mean_step", "invariant_means"]
 
@@ -416,9 +416,8 @@ def _update_entries(images, means, src_all, col_all, wt_all, params, m, *, sigma
     opts = dict(sigmas=sigmas, damping=damping, first_improvement=first_improvement, with_jac=cache is not None)
     host = {}
 
-    def work(lo, hi, on_host=False):
-        if check is not None:
-            check()
+    def one(lo, hi, on_host=False):
+        """The entries ``lo .. hi - 1``: ``(rows in the cache, tau, out, jac, sums, objective)``, nothing written."""
         ix = _sub_rows(rows, lo, hi)
         given = None if cache is None else (cache[0][ix], cache[1][ix])  # views where ``rows`` is a slice
         src, col, wt = src_all[lo:hi], col_all[lo:hi], wt_all[lo:hi]
@@ -431,19 +430,33 @@ def _update_entries(images, means, src_all, col_all, wt_all, params, m, *, sigma
         else:
             res = _update_block(images, means[col], src, params[lo:hi], given, **opts)
         tau, out, jac, f = res
-        add_sums = _segment_sum(out * _bcast(wt, out), col, m, xp)
-        add_obj = _segment_sum((wt * f)[:, None], col, m, xp)[:, 0]
+        return (ix, tau, out, jac, _segment_sum(out * _bcast(wt, out), col, m, xp),
+                _segment_sum((wt * f)[:, None], col, m, xp)[:, 0])
+
+    def work(lo, hi, on_host=False):
+        if check is not None:
+            check()
+        spans = _split(lo, hi) if xp is np else [(lo, hi)]  # NumPy: the block's parts on every core
+        parts = parallel_map(lambda span: one(*span), spans) if xp is np else [one(lo, hi, on_host)]
         # nothing is written before here: a block that ran out of memory is redone from the same start
-        params[lo:hi] = tau
-        if cache is not None and (on_host or not isinstance(ix, slice)):  # a slice was updated in place
-            cache[0][ix], cache[1][ix] = out, jac
-        sums[...] += add_sums
-        obj[...] += add_obj
+        for (a, b), (ix, tau, out, jac, add_sums, add_obj) in zip(spans, parts):
+            params[a:b] = tau
+            if cache is not None and (on_host or not isinstance(ix, slice)):  # a slice was updated in place
+                cache[0][ix], cache[1][ix] = out, jac
+            sums[...] += add_sums
+            obj[...] += add_obj
 
     e = int(src_all.shape[0])
     in_blocks(e, _block_entries(images), work, xp=xp, what="invariant mean", minimum=_MIN_ENTRIES,
               on_cpu=None if xp is np else lambda lo, hi: work(lo, hi, on_host=True))
     return params, sums, obj
+
+
+def _split(lo, hi, smallest=32):
+    """``lo .. hi`` in one part per CPU core (parts of at least ``smallest`` entries)."""
+    parts = max(1, min(cpu_count(), (hi - lo) // smallest))
+    edges = np.linspace(lo, hi, parts + 1).round().astype(int)
+    return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
 
 
 def _sub_rows(rows, lo, hi):

@@ -36,7 +36,7 @@ import numpy as np
 from . import se2
 from .backend import array_module, block_elements, fft_module, in_blocks, ndimage_module, to_host
 from .gauss_newton import gauss_newton_step
-from .warp import warp
+from .warp import parallel_map, warp
 
 __all__ = ["SimilarityResult", "invariant_distances", "plain_distances", "angle_grid"]
 
@@ -296,9 +296,14 @@ def refine_alignment(images, targets, params, *, index=None, target_index=None, 
     per = h * w * (3 if images.ndim == 4 else 1)
     chunk = max(1, _block(xp) // (4 * per))
     resid = xp.empty(e, dtype=np.float64)
-    for lo in range(0, e, chunk):
-        sl = slice(lo, min(e, lo + chunk))
-        params[sl], resid[sl] = _gauss_newton(images, targets, params[sl], index[sl], target_index[sl], steps, xp)
+    spans = [slice(lo, min(e, lo + chunk)) for lo in range(0, e, chunk)]
+
+    def one(sl):
+        return _gauss_newton(images, targets, params[sl], index[sl], target_index[sl], steps, xp)
+
+    # NumPy: the chunks on every core (each chunk's result does not depend on the others)
+    for sl, (p_sl, r_sl) in zip(spans, parallel_map(one, spans) if xp is np else map(one, spans)):
+        params[sl], resid[sl] = p_sl, r_sl
     return params, resid
 
 

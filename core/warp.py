@@ -11,11 +11,13 @@ invariant mean use for their gradient steps.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .backend import array_module, block_elements, cpu_count
 
-__all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp"]
+__all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp", "parallel_map"]
 
 KEYS_A = -0.5
 _PAD = 4  # zero border; a tap index is clipped into it when it falls far outside
@@ -157,7 +159,9 @@ def warp(images, params, *, index=None, gradient=False):
     out = xp.empty((b,) + images.shape[1:], dtype=dtype)
     grad = xp.empty((b, 3) + images.shape[1:], dtype=dtype) if gradient else None
     # several cores: big blocks (small NumPy calls would queue on the GIL); one core: cache-sized blocks
-    cpu_block = _CHUNK_ELEMENTS if xp is np and _pool() is not None else _SINGLE_CHUNK_ELEMENTS
+    several = xp is np and _pool() is not None  # this call or its callers run on several cores
+    threaded = several and not _in_worker()
+    cpu_block = _CHUNK_ELEMENTS if several else _SINGLE_CHUNK_ELEMENTS
     step = max(1, block_elements(cpu_block, _GPU_CHUNK_ELEMENTS, xp) // (h * w))
     rr = xp.arange(h, dtype=dtype)[:, None] - (h - 1) / 2.0
     cc = xp.arange(w, dtype=dtype)[None, :] - (w - 1) / 2.0
@@ -170,7 +174,7 @@ def warp(images, params, *, index=None, gradient=False):
         )
 
     starts = range(0, b, step)
-    pool = _pool() if xp is np and len(starts) > 1 else None
+    pool = _pool() if threaded and len(starts) > 1 else None
     if pool is None:
         for lo in starts:
             block(lo)
@@ -197,6 +201,34 @@ def _source_index(index, n_src, b, xp):
 
 
 _POOL = None
+_LOCAL = threading.local()
+
+
+def _in_worker() -> bool:
+    return getattr(_LOCAL, "worker", False)
+
+
+def parallel_map(fn, items) -> list:
+    """``[fn(x) for x in items]`` with the items spread over the CPU cores (NumPy work).
+
+    Results come back in the order of ``items``.  Inside ``fn`` the warp runs
+    on its own thread (no nested use of the pool); on one core, inside a
+    worker already, or for fewer than two items it is a plain loop.  An
+    exception raised by ``fn`` is raised here.
+    """
+    items = list(items)
+    pool = _pool()
+    if pool is None or _in_worker() or len(items) < 2:
+        return [fn(x) for x in items]
+
+    def run(x):
+        _LOCAL.worker = True
+        try:
+            return fn(x)
+        finally:
+            _LOCAL.worker = False
+
+    return list(pool.map(run, items))
 
 
 def _pool():
