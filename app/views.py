@@ -140,6 +140,31 @@ def _overlay_rgba(shape, rows=(), cols=()):
     return over
 
 
+_W_SAMPLE = 400  # a sparse W (a pruned run above 2,000 images) is drawn for this many images
+_TILES_MAX = 1024  # per-image means shown at most; a larger run shows an even sample
+
+
+def _even_sample(order, labels, limit, keep=()):
+    """At most ``limit`` image indices of ``order`` (grouped by cluster), spread evenly within each cluster.
+
+    Every cluster keeps a share proportional to its size (at least one image,
+    two where it has them); the images in ``keep`` are added.  The result
+    stays in ``order``'s order and is the same for the same inputs (frames do
+    not flicker).
+    """
+    order = np.asarray(order)
+    if order.size <= limit:
+        return order
+    labels = np.asarray(labels)[order]
+    pick = np.zeros(order.size, dtype=bool)
+    for c in np.unique(labels):
+        where = np.flatnonzero(labels == c)
+        share = max(min(2, where.size), int(round(limit * where.size / order.size)))
+        pick[where[np.linspace(0, where.size - 1, min(share, where.size)).round().astype(int)]] = True
+    pick |= np.isin(order, np.asarray(list(keep), dtype=int))
+    return order[pick]
+
+
 class WeightsView(_Titled):
     """The weight matrix W as a heatmap with a colour bar, grouped by cluster.
 
@@ -211,18 +236,29 @@ class WeightsView(_Titled):
         n = len(self.order)
         if n == 0:
             return
-        pos = np.empty(n, int)
-        pos[self.order] = np.arange(n)
-        sel = [pos[i] for i in self.selection if i < n]
+        pos = {int(g): r for r, g in enumerate(self.order)}  # the order may be a sample of the images
+        sel = [pos[i] for i in self.selection if i in pos]
         self.overlay.setImage(_overlay_rgba((n, n), sel, sel), autoLevels=False)
 
     def set_names(self, names):
         self.names = list(names)
 
     def show_frame(self, frame):
+        """Draw W grouped by cluster; a sparse W (K-neighbour graph) as the dense block of an even sample."""
+        import scipy.sparse as sp
+
         w = frame.snapshot.weights
-        self.weights, self.order = w, frame.order
-        shown = w[np.ix_(frame.order, frame.order)]
+        if sp.issparse(w):
+            w = w.tocsr()
+            order = _even_sample(frame.order, frame.snapshot.labels, _W_SAMPLE, self.selection)
+            shown = np.asarray(w[order][:, order].toarray(), dtype=np.float32)
+            self.title.setText(f"<b>Weight matrix W of {order.size:,} of {w.shape[0]:,} images</b> (an even "
+                               f"sample per cluster; W is the sparse K-neighbour graph, 0 off it)")
+        else:
+            order = frame.order
+            shown = w[np.ix_(order, order)]
+            self.title.setText("<b>Weight matrix W (rows, columns grouped by cluster)</b>")
+        self.weights, self.order = w, order
         self.image_item.setImage(shown, autoLevels=False)
         top = float(shown.max()) if shown.size else 1.0
         self.colorbar.setLevels((0.0, max(top, 1e-6)))
@@ -332,9 +368,12 @@ class MeansView(_Titled):
                 tiles = snap.means[firsts]
             what = "cluster"
         else:
-            ids = [int(i) for i in frame.order]
-            tiles = snap.means[frame.order]
+            order = _even_sample(frame.order, snap.labels, _TILES_MAX, self.selection)
+            ids = [int(i) for i in order]
+            tiles = snap.means[order]
             what = "image (grouped by cluster)"
+            if order.size < len(frame.order):
+                what += f", an even sample of {len(frame.order):,} images"
         self.n_tiles = len(tiles)
         self._tile_ids = ids
         cols = int(np.ceil(np.sqrt(len(tiles)))) if len(tiles) else 1

@@ -3,10 +3,19 @@
 The engine is written against an array module ``xp`` that is either
 :mod:`numpy` or :mod:`cupy`.  :func:`get_backend` picks one; ``"auto"`` takes
 CuPy only when a CUDA device really works and otherwise falls back to NumPy.
+
+Running out of GPU memory inside a stage is handled by :func:`in_blocks`: the
+failed block is retried with half as many items (and every temporary block
+inside it halved too, :func:`block_elements`) until a floor, and only then
+the rest of the stage runs on the CPU, with a log line and a
+:class:`GpuFallbackWarning`.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
+import warnings
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -20,6 +29,11 @@ __all__ = [
     "to_host",
     "fft_module",
     "ndimage_module",
+    "DeviceOutOfMemory",
+    "GpuFallbackWarning",
+    "is_out_of_memory",
+    "block_elements",
+    "in_blocks",
 ]
 
 log = logging.getLogger(__name__)
@@ -134,12 +148,41 @@ def to_host(a, dtype=None) -> np.ndarray:
 
 
 def fft_module(xp: ModuleType):
-    """FFT functions for ``xp``: :mod:`scipy.fft` for NumPy, :mod:`cupy.fft` for CuPy."""
+    """FFT functions for ``xp``: :mod:`scipy.fft` on every CPU core for NumPy, :mod:`cupy.fft` for CuPy.
+
+    For NumPy the transforms (``fft2``, ``rfft2``, ``irfft2``, ...) run batched
+    on all the cores this process may use (SciPy's ``workers=``); anything
+    else (``fftshift``, ``next_fast_len``) is :mod:`scipy.fft`'s own.
+    """
     if xp is np:
+        return _threaded_scipy_fft()
+    return xp.fft
+
+
+_TRANSFORMS = ("fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rfft2", "irfft2", "rfftn", "irfftn")
+_SCIPY_FFT = None
+
+
+def cpu_count() -> int:
+    """CPU cores this process may run on."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _threaded_scipy_fft():
+    global _SCIPY_FFT
+    if _SCIPY_FFT is None:
+        import functools
+
         import scipy.fft
 
-        return scipy.fft
-    return xp.fft
+        workers = cpu_count()
+        ns = {name: getattr(scipy.fft, name) for name in dir(scipy.fft) if not name.startswith("_")}
+        ns.update({name: functools.partial(getattr(scipy.fft, name), workers=workers) for name in _TRANSFORMS})
+        _SCIPY_FFT = ModuleType("scipy_fft_threaded", "scipy.fft with workers= set to the CPU count")
+        _SCIPY_FFT.__dict__.update(ns)
+    return _SCIPY_FFT
 
 
 def ndimage_module(xp: ModuleType):
@@ -151,3 +194,123 @@ def ndimage_module(xp: ModuleType):
     import cupyx.scipy.ndimage
 
     return cupyx.scipy.ndimage
+
+
+# ---------------------------------------------------------------- out of memory
+
+
+class DeviceOutOfMemory(MemoryError):
+    """The device ran out of memory.
+
+    The one error class the stages treat as "out of memory" besides CuPy's
+    own (:func:`is_out_of_memory`); raised when even the smallest block fails
+    and no CPU fall-back is possible, and usable to simulate the condition.
+    """
+
+
+class GpuFallbackWarning(RuntimeWarning):
+    """A stage left the GPU for the CPU (out of memory even with small blocks)."""
+
+
+_SCALE = contextvars.ContextVar("iastudio_block_scale", default=1.0)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True when ``exc`` means the GPU ran out of memory.
+
+    :class:`DeviceOutOfMemory`, ``cupy.cuda.memory.OutOfMemoryError``, and
+    CUDA / cuFFT / cuBLAS / cuSOLVER errors that report a failed allocation.
+    A host :class:`MemoryError` is not (smaller GPU blocks would not help).
+    """
+    if isinstance(exc, DeviceOutOfMemory):
+        return True
+    mod = type(exc).__module__ or ""
+    if not (mod.startswith("cupy") or mod.startswith("cupy_backends")):
+        return False
+    if type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc)
+    return any(s in text for s in ("MemoryAllocation", "ALLOC_FAILED", "out of memory", "OUT_OF_MEMORY"))
+
+
+def block_elements(cpu: int, gpu: int, xp) -> int:
+    """Elements per temporary block: ``cpu`` or ``gpu``, scaled down inside a retry of :func:`in_blocks`."""
+    base = cpu if xp is np else gpu
+    return max(1, int(base * _SCALE.get()))
+
+
+@contextlib.contextmanager
+def _scaled(factor: float):
+    token = _SCALE.set(_SCALE.get() * factor)
+    try:
+        yield
+    finally:
+        _SCALE.reset(token)
+
+
+def free_device_memory(xp) -> None:
+    """Give CuPy's cached blocks back to the device (a no-op for NumPy)."""
+    if xp is np:
+        return
+    with contextlib.suppress(Exception):
+        xp.get_default_memory_pool().free_all_blocks()
+
+
+def in_blocks(n: int, size: int, work, *, xp, what: str, minimum: int = 1, on_cpu=None) -> None:
+    """Call ``work(lo, hi)`` over ``range(n)`` in blocks, smaller ones after running out of memory.
+
+    Parameters
+    ----------
+    n : int
+        Items to process.
+    size : int
+        Items per block to start with.
+    work : callable(lo, hi)
+        Processes items ``lo .. hi - 1`` and stores its results; a block that
+        raises is redone, so it must not leave partial results that matter.
+    xp : module
+        The array module of the data (CuPy's memory pool is freed before a retry).
+    what : str
+        Named in the log lines, e.g. ``"invariant similarity"``.
+    minimum : int
+        Below this many items a block is not halved again.
+    on_cpu : callable(lo, hi), optional
+        Does the same as ``work`` on the CPU.  Used for the remaining items
+        when even a block of ``minimum`` items runs out of memory (logged,
+        and a :class:`GpuFallbackWarning`); without it that error is raised
+        as :class:`DeviceOutOfMemory`.
+
+    Notes
+    -----
+    After an out-of-memory error the block size is halved and stays halved,
+    and every temporary block inside ``work`` that is sized by
+    :func:`block_elements` is scaled down by the same factor.
+    """
+    lo, start, cpu = 0, max(1, int(size)), False
+    size = start
+    while lo < n:
+        hi = min(n, lo + size)
+        if cpu:
+            hi = min(n, lo + start)  # the CPU takes the original blocks
+            on_cpu(lo, hi)
+            lo = hi
+            continue
+        try:
+            with _scaled(size / start):
+                work(lo, hi)
+            lo = hi
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            free_device_memory(xp)
+            if size > minimum:
+                size = max(minimum, size // 2)
+                log.warning("%s: out of GPU memory; retrying with blocks of %d", what, size)
+                continue
+            if on_cpu is None:
+                raise DeviceOutOfMemory(f"{what}: out of GPU memory even with blocks of {size}") from exc
+            message = (f"{what}: out of GPU memory even with blocks of {size}; "
+                       f"continuing on the CPU (NumPy) for the rest of this stage")
+            log.warning(message)
+            warnings.warn(message, GpuFallbackWarning, stacklevel=2)
+            cpu = True

@@ -100,6 +100,28 @@ def _ka_labels(run: AttentionRun) -> np.ndarray | None:
     return ka.run().labels
 
 
+def _map(distances, previous):
+    """The 2-D map: classical MDS, or for a pruned run's sparse distances a map of its neighbour graph."""
+    import scipy.sparse as sp
+
+    if sp.issparse(distances):
+        from .neighbors import graph_map
+
+        return graph_map(distances, previous)
+    return classical_mds(distances, previous=previous)
+
+
+def _curves(history, labels) -> dict:
+    """Convergence curves; a pruned run's on its computed pairs only."""
+    import scipy.sparse as sp
+
+    if history and sp.issparse(history[-1]):
+        from .neighbors import graph_curves
+
+        return graph_curves(history, labels)
+    return convergence_curves(history, labels)
+
+
 class FrameBuilder:
     """Builds the :class:`Frame` of each snapshot of one run, in order.
 
@@ -141,9 +163,9 @@ class FrameBuilder:
         """
         if snapshot.stage in (Stage.SIMILARITY, Stage.DONE):  # each is a new d(S_i, S_j)
             self.history.append(snapshot.distances)
-        self.mds = classical_mds(snapshot.distances, previous=self.mds)
+        self.mds = _map(snapshot.distances, self.mds)
         return Frame(snapshot=snapshot, order=np.argsort(snapshot.labels, kind="stable"), mds=self.mds.copy(),
-                     curves=convergence_curves(self.history, snapshot.labels), elapsed=elapsed)
+                     curves=_curves(self.history, snapshot.labels), elapsed=elapsed)
 
     def final(self, run: AttentionRun, last: Snapshot | None, *, elapsed: float = 0.0) -> Frame:
         """The frame of a finished run: its last snapshot with the result and the cluster means.
@@ -169,7 +191,7 @@ class FrameBuilder:
             fr = self.frame(last if last is not None else run.snapshot(Stage.DONE))
         else:
             fr = Frame(snapshot=last, order=np.argsort(res.labels, kind="stable"), mds=self.mds.copy(),
-                       curves=convergence_curves(self.history, res.labels))
+                       curves=_curves(self.history, res.labels))
         fr.cluster_means = res.cluster_means
         fr.plain_means = plain_means(run.inputs, res.labels, n_clusters=res.n_clusters)
         fr.ka_labels = _ka_labels(run)

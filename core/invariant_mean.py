@@ -25,6 +25,15 @@ it stops moving and costs nothing in later steps.  The Gauss-Newton products
 ``J J^T`` and ``J r`` are single-precision matrix products (BLAS / cuBLAS),
 accumulated in double precision where objectives are compared.  ``weights``
 may be a SciPy sparse matrix (the K-neighbour graph of a pruned run).
+
+Warps.  A proposal is warped together with its derivative, so the entries
+that move start the next step with their images and derivatives in hand;
+while these fit a memory budget (``_CACHE_BYTES`` on the CPU, a quarter of
+the free memory on a GPU) the state keeps them between steps
+(``MeanState.cache``) and each entry costs one warp per step instead of two.
+The results are the same with or without it.  On a GPU that runs out of
+memory, a block of entries is redone with half as many, and below 16 entries
+the rest of the step runs on the CPU (:func:`iastudio.core.backend.in_blocks`).
 """
 from __future__ import annotations
 
@@ -33,14 +42,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import se2
-from .backend import array_module, to_host
+from .backend import array_module, block_elements, cpu_count, in_blocks, is_out_of_memory, to_host
+from .gauss_newton import gauss_newton_metric, gauss_newton_step
 from .smoothing import gaussian_smooth
-from .warp import warp
+from .warp import parallel_map, warp
 
 __all__ = ["MeanState", "weight_entries", "start_invariant_means", "invariant_mean_step", "invariant_means"]
 
 _BLOCK = 1 << 21  # elements of the entries' images worked on together
 _GPU_BLOCK = 1 << 23  # on a GPU: fewer, larger kernel launches
+_CACHE_BYTES = 1 << 29  # CPU: warped entries and derivatives kept between steps (old + new copy) up to this
+_SETTLED_RTOL = 1e-4  # an entry whose step would lower its residual by less than this fraction does not move
+_MIN_ENTRIES = 16  # a block of entries is not halved below this after running out of GPU memory
 
 
 @dataclass
@@ -63,6 +76,10 @@ class MeanState:
         Per step, the objective of every column (host).
     active : ndarray of bool, shape (m,)
         Columns still moving (host); converged ones are skipped.
+    cache : (ndarray, ndarray) or None
+        Every entry's warped image ``v o tau`` (E, H, W[, C]) and its
+        derivative (E, 3, H, W[, C]) at ``params``, when they fit the memory
+        budget; ``None`` otherwise (they are then warped again each step).
     """
 
     entry_src: object
@@ -73,6 +90,7 @@ class MeanState:
     step: int = 0
     objective: list = field(default_factory=list)
     active: np.ndarray | None = None
+    cache: tuple | None = field(default=None, repr=False)
 
     def transforms(self, n_src: int) -> np.ndarray:
         """Dense ``(n_src, m, 3)`` host array of the entries' transforms (0 elsewhere)."""
@@ -202,17 +220,55 @@ def start_invariant_means(images, weights, init=None, *, tol: float = 0.0, mass:
     wt_x = xp.asarray(wt, dtype=images.dtype)
     params_x = xp.asarray(params)
     means = xp.zeros((m,) + images.shape[1:], dtype=images.dtype)
-    for lo, hi in _blocks(src.size, images):
-        out = warp(images, params_x[lo:hi], index=src_x[lo:hi])
-        means += _segment_sum(out * _bcast(wt_x[lo:hi], out), col_x[lo:hi], m, xp)
-    return MeanState(src_x, col_x, wt_x, params_x, means, active=np.ones(m, dtype=bool))
+    cache = _new_cache(src.size, images)
+    host = []
+
+    def work(lo, hi, on_host=False):
+        if on_host and not host:
+            host.append(to_host(images))
+        source = host[0] if on_host else images
+        index, tau = (to_host(src_x[lo:hi]), to_host(params_x[lo:hi])) if on_host else (src_x[lo:hi], params_x[lo:hi])
+        if cache is None:
+            out, jac = xp.asarray(warp(source, tau, index=index)), None
+        else:
+            out, jac = (xp.asarray(a) for a in warp(source, tau, index=index, gradient=True))
+        add = _segment_sum(out * _bcast(wt_x[lo:hi], out), col_x[lo:hi], m, xp)
+        if cache is not None:
+            cache[0][lo:hi], cache[1][lo:hi] = out, jac
+        means[...] += add
+
+    in_blocks(src.size, _block_entries(images), work, xp=xp, what="invariant mean", minimum=_MIN_ENTRIES,
+              on_cpu=None if xp is np else lambda lo, hi: work(lo, hi, on_host=True))
+    return MeanState(src_x, col_x, wt_x, params_x, means, active=np.ones(m, dtype=bool), cache=cache)
 
 
-def _blocks(e, images):
-    per = int(np.prod(images.shape[1:]))
-    step = max(1, (_BLOCK if array_module(images) is np else _GPU_BLOCK) // per)
-    for lo in range(0, e, step):
-        yield lo, min(e, lo + step)
+def _cache_budget(xp) -> int:
+    if xp is np:
+        return _CACHE_BYTES
+    try:
+        free, _ = xp.cuda.runtime.memGetInfo()
+    except Exception:  # noqa: BLE001 - no figure: no cache
+        return 0
+    return int(free) // 4
+
+
+def _new_cache(e, images):
+    """Empty ``(out, jac)`` arrays for ``e`` entries, or ``None`` when two copies would not fit the budget."""
+    xp = array_module(images)
+    per = int(np.prod(images.shape[1:])) * np.dtype(images.dtype).itemsize
+    if e == 0 or 2 * 4 * per * e > _cache_budget(xp):
+        return None
+    try:
+        return (xp.empty((e,) + images.shape[1:], dtype=images.dtype),
+                xp.empty((e, 3) + images.shape[1:], dtype=images.dtype))
+    except Exception as exc:
+        if is_out_of_memory(exc) or isinstance(exc, MemoryError):
+            return None
+        raise
+
+
+def _block_entries(images) -> int:
+    return max(1, block_elements(_BLOCK, _GPU_BLOCK, array_module(images)) // int(np.prod(images.shape[1:])))
 
 
 def _bcast(v, like):
@@ -250,56 +306,84 @@ def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), dam
     MeanState
         A new state; ``state`` is left unchanged.
     """
-    xp = array_module(images)
     m = state.means.shape[0]
     active = np.ones(m, dtype=bool) if state.active is None else np.asarray(state.active, dtype=bool)
-    params = state.params.copy()
-    new_means = state.means.copy()
-    prev_obj = state.objective[-1] if state.objective else None
-    obj_h = np.array(prev_obj, dtype=np.float64) if prev_obj is not None else np.zeros(m)
     col_h = to_host(state.entry_col)
     live = np.flatnonzero(active[col_h])  # entries of active columns (a contiguous run per column)
-    live_cols = np.flatnonzero(active)
     opts = dict(sigmas=tuple(sigmas), damping=damping, first_improvement=first_improvement)
     if client is not None and live.size:
-        from .distributed import map_chunks, n_workers
-
-        # tasks are groups of whole columns: each returns its columns' new means
-        groups = np.array_split(live_cols, min(live_cols.size, 2 * n_workers(client)))
-        src_h, wt_h, par_h = to_host(state.entry_src), to_host(state.entry_weight), to_host(params)
-        means_h = to_host(state.means)
-        args, sels = [], []
-        for g in groups:
-            sel = live[np.isin(col_h[live], g)]
-            local = np.searchsorted(g, col_h[sel])
-            args.append((means_h[g], src_h[sel], local, wt_h[sel], par_h[sel]))
-            sels.append((sel, g))
-        obj = np.zeros(m)
-        out = map_chunks(client, mean_columns_task, args, to_host(images), opts, progress=None)
-        for (sel, g), (_, (tau_g, mean_g, obj_g)) in zip(sels, out):
-            params[xp.asarray(sel)] = xp.asarray(tau_g)
-            new_means[xp.asarray(g)] = xp.asarray(mean_g, dtype=new_means.dtype)
-            obj[g] = obj_g
-        obj = xp.asarray(obj)
+        params, means, obj = _step_on_cluster(client, images, state, live, np.flatnonzero(active), opts)
+        cache = None
     else:
-        live_x = xp.asarray(live)
-        new_means[xp.asarray(live_cols)] = 0
-        tau, sums, obj = _update_entries(images, state.means, state.entry_src[live_x], state.entry_col[live_x],
-                                         state.entry_weight[live_x], params[live_x], m, check=check, **opts)
-        params[live_x] = tau
-        new_means += sums
+        params, means, obj, cache = _step_here(images, state, live, np.flatnonzero(active), opts, check)
+    return _next_state(state, params, means, obj, active, rtol, cache)
+
+
+def _step_on_cluster(client, images, state, live, live_cols, opts):
+    """The step as Dask tasks, one per group of whole columns: ``(params, means, objective per column)``."""
+    from .distributed import map_chunks, n_workers
+
+    xp = array_module(images)
+    m = state.means.shape[0]
+    params, new_means = state.params.copy(), state.means.copy()
+    col_h = to_host(state.entry_col)
+    groups = np.array_split(live_cols, min(live_cols.size, 2 * n_workers(client)))
+    src_h, wt_h, par_h = to_host(state.entry_src), to_host(state.entry_weight), to_host(params)
+    means_h = to_host(state.means)
+    args, sels = [], []
+    for g in groups:
+        sel = live[np.isin(col_h[live], g)]
+        local = np.searchsorted(g, col_h[sel])
+        args.append((means_h[g], src_h[sel], local, wt_h[sel], par_h[sel]))
+        sels.append((sel, g))
+    obj = np.zeros(m)
+    out = map_chunks(client, mean_columns_task, args, to_host(images), opts, progress=None)
+    for (sel, g), (_, (tau_g, mean_g, obj_g)) in zip(sels, out):
+        params[xp.asarray(sel)] = xp.asarray(tau_g)
+        new_means[xp.asarray(g)] = xp.asarray(mean_g, dtype=new_means.dtype)
+        obj[g] = obj_g
+    return params, new_means, xp.asarray(obj)
+
+
+def _step_here(images, state, live, live_cols, opts, check):
+    """The step on this machine: ``(params, means, objective per column, cache)``.
+
+    The cache moves from ``state`` to the new state and is updated in place
+    (``state.cache`` becomes ``None``: were the step abandoned, ``state``
+    would simply warp again; its results do not depend on the cache).
+    """
+    xp = array_module(images)
+    m = state.means.shape[0]
+    params, new_means = state.params.copy(), state.means.copy()
+    new_means[xp.asarray(live_cols)] = 0
+    cache, state.cache = state.cache, None
+    if live.size and live[-1] - live[0] + 1 == live.size:
+        sel = slice(int(live[0]), int(live[-1]) + 1)  # one run: views, no copies
+    else:
+        sel = xp.asarray(live)
+    tau, sums, obj = _update_entries(images, state.means, state.entry_src[sel], state.entry_col[sel],
+                                     state.entry_weight[sel], params[sel], m, check=check, cache=cache,
+                                     rows=sel, **opts)
+    params[sel] = tau
+    new_means += sums
+    return params, new_means, obj, cache
+
+
+def _next_state(state, params, new_means, obj, active, rtol, cache):
+    """The state after a step: objective at the new means, converged columns marked."""
+    xp = array_module(new_means)
+    m = new_means.shape[0]
+    prev_obj = state.objective[-1] if state.objective else None
+    obj_h = np.array(prev_obj, dtype=np.float64) if prev_obj is not None else np.zeros(m)
     params[:, 0] = se2.wrap_angle(params[:, 0])
     # at the new mean: sum w ||x - mu_new||^2 = sum w ||x - mu_old||^2 - ||mu_new - mu_old||^2
-    obj = obj - _sqnorm(new_means - state.means, xp)
-    obj = to_host(obj, np.float64)
+    obj = to_host(obj - _sqnorm(new_means - state.means, xp), np.float64)
     obj_h[active] = obj[active]
     new_active = active.copy()
     if rtol > 0 and prev_obj is not None:
         new_active &= (prev_obj - obj_h) >= rtol * np.abs(prev_obj)
-    return MeanState(
-        state.entry_src, state.entry_col, state.entry_weight, params, new_means,
-        state.step + 1, state.objective + [obj_h], new_active,
-    )
+    return MeanState(state.entry_src, state.entry_col, state.entry_weight, params, new_means,
+                     state.step + 1, state.objective + [obj_h], new_active, cache)
 
 
 def mean_columns_task(images, means, src, col, weight, params, *, sigmas, damping, first_improvement):
@@ -317,56 +401,144 @@ def mean_columns_task(images, means, src, col, weight, params, *, sigmas, dampin
 
 
 def _update_entries(images, means, src_all, col_all, wt_all, params, m, *, sigmas, damping, first_improvement,
-                    check=None):
-    """Move every entry once; ``(new params, sum_i w_i v_i o tau_i per column, sum_i w_i f_i per column)``."""
+                    check=None, cache=None, rows=None):
+    """Move every entry once; ``(new params, sum_i w_i v_i o tau_i per column, sum_i w_i f_i per column)``.
+
+    ``cache`` holds the warped images and derivatives at ``params`` of the
+    entries ``rows`` (a slice or an index array into it); they are replaced
+    by those at the new transforms.  Without it everything is warped here.
+    Blocks that run out of GPU memory are redone smaller, then on the CPU.
+    """
     xp = array_module(images)
     params = params.copy()
     sums = xp.zeros_like(means)
     obj = xp.zeros(m, dtype=np.float64)
-    eye = xp.eye(3)
-    for lo, hi in _blocks(int(src_all.shape[0]), images):
+    opts = dict(sigmas=sigmas, damping=damping, first_improvement=first_improvement, with_jac=cache is not None)
+    host = {}
+
+    def one(lo, hi, on_host=False):
+        """The entries ``lo .. hi - 1``: ``(rows in the cache, tau, out, jac, sums, objective)``, nothing written."""
+        ix = _sub_rows(rows, lo, hi)
+        given = None if cache is None else (cache[0][ix], cache[1][ix])  # views where ``rows`` is a slice
+        src, col, wt = src_all[lo:hi], col_all[lo:hi], wt_all[lo:hi]
+        if on_host:
+            if not host:
+                host.update(images=to_host(images), means=to_host(means))
+            res = _update_block(host["images"], host["means"][to_host(col)], to_host(src), to_host(params[lo:hi]),
+                                None if given is None else tuple(to_host(a) for a in given), **opts)
+            res = tuple(None if a is None else xp.asarray(a) for a in res)
+        else:
+            res = _update_block(images, means[col], src, params[lo:hi], given, **opts)
+        tau, out, jac, f = res
+        return (ix, tau, out, jac, _segment_sum(out * _bcast(wt, out), col, m, xp),
+                _segment_sum((wt * f)[:, None], col, m, xp)[:, 0])
+
+    def work(lo, hi, on_host=False):
         if check is not None:
             check()
-        src = src_all[lo:hi]
-        col = col_all[lo:hi]
-        wt = wt_all[lo:hi]
-        tau = params[lo:hi]
-        out, jac = warp(images, tau, index=src, gradient=True)
-        target = means[col]
-        r = out - target
-        best_f = _sqnorm(r, xp)
-        best_out = out  # updated in place; ``out`` is not needed again
-        best_tau = tau.copy()  # ``tau`` is a view of ``params``, read again below
-        j = jac.reshape(jac.shape[0], 3, -1)
-        jtj = xp.matmul(j, xp.transpose(j, (0, 2, 1))).astype(np.float64)  # single-precision BLAS
-        diag = xp.diagonal(jtj, axis1=1, axis2=2)
-        h = jtj + damping * (eye * (diag[:, None, :] + 1e-9)) + 1e-12 * eye
-        todo = xp.arange(r.shape[0])  # entries without a lowering candidate yet
-        for sigma in sigmas:
-            if int(todo.shape[0]) == 0:
-                break
-            r_t = r[todo]
-            rs = gaussian_smooth(r_t, sigma * np.sqrt(2.0)) if sigma > 0 else r_t  # g * g * r
-            g = xp.matmul(j[todo], rs.reshape(rs.shape[0], -1, 1))[..., 0].astype(np.float64)
-            delta = -xp.linalg.solve(h[todo], g[..., None])[..., 0]
-            cand = tau[todo] + delta
-            out_c = warp(images, cand, index=src[todo])
-            f_c = _sqnorm(out_c - target[todo], xp)
-            better = f_c < best_f[todo]
-            won = todo[better]
-            best_f[won] = f_c[better]
-            best_tau[won] = cand[better]
-            best_out[won] = out_c[better]
-            if first_improvement:
-                todo = todo[~better]
-        params[lo:hi] = best_tau
-        sums += _segment_sum(best_out * _bcast(wt, best_out), col, m, xp)
-        obj += _segment_sum((wt * best_f)[:, None], col, m, xp)[:, 0]
+        spans = _split(lo, hi) if xp is np else [(lo, hi)]  # NumPy: the block's parts on every core
+        parts = parallel_map(lambda span: one(*span), spans) if xp is np else [one(lo, hi, on_host)]
+        # nothing is written before here: a block that ran out of memory is redone from the same start
+        for (a, b), (ix, tau, out, jac, add_sums, add_obj) in zip(spans, parts):
+            params[a:b] = tau
+            if cache is not None and (on_host or not isinstance(ix, slice)):  # a slice was updated in place
+                cache[0][ix], cache[1][ix] = out, jac
+            sums[...] += add_sums
+            obj[...] += add_obj
+
+    e = int(src_all.shape[0])
+    in_blocks(e, _block_entries(images), work, xp=xp, what="invariant mean", minimum=_MIN_ENTRIES,
+              on_cpu=None if xp is np else lambda lo, hi: work(lo, hi, on_host=True))
     return params, sums, obj
 
 
+def _split(lo, hi, smallest=32):
+    """``lo .. hi`` in one part per CPU core (parts of at least ``smallest`` entries)."""
+    parts = max(1, min(cpu_count(), (hi - lo) // smallest))
+    edges = np.linspace(lo, hi, parts + 1).round().astype(int)
+    return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
+
+
+def _sub_rows(rows, lo, hi):
+    if rows is None:
+        return slice(lo, hi)
+    if isinstance(rows, slice):
+        return slice(rows.start + lo, rows.start + hi)
+    return rows[lo:hi]
+
+
+def _update_block(images, target, src, tau, given, *, sigmas, damping, first_improvement, with_jac):
+    """One block of entries: move each ``tau`` by the first (or best) smoothing level that lowers its residual.
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W[, C])
+    target : ndarray, shape (B, H, W[, C])
+        Each entry's current mean.
+    src : ndarray of int, shape (B,)
+    tau : ndarray, shape (B, 3)
+    given : (ndarray, ndarray) or None
+        ``v o tau`` and its derivative when already known; they are updated
+        in place, at the very end (after the last warp, so a block that runs
+        out of memory leaves them untouched).
+    with_jac : bool
+        Also return the derivative at the returned transforms (proposals are
+        then warped with their derivative).
+
+    Returns
+    -------
+    tau, out, jac, f
+        The transforms, ``v o tau``, its derivative (``None`` unless
+        ``with_jac``) and ``||v o tau - target||^2`` per entry.
+    """
+    xp = array_module(images)
+    out, jac = warp(images, tau, index=src, gradient=True) if given is None else given
+    r = out - target
+    best_f = _sqnorm(r, xp)
+    best_tau = tau.copy()
+    metric = gauss_newton_metric(jac)
+    wins = []  # per level: (winners, mask over the tried entries, proposals' images, derivatives)
+    todo = xp.arange(r.shape[0])  # entries without a lowering candidate yet
+    for level, sigma in enumerate(sigmas):
+        if int(todo.shape[0]) == 0:
+            break
+        r_t = r[todo]
+        rs = gaussian_smooth(r_t, sigma * np.sqrt(2.0)) if sigma > 0 else r_t  # g * g * r
+        delta, predicted = gauss_newton_step(jac[todo], rs, damping, metric=metric[todo])
+        if level == 0 and _SETTLED_RTOL > 0:  # settled entries: no proposal at any level
+            moving = predicted >= _SETTLED_RTOL * _sqnorm(rs, xp)
+            if not bool(moving.all()):
+                todo, delta = todo[moving], delta[moving]
+                if int(todo.shape[0]) == 0:
+                    break
+        cand = tau[todo] + delta
+        out_c, jac_c = warp(images, cand, index=src[todo], gradient=True) if with_jac else \
+            (warp(images, cand, index=src[todo]), None)
+        f_c = _sqnorm(out_c - target[todo], xp)
+        better = f_c < best_f[todo]
+        won = todo[better]
+        best_f[won] = f_c[better]
+        best_tau[won] = cand[better]
+        wins.append((won, better, out_c, jac_c))
+        if first_improvement:
+            todo = todo[~better]
+    for won, better, out_c, jac_c in wins:  # in order: a later level's win replaces an earlier one
+        _put(out, won, out_c, better)
+        if with_jac:
+            _put(jac, won, jac_c, better)
+    return best_tau, out, (jac if with_jac else None), best_f
+
+
+def _put(dst, won, src, better):
+    """``dst[won] = src[better]``; one plain copy where every entry of a whole block won."""
+    if src.shape[0] == dst.shape[0] and bool(better.all()):
+        dst[...] = src
+    elif int(won.shape[0]):
+        dst[won] = src[better]
+
+
 def _sqnorm(r, xp):
-    flat = r.reshape(r.shape[0], -1)
+    flat = r.reshape(r.shape[0], int(np.prod(r.shape[1:])))
     return xp.sum(flat * flat, axis=1, dtype=np.float64)
 
 

@@ -36,6 +36,8 @@ __all__ = [
     "sparse_auto_beta",
     "sparse_attention_weights",
     "sparse_cluster_labels",
+    "graph_map",
+    "graph_curves",
 ]
 
 #: ``neighbors="auto"``: every pair up to this many images, ``AUTO_K`` candidates above.
@@ -263,3 +265,61 @@ def sparse_cluster_labels(distances, beta: float, *, k="auto", max_k: int = 20) 
     model = SpectralClustering(n_clusters=k, affinity="precomputed", assign_labels="cluster_qr", random_state=0,
                                eigen_solver="arpack")
     return relabel_by_appearance(model.fit_predict(a))
+
+
+def graph_map(distances, previous=None) -> np.ndarray:
+    """2-D coordinates of the images of a K-neighbour graph of distances (the sparse stand-in for MDS).
+
+    The two leading non-trivial eigenvectors of the normalised affinity
+    ``exp(-d^2 / median(d)^2)`` (a spectral embedding, ARPACK), scaled by the
+    median distance and, when ``previous`` has the same shape,
+    Procrustes-aligned to it so that the map does not jump between frames.
+
+    Parameters
+    ----------
+    distances : scipy.sparse matrix, shape (n, n)
+    previous : ndarray, shape (n, 2), optional
+
+    Returns
+    -------
+    ndarray, shape (n, 2)
+    """
+    from scipy.linalg import orthogonal_procrustes
+    from scipy.sparse.linalg import eigsh
+
+    d = sp.csr_matrix(distances)
+    n = d.shape[0]
+    if n < 4 or d.nnz == 0:
+        return np.zeros((n, 2))
+    scale = float(np.median(d.data)) or 1.0
+    a = _affinity(d, 1.0 / scale**2)
+    a = (0.5 * (a + a.T)).tocsr()
+    deg = np.asarray(a.sum(axis=1)).ravel()
+    s = sp.diags(1.0 / np.sqrt(np.maximum(deg, 1e-300)))
+    vals, vecs = eigsh(s @ a @ s, k=3, which="LA", v0=np.ones(n) / np.sqrt(n))
+    top = np.argsort(vals)[::-1][1:3]  # the leading one is the trivial sqrt(degree)
+    coords = (s @ vecs[:, top]) * scale * np.sqrt(n)
+    if previous is not None and np.shape(previous) == coords.shape:
+        r, _ = orthogonal_procrustes(coords, previous - previous.mean(0))
+        coords = coords @ r
+    return coords
+
+
+def graph_curves(history, labels) -> dict:
+    """Within-cluster max, between-cluster min and median distance per iteration, on the computed pairs only.
+
+    The sparse counterpart of :func:`iastudio.core.report.convergence_curves`:
+    each entry of ``history`` is a sparse (or dense) distance matrix; only its
+    stored off-diagonal entries count.
+    """
+    labels = np.asarray(labels)
+    out = {"within_max": [], "between_min": [], "median": []}
+    for d in history:
+        c = sp.coo_matrix(d)
+        off = c.row != c.col
+        row, col, val = c.row[off], c.col[off], c.data[off].astype(float)
+        same = labels[row] == labels[col]
+        out["within_max"].append(float(val[same].max()) if same.any() else float("nan"))
+        out["between_min"].append(float(val[~same].min()) if (~same).any() else float("nan"))
+        out["median"].append(float(np.median(val)) if val.size else float("nan"))
+    return out

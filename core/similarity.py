@@ -34,8 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import se2
-from .backend import array_module, fft_module, ndimage_module, to_host
-from .warp import warp
+from .backend import array_module, block_elements, fft_module, in_blocks, ndimage_module, to_host
+from .gauss_newton import gauss_newton_step
+from .warp import parallel_map, warp
 
 __all__ = ["SimilarityResult", "invariant_distances", "plain_distances", "angle_grid"]
 
@@ -44,7 +45,9 @@ _GPU_BLOCK = 1 << 24  # on a GPU: fewer, larger kernel launches
 
 
 def _block(xp) -> int:
-    return _BLOCK if xp is np else _GPU_BLOCK
+    return block_elements(_BLOCK, _GPU_BLOCK, xp)
+
+
 _PAIR_CHUNK = 200_000  # pairs searched together (bounds every per-pair array)
 
 
@@ -195,8 +198,10 @@ def _pick_candidates(scores, allowed, k, xp):
     return xp.argsort(-s, axis=0)[:k]
 
 
-def _translation_search(fv, images, pairs_i, pairs_j, angle_idx, angles, p, xp, progress):
+def _translation_search(fv_conj, images, pairs_i, pairs_j, angle_idx, angles, p, xp, progress):
     """Best translation for each (pair, grid angle) entry by FFT correlation.
+
+    ``fv_conj`` holds the conjugated zero-padded spectra of the targets.
 
     Every (grid angle, source image) combination is rotated and transformed
     once, in blocks of bounded memory.  Returns ``scores`` (correlation) and
@@ -226,7 +231,7 @@ def _translation_search(fv, images, pairs_i, pairs_j, angle_idx, angles, p, xp, 
         e0, e1 = int(first[c0]), int(first[c1]) if c1 < uniq.size else order.size
         for lo in range(e0, e1, entries_per_block):
             hi = min(e1, lo + entries_per_block)
-            prod = xp.conj(fv[pj_sorted[lo:hi]]) * fu[xp.asarray(slot[lo:hi] - c0)]
+            prod = fv_conj[pj_sorted[lo:hi]] * fu[xp.asarray(slot[lo:hi] - c0)]
             if prod.ndim == 4:
                 prod = prod.sum(axis=-1)
             corr = fft.irfft2(prod, s=(p, p), axes=(1, 2))
@@ -291,59 +296,67 @@ def refine_alignment(images, targets, params, *, index=None, target_index=None, 
     per = h * w * (3 if images.ndim == 4 else 1)
     chunk = max(1, _block(xp) // (4 * per))
     resid = xp.empty(e, dtype=np.float64)
-    for lo in range(0, e, chunk):
-        sl = slice(lo, min(e, lo + chunk))
-        params[sl], resid[sl] = _gauss_newton(images, targets, params[sl], index[sl], target_index[sl], steps, xp)
+    spans = [slice(lo, min(e, lo + chunk)) for lo in range(0, e, chunk)]
+
+    def one(sl):
+        return _gauss_newton(images, targets, params[sl], index[sl], target_index[sl], steps, xp)
+
+    # NumPy: the chunks on every core (each chunk's result does not depend on the others)
+    for sl, (p_sl, r_sl) in zip(spans, parallel_map(one, spans) if xp is np else map(one, spans)):
+        params[sl], resid[sl] = p_sl, r_sl
     return params, resid
 
 
+_STOP_RTOL = 1e-4  # stop when the model predicts d^2 to fall by less than this fraction (d moves < 5e-5 d)
+_STOP_ATOL = 1e-10
+_STOP_STEP = (2e-4, 2e-3)  # or when the step is below this in angle (rad) and shift (px)
+
+
 def _gauss_newton(images, targets, params, index, tindex, steps, xp):
-    """Levenberg-Marquardt on the entries still moving (an active set)."""
+    """Levenberg-Marquardt on the entries still moving (an active set).
+
+    Each round proposes :func:`~iastudio.core.gauss_newton.gauss_newton_step`
+    for every active entry; an entry whose step is tiny, or whose predicted
+    decrease of ``d^2`` is below ``_STOP_RTOL d^2``, has converged and stops
+    *before* its proposal is warped.  A proposal is kept where it lowers
+    ``d^2`` (the damping then falls) and refused otherwise (the damping
+    rises; above 1 the entry stops).  At most ``steps`` proposals per entry.
+    """
     e = params.shape[0]
     tgt = targets[tindex]
 
     def evaluate(p, rows):
         out, grad = warp(images, p, index=index[rows], gradient=True)
         r = out - tgt[rows]
-        f = (r.astype(np.float64) ** 2).reshape(r.shape[0], -1).sum(axis=1)
-        return r, grad, f
+        flat = r.reshape(r.shape[0], -1)
+        return r, grad, xp.sum(flat * flat, axis=1, dtype=np.float64)  # squares rounded, sums in float64
 
     active = xp.arange(e)
     r, grad, f = evaluate(params, active)
     f_all = f.copy()
     lam = xp.full(e, 1e-3)
-    eye = xp.eye(3)
     tail = (1,) * (r.ndim - 1)
     for _ in range(steps):
+        delta, predicted = gauss_newton_step(grad, r, lam[active]) if active.shape[0] else (None, None)
+        if delta is not None:
+            tiny = (xp.abs(delta[:, 0]) < _STOP_STEP[0]) & (xp.abs(delta[:, 1:]).max(axis=1) < _STOP_STEP[1])
+            keep = ~(tiny | (predicted < _STOP_ATOL + _STOP_RTOL * f))
+            active, r, grad, f, delta = active[keep], r[keep], grad[keep], f[keep], delta[keep]
         if active.shape[0] == 0:
             break
-        jtj = _jtj(grad, xp)
-        jtr = (grad * r[:, None]).reshape(grad.shape[0], 3, -1).sum(axis=2).astype(np.float64)
-        diag = xp.diagonal(jtj, axis1=1, axis2=2)
-        la = lam[active]
-        damp = jtj + la[:, None, None] * (eye * (diag[:, None, :] + 1e-9))
-        delta = -xp.linalg.solve(damp, jtr[..., None])[..., 0]
         cand = params[active] + delta
         r2, g2, f2 = evaluate(cand, active)
         better = f2 < f
-        f_prev = f
         params[active] = xp.where(better[:, None], cand, params[active])
         f = xp.where(better, f2, f)
         f_all[active] = f
         r = xp.where(better.reshape((-1,) + tail), r2, r)
         grad = xp.where(better.reshape((-1, 1) + tail), g2, grad)
-        lam[active] = xp.where(better, la / 3.0, la * 4.0)
-        small = (xp.abs(delta[:, 0]) < 2e-4) & (xp.abs(delta[:, 1:]).max(axis=1) < 2e-3)
-        small |= (f_prev - f) < 1e-7 + 1e-3 * f_prev  # d^2 moves by < 0.1 %: done
-        keep = ~((better & small) | (lam[active] > 1.0))
+        lam[active] = xp.where(better, lam[active] / 3.0, lam[active] * 4.0)
+        keep = lam[active] <= 1.0
         active, r, grad, f = active[keep], r[keep], grad[keep], f[keep]
     params[:, 0] = se2.wrap_angle(params[:, 0])
     return params, f_all
-
-
-def _jtj(grad, xp):
-    g = grad.reshape(grad.shape[0], 3, -1).astype(np.float64)
-    return xp.matmul(g, xp.transpose(g, (0, 2, 1)))
 
 
 def invariant_distances(
@@ -388,6 +401,13 @@ def invariant_distances(
     Returns
     -------
     SimilarityResult
+
+    Notes
+    -----
+    On a GPU that runs out of memory, a chunk of pairs is retried with half as
+    many pairs (and smaller temporary blocks), down to 16 pairs; after that
+    the remaining pairs are aligned on the CPU, with a log line and a
+    :class:`~iastudio.core.backend.GpuFallbackWarning`.
     """
     if group not in ("se2", "e2"):
         raise ValueError("group must be 'se2' or 'e2'")
@@ -400,67 +420,115 @@ def invariant_distances(
     xp = array_module(images)
     images = xp.asarray(images, dtype=np.float32)
     n = images.shape[0]
-    h, w = images.shape[1:3]
-    angles, allowed = angle_grid(angle_step, rotation_range)
-    n_angles = angles.size
     progress = on_progress or (lambda f: None)
-    if pairs is not None:
-        pi_host = np.asarray(pairs[0], dtype=np.int64).ravel()
-        pj_host = np.asarray(pairs[1], dtype=np.int64).ravel()
-        if pi_host.shape != pj_host.shape or (pi_host.size and (pi_host.min() < 0 or pj_host.max() >= n)):
-            raise ValueError("pairs must be two equal-length arrays of image indices")
-        a, b = np.minimum(pi_host, pj_host), np.maximum(pi_host, pj_host)
-        key = np.unique(a[a != b] * n + b[a != b])
-        pi_host, pj_host = key // n, key % n
-    elif n >= 2:
-        pi_host, pj_host = np.triu_indices(n, 1)
-    else:
-        pi_host = pj_host = np.zeros(0, dtype=np.int64)
-    if pairs is None:
-        dist = np.zeros((n, n))
-        trans = np.zeros((n, n, 3))
-        if n < 2:
-            return SimilarityResult(dist, trans)
-    n_pairs = pi_host.size
+    pi_host, pj_host = _pair_list(pairs, n)
     opts = dict(angle_step=angle_step, rotation_range=rotation_range, candidates=candidates,
                 refine_steps=refine_steps)
-    d_all = np.zeros(n_pairs)
-    p_all = np.zeros((n_pairs, 3))
-    if client is not None and n_pairs:
-        from .distributed import map_chunks
-
-        # enough tasks to keep every worker busy, each at most _PAIR_CHUNK pairs
-        n_tasks = max(1, min(-(-n_pairs // 256), 4 * max(1, len(client.scheduler_info()["workers"]))))
-        chunk = max(1, min(_PAIR_CHUNK, -(-n_pairs // n_tasks)))
-        spans = [(lo, min(n_pairs, lo + chunk)) for lo in range(0, n_pairs, chunk)]
-        args = [(pi_host[lo:hi], pj_host[lo:hi]) for lo, hi in spans]
-        for (lo, hi), (params_h, d_h) in map_chunks(client, align_pair_chunk, args, to_host(images, np.float32),
-                                                    opts, progress=progress):
-            d_all[lo:hi], p_all[lo:hi] = d_h, params_h
+    if client is not None and pi_host.size:
+        p_all, d_all = _align_on_cluster(client, images, pi_host, pj_host, opts, progress)
     else:
-        q = _polar_spectra(images, n_angles, xp)  # per image, once
-        p = _fast_len(int(np.ceil(1.5 * max(h, w))))
-        fv = fft_module(xp).rfft2(images, s=(p, p), axes=(1, 2))
-        # pairs in chunks: every temporary is bounded by the chunk, whatever n is
-        chunk = max(1, min(n_pairs, _PAIR_CHUNK))
-        for lo in range(0, n_pairs, chunk):
-            hi = min(n_pairs, lo + chunk)
-
-            def part(f, lo=lo, hi=hi):
-                progress((lo + f * (hi - lo)) / n_pairs)
-
-            params, resid = _align_pairs(images, q, fv, xp.asarray(pi_host[lo:hi]), xp.asarray(pj_host[lo:hi]),
-                                         angles, allowed, candidates, refine_steps, p, xp, part)
-            p_all[lo:hi] = to_host(params, np.float64)
-            d_all[lo:hi] = np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
+        p_all, d_all = _align_here(images, pi_host, pj_host, opts, progress)
     progress(1.0)
-    if pairs is not None:
+    return _assemble(n, pi_host, pj_host, p_all, d_all, sparse=pairs is not None)
+
+
+def _pair_list(pairs, n):
+    """The pairs to align as host ``(rows, cols)``, ``rows < cols``, sorted and unique."""
+    if pairs is None:
+        if n < 2:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.triu_indices(n, 1)
+    pi_host = np.asarray(pairs[0], dtype=np.int64).ravel()
+    pj_host = np.asarray(pairs[1], dtype=np.int64).ravel()
+    if pi_host.shape != pj_host.shape or (pi_host.size and (pi_host.min() < 0 or pj_host.max() >= n)):
+        raise ValueError("pairs must be two equal-length arrays of image indices")
+    a, b = np.minimum(pi_host, pj_host), np.maximum(pi_host, pj_host)
+    key = np.unique(a[a != b] * n + b[a != b])
+    return key // n, key % n
+
+
+def _align_on_cluster(client, images, pi_host, pj_host, opts, progress):
+    """The chunks of pairs as Dask tasks: host ``(params (P, 3), distances (P,))``."""
+    from .distributed import map_chunks
+
+    n_pairs = pi_host.size
+    d_all, p_all = np.zeros(n_pairs), np.zeros((n_pairs, 3))
+    # enough tasks to keep every worker busy, each at most _PAIR_CHUNK pairs
+    n_tasks = max(1, min(-(-n_pairs // 256), 4 * max(1, len(client.scheduler_info()["workers"]))))
+    chunk = max(1, min(_PAIR_CHUNK, -(-n_pairs // n_tasks)))
+    spans = [(lo, min(n_pairs, lo + chunk)) for lo in range(0, n_pairs, chunk)]
+    args = [(pi_host[lo:hi], pj_host[lo:hi]) for lo, hi in spans]
+    for (lo, hi), (params_h, d_h) in map_chunks(client, align_pair_chunk, args, to_host(images, np.float32),
+                                                opts, progress=progress):
+        d_all[lo:hi], p_all[lo:hi] = d_h, params_h
+    return p_all, d_all
+
+
+_MIN_PAIRS = 16  # a chunk of pairs is not halved below this after running out of GPU memory
+
+
+def _align_here(images, pi_host, pj_host, opts, progress):
+    """The pairs in chunks on this machine: host ``(params (P, 3), distances (P,))``.
+
+    Every temporary is bounded by the chunk, whatever ``n`` is; a chunk that
+    runs out of GPU memory is redone smaller, and the CPU takes over below
+    ``_MIN_PAIRS`` pairs (:func:`~iastudio.core.backend.in_blocks`).
+    """
+    xp = array_module(images)
+    n_pairs = pi_host.size
+    d_all, p_all = np.zeros(n_pairs), np.zeros((n_pairs, 3))
+    if n_pairs == 0:
+        return p_all, d_all
+    aligners = {}
+
+    def aligner(on_host):
+        if on_host not in aligners:
+            aligners[on_host] = _Aligner(to_host(images) if on_host else images, **opts)
+        return aligners[on_host]
+
+    def work(lo, hi, on_host=False):
+        def part(f):
+            progress((lo + f * (hi - lo)) / n_pairs)
+
+        p_all[lo:hi], d_all[lo:hi] = aligner(on_host).align(pi_host[lo:hi], pj_host[lo:hi], part)
+
+    in_blocks(n_pairs, min(n_pairs, _PAIR_CHUNK), work, xp=xp, what="invariant similarity", minimum=_MIN_PAIRS,
+              on_cpu=None if xp is np else lambda lo, hi: work(lo, hi, on_host=True))
+    return p_all, d_all
+
+
+class _Aligner:
+    """One image set prepared for alignment: its polar spectra and zero-padded FFTs, computed once."""
+
+    def __init__(self, images, *, angle_step, rotation_range, candidates, refine_steps):
+        xp = array_module(images)
+        self.xp, self.images = xp, xp.asarray(images, dtype=np.float32)
+        h, w = self.images.shape[1:3]
+        self.angles, self.allowed = angle_grid(angle_step, rotation_range)
+        self.candidates, self.refine_steps = candidates, refine_steps
+        self.q = _polar_spectra(self.images, self.angles.size, xp)
+        self.p = _fast_len(int(np.ceil(1.5 * max(h, w))))
+        self.fv_conj = xp.conj(fft_module(xp).rfft2(self.images, s=(self.p, self.p), axes=(1, 2)))
+
+    def align(self, rows, cols, progress=lambda f: None):
+        """Host ``(params (P, 3), distances (P,))`` of the pairs ``(rows, cols)``."""
+        xp = self.xp
+        params, resid = _align_pairs(self.images, self.q, self.fv_conj, xp.asarray(rows), xp.asarray(cols), self.angles,
+                                     self.allowed, self.candidates, self.refine_steps, self.p, xp, progress)
+        return to_host(params, np.float64), np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
+
+
+def _assemble(n, pi_host, pj_host, p_all, d_all, *, sparse):
+    """The :class:`SimilarityResult`: dense symmetric arrays, or the sparse pair form."""
+    if sparse:
         import scipy.sparse as sp
 
         dist = sp.csr_matrix((np.concatenate([d_all, d_all]),
                               (np.concatenate([pi_host, pj_host]), np.concatenate([pj_host, pi_host]))),
                              shape=(n, n))
         return SimilarityResult(dist, None, (pi_host, pj_host), p_all)
+    dist = np.zeros((n, n))
+    trans = np.zeros((n, n, 3))
     dist[pi_host, pj_host] = d_all
     dist[pj_host, pi_host] = d_all
     trans[pi_host, pj_host] = p_all
@@ -474,19 +542,11 @@ def align_pair_chunk(images, rows, cols, *, angle_step=5.0, rotation_range=None,
     The unit of work of :func:`invariant_distances` that runs as one task on
     a Dask worker; its result equals the same pairs' part of a local run.
     """
-    xp = array_module(images)
-    images = xp.asarray(images, dtype=np.float32)
-    h, w = images.shape[1:3]
-    angles, allowed = angle_grid(angle_step, rotation_range)
-    q = _polar_spectra(images, angles.size, xp)
-    p = _fast_len(int(np.ceil(1.5 * max(h, w))))
-    fv = fft_module(xp).rfft2(images, s=(p, p), axes=(1, 2))
-    params, resid = _align_pairs(images, q, fv, xp.asarray(rows), xp.asarray(cols), angles, allowed, candidates,
-                                 refine_steps, p, xp, lambda f: None)
-    return to_host(params, np.float64), np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
+    return _Aligner(images, angle_step=angle_step, rotation_range=rotation_range, candidates=candidates,
+                    refine_steps=refine_steps).align(rows, cols)
 
 
-def _align_pairs(images, q, fv, pi, pj, angles, allowed, candidates, refine_steps, p, xp, progress):
+def _align_pairs(images, q, fv_conj, pi, pj, angles, allowed, candidates, refine_steps, p, xp, progress):
     """Global search then refinement for the pairs ``(pi, pj)``: ``(params, squared residual)``."""
     n_angles = angles.size
     n_pairs = int(pi.shape[0])
@@ -505,7 +565,7 @@ def _align_pairs(images, q, fv, pi, pj, angles, allowed, candidates, refine_step
     ent_pair = xp.tile(xp.arange(n_pairs), k)
     ent_angle = cand.reshape(-1)
     score, shift = _translation_search(
-        fv, images, pi[ent_pair], pj[ent_pair], ent_angle, angles, p, xp,
+        fv_conj, images, pi[ent_pair], pj[ent_pair], ent_angle, angles, p, xp,
         lambda f: progress(0.1 + 0.5 * f),
     )
     score = xp.where(xp.asarray(allowed)[ent_angle], score, -xp.inf)
@@ -553,18 +613,9 @@ def _mirror_distances(images, *, on_progress=None, **options) -> SimilarityResul
     if n < 2:
         return plain
     stack = xp.concatenate([images, xp.flip(images, axis=2)])
-    angles, allowed = angle_grid(options["angle_step"], options["rotation_range"])
-    h, w = images.shape[1:3]
-    q = _polar_spectra(stack, angles.size, xp)
-    p = _fast_len(int(np.ceil(1.5 * max(h, w))))
-    fv = fft_module(xp).rfft2(stack, s=(p, p), axes=(1, 2))
     # ordered pairs (i, j), i != j: flip(v_i) onto v_j is not the mirror of flip(v_j) onto v_i
     pi_host, pj_host = np.triu_indices(n, 1)
-    params, resid = _align_pairs(stack, q, fv, xp.asarray(pi_host + n), xp.asarray(pj_host), angles, allowed,
-                                 options["candidates"], options["refine_steps"], p, xp,
-                                 lambda f: progress(0.5 + 0.5 * f))
-    d_m = np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
-    t_m = to_host(params, np.float64)
+    t_m, d_m = _align_here(stack, pi_host + n, pj_host, options, lambda f: progress(0.5 + 0.5 * f))
     better = d_m < plain.distances[pi_host, pj_host]
     a, b = pi_host[better], pj_host[better]
     dist, trans = plain.distances.copy(), plain.transforms.copy()

@@ -11,15 +11,18 @@ invariant mean use for their gradient steps.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
-from .backend import array_module
+from .backend import array_module, block_elements, cpu_count
 
-__all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp"]
+__all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp", "parallel_map"]
 
 KEYS_A = -0.5
 _PAD = 4  # zero border; a tap index is clipped into it when it falls far outside
-_CHUNK_ELEMENTS = 1 << 17  # output pixels per vectorised block (bounds memory)
+_CHUNK_ELEMENTS = 1 << 17  # output pixels per vectorised block when blocks run on several cores
+_SINGLE_CHUNK_ELEMENTS = 1 << 15  # on one core: smaller blocks, whose temporaries stay in the CPU cache
 _GPU_CHUNK_ELEMENTS = 1 << 23  # on a GPU: big blocks, few kernel launches (~0.7 GB of temporaries)
 
 
@@ -74,26 +77,37 @@ def _tap_weights(f, gradient):
 
     The same kernel as :func:`keys_kernel` at ``1 + f, f, 1 - f, 2 - f``,
     factored for speed: ``phi(1 + f) = a f (1 - f)^2`` on the outer branch.
+    Each weight is built in place in its own array (few temporaries).
     """
     a = KEYS_A
     g = 1.0 - f
     ff = f * f
     gg = g * g
-    w = (a * f * gg, _inner_fg(f, ff), _inner_fg(g, gg), a * g * ff)
+    w = (_times(f * gg, a), _inner_fg(f, ff), _inner_fg(g, gg), _times(g * ff, a))
     if not gradient:
         return w, None
-    dw = (
-        a * g * (g - 2.0 * f),
-        _inner_d(f),
-        -_inner_d(g),
-        a * f * (2.0 * g - f),
-    )
-    return w, dw
+    d1 = _inner_d(f)
+    d2 = _inner_d(g)
+    d2 *= -1.0
+    d0 = g - 2.0 * f
+    d0 *= g
+    d3 = 2.0 * g - f
+    d3 *= f
+    return w, (_times(d0, a), d1, d2, _times(d3, a))
+
+
+def _times(x, c):
+    x *= c
+    return x
 
 
 def _inner_fg(f, ff):
     a = KEYS_A
-    return ((a + 2.0) * f - (a + 3.0)) * ff + 1.0
+    out = (a + 2.0) * f
+    out -= a + 3.0
+    out *= ff
+    out += 1.0
+    return out
 
 
 def warp(images, params, *, index=None, gradient=False):
@@ -136,17 +150,7 @@ def warp(images, params, *, index=None, gradient=False):
     params = params.reshape(-1, 3)
     n_src, h, w = images.shape[:3]
     b = params.shape[0]
-    if index is None:
-        if n_src == b:
-            index = xp.arange(b)
-        elif n_src == 1:
-            index = xp.zeros(b, dtype=np.int64)
-        else:
-            raise ValueError(f"{b} transforms for {n_src} images: pass index=")
-    index = xp.asarray(index, dtype=np.int64).reshape(-1)
-    if index.shape[0] != b:
-        raise ValueError("index must have one entry per transform")
-
+    index = _source_index(index, n_src, b, xp)
     pad_width = [(0, 0), (_PAD, _PAD), (_PAD, _PAD)] + [(0, 0)] * (images.ndim - 3)
     padded = xp.pad(images.astype(dtype, copy=False), pad_width)
     hp, wp = h + 2 * _PAD, w + 2 * _PAD
@@ -154,7 +158,11 @@ def warp(images, params, *, index=None, gradient=False):
 
     out = xp.empty((b,) + images.shape[1:], dtype=dtype)
     grad = xp.empty((b, 3) + images.shape[1:], dtype=dtype) if gradient else None
-    step = max(1, (_CHUNK_ELEMENTS if xp is np else _GPU_CHUNK_ELEMENTS) // (h * w))
+    # several cores: big blocks (small NumPy calls would queue on the GIL); one core: cache-sized blocks
+    several = xp is np and _pool() is not None  # this call or its callers run on several cores
+    threaded = several and not _in_worker()
+    cpu_block = _CHUNK_ELEMENTS if several else _SINGLE_CHUNK_ELEMENTS
+    step = max(1, block_elements(cpu_block, _GPU_CHUNK_ELEMENTS, xp) // (h * w))
     rr = xp.arange(h, dtype=dtype)[:, None] - (h - 1) / 2.0
     cc = xp.arange(w, dtype=dtype)[None, :] - (w - 1) / 2.0
 
@@ -166,7 +174,7 @@ def warp(images, params, *, index=None, gradient=False):
         )
 
     starts = range(0, b, step)
-    pool = _pool() if xp is np and len(starts) > 1 else None
+    pool = _pool() if threaded and len(starts) > 1 else None
     if pool is None:
         for lo in starts:
             block(lo)
@@ -178,16 +186,57 @@ def warp(images, params, *, index=None, gradient=False):
     return (out, grad) if gradient else out
 
 
+def _source_index(index, n_src, b, xp):
+    """The source image of each of ``b`` transforms (see :func:`warp`'s ``index``)."""
+    if index is None:
+        if n_src == b:
+            return xp.arange(b)
+        if n_src == 1:
+            return xp.zeros(b, dtype=np.int64)
+        raise ValueError(f"{b} transforms for {n_src} images: pass index=")
+    index = xp.asarray(index, dtype=np.int64).reshape(-1)
+    if index.shape[0] != b:
+        raise ValueError("index must have one entry per transform")
+    return index
+
+
 _POOL = None
+_LOCAL = threading.local()
+
+
+def _in_worker() -> bool:
+    return getattr(_LOCAL, "worker", False)
+
+
+def parallel_map(fn, items) -> list:
+    """``[fn(x) for x in items]`` with the items spread over the CPU cores (NumPy work).
+
+    Results come back in the order of ``items``.  Inside ``fn`` the warp runs
+    on its own thread (no nested use of the pool); on one core, inside a
+    worker already, or for fewer than two items it is a plain loop.  An
+    exception raised by ``fn`` is raised here.
+    """
+    items = list(items)
+    pool = _pool()
+    if pool is None or _in_worker() or len(items) < 2:
+        return [fn(x) for x in items]
+
+    def run(x):
+        _LOCAL.worker = True
+        try:
+            return fn(x)
+        finally:
+            _LOCAL.worker = False
+
+    return list(pool.map(run, items))
 
 
 def _pool():
     """A thread pool over the CPU cores (None on a single core)."""
     global _POOL
-    import os
     from concurrent.futures import ThreadPoolExecutor
 
-    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = cpu_count()
     if n < 2:
         return None
     if _POOL is None:
@@ -197,16 +246,19 @@ def _pool():
 
 def _warp_block(flat, params, index, rr, cc, h, w, hp, wp, dtype, xp, out, grad):
     gradient = grad is not None
-    theta = params[:, 0].astype(dtype)[:, None, None]
+    # cos and sin of the float64 angle, then rounded: the same on every device
+    cos = xp.cos(params[:, 0]).astype(dtype)[:, None, None]
+    sin = xp.sin(params[:, 0]).astype(dtype)[:, None, None]
     tx = params[:, 1].astype(dtype)[:, None, None]
     ty = params[:, 2].astype(dtype)[:, None, None]
-    cos, sin = xp.cos(theta), xp.sin(theta)
     rows = cos * rr + sin * cc + ((h - 1) / 2.0) + ty
     cols = -sin * rr + cos * cc + ((w - 1) / 2.0) + tx
     r_floor = xp.floor(rows)
     c_floor = xp.floor(cols)
-    wr, dwr = _tap_weights(rows - r_floor, gradient)
-    wc, dwc = _tap_weights(cols - c_floor, gradient)
+    rows -= r_floor  # now the fractions
+    cols -= c_floor
+    wr, dwr = _tap_weights(rows, gradient)
+    wc, dwc = _tap_weights(cols, gradient)
     r0 = xp.clip(r_floor.astype(np.int64) - 1, -_PAD, h) + _PAD
     c0 = xp.clip(c_floor.astype(np.int64) - 1, -_PAD, w) + _PAD
     base = index[:, None, None] * (hp * wp) + r0 * wp + c0
@@ -218,21 +270,22 @@ def _warp_block(flat, params, index, rr, cc, h, w, hp, wp, dtype, xp, out, grad)
         if gradient:
             dwr = [x[expand] for x in dwr]
             dwc = [x[expand] for x in dwc]
-    acc = 0
-    g_r = 0
-    g_c = 0
+    # sums accumulate in place, in the order phi_0 v_0 + phi_1 v_1 + ...
+    acc = g_r = g_c = None
     for k in range(4):
-        row = 0
-        drow = 0
+        row = drow = None
         for c in range(4):
             v = xp.take(flat[k * wp + c :], base, axis=0)
-            row = row + wc[c] * v
+            row = _accumulate(row, wc[c] * v)
             if gradient:
-                drow = drow + dwc[c] * v
-        acc = acc + wr[k] * row
+                v *= dwc[c]
+                drow = _accumulate(drow, v)
+        acc = _accumulate(acc, wr[k] * row)
         if gradient:
-            g_r = g_r + dwr[k] * row
-            g_c = g_c + wr[k] * drow
+            row *= dwr[k]
+            g_r = _accumulate(g_r, row)
+            drow *= wr[k]
+            g_c = _accumulate(g_c, drow)
     out[...] = acc
     if not gradient:
         return
@@ -245,3 +298,10 @@ def _warp_block(flat, params, index, rr, cc, h, w, hp, wp, dtype, xp, out, grad)
     grad[:, 0] = g_r * d_rows_d_theta + g_c * d_cols_d_theta
     grad[:, 1] = g_c
     grad[:, 2] = g_r
+
+
+def _accumulate(total, term):
+    if total is None:
+        return term
+    total += term
+    return total

@@ -50,7 +50,11 @@ def test_to_host_and_modules():
     import scipy.fft
     import scipy.ndimage
 
-    assert bk.fft_module(np) is scipy.fft
+    fft = bk.fft_module(np)
+    x = np.random.default_rng(0).random((3, 8, 8)).astype(np.float32)
+    assert np.array_equal(fft.rfft2(x, s=(12, 12), axes=(1, 2)), scipy.fft.rfft2(x, s=(12, 12), axes=(1, 2)))
+    assert fft.next_fast_len is scipy.fft.next_fast_len and fft.fftshift is scipy.fft.fftshift
+    assert fft.rfft2.keywords == {"workers": bk.cpu_count()}  # every core
     assert bk.ndimage_module(np) is scipy.ndimage
 
 

@@ -142,3 +142,29 @@ def test_project_that_does_not_fit_the_images_is_refused(live, tmp_path):
     proj.result["cluster_means"] = proj.result["cluster_means"][:, :-1]
     with pytest.raises(ProjectError, match="the saved result does not match the images"):
         frames_from_project(proj, run.inputs)
+
+
+def test_frames_of_a_pruned_run_map_its_neighbour_graph(monkeypatch):
+    """A run on K candidate neighbours has sparse distances: the builder maps its graph (no dense MDS)."""
+    import scipy.sparse as sp
+
+    import iastudio.core.attention
+
+    monkeypatch.setattr(iastudio.core.attention, "_DENSE_VIEW_MAX", 10)  # sparse views from 11 images, not 2,001
+
+    from iastudio.core.attention import AttentionRun
+    from iastudio.core.demos import load_demo
+    from iastudio.core.frames import FrameBuilder
+    from iastudio.core.preprocess import preprocess
+
+    x = preprocess(load_demo("shapes").images, size=24).images
+    run = AttentionRun(x, backend="numpy", neighbors=6, iterations=1, mean_steps=1, clusters=3)
+    builder, last, frames = FrameBuilder(), None, []
+    for snap in run.steps():
+        last = snap
+        frames.append(builder.frame(snap))
+    final = builder.final(run, last)
+    assert sp.issparse(final.snapshot.distances)
+    assert final.mds.shape == (18, 2) and np.isfinite(final.mds).all()
+    assert len(final.curves["median"]) == len(builder.history) >= 1
+    assert final.result is not None and final.result.n_clusters == 3

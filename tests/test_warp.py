@@ -102,3 +102,24 @@ def test_far_outside_is_zero_and_float32_kept():
     img = smooth_blob(16).astype(np.float32)[None]
     out = warp(img, np.array([[0.0, 500.0, -500.0]]))
     assert out.dtype == np.float32 and np.all(out == 0)
+
+
+def test_parallel_map_keeps_the_order_nests_and_raises():
+    import sys
+
+    from iastudio.core.warp import parallel_map
+
+    wmod = sys.modules["iastudio.core.warp"]
+    assert parallel_map(lambda x: x * x, range(7)) == [0, 1, 4, 9, 16, 25, 36]
+    # inside a worker the warp and a nested map run on that thread (no deadlock on the pool)
+    img = np.random.default_rng(0).random((2, 16, 16)).astype(np.float32)
+    tau = np.array([[0.3, 1.0, -0.5], [-0.2, 0.0, 0.7]])
+    want = warp(img, tau)
+    got = parallel_map(lambda k: (wmod._in_worker(), parallel_map(lambda j: j + k, range(3)), warp(img, tau)),
+                       range(4))
+    for k, (inside, nested, out) in enumerate(got):
+        assert nested == [k, k + 1, k + 2]
+        np.testing.assert_array_equal(out, want)
+        assert inside or wmod._pool() is None
+    with pytest.raises(ZeroDivisionError):
+        parallel_map(lambda x: 1 // x, [1, 0, 2])

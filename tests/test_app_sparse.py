@@ -1,0 +1,158 @@
+"""The W and means panels on a pruned run above 2,000 images, whose W and distances are SciPy sparse."""
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+from numpy.testing import assert_allclose, assert_array_equal  # noqa: E402
+from PySide6.QtCore import QPointF  # noqa: E402
+
+from iastudio.app.views import MeansView, WeightsView, _even_sample  # noqa: E402
+from iastudio.core.attention import Snapshot  # noqa: E402
+from iastudio.core.frames import Frame  # noqa: E402
+
+N, K = 2500, 5
+
+
+def _sparse_frame(seed=0):
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(K), N // K)
+    rng.shuffle(labels)
+    rows, cols = [], []
+    for i in range(N):  # 10 neighbours in the own cluster: a K-neighbour graph
+        same = np.flatnonzero(labels == labels[i])
+        nb = rng.choice(same[same != i], 10, replace=False)
+        rows += [i] * 10
+        cols += list(nb)
+    w = sp.csr_matrix((rng.uniform(0.01, 0.2, len(rows)), (rows, cols)), shape=(N, N), dtype=np.float32)
+    d = sp.csr_matrix((rng.uniform(0.1, 1.0, len(rows)), (rows, cols)), shape=(N, N), dtype=np.float32)
+    snap = Snapshot(iteration=1, stage="similarity", step=0, n_steps=10, weights=w,
+                    means=rng.random((N, 8, 8)).astype(np.float32), distances=d, transforms=None,
+                    labels=labels, objective=[], timings={}, progress=0.1)
+    return Frame(snapshot=snap, order=np.argsort(labels, kind="stable"), mds=rng.random((N, 2)),
+                 curves={"within_max": [1.0], "between_min": [0.5], "median": [0.7]})
+
+
+class _Ev:
+    def __init__(self, x, y):
+        self._p = QPointF(x, y)
+
+    def isExit(self):
+        return False
+
+    def pos(self):
+        return self._p
+
+    def accept(self):
+        pass
+
+
+def test_sparse_w_is_drawn_as_an_even_sample_of_its_k_neighbour_graph(qtbot):
+    view = WeightsView()
+    qtbot.addWidget(view)
+    frame = _sparse_frame()
+    view.set_selection([7])
+    view.show_frame(frame)
+    shown = view.image_item.image
+    order = view.order
+    assert shown.shape == (order.size, order.size) and 390 <= order.size <= 402  # not 2,500 x 2,500
+    assert 7 in order  # the selected image is always in the sample
+    labels = frame.snapshot.labels[order]
+    assert (np.diff(labels) >= 0).all()  # still grouped by cluster
+    assert min(np.bincount(labels)) >= 70  # every cluster has its share (500 images each)
+    dense = frame.snapshot.weights.toarray()
+    assert_allclose(shown, dense[np.ix_(order, order)])  # the graph's own values, 0 off it
+    assert "400 of 2,500" in view.title.text() or f"{order.size:,} of 2,500" in view.title.text()
+    # hover and click name real image indices
+    r, c = 3, 5
+    view._hover(_Ev(c + 0.5, r + 0.5))
+    i, j = int(order[r]), int(order[c])
+    assert f"i = {i}" in view.hover.text() and f"j = {j}" in view.hover.text()
+    assert f"{dense[i, j]:.4f}" in view.hover.text()
+    with qtbot.waitSignal(view.cellClicked) as blocker:
+        view._click(_Ev(c + 0.5, r + 0.5))
+    assert blocker.args == [i, j]
+    # the selection's row and column are tinted at the sampled image's position
+    over = view.overlay.image
+    p = int(np.flatnonzero(order == 7)[0])
+    assert over.shape[:2] == shown.shape and over[p, 0, 3] > 0 and over[0, p, 3] > 0
+    view.set_selection([int(np.setdiff1d(np.arange(N), order)[0])])  # an image outside the sample: no crash
+    assert view.overlay.image[..., 3].max() == 0
+
+
+def test_a_dense_w_is_still_drawn_whole(qtbot):
+    view = WeightsView()
+    qtbot.addWidget(view)
+    frame = _sparse_frame()
+    small = np.arange(60)
+    snap = frame.snapshot
+    dense = snap.weights[small][:, small].toarray()
+    frame.snapshot = Snapshot(**{**vars(snap), "weights": dense, "labels": snap.labels[small],
+                                 "distances": snap.distances[small][:, small].toarray(),
+                                 "means": snap.means[small]})
+    frame.order = np.argsort(snap.labels[small], kind="stable")
+    view.show_frame(frame)
+    assert_array_equal(view.image_item.image, dense[np.ix_(frame.order, frame.order)])
+    assert view.title.text() == "<b>Weight matrix W (rows, columns grouped by cluster)</b>"
+
+
+def test_per_image_means_of_a_large_run_show_an_even_sample(qtbot):
+    view = MeansView()
+    qtbot.addWidget(view)
+    frame = _sparse_frame()
+    view.show_frame(frame)
+    assert view.n_tiles <= 1030 and len(view._tile_ids) == view.n_tiles
+    assert "an even sample of 2,500 images" in view.caption.text()
+    view.per_cluster.setChecked(True)  # one per cluster is unchanged
+    assert view.n_tiles == K
+
+
+def test_even_sample_keeps_small_sets_whole_and_covers_every_cluster():
+    order = np.arange(10)
+    assert_array_equal(_even_sample(order, np.zeros(10, int), 20), order)
+    labels = np.r_[np.zeros(995, int), np.ones(5, int)]
+    pick = _even_sample(np.arange(1000), labels, 100)
+    assert 95 <= pick.size <= 102 and (labels[pick] == 1).sum() >= 2
+    assert_array_equal(pick, np.sort(pick))
+
+
+def test_the_worker_makes_a_frame_of_a_sparse_snapshot_and_every_view_draws_it(qtbot):
+    from iastudio.app.views import ConvergenceView
+    from iastudio.app.worker import RunWorker
+
+    snap = _sparse_frame().snapshot
+    worker = RunWorker()
+    frame = worker._frame(snap)  # the map and the curves come from the K-neighbour graph
+    assert frame.mds.shape == (N, 2) and np.isfinite(frame.mds).all()
+    d = snap.distances.tocoo()
+    same = snap.labels[d.row] == snap.labels[d.col]
+    assert frame.curves["within_max"] == [float(d.data[same].max())]  # every edge joins its own cluster
+    assert np.isnan(frame.curves["between_min"][0])
+    assert_allclose(frame.curves["median"], [np.median(d.data)])
+    for view in (WeightsView(), MeansView(), ConvergenceView()):
+        qtbot.addWidget(view)
+        view.show_frame(frame)
+    assert len(view.coords) == N
+
+
+def test_graph_map_separates_the_clusters_of_a_graph():
+    from iastudio.core.neighbors import graph_map
+
+    frame = _sparse_frame(seed=1)
+    d = frame.snapshot.distances
+    labels = frame.snapshot.labels
+    # join clusters 0 and 1 by a few long edges: still two groups on the map
+    keep = np.isin(labels, [0, 1])
+    idx = np.flatnonzero(keep)
+    sub = d[idx][:, idx].tolil()
+    lab = labels[idx]
+    a, b = np.flatnonzero(lab == 0)[:5], np.flatnonzero(lab == 1)[:5]
+    sub[a, b] = 2.0
+    sub[b, a] = 2.0
+    xy = graph_map(sub.tocsr())
+    centre0, centre1 = xy[lab == 0].mean(0), xy[lab == 1].mean(0)
+    side = (xy - (centre0 + centre1) / 2) @ (centre1 - centre0) > 0  # which half of the map
+    assert (side == (lab == 1)).mean() > 0.99
+    again = graph_map(sub.tocsr(), previous=xy)  # aligned to the previous map: no jump
+    assert_allclose(again, xy - xy.mean(0) + again.mean(0), atol=1e-6 * np.abs(xy).max())
