@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__, se2
-from .atomic import ResultFolder
+from .atomic import ResultFolder, signals_held
 from .demos import DEMO_NAMES, load_demo
 from .filenames import printable
 from .imageset import ImageSet, NoUsableImagesError, load_images
@@ -326,7 +326,24 @@ class _UsageError(Exception):
     pass
 
 
+def _import_engine() -> None:
+    """Import the compiled libraries a run loads lazily, with SIGINT/SIGTERM held back meanwhile.
+
+    An interruption raised inside a C extension's initialisation leaves a half-built module behind,
+    and the interpreter can then abort while exiting; held back, the signal is delivered right after
+    the imports, where it stops the run cleanly.
+    """
+    import importlib
+
+    with signals_held():
+        for name in ("scipy.fft", "scipy.ndimage", "scipy.sparse", "scipy.sparse.linalg", "sklearn.cluster",
+                     "sklearn.metrics", "sklearn.neighbors", "skimage.transform", "matplotlib"):
+            importlib.import_module(name)
+        from . import attention  # noqa: F401
+
+
 def _run(args, parser) -> int:
+    _import_engine()
     client = None
     if args.dask:  # first, so a wrong address fails before any work
         from .distributed import DaskUnavailableError, connect

@@ -117,13 +117,12 @@ def test_even_sample_keeps_small_sets_whole_and_covers_every_cluster():
     assert_array_equal(pick, np.sort(pick))
 
 
-def test_the_worker_makes_a_frame_of_a_sparse_snapshot_and_every_view_draws_it(qtbot):
+def test_the_frame_of_a_sparse_snapshot_maps_its_graph_and_every_view_draws_it(qtbot):
     from iastudio.app.views import ConvergenceView
-    from iastudio.app.worker import RunWorker
+    from iastudio.core.frames import FrameBuilder
 
     snap = _sparse_frame().snapshot
-    worker = RunWorker()
-    frame = worker._frame(snap)  # the map and the curves come from the K-neighbour graph
+    frame = FrameBuilder().frame(snap)  # the map and the curves come from the K-neighbour graph
     assert frame.mds.shape == (N, 2) and np.isfinite(frame.mds).all()
     d = snap.distances.tocoo()
     same = snap.labels[d.row] == snap.labels[d.col]

@@ -1,4 +1,5 @@
 """The Qt-free session: state changes, undo/redo, frozen inputs, projects (no Qt imported here)."""
+import copy
 import subprocess
 import sys
 
@@ -153,3 +154,20 @@ def test_split_cluster_into_two(finished_project):
     assert s.split_cluster(merged, 2)
     assert len(s.book.cluster_ids()) == n_before + 1
     assert not s.split_cluster(s.book.cluster_ids()[0], 999)
+
+
+def test_elapsed_time_counts_every_stretch_of_a_resumed_run(finished_project):
+    """"Done in … s" after Stop/Resume counts the time before the stop too."""
+    s, _, _ = finished_project
+    fresh = Session(size=24)
+    fresh.load_demo("shapes")
+    assert fresh.start(backend="numpy", **RUN) is not None
+    fresh.stop()
+    fresh.on_stopped(2.0)
+    assert fresh.resume() is not None
+    messages = []
+    fresh.events.connect("message", messages.append)
+    frame = copy.copy(s.final)
+    fresh.on_finished(frame, 3.0)
+    assert fresh.elapsed == pytest.approx(5.0) and frame.elapsed == pytest.approx(5.0)
+    assert messages[-1].endswith("in 5.0 s")

@@ -1,0 +1,115 @@
+"""The app never loses work: it asks before discarding a result or edits, saves changes on close, autosaves
+after each edit and keeps the recovery lock until that autosave is written (issue M4, M5, M6)."""
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
+from PySide6.QtGui import QDropEvent  # noqa: E402
+
+from iastudio.app.main_window import MainWindow  # noqa: E402
+from iastudio.core.project import load_project  # noqa: E402
+
+RUN = dict(iterations=1, mean_steps=2)
+
+
+@pytest.fixture
+def edited(qtbot):
+    """A window with a finished run on the shapes demo and one unsaved cluster edit."""
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    m = w.model
+    m.load_demo("shapes")
+    w.run_panel.size.setValue(24)
+    assert m.start(backend="numpy", **RUN)
+    qtbot.waitUntil(lambda: m.state == "finished", timeout=60000)
+    assert m.merge_clusters([0, 1])
+    assert m.dirty and m.edits == ["Merge 2 clusters"]
+    yield w
+    w.projects.ask = lambda *a, **k: "discard"
+    w.close()
+
+
+def test_start_again_asks_and_cancel_keeps_the_result_and_edits(edited, asked):
+    w, m = edited, edited.model
+    final, book = m.final, m.book
+    asked.answer = "cancel"
+    assert w.start_run() is False
+    assert asked and "Starting again discards the result of the last run and 1 cluster edit" in asked[-1][1]
+    assert m.final is final and m.book == book and m.state == "finished"
+
+
+def test_loading_a_demo_or_dropping_files_asks_first(edited, asked, tmp_path):
+    w, m = edited, edited.model
+    asked.answer = "cancel"
+    w.images_panel.demoChosen.emit("digits")
+    assert m.n == 18 and m.final is not None and len(asked) == 1
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(tmp_path))])
+    w.dropEvent(QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                           Qt.KeyboardModifier.NoModifier))
+    assert m.n == 18 and m.final is not None and len(asked) == 2
+    asked.answer = "discard"
+    w.images_panel.demoChosen.emit("digits")
+    assert m.n == 40 and m.final is None and m.book is None
+
+
+def test_nothing_is_asked_when_the_work_is_saved(edited, asked, tmp_path):
+    w, m = edited, edited.model
+    assert w.projects.save_to(str(tmp_path / "kept.iaproj"))
+    w.images_panel.demoChosen.emit("digits")
+    assert asked == [] and m.n == 40
+
+
+def test_close_asks_to_save_changes_and_cancel_keeps_the_window(edited, asked, tmp_path):
+    w, m = edited, edited.model
+    asked.answer = "cancel"
+    assert not w.close()
+    assert w.isVisible() and asked[-1][0] == "Save changes?"
+    assert m.edits == ["Merge 2 clusters"]
+    path = tmp_path / "mine.iaproj"
+    assert w.projects.save_to(str(path))
+    assert m.move_images([0], m.book.cluster_ids()[-1])
+    asked.answer = "save"  # Save writes the project's own file, then the window closes
+    assert w.close()
+    assert load_project(path).edits == m.edits and len(m.edits) == 2
+
+
+def test_each_edit_is_autosaved_and_the_lock_outlives_the_closing_autosave(edited, qtbot, monkeypatch):
+    w, m = edited, edited.model
+    auto = w.projects.autosave_path()
+    qtbot.waitUntil(lambda: auto.exists() and load_project(auto).edits == ["Merge 2 clusters"], timeout=5000)
+    assert m.rename_cluster(m.book.cluster_ids()[0], "round ones")
+    qtbot.waitUntil(lambda: len(load_project(auto).edits) == 2, timeout=5000)
+    lock = w.projects.lock
+    seen = []
+    real = m.session.autosave
+
+    def autosave(path):
+        seen.append(lock.exists())  # the lock must still be there while the closing autosave is written
+        return real(path)
+
+    monkeypatch.setattr(m.session, "autosave", autosave)
+    assert m.undo()
+    w.projects.ask = lambda *a, **k: "discard"
+    assert w.close()
+    assert seen and seen[-1] is True and not lock.exists()
+    assert load_project(auto).edits == ["Merge 2 clusters"]  # the state at closing, undo included
+
+
+def test_the_working_size_cannot_change_during_a_run(qtbot):
+    w = MainWindow()
+    qtbot.addWidget(w)
+    m = w.model
+    m.load_demo("digits")
+    w.run_panel.size.setValue(40)
+    assert m.start(backend="numpy", iterations=3)
+    assert m.state == "running"
+    w.run_panel.size.setValue(28)  # M6: transforms of one canvas applied to images of another
+    assert m.size == 40 and w.run_panel.size.value() == 40
+    m.stop()
+    qtbot.waitUntil(lambda: m.state in ("stopped", "finished"), timeout=60000)
+    w.projects.ask = lambda *a, **k: "discard"
+    w.close()
