@@ -75,8 +75,8 @@ def test_cupy_warp_matches_numpy():
     p = np.array([[0.7, 1.3, -2.1], [-2.0, 0.2, 0.4]])
     o_np, g_np = warp(np.repeat(img, 2, 0), p, gradient=True)
     o_cp, g_cp = warp(b.asarray(np.repeat(img, 2, 0)), b.asarray(p), gradient=True)
-    assert np.allclose(bk.to_host(o_cp), o_np, rtol=1e-5, atol=1e-5 * np.abs(o_np).max())
-    assert np.allclose(bk.to_host(g_cp), g_np, rtol=1e-5, atol=1e-5 * np.abs(g_np).max())
+    np.testing.assert_allclose(bk.to_host(o_cp), o_np, rtol=1e-5, atol=1e-5 * np.abs(o_np).max())
+    np.testing.assert_allclose(bk.to_host(g_cp), g_np, rtol=1e-5, atol=1e-5 * np.abs(g_np).max())
 
 
 @pytest.mark.gpu
@@ -87,4 +87,4 @@ def test_cupy_distances_match_numpy(shape_images):
     imgs = shape_images.astype(np.float32)
     d_np = invariant_distances(imgs).distances
     d_cp = invariant_distances(b.asarray(imgs)).distances
-    assert np.allclose(d_cp, d_np, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(d_cp, d_np, rtol=1e-3, atol=1e-4)

@@ -35,7 +35,7 @@ def test_shapes_block_diagonal_and_ari_one(shapes_run):
     lab = np.asarray(s.labels)
     same = lab[:, None] == lab[None, :]
     assert res.weights[~same].max() < 1e-3  # block-diagonal W
-    assert np.allclose(res.weights.sum(axis=0), 1, atol=1e-5)
+    np.testing.assert_allclose(res.weights.sum(axis=0), 1, atol=1e-5, rtol=1e-5)
     assert (res.scores > 0.95).all()
     stages = [x.stage for x in snaps]
     assert stages[0] == "similarity" and stages[-1] == "done" and "means" in stages
