@@ -5,6 +5,7 @@ import numpy as np
 from PySide6.QtCore import QItemSelection, QItemSelectionModel
 
 from iastudio.core.filenames import display_name
+from iastudio.core.frames import book_frame
 
 
 class ViewSync:
@@ -97,6 +98,18 @@ class ViewSync:
                     means[c] = m.working[members[0]]
         self.w.clusters_panel.set_book(book, means)
         self.w.update_title()
+        self.drawn = None  # the views draw the edited clusters
+        self.redraw()
+        if m.final is not None and m.final is m.latest:
+            self.w.compare_view.show_final(self.with_book(m.final), m.data.labels if m.data.has_labels else None)
+
+    def with_book(self, frame):
+        """``frame`` drawn with the session's edited clusters (:func:`book_frame`) when there are any."""
+        m, book = self.m, self.m.book
+        if (frame is None or book is None or book.n != len(frame.snapshot.labels)
+                or len(m.working) != book.n):
+            return frame
+        return book_frame(frame, book.labels, book.names, images=m.working)
 
     def redraw(self) -> None:
         """Draw the latest frame if it is new (the window's timer calls this at <= 30 fps)."""
@@ -108,6 +121,7 @@ class ViewSync:
             for view in (w.weights_view, w.means_view, w.convergence_view, w.compare_view):
                 view.clear()
             return
+        frame = self.with_book(frame)
         w.weights_view.show_frame(frame)
         w.means_view.show_frame(frame)
         w.convergence_view.show_frame(frame)
@@ -118,13 +132,16 @@ class ViewSync:
         self.redraw()
         m = self.m
         self.w.clusters_panel.show_evidence(frame.result, m.data.paths)
-        self.w.compare_view.show_final(frame, m.data.labels if m.data.has_labels else None)
+        self.w.compare_view.show_final(self.with_book(frame), m.data.labels if m.data.has_labels else None)
 
     def show_inspect(self, info) -> None:
         self.w.inspect_view.show_pair(info)
         self.w.bottom_tabs.setCurrentWidget(self.w.inspect_view)
 
     def select_cluster_of_label(self, label) -> None:
-        lab = self.m.latest.snapshot.labels if self.m.latest is not None else None
+        if self.m.book is not None:
+            lab = np.asarray(self.m.book.labels)
+        else:
+            lab = self.m.latest.snapshot.labels if self.m.latest is not None else None
         if lab is not None:
             self.m.select(np.flatnonzero(lab == label).tolist())
