@@ -549,10 +549,9 @@ class ClustersPanel(QGroupBox):
         self.new_btn.clicked.connect(self.newFromSelection)
         self.unassign_btn.clicked.connect(self.unassignSelection)
         self.list.itemClicked.connect(lambda it: self.clusterSelected.emit(int(it.data(Qt.ItemDataRole.UserRole))))
-        self.k.valueChanged.connect(lambda v: self.rereadK.emit(v))
-        self.k_auto.toggled.connect(lambda on: on and self.rereadK.emit("auto"))
+        # the fields only set values; only the Re-read buttons change the clusters (a wheel notch must not undo edits)
+        self.k_auto.toggled.connect(lambda on: self.k.setEnabled(not on))
         self.k_apply.clicked.connect(lambda: self.rereadK.emit("auto" if self.k_auto.isChecked() else self.k.value()))
-        self.threshold.valueChanged.connect(lambda v: self.rereadThreshold.emit(float(v)))
         self.t_apply.clicked.connect(lambda: self.rereadThreshold.emit(float(self.threshold.value())))
         self._updating = False
         apply_tooltips(self)

@@ -137,3 +137,36 @@ def test_book_frame_means_kept_for_unchanged_clusters(fresh):
         assert_allclose(fr.plain_means[row], m.working[members].mean(axis=0), rtol=1e-5, atol=1e-6)
     assert final.snapshot.labels is not fr.snapshot.labels
     assert_allclose(final.snapshot.labels, final.result.labels)  # the run's frame is untouched
+
+
+def test_reread_only_on_the_buttons(fresh, qapp):
+    w, m = fresh, fresh.model
+    cp = w.clusters_panel
+    assert m.merge_clusters([0, 1])
+    merged = m.book
+    n_edits = len(m.history.edits)
+    emitted = []
+    cp.rereadK.connect(emitted.append)
+    cp.rereadThreshold.connect(emitted.append)
+    try:
+        for v in (cp.k.value() + 1, cp.k.value() + 2):  # wheel notches
+            cp.k.setValue(v)
+        cp.threshold.setValue(cp.threshold.value() + 0.05)
+        cp.k_auto.setChecked(not cp.k_auto.isChecked())
+        cp.k_auto.setChecked(False)
+        qapp.processEvents()
+        assert emitted == [] and m.book == merged and len(m.history.edits) == n_edits
+        cp.k.setValue(4)
+        cp.k_apply.click()
+        assert emitted == [4]
+        assert len(m.book.cluster_ids()) == 4 and len(m.history.edits) == n_edits + 1
+        assert m.undo() and m.book == merged
+        cp.threshold.setValue(1.99)
+        cp.t_apply.click()
+        assert len(m.book.cluster_ids()) == 1 and len(m.history.edits) == n_edits + 1
+        assert m.undo() and m.book == merged
+    finally:
+        cp.rereadK.disconnect(emitted.append)
+        cp.rereadThreshold.disconnect(emitted.append)
+    for b in (cp.k_apply, cp.t_apply):
+        assert b.toolTip()
