@@ -415,6 +415,36 @@ class RunPanel(QGroupBox):
             "group": "e2" if self.mirror.isChecked() else "se2",
         }
 
+    def set_options(self, params: dict) -> None:
+        """Show a run's saved settings (a project's ``parameters``); keys missing or not usable are left as they are.
+
+        The backend is not changed: it depends on the machine, not on the run.
+        """
+        def number(key, lo, hi, kind=float):
+            v = params.get(key)
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+            return kind(v) if ok else None
+
+        idx = self.method.findData(params.get("method"))
+        if idx >= 0:
+            self.method.setCurrentIndex(idx)
+        for key, auto, box, lo, hi, kind in (("beta", self.beta_auto, self.beta, 0.01, 10000, float),
+                                             ("clusters", self.clusters_auto, self.clusters, 1, 1000, int)):
+            if params.get(key) == "auto":
+                auto.setChecked(True)
+            elif (v := number(key, lo, hi, kind)) is not None:
+                auto.setChecked(False)
+                box.setValue(v)
+        if (v := number("iterations", 1, 50, int)) is not None:
+            self.iterations.setValue(v)
+        if "rotation_range" in params:
+            rr = number("rotation_range", 1, 180)
+            self.rotation_range.setValue(180 if params["rotation_range"] is None or rr is None else rr)
+        if (v := number("angle_step", 0.5, 45)) is not None:
+            self.angle_step.setValue(v)
+        if params.get("group") in ("se2", "e2"):
+            self.mirror.setChecked(params["group"] == "e2")
+
     @staticmethod
     def can_act(state: str) -> dict[str, bool]:
         """Which of start / stop / resume can do something in this run state."""

@@ -134,6 +134,11 @@ class ViewSync:
         self.w.clusters_panel.show_evidence(frame.result, m.data.paths)
         self.w.compare_view.show_final(self.with_book(frame), m.data.labels if m.data.has_labels else None)
 
+    def project_opened(self, project) -> None:
+        """The Run panel shows the opened project's run settings (none saved: left as they are)."""
+        if project.parameters:
+            self.w.run_panel.set_options(project.parameters)
+
     def show_inspect(self, info) -> None:
         self.w.inspect_view.show_pair(info)
         self.w.bottom_tabs.setCurrentWidget(self.w.inspect_view)

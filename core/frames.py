@@ -255,9 +255,11 @@ def frames_from_project(project, working: np.ndarray) -> tuple[list[Frame], Fram
     frames : list of Frame
         One per saved step, built as during the run (:class:`FrameBuilder`).
     final : Frame or None
-        The last frame, with the result and the cluster means, when the
-        project holds a complete result; otherwise None.  Kernel attention's
-        clusters are not recomputed (``ka_labels`` is None).
+        The last frame, with the result, the cluster means and the curves read
+        with the result's clusters (as :meth:`FrameBuilder.final` makes them),
+        when the project holds a complete result; otherwise None.  Kernel
+        attention's clusters are the saved ones (``Project.ka_labels``; None
+        in older projects), not recomputed.
 
     Raises
     ------
@@ -272,7 +274,9 @@ def frames_from_project(project, working: np.ndarray) -> tuple[list[Frame], Fram
     res = _saved_result(project, working, beta)
     builder = FrameBuilder()
     frames = []
-    for h in project.history:
+    for k, h in enumerate(project.history):
+        if h["stage"] == Stage.DONE and k + 1 < len(project.history) and project.history[k + 1]["stage"] == Stage.DONE:
+            continue  # older projects recorded the finished run's last snapshot twice
         snap = Snapshot(iteration=h["iteration"], stage=Stage(h["stage"]), step=0, n_steps=0,
                         weights=h["weights"], means=h["means"], distances=h["distances"], transforms=None,
                         labels=h["labels"], objective=[], timings={}, progress=1.0, beta=beta)
@@ -280,6 +284,10 @@ def frames_from_project(project, working: np.ndarray) -> tuple[list[Frame], Fram
     if res is None:
         return frames, None
     final = frames[-1]
+    final.order = np.argsort(res.labels, kind="stable")
+    final.curves = _curves(builder.history, res.labels)
+    ka = project.ka_labels
+    final.ka_labels = None if ka is None or np.shape(ka) != (working.shape[0],) else np.asarray(ka, dtype=int)
     final.result = res
     final.cluster_means = res.cluster_means
     final.plain_means = plain_means(working, res.labels, n_clusters=res.n_clusters)

@@ -170,3 +170,30 @@ def test_reread_only_on_the_buttons(fresh, qapp):
         cp.rereadThreshold.disconnect(emitted.append)
     for b in (cp.k_apply, cp.t_apply):
         assert b.toolTip()
+
+
+def test_reopened_project_restores_run_panel_and_ka_vs_ia(fresh, qapp, tmp_path):
+    w, m = fresh, fresh.model
+    qapp.processEvents()
+    assert "KA ARI" in w.compare_view.caption.text()
+    path = tmp_path / "saved.iaproj"
+    m.session.save_project(path)
+    other = MainWindow()
+    try:
+        rp = other.run_panel
+        rp.iterations.setValue(7)
+        rp.clusters_auto.setChecked(True)
+        rp.mirror.setChecked(True)
+        rp.angle_step.setValue(12)
+        rp.method.setCurrentIndex(rp.method.findData("ka"))
+        assert rp.options() != w.run_panel.options()
+        assert other.projects.open_project(str(path), remember=False, ask=False)
+        qapp.processEvents()
+        assert rp.options() == w.run_panel.options()
+        assert rp.options()["iterations"] == 1 and rp.options()["clusters"] == 3
+        assert other.compare_view.caption.text() == w.compare_view.caption.text()
+        assert_allclose(other.model.final.ka_labels, m.final.ka_labels)
+        for key in m.final.curves:
+            assert_allclose(other.model.final.curves[key], m.final.curves[key], rtol=1e-6)
+    finally:
+        other.close()
