@@ -425,7 +425,8 @@ class RunPanel(QGroupBox):
             ok = isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
             return kind(v) if ok else None
 
-        idx = self.method.findData(params.get("method"))
+        method = params.get("method")
+        idx = self.method.findData(method) if isinstance(method, str) else -1
         if idx >= 0:
             self.method.setCurrentIndex(idx)
         for key, auto, box, lo, hi, kind in (("beta", self.beta_auto, self.beta, 0.01, 10000, float),

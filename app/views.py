@@ -560,11 +560,12 @@ class CompareView(_Titled):
         self.items[0].setImage(tile(frame.plain_means, cols), levels=(0, 1))
         self.items[1].setImage(tile(frame.cluster_means, cols), levels=(0, 1))
         self.n_tiles = k
-        edited = frame.cluster_ids is not None
+        edited = (frame.cluster_ids is not None and frame.result is not None
+                  and not np.array_equal(frame.snapshot.labels, frame.result.labels))
         text = (f"{count_of(k, 'cluster')} " + ("as edited" if edited else "found by IA")
                 + ". Left: what plain kernel attention averages to; right: the invariant means"
                 + (" (an edited cluster's is the average of its images' means)" if edited else "") + "."
-                + (" Clusters: " + ", ".join(frame.cluster_names) + "." if edited else ""))
+                + (" Clusters: " + ", ".join(frame.cluster_names) + "." if frame.cluster_names else ""))
         if true_labels is not None and frame.ka_labels is not None:
             from sklearn.metrics import adjusted_rand_score
 
