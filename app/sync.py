@@ -88,14 +88,9 @@ class ViewSync:
         m, book = self.m, self.m.book
         self.w.images_panel.thumbs.set_labels(None if book is None else book.labels)
         means = {}
-        res = m.result
-        if book is not None and res is not None:
-            for c in book.cluster_ids():
-                members = book.members(c)
-                if c < len(res.cluster_means) and (res.labels[members] == c).all():
-                    means[c] = res.cluster_means[c]
-                else:
-                    means[c] = m.working[members[0]]
+        shown = self.with_book(m.final)
+        if book is not None and shown is not None and shown.cluster_means is not None:
+            means = dict(zip(shown.cluster_ids, shown.cluster_means))  # the same means the views draw
         self.w.clusters_panel.set_book(book, means)
         self.w.update_title()
         self.drawn = None  # the views draw the edited clusters
