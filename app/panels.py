@@ -415,6 +415,37 @@ class RunPanel(QGroupBox):
             "group": "e2" if self.mirror.isChecked() else "se2",
         }
 
+    def set_options(self, params: dict) -> None:
+        """Show a run's saved settings (a project's ``parameters``); keys missing or not usable are left as they are.
+
+        The backend is not changed: it depends on the machine, not on the run.
+        """
+        def number(key, lo, hi, kind=float):
+            v = params.get(key)
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+            return kind(v) if ok else None
+
+        method = params.get("method")
+        idx = self.method.findData(method) if isinstance(method, str) else -1
+        if idx >= 0:
+            self.method.setCurrentIndex(idx)
+        for key, auto, box, lo, hi, kind in (("beta", self.beta_auto, self.beta, 0.01, 10000, float),
+                                             ("clusters", self.clusters_auto, self.clusters, 1, 1000, int)):
+            if params.get(key) == "auto":
+                auto.setChecked(True)
+            elif (v := number(key, lo, hi, kind)) is not None:
+                auto.setChecked(False)
+                box.setValue(v)
+        if (v := number("iterations", 1, 50, int)) is not None:
+            self.iterations.setValue(v)
+        if "rotation_range" in params:
+            rr = number("rotation_range", 1, 180)
+            self.rotation_range.setValue(180 if params["rotation_range"] is None or rr is None else rr)
+        if (v := number("angle_step", 0.5, 45)) is not None:
+            self.angle_step.setValue(v)
+        if params.get("group") in ("se2", "e2"):
+            self.mirror.setChecked(params["group"] == "e2")
+
     @staticmethod
     def can_act(state: str) -> dict[str, bool]:
         """Which of start / stop / resume can do something in this run state."""
@@ -549,10 +580,9 @@ class ClustersPanel(QGroupBox):
         self.new_btn.clicked.connect(self.newFromSelection)
         self.unassign_btn.clicked.connect(self.unassignSelection)
         self.list.itemClicked.connect(lambda it: self.clusterSelected.emit(int(it.data(Qt.ItemDataRole.UserRole))))
-        self.k.valueChanged.connect(lambda v: self.rereadK.emit(v))
-        self.k_auto.toggled.connect(lambda on: on and self.rereadK.emit("auto"))
+        # the fields only set values; only the Re-read buttons change the clusters (a wheel notch must not undo edits)
+        self.k_auto.toggled.connect(lambda on: self.k.setEnabled(not on))
         self.k_apply.clicked.connect(lambda: self.rereadK.emit("auto" if self.k_auto.isChecked() else self.k.value()))
-        self.threshold.valueChanged.connect(lambda v: self.rereadThreshold.emit(float(v)))
         self.t_apply.clicked.connect(lambda: self.rereadThreshold.emit(float(self.threshold.value())))
         self._updating = False
         apply_tooltips(self)

@@ -153,6 +153,7 @@ class ProjectController(QObject):
             w.dialog(QMessageBox.Icon.Warning, "Cannot open the project",
                      f"{path}: cannot be opened ({type(exc).__name__}); the log is in {log_dir()}")
             return False
+        w.sync.project_opened(proj)
         if remember:
             self.remember("recent/projects", str(path))
         if getattr(proj, "missing", None):

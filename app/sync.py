@@ -5,6 +5,7 @@ import numpy as np
 from PySide6.QtCore import QItemSelection, QItemSelectionModel
 
 from iastudio.core.filenames import display_name
+from iastudio.core.frames import book_frame
 
 
 class ViewSync:
@@ -87,16 +88,23 @@ class ViewSync:
         m, book = self.m, self.m.book
         self.w.images_panel.thumbs.set_labels(None if book is None else book.labels)
         means = {}
-        res = m.result
-        if book is not None and res is not None:
-            for c in book.cluster_ids():
-                members = book.members(c)
-                if c < len(res.cluster_means) and (res.labels[members] == c).all():
-                    means[c] = res.cluster_means[c]
-                else:
-                    means[c] = m.working[members[0]]
+        shown = self.with_book(m.final)
+        if book is not None and shown is not None and shown.cluster_means is not None:
+            means = dict(zip(shown.cluster_ids, shown.cluster_means))  # the same means the views draw
         self.w.clusters_panel.set_book(book, means)
         self.w.update_title()
+        self.drawn = None  # the views draw the edited clusters
+        self.redraw()
+        if m.final is not None and m.final is m.latest:
+            self.w.compare_view.show_final(self.with_book(m.final), m.data.labels if m.data.has_labels else None)
+
+    def with_book(self, frame):
+        """``frame`` drawn with the session's edited clusters (:func:`book_frame`) when there are any."""
+        m, book = self.m, self.m.book
+        if (frame is None or book is None or book.n != len(frame.snapshot.labels)
+                or len(m.working) != book.n):
+            return frame
+        return book_frame(frame, book.labels, book.names, images=m.working)
 
     def redraw(self) -> None:
         """Draw the latest frame if it is new (the window's timer calls this at <= 30 fps)."""
@@ -108,6 +116,7 @@ class ViewSync:
             for view in (w.weights_view, w.means_view, w.convergence_view, w.compare_view):
                 view.clear()
             return
+        frame = self.with_book(frame)
         w.weights_view.show_frame(frame)
         w.means_view.show_frame(frame)
         w.convergence_view.show_frame(frame)
@@ -118,13 +127,21 @@ class ViewSync:
         self.redraw()
         m = self.m
         self.w.clusters_panel.show_evidence(frame.result, m.data.paths)
-        self.w.compare_view.show_final(frame, m.data.labels if m.data.has_labels else None)
+        self.w.compare_view.show_final(self.with_book(frame), m.data.labels if m.data.has_labels else None)
+
+    def project_opened(self, project) -> None:
+        """The Run panel shows the opened project's run settings (none saved: left as they are)."""
+        if project.parameters:
+            self.w.run_panel.set_options(project.parameters)
 
     def show_inspect(self, info) -> None:
         self.w.inspect_view.show_pair(info)
         self.w.bottom_tabs.setCurrentWidget(self.w.inspect_view)
 
     def select_cluster_of_label(self, label) -> None:
-        lab = self.m.latest.snapshot.labels if self.m.latest is not None else None
+        if self.m.book is not None:
+            lab = np.asarray(self.m.book.labels)
+        else:
+            lab = self.m.latest.snapshot.labels if self.m.latest is not None else None
         if lab is not None:
             self.m.select(np.flatnonzero(lab == label).tolist())

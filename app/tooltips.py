@@ -70,12 +70,14 @@ TOOLTIPS: dict[str, dict[str, str]] = {
                      "it more carefully (takes a little time).",
         "new_btn": "Put the selected thumbnails into a new group of their own.",
         "unassign_btn": "Take the selected thumbnails out of their groups (they show in grey).",
-        "k": "Read the result again as this many groups, without re-running.",
-        "k_auto": "Let the studio choose the number of groups again.",
-        "k_apply": "Read the groups again with the number on the left.",
-        "threshold": "Read the groups again by distance instead: images closer than this end up together. "
-                     "Lower gives more, smaller groups.",
-        "t_apply": "Read the groups again with the distance on the left.",
+        "k": "How many groups 'Re-read' reads the result as (nothing changes until you press Re-read).",
+        "k_auto": "Let 'Re-read' choose the number of groups itself.",
+        "k_apply": "Read the groups again with the number on the left, without re-running "
+                   "(replaces your edits; Ctrl+Z undoes it).",
+        "threshold": "The distance 'Re-read' groups by: images closer than this end up together; lower gives "
+                     "more, smaller groups (nothing changes until you press Re-read).",
+        "t_apply": "Read the groups again with the distance on the left, without re-running "
+                   "(replaces your edits; Ctrl+Z undoes it).",
     },
     "NetsPanel": {
         "data_box": "What to train on: a built-in set of rotated digits, or your own images (one sub-folder "

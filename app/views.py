@@ -33,8 +33,17 @@ CLUSTER_COLOURS = [
 ]
 
 
+UNASSIGNED_COLOUR = (190, 190, 190)
+
+
 def colour(k: int):
-    return CLUSTER_COLOURS[int(k) % len(CLUSTER_COLOURS)]
+    """The colour of cluster ``k``; grey for unassigned images (``k < 0``)."""
+    return UNASSIGNED_COLOUR if int(k) < 0 else CLUSTER_COLOURS[int(k) % len(CLUSTER_COLOURS)]
+
+
+def _names_text(frame) -> str:
+    """" · Name, Name, …" for a frame showing edited clusters (empty otherwise)."""
+    return " · " + ", ".join(frame.cluster_names) if frame.cluster_names else ""
 
 
 def tile(images: np.ndarray, cols: int | None = None, pad: int = 2) -> np.ndarray:
@@ -360,7 +369,7 @@ class MeansView(_Titled):
         self._frame = frame
         snap = frame.snapshot
         if self.per_cluster.isChecked():
-            ids = [int(c) for c in np.unique(snap.labels)]
+            ids = frame.cluster_ids if frame.cluster_ids is not None else [int(c) for c in np.unique(snap.labels)]
             if frame.cluster_means is not None:
                 tiles = frame.cluster_means
             else:
@@ -381,7 +390,8 @@ class MeansView(_Titled):
         self.image_item.setImage(tile(tiles, cols), levels=(0, 1))
         self._draw_overlay()
         text = (f"{count_of(self.n_tiles, 'mean')}, one per {what} · iteration {snap.iteration}, "
-                f"{snap.stage}" + (f" step {snap.step}/{snap.n_steps}" if snap.stage == Stage.MEANS else ""))
+                f"{snap.stage}" + (f" step {snap.step}/{snap.n_steps}" if snap.stage == Stage.MEANS else "")
+                + _names_text(frame))
         self.caption.setText(text)
         self.caption.setToolTip(text)
         self.set_empty(False)
@@ -445,6 +455,7 @@ class ConvergenceView(_Titled):
         self.coords = np.zeros((0, 2))
         self.highlighted: list[int] = []
         self._brushes = [pg.mkBrush(*c) for c in CLUSTER_COLOURS]
+        self._grey = pg.mkBrush(*UNASSIGNED_COLOUR)
         self.set_body(_body(row))
 
     def plot_widgets(self):
@@ -492,7 +503,7 @@ class ConvergenceView(_Titled):
         self.coords = frame.mds
         labels = frame.snapshot.labels
         # the same brush objects every time, so pyqtgraph reuses its rendered symbols
-        brushes = [self._brushes[int(k) % len(self._brushes)] for k in labels]
+        brushes = [self._grey if k < 0 else self._brushes[int(k) % len(self._brushes)] for k in labels]
         self.scatter.setData(pos=frame.mds, brush=brushes, data=np.arange(len(labels)))
         self.set_empty(False)
 
@@ -549,13 +560,17 @@ class CompareView(_Titled):
         self.items[0].setImage(tile(frame.plain_means, cols), levels=(0, 1))
         self.items[1].setImage(tile(frame.cluster_means, cols), levels=(0, 1))
         self.n_tiles = k
-        text = (f"{count_of(k, 'cluster')} found by IA. Left: what plain kernel attention averages to; "
-                "right: the invariant means.")
+        edited = (frame.cluster_ids is not None and frame.result is not None
+                  and not np.array_equal(frame.snapshot.labels, frame.result.labels))
+        text = (f"{count_of(k, 'cluster')} " + ("as edited" if edited else "found by IA")
+                + ". Left: what plain kernel attention averages to; right: the invariant means"
+                + (" (an edited cluster's is the average of its images' means)" if edited else "") + "."
+                + (" Clusters: " + ", ".join(frame.cluster_names) + "." if frame.cluster_names else ""))
         if true_labels is not None and frame.ka_labels is not None:
             from sklearn.metrics import adjusted_rand_score
 
-            res = frame.result
-            ari_ia = adjusted_rand_score(true_labels, res.labels)
+            ia = frame.snapshot.labels if edited else frame.result.labels
+            ari_ia = adjusted_rand_score(true_labels, ia)
             ari_ka = adjusted_rand_score(true_labels, frame.ka_labels)
             text += f" Against the true labels: IA ARI {ari_ia:.2f}, KA ARI {ari_ka:.2f}."
         self.caption.setText(text)

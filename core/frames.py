@@ -15,15 +15,16 @@ Qt-free: an application builds frames off its GUI thread.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .attention import AttentionRun, RunResult, Snapshot, Stage
+from .clustering import grouping_order
 from .embedding import classical_mds
 from .report import convergence_curves
 
-__all__ = ["Frame", "FrameBuilder", "plain_means", "frames_from_project"]
+__all__ = ["Frame", "FrameBuilder", "plain_means", "frames_from_project", "book_order", "book_frame"]
 
 
 @dataclass
@@ -50,6 +51,12 @@ class Frame:
         Seconds since the run (or its resumption) started.
     result : RunResult or None
         The finished run's result (the last frame of a finished run).
+    cluster_ids : list of int or None
+        Set by :func:`book_frame`: the edited clusters' ids, in the order of
+        the rows of ``cluster_means`` / ``plain_means`` (None: the run's own
+        clusters ``0 .. k - 1``).
+    cluster_names : list of str or None
+        Set by :func:`book_frame`: the name of each of ``cluster_ids``.
     """
 
     snapshot: Snapshot
@@ -61,6 +68,8 @@ class Frame:
     ka_labels: np.ndarray | None = None
     elapsed: float = 0.0
     result: RunResult | None = None
+    cluster_ids: list | None = None
+    cluster_names: list | None = None
 
 
 def plain_means(images: np.ndarray, labels: np.ndarray, *, n_clusters: int | None = None) -> np.ndarray:
@@ -246,9 +255,11 @@ def frames_from_project(project, working: np.ndarray) -> tuple[list[Frame], Fram
     frames : list of Frame
         One per saved step, built as during the run (:class:`FrameBuilder`).
     final : Frame or None
-        The last frame, with the result and the cluster means, when the
-        project holds a complete result; otherwise None.  Kernel attention's
-        clusters are not recomputed (``ka_labels`` is None).
+        The last frame, with the result, the cluster means and the curves read
+        with the result's clusters (as :meth:`FrameBuilder.final` makes them),
+        when the project holds a complete result; otherwise None.  Kernel
+        attention's clusters are the saved ones (``Project.ka_labels``; None
+        in older projects), not recomputed.
 
     Raises
     ------
@@ -263,7 +274,9 @@ def frames_from_project(project, working: np.ndarray) -> tuple[list[Frame], Fram
     res = _saved_result(project, working, beta)
     builder = FrameBuilder()
     frames = []
-    for h in project.history:
+    for k, h in enumerate(project.history):
+        if h["stage"] == Stage.DONE and k + 1 < len(project.history) and project.history[k + 1]["stage"] == Stage.DONE:
+            continue  # older projects recorded the finished run's last snapshot twice
         snap = Snapshot(iteration=h["iteration"], stage=Stage(h["stage"]), step=0, n_steps=0,
                         weights=h["weights"], means=h["means"], distances=h["distances"], transforms=None,
                         labels=h["labels"], objective=[], timings={}, progress=1.0, beta=beta)
@@ -271,7 +284,77 @@ def frames_from_project(project, working: np.ndarray) -> tuple[list[Frame], Fram
     if res is None:
         return frames, None
     final = frames[-1]
+    final.order = np.argsort(res.labels, kind="stable")
+    final.curves = _curves(builder.history, res.labels)
+    ka = project.ka_labels
+    final.ka_labels = None if ka is None or np.shape(ka) != (working.shape[0],) else np.asarray(ka, dtype=int)
     final.result = res
     final.cluster_means = res.cluster_means
     final.plain_means = plain_means(working, res.labels, n_clusters=res.n_clusters)
     return frames, final
+
+
+def book_order(labels) -> np.ndarray:
+    """Image order grouping edited clusters: by cluster id, unassigned images (``-1``) last (stable)."""
+    labels = np.asarray(labels, dtype=int)
+    key = np.where(labels < 0, labels.max(initial=0) + 1, labels)
+    return grouping_order(key)
+
+
+def _book_means(frame: Frame, labels: np.ndarray, ids: list) -> np.ndarray | None:
+    """One mean per edited cluster: the run's invariant mean where the cluster is exactly the run's.
+
+    A cluster the edits changed (merged, split, moved into) gets the plain
+    average of its members' per-image means of the frame (the invariant
+    means of the last step), since no invariant mean of that set was computed.
+    """
+    if frame.snapshot.means is None or not ids:
+        return None
+    run_labels = frame.result.labels if frame.result is not None else None
+    means = frame.cluster_means
+    out = np.zeros((len(ids),) + frame.snapshot.means.shape[1:], dtype=np.float32)
+    for row, c in enumerate(ids):
+        members = labels == c
+        same = (run_labels is not None and means is not None and c < len(means)
+                and np.array_equal(members, np.asarray(run_labels) == c))
+        out[row] = means[c] if same else frame.snapshot.means[members].mean(axis=0)
+    return out
+
+
+def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray) -> Frame:
+    """The frame redrawn with a person's edited clusters instead of the run's read-out.
+
+    Parameters
+    ----------
+    frame : Frame
+        A frame of the run (a finished run's final frame, or any step).
+    labels : array of int, shape (n,)
+        Edited cluster per image (:attr:`ClusterBook.labels`); ``-1`` = unassigned.
+    names : dict
+        ``{cluster id: name}`` (:attr:`ClusterBook.names`).
+    images : ndarray, shape (n, H, W[, C])
+        The images the run was made on (for the plain averages).
+
+    Returns
+    -------
+    Frame
+        A copy whose snapshot labels are ``labels``, whose order groups them
+        (:func:`book_order`), with one invariant mean and one plain average per
+        edited cluster (rows in ``cluster_ids`` order, see :func:`_book_means`)
+        and the clusters' names.  The map, the curves, ``ka_labels`` and the
+        run's result are the frame's own.  ``frame`` is not changed.
+    """
+    labels = np.asarray(labels, dtype=int)
+    if labels.shape != np.asarray(frame.snapshot.labels).shape:
+        raise ValueError(f"{labels.size} cluster labels for a frame of {np.asarray(frame.snapshot.labels).size} images")
+    ids = sorted(int(c) for c in np.unique(labels) if c >= 0)
+    dense = np.full(labels.shape, len(ids), dtype=int)
+    for row, c in enumerate(ids):
+        dense[labels == c] = row
+    plain = None
+    if frame.plain_means is not None:
+        plain = plain_means(images, dense, n_clusters=len(ids) + 1)[:len(ids)]
+    return replace(frame, snapshot=replace(frame.snapshot, labels=labels), order=book_order(labels),
+                   cluster_means=_book_means(frame, labels, ids) if frame.cluster_means is not None else None,
+                   plain_means=plain, cluster_ids=ids,
+                   cluster_names=[str(names.get(c, f"Cluster {c + 1}")) for c in ids])

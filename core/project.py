@@ -121,6 +121,9 @@ class Project:
         :meth:`RunResult.arrays` gives them.
     edits : list of str
         What the user did, in order (the undo history's texts).
+    ka_labels : ndarray (n,) of int or None
+        Kernel attention's clusters of the same images (a finished IA run's
+        comparison); None in projects saved without it.
     """
 
     paths: list
@@ -136,6 +139,7 @@ class Project:
     history: list = field(default_factory=list)
     result: dict = field(default_factory=dict)
     edits: list = field(default_factory=list)
+    ka_labels: np.ndarray | None = None
     app_version: str = __version__
 
     @property
@@ -208,6 +212,8 @@ def save_project(path, project: Project, *, embed: bool = True) -> Path:
     for key in ("scale", "offset"):
         if getattr(project, key) is not None:
             arrays[key] = getattr(project, key)
+    if project.ka_labels is not None:
+        arrays["ka_labels"] = np.asarray(project.ka_labels, dtype=np.int64)
     for key, arr in project.result.items():
         if arr is not None and key in _RESULT_KEYS:
             arrays[f"result/{key}"] = arr
@@ -473,7 +479,7 @@ class _Manifest:
         names = m.get("arrays", [])
         if not isinstance(names, list) or not all(isinstance(a, str) for a in names) or len(set(names)) != len(names):
             bad("the list of arrays is malformed")
-        allowed = {"transforms", "base", "scale", "offset"} | {f"result/{k}" for k in _RESULT_KEYS} | {
+        allowed = {"transforms", "base", "scale", "offset", "ka_labels"} | {f"result/{k}" for k in _RESULT_KEYS} | {
             f"history/{k:04d}_{key}" for k in range(len(frames)) for key in _FRAME_KEYS}
         unknown = [a for a in names if a not in allowed]
         if unknown:
@@ -505,7 +511,8 @@ class _Manifest:
         table = {"transforms": ((n, 3), "f"), "base": ((n, "S", "S", "C"), "f"), "scale": ((n,), "f"),
                  "offset": ((n, 2), "f"), "cluster_means": (img, "f"), "image_transforms": ((n, 3), "f"),
                  "scores": ((n,), "f"), "weights": ((n, n), "f"), "input_distances": ((n, n), "f"),
-                 "final_distances": ((n, n), "f"), "run_labels": ((n,), "iu"), "means": ((n, "S", "S", "C"), "f"),
+                 "final_distances": ((n, n), "f"), "run_labels": ((n,), "iu"),
+                 "ka_labels": ((n,), "iu"), "means": ((n, "S", "S", "C"), "f"),
                  "distances": ((n, n), "f"), "labels": ((n,), "iu")}
         return table[key.split("/")[-1].split("_", 1)[-1] if key.startswith("history/") else key.split("/")[-1]]
 
@@ -538,6 +545,7 @@ class _Manifest:
             transforms=np.asarray(arrays.get("transforms", np.zeros((n, 3))), dtype=float),
             base=arrays.get("base"), scale=scale, offset=arrays.get("offset"), parameters=dict(self.params),
             clusters=book, history=self.frames, result=result, edits=list(self.edits), app_version=self.version,
+            ka_labels=arrays.get("ka_labels"),
         )
 
 

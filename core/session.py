@@ -543,7 +543,9 @@ class Session:
         self.elapsed += elapsed
         frame.elapsed = self.elapsed
         self.latest = self.final = frame
-        if not self.frames or self.frames[-1] is not frame:
+        if self.frames and self.frames[-1].snapshot is frame.snapshot:
+            self.frames[-1] = frame  # the final frame of the last recorded snapshot: recorded once
+        elif not self.frames or self.frames[-1] is not frame:
             self.frames.append(frame)
         self.history.clear()
         self.edits = []
@@ -631,6 +633,7 @@ class Session:
             offset=None if self.canvas is None else self.canvas.offset,
             parameters=params, clusters=self.book, history=[history_entry(f.snapshot) for f in self.frames],
             result={} if res is None else res.arrays(), edits=list(self.edits),
+            ka_labels=None if self.final is None else self.final.ka_labels,
         )
 
     def adopt_as_untitled(self) -> None:

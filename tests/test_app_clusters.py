@@ -105,8 +105,10 @@ def test_every_edit_kind_undoes_and_redoes(fresh, qapp):
     check(w.model.new_cluster_from_selection, lambda b: b.labels[3] == b.labels[4] and b.labels[3] not in start.labels)
     m.select([5])
     check(lambda: w.clusters_panel.unassign_btn.click(), lambda b: b.labels[5] == UNASSIGNED)
-    check(lambda: w.clusters_panel.k.setValue(2), lambda b: len(b.cluster_ids()) == 2)
-    check(lambda: w.clusters_panel.threshold.setValue(0.001), lambda b: len(b.cluster_ids()) > 3)
+    w.clusters_panel.k.setValue(2)
+    check(w.clusters_panel.k_apply.click, lambda b: len(b.cluster_ids()) == 2)
+    w.clusters_panel.threshold.setValue(0.001)
+    check(w.clusters_panel.t_apply.click, lambda b: len(b.cluster_ids()) > 3)
     assert len(history.edits) == 8 and len(m.edits) == 8
     assert w.undo_action.shortcut().toString() == "Ctrl+Z"
     assert "Ctrl+Shift+Z" in [s.toString() for s in w.redo_action.shortcuts()]
@@ -118,8 +120,10 @@ def test_every_edit_kind_undoes_and_redoes(fresh, qapp):
 def test_rereading_is_instant_and_exact(fresh):
     m = fresh.model
     fresh.clusters_panel.k.setValue(3)
+    fresh.clusters_panel.k_apply.click()
     assert adjusted_rand_score(m.book.array(), m.final.result.labels) == 1.0  # the shapes, read again
     fresh.clusters_panel.threshold.setValue(1.9)  # everything within 1.9: one cluster
+    fresh.clusters_panel.t_apply.click()
     assert len(m.book.cluster_ids()) == 1
 
 

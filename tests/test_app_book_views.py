@@ -1,0 +1,199 @@
+"""Cluster edits drive every view (W, the map, the means, KA vs IA), not only the cluster list (pytest-qt)."""
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from numpy.testing import assert_allclose  # noqa: E402
+
+from iastudio.app.main_window import MainWindow  # noqa: E402
+from iastudio.core.clusterbook import ClusterBook  # noqa: E402
+from iastudio.core.frames import book_frame, book_order  # noqa: E402
+
+
+def _wait(app, pred, timeout=120.0):
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and not pred():
+        app.processEvents()
+        time.sleep(0.005)
+    assert pred()
+
+
+@pytest.fixture(scope="module")
+def win(qapp, home):
+    w = MainWindow()
+    w.show()
+    m = w.model
+    m.load_demo("shapes")
+    w.run_panel.size.setValue(24)
+    w.run_panel.iterations.setValue(1)
+    w.run_panel.clusters_auto.setChecked(False)
+    w.run_panel.clusters.setValue(3)
+    w.start_run()
+    _wait(qapp, lambda: m.state in ("finished", "failed"))
+    assert m.state == "finished"
+    w.redraw()
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def fresh(win):
+    s = win.model.session
+    s.book = ClusterBook.from_labels(win.model.final.result.labels)
+    s.history.clear()
+    s.edits = []
+    s.events.emit("clusters")
+    return win
+
+
+def _contiguous(positions) -> bool:
+    positions = np.sort(np.asarray(positions))
+    return positions.size > 0 and positions[-1] - positions[0] == positions.size - 1
+
+
+def test_book_order_groups_clusters_unassigned_last():
+    labels = np.array([2, -1, 0, 2, 0, -1, 5])
+    order = book_order(labels)
+    assert sorted(order.tolist()) == list(range(labels.size))
+    assert labels[order].tolist() == [0, 0, 2, 2, 5, -1, -1]
+
+
+def test_merge_drives_every_view(fresh, qapp):
+    w, m = fresh, fresh.model
+    run_labels = np.asarray(m.final.result.labels)
+    k = int(run_labels.max()) + 1
+    assert k >= 3
+    # the first and the last cluster: in the run's order another cluster lies between them
+    assert m.merge_clusters([k - 1, 0])
+    qapp.processEvents()
+    book = np.asarray(m.book.labels)
+    merged = np.flatnonzero(np.isin(run_labels, [k - 1, 0]))
+    assert (book[merged] == k - 1).all()
+
+    # W: the merged cluster's rows are contiguous, and the shown matrix is W in that order
+    pos = {int(g): r for r, g in enumerate(w.weights_view.order)}
+    assert _contiguous([pos[i] for i in merged])
+    W = m.final.snapshot.weights
+    order = w.weights_view.order
+    assert_allclose(w.weights_view.image_item.image, W[np.ix_(order, order)])
+
+    # the map: one brush colour for all merged members, another for the rest
+    brushes = w.convergence_view.scatter.data["brush"]
+    colours = {brushes[i].color().name() for i in merged}
+    assert len(colours) == 1
+    others = np.setdiff1d(np.arange(m.n), merged)
+    assert colours.isdisjoint({brushes[i].color().name() for i in others})
+
+    # the means: one per cluster of the book (k - 1)
+    w.means_view.per_cluster.setChecked(True)
+    assert w.means_view.n_tiles == k - 1
+    assert sorted(w.means_view._tile_ids) == m.book.cluster_ids()
+    # KA vs IA compares the book's clusters too
+    assert w.compare_view.n_tiles == k - 1
+    w.means_view.per_cluster.setChecked(False)
+
+
+def test_rename_shows_in_captions(fresh, qapp):
+    w, m = fresh, fresh.model
+    assert m.rename_cluster(1, "Stars of the show")
+    qapp.processEvents()
+    assert "Stars of the show" in w.means_view.caption.text()
+    assert "Stars of the show" in w.compare_view.caption.text()
+    assert m.undo()
+    qapp.processEvents()
+    assert "Stars of the show" not in w.means_view.caption.text()
+
+
+def test_move_to_unassigned_is_grey_and_last(fresh, qapp):
+    w, m = fresh, fresh.model
+    assert m.move_images([0, 5], -1)
+    qapp.processEvents()
+    order = w.weights_view.order
+    assert set(order[-2:].tolist()) == {0, 5}
+    grey = w.convergence_view._grey.color().name()
+    brushes = w.convergence_view.scatter.data["brush"]
+    assert brushes[0].color().name() == grey and brushes[5].color().name() == grey
+
+
+def test_book_frame_means_kept_for_unchanged_clusters(fresh):
+    m = fresh.model
+    final = m.final
+    labels = np.asarray(final.result.labels).copy()
+    k = int(labels.max()) + 1
+    labels[labels == 1] = 0  # merge 1 into 0
+    fr = book_frame(final, labels, {c: f"c{c}" for c in range(k)}, images=m.working)
+    assert fr.cluster_ids == [c for c in range(k) if c != 1]
+    assert fr.cluster_names == [f"c{c}" for c in fr.cluster_ids]
+    for row, c in enumerate(fr.cluster_ids):
+        members = labels == c
+        if c == 0:
+            assert_allclose(fr.cluster_means[row], final.snapshot.means[members].mean(axis=0), rtol=1e-5, atol=1e-6)
+        else:
+            assert_allclose(fr.cluster_means[row], final.cluster_means[c])
+        assert_allclose(fr.plain_means[row], m.working[members].mean(axis=0), rtol=1e-5, atol=1e-6)
+    assert final.snapshot.labels is not fr.snapshot.labels
+    assert_allclose(final.snapshot.labels, final.result.labels)  # the run's frame is untouched
+
+
+def test_reread_only_on_the_buttons(fresh, qapp):
+    w, m = fresh, fresh.model
+    cp = w.clusters_panel
+    assert m.merge_clusters([0, 1])
+    merged = m.book
+    n_edits = len(m.history.edits)
+    emitted = []
+    cp.rereadK.connect(emitted.append)
+    cp.rereadThreshold.connect(emitted.append)
+    try:
+        for v in (cp.k.value() + 1, cp.k.value() + 2):  # wheel notches
+            cp.k.setValue(v)
+        cp.threshold.setValue(cp.threshold.value() + 0.05)
+        cp.k_auto.setChecked(not cp.k_auto.isChecked())
+        cp.k_auto.setChecked(False)
+        qapp.processEvents()
+        assert emitted == [] and m.book == merged and len(m.history.edits) == n_edits
+        cp.k.setValue(4)
+        cp.k_apply.click()
+        assert emitted == [4]
+        assert len(m.book.cluster_ids()) == 4 and len(m.history.edits) == n_edits + 1
+        assert m.undo() and m.book == merged
+        cp.threshold.setValue(1.99)
+        cp.t_apply.click()
+        assert len(m.book.cluster_ids()) == 1 and len(m.history.edits) == n_edits + 1
+        assert m.undo() and m.book == merged
+    finally:
+        cp.rereadK.disconnect(emitted.append)
+        cp.rereadThreshold.disconnect(emitted.append)
+    for b in (cp.k_apply, cp.t_apply):
+        assert b.toolTip()
+
+
+def test_reopened_project_restores_run_panel_and_ka_vs_ia(fresh, qapp, tmp_path):
+    w, m = fresh, fresh.model
+    qapp.processEvents()
+    assert "KA ARI" in w.compare_view.caption.text()
+    path = tmp_path / "saved.iaproj"
+    m.session.save_project(path)
+    other = MainWindow()
+    try:
+        rp = other.run_panel
+        rp.iterations.setValue(7)
+        rp.clusters_auto.setChecked(True)
+        rp.mirror.setChecked(True)
+        rp.angle_step.setValue(12)
+        rp.method.setCurrentIndex(rp.method.findData("ka"))
+        assert rp.options() != w.run_panel.options()
+        assert other.projects.open_project(str(path), remember=False, ask=False)
+        qapp.processEvents()
+        assert rp.options() == w.run_panel.options()
+        assert rp.options()["iterations"] == 1 and rp.options()["clusters"] == 3
+        assert other.compare_view.caption.text() == w.compare_view.caption.text()
+        assert_allclose(other.model.final.ka_labels, m.final.ka_labels)
+        for key in m.final.curves:
+            assert_allclose(other.model.final.curves[key], m.final.curves[key], rtol=1e-6)
+    finally:
+        other.close()
