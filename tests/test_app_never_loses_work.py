@@ -113,3 +113,21 @@ def test_the_working_size_cannot_change_during_a_run(qtbot):
     qtbot.waitUntil(lambda: m.state in ("stopped", "finished"), timeout=60000)
     w.projects.ask = lambda *a, **k: "discard"
     w.close()
+
+
+def test_opening_a_folder_keeps_the_clusters_setting(qtbot, tmp_path):
+    """The Clusters field used to drop to 1 on opening a folder (the set was emptied first)."""
+    import numpy as np
+    from PIL import Image
+
+    img = np.zeros((24, 24), np.uint8)
+    img[6:18, 8:14] = 255
+    for k in range(5):
+        Image.fromarray(np.roll(img, k, axis=1)).save(tmp_path / f"{k}.png")
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.model.load_demo("shapes")
+    w.run_panel.clusters.setValue(3)
+    w.open_folder(str(tmp_path))
+    assert w.model.n == 5 and w.run_panel.clusters.value() == 3
+    assert w.projects.recent("recent/folders")[0] == str(tmp_path)
