@@ -86,9 +86,9 @@ class IterationScrubber(QWidget):
         if self.count == 0:
             text = NO_RUN_HINT
         elif i is None:
-            text = f"Live (the run's latest; {self.count} steps recorded)"
+            text = f"Live · {self.count} steps"
         else:
             what = self._describe(i) if self._describe else ""
-            text = f"step {i + 1} of {self.count}" + (f": {what}" if what else "")
+            text = f"step {i + 1} of {self.count}" + (f" · {what}" if what else "")
         self.label.setText(text)
         self.label.setToolTip(text)

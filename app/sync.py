@@ -147,4 +147,4 @@ class ViewSync:
 
 def _describe(frame) -> str:
     snap = frame.snapshot
-    return f"iteration {snap.iteration}, {snap.stage}"
+    return f"it. {snap.iteration}, {snap.stage}"
