@@ -387,7 +387,7 @@ class RunPanel(QGroupBox):
         self.angle_step = QDoubleSpinBox(minimum=0.5, maximum=45, value=5, suffix=" °")
         self.size = QSpinBox(minimum=8, maximum=256, value=64, suffix=" px")
         self.mirror = QCheckBox("mirror images match")
-        self.paper_mode = QCheckBox("identity start, fixed β (watch W change)")
+        self.paper_mode = QCheckBox("as in the paper")
         self.paper_mode.toggled.connect(self._paper_mode_toggled)
         self.backend = QComboBox()
         self.backend.addItem("Auto", "auto")

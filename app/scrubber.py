@@ -32,7 +32,7 @@ class IterationScrubber(QWidget):
         self.slider.setRange(0, 0)
         self.slider.setPageStep(1)
         self.label = QElidingLabel(NO_RUN_HINT)
-        self.label.setMinimumWidth(120)
+        self.label.setMinimumWidth(40)  # elided when narrow: the window must fit an 800-px screen
         self.live_btn = QPushButton("Live")
         lay.addWidget(self.title)
         lay.addWidget(self.slider, 1)
