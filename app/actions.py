@@ -1,4 +1,4 @@
-"""The window's menus and their actions (File, Edit, Run, View, Help).
+"""The window's menus and their actions (File, Edit, Run, View, Demo, Help).
 
 Undo and Redo act from anywhere in the window: a spin box or line edit with the focus would otherwise
 take Ctrl+Z for its own text (:class:`UndoAnywhere`).
@@ -60,6 +60,9 @@ def build_menus(window) -> None:
     add_action(window, h, "Open log folder", window.open_log_folder)
     add_help_actions(window, h)  # F1: quick start; keyboard shortcuts
     add_view_menu(window, before=h.menuAction())  # View → Presentation mode
+    from .demo import add_demo_menu
+
+    add_demo_menu(window, before=h.menuAction())  # Demo → Show me
     p.refresh_recent()
 
 

@@ -101,9 +101,10 @@ def add_view_menu(window, before: QAction | None = None):
 
 def build_central(window) -> None:
     """Panels on the left (images; Run / Transforms / Clusters tabs), live views on the right."""
-    from PySide6.QtWidgets import QHBoxLayout, QSplitter, QTabWidget, QWidget
+    from PySide6.QtWidgets import QHBoxLayout, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
     from .nets_panel import NetsPanel  # the Networks panel (PyTorch optional)
+    from .scrubber import IterationScrubber
 
     left = QSplitter(Qt.Orientation.Vertical)
     left.addWidget(window.images_panel)
@@ -116,15 +117,22 @@ def build_central(window) -> None:
     top = QSplitter(Qt.Orientation.Horizontal)
     top.addWidget(window.weights_view)
     top.addWidget(window.means_view)
+    window.scrubber = IterationScrubber()  # step back through the run's W, means and map
+    upper = QWidget()
+    upper_lay = QVBoxLayout(upper)
+    upper_lay.setContentsMargins(0, 0, 0, 0)
+    upper_lay.addWidget(top, 1)
+    upper_lay.addWidget(window.scrubber)
     window.nets_panel = NetsPanel(lambda: window.model.data)
     window.bottom_tabs = QTabWidget()
     for view, name in ((window.convergence_view, "Manifold convergence"), (window.compare_view, "KA vs IA"),
                        (window.inspect_view, "Inspect"), (window.nets_panel, "Networks")):
         window.bottom_tabs.addTab(view, name)
     right = QSplitter(Qt.Orientation.Vertical)
-    right.addWidget(top)
+    right.addWidget(upper)
     right.addWidget(window.bottom_tabs)
     right.setSizes([420, 380])
+    window.views_splitter = right  # the views above, the tabs below (Demo → Show me enlarges the tabs)
     main = QSplitter(Qt.Orientation.Horizontal)
     main.addWidget(left)
     main.addWidget(right)

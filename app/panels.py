@@ -324,6 +324,10 @@ class TransformPanel(QGroupBox):
         self.preview.setPixmap(pm)
 
 
+PAPER_BETA = 16.0  # shapes demo (32 px): W visibly changes over 4 iterations and the 3 shapes stay apart
+PAPER_ITERATIONS = 4
+
+
 class RunPanel(QGroupBox):
     """Settings, Start / Stop / Resume and the progress bar.
 
@@ -383,6 +387,8 @@ class RunPanel(QGroupBox):
         self.angle_step = QDoubleSpinBox(minimum=0.5, maximum=45, value=5, suffix=" °")
         self.size = QSpinBox(minimum=8, maximum=256, value=64, suffix=" px")
         self.mirror = QCheckBox("mirror images match")
+        self.paper_mode = QCheckBox("as in the paper")
+        self.paper_mode.toggled.connect(self._paper_mode_toggled)
         self.backend = QComboBox()
         self.backend.addItem("Auto", "auto")
         self.backend.addItem("CPU", "numpy")
@@ -398,14 +404,23 @@ class RunPanel(QGroupBox):
         form.addRow("Clusters", _row(self.clusters_auto, self.clusters))
         form.addRow("Rotation range ±", self.rotation_range)
         form.addRow("Mirrors", self.mirror)
+        form.addRow("Paper mode", self.paper_mode)
         form.addRow("Angle step", self.angle_step)
         form.addRow("Working size", self.size)
         form.addRow("Backend", self.backend)
         return form
 
+    def _paper_mode_toggled(self, on: bool) -> None:
+        """Paper mode shows its settings in the form: β fixed at PAPER_BETA, at least PAPER_ITERATIONS."""
+        self.beta_auto.setChecked(not on)
+        if on:
+            self.beta.setValue(PAPER_BETA)
+            self.iterations.setValue(max(self.iterations.value(), PAPER_ITERATIONS))
+
     def options(self) -> dict:
         rr = self.rotation_range.value()
-        return {
+        paper = {"init": "identity"} if self.paper_mode.isChecked() else {}
+        return paper | {
             "method": self.method.currentData(),
             "beta": "auto" if self.beta_auto.isChecked() else self.beta.value(),
             "iterations": self.iterations.value(),

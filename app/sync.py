@@ -5,7 +5,7 @@ import numpy as np
 from PySide6.QtCore import QItemSelection, QItemSelectionModel
 
 from iastudio.core.filenames import display_name
-from iastudio.core.frames import book_frame
+from iastudio.core.frames import book_frame, weight_range
 
 
 class ViewSync:
@@ -14,6 +14,8 @@ class ViewSync:
     def __init__(self, window):
         self.w, self.m = window, window.model
         self.drawn = None  # the frame the views show
+        self._drawn_key = None  # (frame id, scrubbed?) of what the views show
+        self._levels = (None, (0.0, 1.0))  # (key of the frames it was computed on, W's fixed levels)
         self.redraws = 0
         m = self.m
         m.imagesChanged.connect(self.images_changed)
@@ -24,6 +26,7 @@ class ViewSync:
         m.runStateChanged.connect(window.run_panel.set_state)
         m.progressChanged.connect(window.run_panel.set_progress)
         m.runFinished.connect(self.finished)
+        window.scrubber.positionChanged.connect(self.redraw)
         window.images_panel.view.selectionModel().selectionChanged.connect(self.thumb_selection)
         window.transform_panel.show_original.toggled.connect(lambda _: self.update_preview())
 
@@ -107,21 +110,32 @@ class ViewSync:
         return book_frame(frame, book.labels, book.names, images=m.working)
 
     def redraw(self) -> None:
-        """Draw the latest frame if it is new (the window's timer calls this at <= 30 fps)."""
-        w, frame = self.w, self.m.latest
-        if frame is self.drawn:
+        """Draw the latest frame if it is new, or the frame the scrubber picks (the timer calls this at <= 30 fps)."""
+        w, frames = self.w, self.m.history_frames
+        w.scrubber.set_count(len(frames), lambda i: _describe(frames[i]))
+        picked = w.scrubber.chosen()
+        frame = self.m.latest if picked is None else frames[picked]
+        key = (id(frame), picked is not None)
+        if frame is self.drawn and key == self._drawn_key:
             return
-        self.drawn = frame
+        self.drawn, self._drawn_key = frame, key
         if frame is None:  # the data changed: stale views go back to their hints
             for view in (w.weights_view, w.means_view, w.convergence_view, w.compare_view):
                 view.clear()
             return
         frame = self.with_book(frame)
-        w.weights_view.show_frame(frame)
+        w.weights_view.show_frame(frame, levels=None if picked is None else self.run_levels(frames))
         w.means_view.show_frame(frame)
         w.convergence_view.show_frame(frame)
         w.convergence_view.select(self.m.selection)
         self.redraws += 1
+
+    def run_levels(self, frames) -> tuple[float, float]:
+        """W's colour scale fixed over the whole run (computed once per set of recorded frames)."""
+        key = (len(frames), id(frames[0]) if frames else None, id(frames[-1]) if frames else None)
+        if self._levels[0] != key:
+            self._levels = (key, weight_range(frames))
+        return self._levels[1]
 
     def finished(self, frame) -> None:
         self.redraw()
@@ -145,3 +159,8 @@ class ViewSync:
             lab = self.m.latest.snapshot.labels if self.m.latest is not None else None
         if lab is not None:
             self.m.select(np.flatnonzero(lab == label).tolist())
+
+
+def _describe(frame) -> str:
+    snap = frame.snapshot
+    return f"it. {snap.iteration}, {snap.stage}"

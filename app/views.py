@@ -21,6 +21,7 @@ from superqt import QElidingLabel
 
 from iastudio.core.attention import Stage
 from iastudio.core.filenames import display_name
+from iastudio.core.pose import canonical_pose
 
 from . import theme
 from .wording import count_of
@@ -252,8 +253,11 @@ class WeightsView(_Titled):
     def set_names(self, names):
         self.names = list(names)
 
-    def show_frame(self, frame):
-        """Draw W grouped by cluster; a sparse W (K-neighbour graph) as the dense block of an even sample."""
+    def show_frame(self, frame, levels=None):
+        """Draw W grouped by cluster; a sparse W (K-neighbour graph) as the dense block of an even sample.
+
+        ``levels``: a fixed colour scale ``(lo, hi)``; None scales to this frame's largest shown W_ij.
+        """
         import scipy.sparse as sp
 
         w = frame.snapshot.weights
@@ -269,8 +273,10 @@ class WeightsView(_Titled):
             self.title.setText("<b>Weight matrix W (rows, columns grouped by cluster)</b>")
         self.weights, self.order = w, order
         self.image_item.setImage(shown, autoLevels=False)
-        top = float(shown.max()) if shown.size else 1.0
-        self.colorbar.setLevels((0.0, max(top, 1e-6)))
+        if levels is None:
+            top = float(shown.max()) if shown.size else 1.0
+            levels = (0.0, max(top, 1e-6))
+        self.colorbar.setLevels(tuple(levels))
         self._draw_overlay()
         self.set_empty(False)
 
@@ -298,7 +304,7 @@ class MeansView(_Titled):
     clusterClicked = Signal(int)
 
     def __init__(self, parent=None):
-        super().__init__("Invariant means",
+        super().__init__("Invariant means (shown upright and centred)",
                          "Run to see the invariant means: each image's look-alikes, turned and shifted onto "
                          "it, then averaged. They sharpen as the run goes on.", parent)
         self.per_cluster = QCheckBox("one per cluster")
@@ -387,7 +393,7 @@ class MeansView(_Titled):
         self._tile_ids = ids
         cols = int(np.ceil(np.sqrt(len(tiles)))) if len(tiles) else 1
         self._geom = (cols, tiles.shape[1], tiles.shape[2]) if len(tiles) else (1, 1, 1)
-        self.image_item.setImage(tile(tiles, cols), levels=(0, 1))
+        self.image_item.setImage(tile(canonical_pose(tiles), cols), levels=(0, 1))  # upright, for display only
         self._draw_overlay()
         text = (f"{count_of(self.n_tiles, 'mean')}, one per {what} · iteration {snap.iteration}, "
                 f"{snap.stage}" + (f" step {snap.step}/{snap.n_steps}" if snap.stage == Stage.MEANS else "")
@@ -529,7 +535,7 @@ class CompareView(_Titled):
         row = QHBoxLayout()
         self.plots = []
         self.items = []
-        for title in ("KA: plain average of each cluster", "IA: invariant mean of each cluster"):
+        for title in ("KA: plain average of each cluster", "IA: invariant mean of each cluster, upright"):
             p = pg.PlotWidget(title=title)
             p.setAspectLocked(True)
             p.invertY(True)
@@ -558,7 +564,7 @@ class CompareView(_Titled):
         k = len(frame.cluster_means)
         cols = min(k, 4)
         self.items[0].setImage(tile(frame.plain_means, cols), levels=(0, 1))
-        self.items[1].setImage(tile(frame.cluster_means, cols), levels=(0, 1))
+        self.items[1].setImage(tile(canonical_pose(frame.cluster_means), cols), levels=(0, 1))  # upright
         self.n_tiles = k
         edited = (frame.cluster_ids is not None and frame.result is not None
                   and not np.array_equal(frame.snapshot.labels, frame.result.labels))

@@ -24,7 +24,8 @@ from .clustering import grouping_order
 from .embedding import classical_mds
 from .report import convergence_curves
 
-__all__ = ["Frame", "FrameBuilder", "plain_means", "frames_from_project", "book_order", "book_frame"]
+__all__ = ["Frame", "FrameBuilder", "plain_means", "frames_from_project", "book_order", "book_frame",
+           "weight_range"]
 
 
 @dataclass
@@ -70,6 +71,29 @@ class Frame:
     result: RunResult | None = None
     cluster_ids: list | None = None
     cluster_names: list | None = None
+
+
+def weight_range(frames) -> tuple[float, float]:
+    """``(0, largest W_ij)`` over ``frames``: one colour scale for every frame of a run.
+
+    Parameters
+    ----------
+    frames : sequence of Frame
+        Dense or sparse W (a sparse W's missing entries are 0).
+
+    Returns
+    -------
+    tuple of float
+        ``(0.0, top)`` with ``top > 0`` (1e-6 when every W is 0 or there are no frames).
+    """
+    top = 0.0
+    for f in frames:
+        w = f.snapshot.weights
+        if w is None:
+            continue
+        if (w.nnz if hasattr(w, "nnz") else w.size) > 0:
+            top = max(top, float(w.max()))
+    return 0.0, max(top, 1e-6)
 
 
 def plain_means(images: np.ndarray, labels: np.ndarray, *, n_clusters: int | None = None) -> np.ndarray:

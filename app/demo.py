@@ -1,0 +1,83 @@
+"""Demo → Show me: one click from an empty window to the method at work.
+
+It does what a user would do, through the same window and model methods: load the shapes demo, turn
+and shift every image at random, tick paper mode (so W visibly changes from iteration to iteration),
+press Start, and when the run is done open a large "KA vs IA" comparison.  Unsaved work is never lost
+silently: the window asks first, as for any action that replaces the images.
+"""
+from __future__ import annotations
+
+from PySide6.QtWidgets import QMenu
+
+from .actions import add_action
+
+__all__ = ["SHOW_ME", "add_demo_menu", "show_me"]
+
+# The demo's inputs: the paper's three shapes, any rotation, shifts of ~8 % of the canvas, a fixed draw.
+SHOW_ME = {"demo": "shapes", "rotation_deg": 180.0, "shift_percent": 8.0, "seed": 7, "size": 32}
+TABS_SHARE = 0.7  # the share of the right-hand side the comparison gets at the end
+
+
+def add_demo_menu(window, before=None) -> QMenu:
+    """A top-level Demo menu with "Show me", placed before the menu action ``before`` (e.g. Help)."""
+    menu = QMenu("&Demo", window)
+    act = add_action(window, menu, "Show me", lambda: show_me(window))
+    act.setToolTip("Load the shapes demo, turn and shift the images at random, run as in the paper and "
+                   "end on the comparison of plain kernel attention with Invariant Attention.")
+    menu.setToolTipsVisible(True)
+    window.show_me_action = act
+    window.show_me_pending = False
+    bar = window.menuBar()
+    if before is None:
+        bar.addMenu(menu)
+    else:
+        bar.insertMenu(before, menu)
+    window.demo_menu = menu
+    window.model.runFinished.connect(lambda _frame: _finished(window))
+    window.model.runStateChanged.connect(lambda state: _state_changed(window, state))
+    return menu
+
+
+def show_me(window) -> bool:
+    """Run the demo; False when refused (a run is going, or the user kept their unsaved work)."""
+    m, rp = window.model, window.run_panel
+    if m.busy:
+        m.message.emit("Stop the run first.")
+        return False
+    if not window.projects.confirm_discard("Showing the demo"):
+        return False
+    if not m.load_demo(SHOW_ME["demo"]):
+        return False
+    rp.size.setValue(SHOW_ME["size"])  # the window's own handler resizes the set (nothing left to ask)
+    if not m.apply_random_transforms(rotation_deg=SHOW_ME["rotation_deg"], shift_percent=SHOW_ME["shift_percent"],
+                                     seed=SHOW_ME["seed"]):
+        return False
+    tp = window.transform_panel  # the Transforms tab shows the draw that was applied
+    tp.rotation.setValue(SHOW_ME["rotation_deg"])
+    tp.shift.setValue(SHOW_ME["shift_percent"])
+    tp.seed.setValue(SHOW_ME["seed"])
+    rp.paper_mode.setChecked(True)
+    window.scrubber.go_live()
+    window.bottom_tabs.setCurrentWidget(window.convergence_view)  # the map gathers while it runs
+    window.show_me_pending = window.start_run()
+    return window.show_me_pending
+
+
+def _state_changed(window, state: str) -> None:
+    if state in ("failed", "stopped", "idle"):
+        window.show_me_pending = False
+
+
+def _finished(window) -> None:
+    if not window.show_me_pending:
+        return
+    window.show_me_pending = False
+    show_comparison(window)
+
+
+def show_comparison(window) -> None:
+    """The "KA vs IA" tab, current and large (the views above it made smaller)."""
+    window.bottom_tabs.setCurrentWidget(window.compare_view)
+    split = window.views_splitter
+    total = max(sum(split.sizes()), 1)
+    split.setSizes([int(total * (1 - TABS_SHARE)), total - int(total * (1 - TABS_SHARE))])

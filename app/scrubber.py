@@ -1,0 +1,94 @@
+"""The iteration scrubber: a slider over the run's recorded frames, with "Live" at its right end.
+
+At "Live" the views follow the run (the latest frame).  Anywhere else they show that recorded frame,
+with W's colour scale fixed over the whole run so frames can be compared by eye.
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSlider, QWidget
+from superqt import QElidingLabel
+
+__all__ = ["IterationScrubber"]
+
+NO_RUN_HINT = "Run to step through W, the means and the map iteration by iteration."
+
+
+class IterationScrubber(QWidget):
+    """Pick a recorded frame of the run, or "Live" (the right end).
+
+    ``positionChanged`` is emitted when the user moves it; :meth:`chosen` is the frame index picked,
+    or None at "Live".
+    """
+
+    positionChanged = Signal()
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(4, 0, 4, 0)
+        self.title = QLabel("Iteration:")
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setRange(0, 0)
+        self.slider.setPageStep(1)
+        self.label = QElidingLabel(NO_RUN_HINT)
+        self.label.setMinimumWidth(40)  # elided when narrow: the window must fit an 800-px screen
+        self.live_btn = QPushButton("Live")
+        lay.addWidget(self.title)
+        lay.addWidget(self.slider, 1)
+        lay.addWidget(self.label)
+        lay.addWidget(self.live_btn)
+        self.count = -1  # set_count(0) below lays out the no-run state
+        self._describe = None
+        self.slider.setToolTip("Drag to step back through the run: W, the means and the map show that moment. "
+                               "The colour scale of W stays the same for every step, so they can be compared. "
+                               "The right end (Live) follows the run again.")
+        self.live_btn.setToolTip("Go back to the live view: the views follow the run as it goes.")
+        self.slider.valueChanged.connect(self._moved)
+        self.live_btn.clicked.connect(self.go_live)
+        self.set_count(0)
+
+    def chosen(self) -> int | None:
+        """The recorded frame picked, or None at "Live"."""
+        v = self.slider.value()
+        return None if self.count == 0 or v >= self.count else v
+
+    def set_count(self, count: int, describe=None) -> None:
+        """The run now has ``count`` recorded frames; "Live" stays live, a picked frame stays picked."""
+        if count == self.count:
+            return
+        was = self.chosen()
+        self.count = count
+        self.slider.blockSignals(True)
+        self.slider.setRange(0, count)  # the last position (== count) is "Live"
+        self.slider.setValue(count if was is None or was >= count else was)
+        self.slider.blockSignals(False)
+        on = count > 0
+        self.slider.setEnabled(on)
+        self.live_btn.setEnabled(on)
+        self.setToolTip("" if on else NO_RUN_HINT)
+        self._describe = describe
+        self._update_label()
+
+    def set_position(self, index: int | None) -> None:
+        """Pick frame ``index`` (None: "Live"), as the user would."""
+        self.slider.setValue(self.count if index is None else max(0, min(index, self.count)))
+
+    def go_live(self) -> None:
+        self.set_position(None)
+
+    def _moved(self, _value) -> None:
+        self._update_label()
+        self.positionChanged.emit()
+
+    def _update_label(self) -> None:
+        i = self.chosen()
+        if self.count == 0:
+            text = NO_RUN_HINT
+        elif i is None:
+            text = f"Live · {self.count} steps"
+        else:
+            what = self._describe(i) if self._describe else ""
+            text = f"step {i + 1} of {self.count}" + (f" · {what}" if what else "")
+        self.label.setText(text)
+        self.label.setToolTip(text)
