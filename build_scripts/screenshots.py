@@ -3,7 +3,8 @@
     QT_QPA_PLATFORM=offscreen python build_scripts/screenshots.py [--out resources/screenshots]
 
 Each shot is the real window after a finished run on the shapes demo (random transforms applied),
-grabbed offscreen at 1024×768, 1280×800 and 1920×1080 with the light and a dark palette.
+grabbed offscreen at 1024×768, 1280×800 and 1920×1080 with the light and a dark palette, and the
+window at the end of Demo → Show me.
 """
 from __future__ import annotations
 
@@ -69,7 +70,30 @@ def main(argv=None) -> int:
             w.grab().save(str(path))
             print(f"{path}: window {w.width()}x{w.height()} (minimum {w.minimumSizeHint().width()} px wide)")
     w.close()
+    app.setPalette(light)
+    path = out / "show-me-1280x800.png"
+    shown = _show_me(app)
+    shown.grab().save(str(path))
+    shown.close()
+    print(f"{path}: the end of Demo → Show me")
     return 0
+
+
+def _show_me(app):
+    """The window at the end of Demo → Show me (1280×800, light)."""
+    from iastudio.app.demo import show_me
+    from iastudio.app.main_window import MainWindow
+
+    w = MainWindow()
+    w.projects.ask = lambda *a, **k: "discard"
+    w.show()
+    w.resize(1280, 800)
+    assert show_me(w)
+    if not _wait(app, lambda: w.model.state == "finished"):
+        raise SystemExit(f"Show me did not finish (state {w.model.state})")
+    _wait(app, lambda: False, 0.5)
+    w.redraw()
+    return w
 
 
 if __name__ == "__main__":
