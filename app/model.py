@@ -139,6 +139,9 @@ class StudioModel(QObject):
             return False
         run, members = prepared
         _warm_imports()
+        self._t_launch = time.perf_counter()
+        name = self.session.book.name_of(cluster)
+        run.on_progress = lambda fraction, text: self._progressed.emit(fraction, f"re-running {name}: {text}")
         self._subset = (cluster, members)
         worker = create_worker(run_subset, run, _start_thread=False,
                                _connect={"returned": self._subset_returned, "errored": self._subset_failed})

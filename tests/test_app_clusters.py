@@ -333,9 +333,12 @@ def test_split_by_re_running_ia_on_a_cluster(fresh, qapp):
     assert len(merged.cluster_ids()) == 2
     lst = w.clusters_panel.list
     lst.item(0).setSelected(True)
+    progress = []
+    m.progressChanged.connect(lambda f, text, eta: progress.append(text))
     w.clusters_panel.rerun_btn.click()
     assert m.state == "splitting" and not w.run_panel.start_btn.isEnabled()
     _wait(qapp, lambda: m.state != "splitting", 60)
+    assert progress and all(t.startswith("re-running Cluster 1") for t in progress)  # the split shows progress
     assert len(m.book.cluster_ids()) == 3
     from sklearn.metrics import adjusted_rand_score
 
