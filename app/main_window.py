@@ -179,7 +179,8 @@ class MainWindow(QMainWindow):
         if not self.projects.confirm_discard("Starting again"):
             return False
         self.compare_view.caption.setText("Running…")
-        return self.model.start(backend=self.run_panel.backend.currentData(), **self.run_panel.options())
+        return self.model.start(backend=self.run_panel.backend.currentData(), dask=self.run_panel.dask_address(),
+                                **self.run_panel.options())
 
     # ------------------------------------------------------------ clusters and inspect
     def rename_cluster(self, cluster, name=None) -> None:

@@ -159,7 +159,9 @@ class StudioModel(QObject):
     def shutdown(self, timeout_ms: int = 10000) -> bool:
         """Stop the runs and wait for their threads (window closing); True if they ended in time."""
         self.stop()
-        return QThreadPool.globalInstance().waitForDone(timeout_ms)
+        done = QThreadPool.globalInstance().waitForDone(timeout_ms)
+        self.session.close()
+        return done
 
 
 class EngineError(Exception):

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QListView,
     QListWidget,
     QListWidgetItem,
@@ -408,7 +409,14 @@ class RunPanel(QGroupBox):
         form.addRow("Angle step", self.angle_step)
         form.addRow("Working size", self.size)
         form.addRow("Backend", self.backend)
+        self.dask = QLineEdit()
+        self.dask.setPlaceholderText("this computer (or local:4, tcp://host:8786)")
+        form.addRow("Dask cluster", self.dask)
         return form
+
+    def dask_address(self) -> str | None:
+        """The Dask scheduler to run on (``local:N`` or an address), or None for this computer."""
+        return self.dask.text().strip() or None
 
     def _paper_mode_toggled(self, on: bool) -> None:
         """Paper mode shows its settings in the form: β fixed at PAPER_BETA, at least PAPER_ITERATIONS."""

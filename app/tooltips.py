@@ -58,6 +58,9 @@ TOOLTIPS: dict[str, dict[str, str]] = {
                 "detail tells your images apart.",
         "backend": "Where the computing runs. Auto uses the graphics card (GPU) when one works here, "
                    "else the processor (CPU).",
+        "dask": "Leave empty to compute on this computer. To share the work with a Dask cluster, give its "
+                "scheduler's address (tcp://host:8786, started with `dask scheduler` and `dask worker`), or "
+                "local:4 for four worker processes here. Needs the optional Dask package.",
         "start_btn": "Start grouping the images with the settings above (Ctrl+R).",
         "stop_btn": "Pause the run after the current step. Resume continues from there.",
         "resume_btn": "Continue a stopped run where it stopped.",

@@ -32,6 +32,7 @@ from .backend import BackendUnavailableError
 from .clusterbook import UNASSIGNED, ClusterBook
 from .clustering import labels_at_threshold, read_clusters, split_labels
 from .demos import load_demo
+from .distributed import DaskUnavailableError
 from .filenames import display_name, printable
 from .frames import Frame, FrameBuilder, frames_from_project
 from .imageset import ImageSet, NoUsableImagesError, load_images
@@ -147,6 +148,7 @@ class Session:
         self.project_path: str | None = None
         self.dirty = False
         self.elapsed = 0.0  # seconds the run has been running, over every Resume
+        self._clients: dict = {}  # Dask clients by address, kept between runs
 
     # ------------------------------------------------------------------ small helpers
     def _emit(self, name: str, *args) -> None:
@@ -459,8 +461,12 @@ class Session:
         return self.working[self.book.members(cluster)]
 
     # ------------------------------------------------------------------ the run (driven from outside)
-    def start(self, *, backend: str = "auto", **options) -> AttentionRun | None:
-        """Prepare a new run on the transformed set (the driver steps it); None (with a message) when refused."""
+    def start(self, *, backend: str = "auto", dask: str | None = None, **options) -> AttentionRun | None:
+        """Prepare a new run on the transformed set (the driver steps it); None (with a message) when refused.
+
+        ``dask``: a Dask scheduler to run the alignment and the means on (``"local:N"`` or an address such
+        as ``"tcp://host:8786"``); the client is kept for later runs and closed by :meth:`close`.
+        """
         if self.busy:
             self.message("A run is already going.")
             return None
@@ -469,8 +475,10 @@ class Session:
             return None
         options.setdefault("snapshot_every", 1)  # the window shows every mean step
         try:
+            if dask:
+                options["client"] = self._dask_client(dask)
             run = AttentionRun(self.working, backend=backend, **options)
-        except (ValueError, BackendUnavailableError) as exc:
+        except (ValueError, BackendUnavailableError, DaskUnavailableError) as exc:
             self.message(f"Cannot start: {exc}")
             return None
         self.discard_run()
@@ -509,6 +517,23 @@ class Session:
         elif kind == "cpu":
             self.run = item[1]
             self.message(item[2])
+
+    def _dask_client(self, address: str):
+        """The client of ``address``, connected once and kept (raises DaskUnavailableError)."""
+        from .distributed import connect
+
+        if address not in self._clients:
+            self._clients[address] = connect(address)
+        return self._clients[address]
+
+    def close(self) -> None:
+        """Stop any run and close the Dask clients this session opened."""
+        from .distributed import close
+
+        self.stop()
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            close(client)
 
     def can_resume(self) -> bool:
         """A stopped run on exactly the current images (inputs are frozen while a run exists)."""

@@ -334,3 +334,23 @@ def test_frames_and_results_arrive_on_the_gui_thread(window, qtbot):
     assert m.start(backend="numpy", iterations=1, mean_steps=2)
     _wait_state(qtbot, window, ("finished", "failed"))
     assert m.state == "finished" and len(threads) >= 3 and all(threads)
+
+
+def test_run_panel_dask_field_reaches_the_run(window, qtbot):
+    """Run panel → Dask cluster: an address that cannot work is refused with the reason; local:1 runs there."""
+    pytest.importorskip("distributed")
+    m = window.model
+    m.load_demo("shapes")
+    window.run_panel.size.setValue(16)
+    window.run_panel.iterations.setValue(1)
+    assert "Dask" in window.run_panel.dask.toolTip()
+    messages = []
+    m.message.connect(messages.append)
+    window.run_panel.dask.setText("local:many")
+    assert window.start_run() is False
+    assert "whole number of workers" in messages[-1] and m.run is None
+    window.run_panel.dask.setText("local:1")
+    assert window.start_run()
+    _wait_state(qtbot, window, ("finished", "failed"))
+    assert m.state == "finished" and m.run.client is not None
+    assert window.run_panel.dask_address() == "local:1"

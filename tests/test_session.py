@@ -171,3 +171,29 @@ def test_elapsed_time_counts_every_stretch_of_a_resumed_run(finished_project):
     fresh.on_finished(frame, 3.0)
     assert fresh.elapsed == pytest.approx(5.0) and frame.elapsed == pytest.approx(5.0)
     assert messages[-1].endswith("in 5.0 s")
+
+
+def test_a_bad_dask_address_refuses_to_start_and_says_why():
+    s = Session(size=16)
+    s.load_demo("shapes")
+    messages = []
+    s.events.connect("message", messages.append)
+    assert s.start(backend="numpy", dask="local:many", **RUN) is None
+    assert s.run is None and s.state == RunState.IDLE
+    assert "Cannot start" in messages[-1] and "whole number of workers" in messages[-1]
+
+
+@pytest.mark.slow
+def test_a_run_on_a_local_dask_cluster_equals_the_local_run():
+    pytest.importorskip("distributed")
+    s = Session(size=16)
+    s.load_demo("shapes")
+    local = s.run_here(**RUN)
+    try:
+        on_dask = s.run_here(dask="local:1", **RUN)
+        assert s.run.client is not None and len(s._clients) == 1
+        np.testing.assert_array_equal(on_dask.labels, local.labels)
+        assert_allclose(on_dask.input_distances, local.input_distances, atol=1e-5)
+    finally:
+        s.close()
+    assert s._clients == {}
