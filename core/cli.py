@@ -265,8 +265,10 @@ def _handles_signals(fn):
                   file=sys.stderr)
             return exc.code
         finally:
+            # From the command line (no argv) the process ends right after: a signal arriving in that
+            # moment must not kill it with the default action once the results are complete.
             for sig, handler in old.items():
-                signal.signal(sig, handler)
+                signal.signal(sig, signal.SIG_IGN if argv is None else handler)
 
     return wrapper
 
