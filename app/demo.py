@@ -10,6 +10,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QMenu
 
 from .actions import add_action
+from .layout import insert_menu
 
 __all__ = ["SHOW_ME", "add_demo_menu", "show_me"]
 
@@ -27,11 +28,7 @@ def add_demo_menu(window, before=None) -> QMenu:
     menu.setToolTipsVisible(True)
     window.show_me_action = act
     window.show_me_pending = False
-    bar = window.menuBar()
-    if before is None:
-        bar.addMenu(menu)
-    else:
-        bar.insertMenu(before, menu)
+    insert_menu(window, menu, before)
     window.demo_menu = menu
     window.model.runFinished.connect(lambda _frame: _finished(window))
     window.model.runStateChanged.connect(lambda state: _state_changed(window, state))

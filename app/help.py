@@ -51,21 +51,29 @@ for a projector.</p>
 """
 
 
+def closable_dialog(parent, title: str, content, size: tuple[int, int], extra_button=None) -> QDialog:
+    """A non-blocking window showing ``content`` above a Close button (and ``extra_button`` beside it)."""
+    dlg = QDialog(parent)
+    dlg.setWindowTitle(title)
+    lay = QVBoxLayout(dlg)
+    lay.addWidget(content)
+    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+    if extra_button is not None:
+        buttons.addButton(extra_button, QDialogButtonBox.ButtonRole.ActionRole)
+    buttons.rejected.connect(dlg.close)
+    lay.addWidget(buttons)
+    dlg.resize(*size)
+    dlg.show()
+    return dlg
+
+
 def quick_start_dialog(parent=None) -> QDialog:
     """The quick-start page in a window of its own (not blocking)."""
-    dlg = QDialog(parent)
-    dlg.setWindowTitle("Quick start")
-    lay = QVBoxLayout(dlg)
     text = QTextBrowser()
     text.setOpenExternalLinks(False)
     text.setHtml(QUICK_START_HTML)
-    lay.addWidget(text)
-    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-    buttons.rejected.connect(dlg.close)
-    lay.addWidget(buttons)
+    dlg = closable_dialog(parent, "Quick start", text, (560, 620))
     dlg.browser = text
-    dlg.resize(560, 620)
-    dlg.show()
     if parent is not None:
         parent.quick_start = dlg
     return dlg
@@ -103,9 +111,6 @@ def shortcut_rows(window) -> list[tuple[str, str, str]]:
 def shortcuts_dialog(window) -> QDialog:
     """A table of the keyboard shortcuts, generated from the window's actions (so it cannot go stale)."""
     rows = shortcut_rows(window)
-    dlg = QDialog(window)
-    dlg.setWindowTitle("Keyboard shortcuts")
-    lay = QVBoxLayout(dlg)
     table = QTableWidget(len(rows), 3)
     table.setHorizontalHeaderLabels(["Menu", "Command", "Keys"])
     for r, row in enumerate(rows):
@@ -119,13 +124,8 @@ def shortcuts_dialog(window) -> QDialog:
     table.setFocusPolicy(Qt.FocusPolicy.NoFocus)
     table.resizeColumnsToContents()
     table.resizeRowsToContents()
-    lay.addWidget(table)
-    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-    buttons.rejected.connect(dlg.close)
-    lay.addWidget(buttons)
+    dlg = closable_dialog(window, "Keyboard shortcuts", table, (520, 460))
     dlg.table = table
-    dlg.resize(520, 460)
-    dlg.show()
     window.shortcuts_dialog = dlg
     return dlg
 
@@ -193,20 +193,10 @@ def about_text(model) -> str:
 def about_dialog(window) -> QDialog:
     """Help → About: :func:`about_text` with a Copy button (not blocking)."""
     from PySide6.QtGui import QGuiApplication
-    from PySide6.QtWidgets import QDialogButtonBox, QPushButton, QTextBrowser, QVBoxLayout
+    from PySide6.QtWidgets import QPushButton
 
-    dlg = QDialog(window)
-    dlg.setWindowTitle(f"About {APP_NAME}")
-    lay = QVBoxLayout(dlg)
     text = QTextBrowser()
     text.setPlainText(about_text(window.model))
-    lay.addWidget(text)
-    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
     copy = QPushButton("Copy to clipboard")
-    buttons.addButton(copy, QDialogButtonBox.ButtonRole.ActionRole)
     copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(text.toPlainText()))
-    buttons.rejected.connect(dlg.close)
-    lay.addWidget(buttons)
-    dlg.resize(520, 320)
-    dlg.open()
-    return dlg
+    return closable_dialog(window, f"About {APP_NAME}", text, (520, 320), extra_button=copy)

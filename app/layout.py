@@ -90,13 +90,18 @@ def add_view_menu(window, before: QAction | None = None):
     act.toggled.connect(lambda on: set_presentation_mode(window, on))
     menu.addAction(act)
     window.presentation_action = act
+    insert_menu(window, menu, before)
+    window.view_menu = menu
+    return menu
+
+
+def insert_menu(window, menu, before=None) -> None:
+    """Put ``menu`` in the window's menu bar, before the menu action ``before`` (None: at the end)."""
     bar = window.menuBar()
     if before is None:
         bar.addMenu(menu)
     else:
         bar.insertMenu(before, menu)
-    window.view_menu = menu
-    return menu
 
 
 def build_central(window) -> None:

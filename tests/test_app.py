@@ -5,6 +5,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from _qt import PointerEvent  # noqa: E402
 from PIL import Image  # noqa: E402
 from PySide6.QtCore import QMimeData, QPointF, Qt, QThreadPool, QUrl  # noqa: E402
 from PySide6.QtGui import QDropEvent  # noqa: E402
@@ -257,18 +258,8 @@ def test_heatmap_hover_names_the_pair(window, qtbot):
     _wait_state(qtbot, window, ("finished",))
     window.redraw()
 
-    class Ev:
-        def __init__(self, x, y):
-            self._p = QPointF(x, y)
-
-        def isExit(self):
-            return False
-
-        def pos(self):
-            return self._p
-
     order = m.final.order
-    window.weights_view._hover(Ev(2.5, 1.5))  # row 1, column 2 of the grouped matrix
+    window.weights_view._hover(PointerEvent(2.5, 1.5))  # row 1, column 2 of the grouped matrix
     i, j = int(order[1]), int(order[2])
     text = window.weights_view.hover.text()
     w = m.final.result.weights

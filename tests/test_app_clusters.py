@@ -6,6 +6,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from _qt import wait_until  # noqa: E402
 from PIL import Image  # noqa: E402
 from PySide6.QtCore import QMimeData, QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QDropEvent  # noqa: E402
@@ -21,13 +22,7 @@ from iastudio.core.project import load_project  # noqa: E402
 
 
 def _wait(app, pred, timeout=60.0):
-    import time
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and not pred():
-        app.processEvents()
-        time.sleep(0.005)
-    assert pred()
+    wait_until(app, pred, timeout)
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from _qt import PointerEvent, wait_until  # noqa: E402
 from PIL import Image  # noqa: E402
-from PySide6.QtCore import QPointF, QRect, QSize  # noqa: E402
+from PySide6.QtCore import QRect, QSize  # noqa: E402
 from PySide6.QtGui import QColor, QKeySequence  # noqa: E402
 from PySide6.QtWidgets import (  # noqa: E402
     QApplication,
@@ -32,14 +33,8 @@ from iastudio.core.clusterbook import UNASSIGNED  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _wait(qapp, pred, timeout=60.0):
-    import time
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and not pred():
-        qapp.processEvents()
-        time.sleep(0.005)
-    assert pred()
+def _wait(app, pred, timeout=60.0):
+    wait_until(app, pred, timeout)
 
 
 @pytest.fixture(scope="module")
@@ -70,16 +65,6 @@ def window(qtbot):
 
 
 # ------------------------------------------------------------------ M3: a layout that fits
-class _Hover:
-    def __init__(self, x, y):
-        self._p = QPointF(x, y)
-
-    def isExit(self):
-        return False
-
-    def pos(self):
-        return self._p
-
 
 def test_long_names_do_not_widen_the_window(run_win, qapp):
     w = run_win
@@ -88,7 +73,7 @@ def test_long_names_do_not_widen_the_window(run_win, qapp):
     width = w.width()
     long = "/data/" + "a_really_long_folder_name_" * 12 + "image.png"
     w.weights_view.set_names([long] * w.model.n)
-    w.weights_view._hover(_Hover(0.5, 1.5))  # hovering W names both images
+    w.weights_view._hover(PointerEvent(0.5, 1.5))  # hovering W names both images
     assert "a_really_long" in w.weights_view.hover.text()
     w.means_view.caption.setText("means " * 80)
     w.transform_panel.load_image("b_very_long_file_name_" * 10 + ".png", 0.0, 0.0, 0.0)

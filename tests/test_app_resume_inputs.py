@@ -5,19 +5,14 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from _qt import wait_until  # noqa: E402
 from numpy.testing import assert_allclose  # noqa: E402
 
 from iastudio.app.main_window import MainWindow  # noqa: E402
 
 
 def _wait(app, pred, timeout=120.0):
-    import time
-
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and not pred():
-        app.processEvents()
-        time.sleep(0.005)
-    assert pred()
+    wait_until(app, pred, timeout)
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
+from _qt import PointerEvent  # noqa: E402
 from numpy.testing import assert_allclose, assert_array_equal  # noqa: E402
-from PySide6.QtCore import QPointF  # noqa: E402
 
 from iastudio.app.views import MeansView, WeightsView, _even_sample  # noqa: E402
 from iastudio.core.attention import Snapshot  # noqa: E402
@@ -34,19 +34,6 @@ def _sparse_frame(seed=0):
                  curves={"within_max": [1.0], "between_min": [0.5], "median": [0.7]})
 
 
-class _Ev:
-    def __init__(self, x, y):
-        self._p = QPointF(x, y)
-
-    def isExit(self):
-        return False
-
-    def pos(self):
-        return self._p
-
-    def accept(self):
-        pass
-
 
 def test_sparse_w_is_drawn_as_an_even_sample_of_its_k_neighbour_graph(qtbot):
     view = WeightsView()
@@ -66,12 +53,12 @@ def test_sparse_w_is_drawn_as_an_even_sample_of_its_k_neighbour_graph(qtbot):
     assert "400 of 2,500" in view.title.text() or f"{order.size:,} of 2,500" in view.title.text()
     # hover and click name real image indices
     r, c = 3, 5
-    view._hover(_Ev(c + 0.5, r + 0.5))
+    view._hover(PointerEvent(c + 0.5, r + 0.5))
     i, j = int(order[r]), int(order[c])
     assert f"i = {i}" in view.hover.text() and f"j = {j}" in view.hover.text()
     assert f"{dense[i, j]:.4f}" in view.hover.text()
     with qtbot.waitSignal(view.cellClicked) as blocker:
-        view._click(_Ev(c + 0.5, r + 0.5))
+        view._click(PointerEvent(c + 0.5, r + 0.5))
     assert blocker.args == [i, j]
     # the selection's row and column are tinted at the sampled image's position
     over = view.overlay.image
