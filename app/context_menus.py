@@ -9,8 +9,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QMenu
 
 from iastudio.core.clusterbook import UNASSIGNED
-
-from .wording import count_of
+from iastudio.core.wording import count_of
 
 __all__ = ["cluster_menu", "install_context_menus", "thumbnail_menu"]
 

@@ -30,9 +30,9 @@ from superqt import QElidingLabel
 from iastudio.core.clusterbook import UNASSIGNED
 from iastudio.core.demos import DEMO_NAMES
 from iastudio.core.filenames import display_name
+from iastudio.core.wording import count_of
 
 from .tooltips import apply_tooltips
-from .wording import count_of
 
 MIME_IMAGES = "application/x-ia-images"
 

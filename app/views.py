@@ -22,9 +22,9 @@ from superqt import QElidingLabel
 from iastudio.core.attention import Stage
 from iastudio.core.filenames import display_name
 from iastudio.core.pose import canonical_pose
+from iastudio.core.wording import count_of
 
 from . import theme
-from .wording import count_of
 
 pg.setConfigOptions(imageAxisOrder="row-major", antialias=True, background="w", foreground="k")
 

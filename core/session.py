@@ -38,6 +38,7 @@ from .frames import Frame, FrameBuilder, frames_from_project
 from .imageset import ImageSet, NoUsableImagesError, load_images
 from .preprocess import Canvas, apply_transforms, preprocess
 from .project import RECORDED_STAGES, Project, ProjectError, history_entry, load_project, save_project
+from .wording import count_of
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +190,7 @@ class Session:
             return ""
         parts = ["the result of the last run" if self.final is not None else "the stopped run"]
         if self.edits:
-            parts.append(f"{len(self.edits)} cluster edit{'s' if len(self.edits) != 1 else ''}")
+            parts.append(count_of(len(self.edits), "cluster edit"))
         return " and ".join(parts)
 
     def discard_run(self) -> None:
@@ -247,7 +248,7 @@ class Session:
         if kept is not None and kept.any():  # the transforms already set stay; new images start untransformed
             self.transforms[: len(kept)] = kept
             self._update_working()
-        msg = f"Added {len(new)} image{'s' if len(new) != 1 else ''}"
+        msg = f"Added {count_of(len(new), 'image')}"
         if new.skipped:
             msg += f"; skipped {len(new.skipped)}: " + "; ".join(
                 f"{printable(display_name(s['path']))} ({printable(s['reason'])})" for s in new.skipped[:3])
@@ -398,7 +399,7 @@ class Session:
             return False
         n = len(indices)
         to = "Unassigned" if cluster == UNASSIGNED else self.book.name_of(cluster)
-        return self.edit_clusters(f"Move {n} image{'s' if n != 1 else ''} to {to}", self.book.move(indices, cluster))
+        return self.edit_clusters(f"Move {count_of(n, 'image')} to {to}", self.book.move(indices, cluster))
 
     def rename_cluster(self, cluster: int, name: str) -> bool:
         if self.book is None:
@@ -581,7 +582,7 @@ class Session:
         self._emit("frame", frame)
         self._emit("finished", frame)
         k = frame.result.n_clusters
-        self.message(f"Done: {k} cluster{'s' if k != 1 else ''} in {self.elapsed:.1f} s")
+        self.message(f"Done: {count_of(k, 'cluster')} in {self.elapsed:.1f} s")
 
     def on_stopped(self, elapsed: float = 0.0) -> None:
         self.elapsed += elapsed

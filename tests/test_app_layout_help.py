@@ -27,8 +27,8 @@ from iastudio.app.help import shortcut_rows, shortcuts_dialog  # noqa: E402
 from iastudio.app.layout import fit_to_screen, fitted_size  # noqa: E402
 from iastudio.app.main_window import MainWindow  # noqa: E402
 from iastudio.app.projects import settings  # noqa: E402
-from iastudio.app.wording import count_of  # noqa: E402
 from iastudio.core.clusterbook import UNASSIGNED  # noqa: E402
+from iastudio.core.wording import count_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Small wording helpers shared by the window and the status messages (no Qt)."""
+"""Counted words for messages and captions: "1 cluster", "3 clusters"."""
 from __future__ import annotations
 
 __all__ = ["count_of", "plural"]
