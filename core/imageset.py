@@ -29,8 +29,12 @@ __all__ = [
     "ImageSet",
     "NoUsableImagesError",
     "load_image",
+    "image_files",
     "load_images",
     "ImageLoadError",
+    "no_usable_images",
+    "not_loaded",
+    "skip_entry",
 ]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
@@ -340,6 +344,78 @@ def _walk(folder: Path, errors: list | None = None):
     return sorted(out, key=lambda p: p.relative_to(folder).parts)
 
 
+def image_files(inputs) -> tuple[list[tuple[Path, str | None]], list[dict]]:
+    """The files that ``inputs`` name, with their labels, and the inputs skipped already.
+
+    Parameters
+    ----------
+    inputs : str, Path or sequence of them
+        Image files and folders (searched recursively in sorted order; see
+        :func:`load_images` for the labels).
+
+    Returns
+    -------
+    files : list of (Path, str or None)
+        Each file to read and its label.
+    skipped : list of dict
+        ``{"path", "reason"}`` for inputs that do not exist, empty folders and
+        folders that cannot be read.
+    """
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    jobs: list[tuple[Path, str | None]] = []
+    skipped: list[dict] = []
+    for item in inputs:
+        p = Path(item)
+        try:
+            is_dir = stat.S_ISDIR(os.stat(p).st_mode)
+        except OSError as exc:
+            skipped.append({"path": str(p), "reason": os_reason(exc, p)})
+            continue
+        if is_dir:
+            errors: list = []
+            files = _walk(p, errors)
+            skipped += errors
+            if not files and not errors:
+                skipped.append({"path": str(p), "reason": "folder contains no files"})
+            for f in files:
+                rel = f.relative_to(p).parts
+                jobs.append((f, rel[0] if len(rel) > 1 else None))
+        else:
+            jobs.append((p, None))
+    return jobs, skipped
+
+
+def skip_entry(path, exc: BaseException) -> dict:
+    """The ``{"path", "reason"}`` entry for a file whose reading (or preparing) raised ``exc``.
+
+    An :class:`ImageLoadError` gives its reason; running out of memory and any
+    other failure (a decoder's bug, logged) are reasons too, so that one file
+    never ends the set.
+    """
+    if isinstance(exc, ImageLoadError):
+        reason = str(exc)
+    elif isinstance(exc, MemoryError):
+        reason = "too large to decode in the memory available"
+    else:
+        log.warning("unexpected failure reading %r", str(path), exc_info=exc)
+        reason = f"could not be decoded ({type(exc).__name__}: {_short(exc)})"
+    return {"path": str(path), "reason": reason}
+
+
+def not_loaded(files) -> list[dict]:
+    """Skipped entries for the ``(path, label)`` files a cancel left unread."""
+    return [{"path": str(f), "reason": "not loaded: cancelled"} for f, _ in files]
+
+
+def no_usable_images(skipped) -> NoUsableImagesError:
+    """The error for a set in which no input gave an image, listing the first reasons."""
+    detail = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:5])
+    more = f" (and {len(skipped) - 5} more)" if len(skipped) > 5 else ""
+    return NoUsableImagesError(f"no usable image found in the input{': ' + detail if detail else ''}{more}",
+                               skipped)
+
+
 def load_images(inputs, *, on_progress=None) -> ImageSet:
     """Load image files and folders.
 
@@ -364,49 +440,18 @@ def load_images(inputs, *, on_progress=None) -> ImageSet:
     NoUsableImagesError
         When no input gave a usable image (the message lists the reasons).
     """
-    if isinstance(inputs, (str, os.PathLike)):
-        inputs = [inputs]
-    jobs: list[tuple[Path, str | None]] = []
-    skipped: list[dict] = []
-    for item in inputs:
-        p = Path(item)
-        try:
-            is_dir = stat.S_ISDIR(os.stat(p).st_mode)
-        except OSError as exc:
-            skipped.append({"path": str(p), "reason": os_reason(exc, p)})
-            continue
-        if is_dir:
-            errors: list = []
-            files = _walk(p, errors)
-            skipped += errors
-            if not files and not errors:
-                skipped.append({"path": str(p), "reason": "folder contains no files"})
-            for f in files:
-                rel = f.relative_to(p).parts
-                jobs.append((f, rel[0] if len(rel) > 1 else None))
-        else:
-            jobs.append((p, None))
+    jobs, skipped = image_files(inputs)
     images, paths, labels = [], [], []
     for k, (f, label) in enumerate(jobs):
         try:
             images.append(load_image(f))
             paths.append(str(f))
             labels.append(label)
-        except ImageLoadError as exc:
-            skipped.append({"path": str(f), "reason": str(exc)})
-        except MemoryError:
-            skipped.append({"path": str(f), "reason": "too large to decode in the memory available"})
         except Exception as exc:  # noqa: BLE001 - a decoder's bug on one file never ends the set
-            log.warning("unexpected failure reading %r", str(f), exc_info=True)
-            skipped.append({"path": str(f), "reason": f"could not be decoded ({type(exc).__name__}: {_short(exc)})"})
+            skipped.append(skip_entry(f, exc))
         if on_progress is not None and on_progress(k + 1, len(jobs)) is False:
-            skipped += [{"path": str(f2), "reason": "not loaded: cancelled"} for f2, _ in jobs[k + 1:]]
+            skipped += not_loaded(jobs[k + 1:])
             break
-    result = ImageSet(images, paths, labels, skipped)
     if not images:
-        detail = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:5])
-        more = f" (and {len(skipped) - 5} more)" if len(skipped) > 5 else ""
-        raise NoUsableImagesError(
-            f"no usable image found in the input{': ' + detail if detail else ''}{more}", skipped
-        )
-    return result
+        raise no_usable_images(skipped)
+    return ImageSet(images, paths, labels, skipped)

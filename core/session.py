@@ -35,7 +35,7 @@ from .demos import load_demo
 from .distributed import DaskUnavailableError
 from .filenames import display_name, printable
 from .frames import Frame, FrameBuilder, frames_from_project
-from .imageset import ImageSet, NoUsableImagesError, load_images
+from .imageset import ImageSet, image_files, load_image, load_images, no_usable_images, not_loaded, skip_entry
 from .preprocess import Canvas, apply_transforms, preprocess
 from .project import RECORDED_STAGES, Project, ProjectError, history_entry, load_project, save_project
 from .wording import count_of
@@ -229,13 +229,30 @@ class Session:
     def add_paths(self, paths, progress=None, *, replace: bool = False) -> list[dict]:
         """Add files/folders (or replace the set with them); returns the skipped list (also in a message).
 
-        ``progress(done, total)`` is called after each file; returning False stops the loading.
+        Reads them here with :func:`read_images` (``progress(done, total, path)`` is called before each
+        file; returning False stops the loading and keeps what was read).  A GUI reads them in a worker
+        thread instead and gives the result to :meth:`add_loaded`.
         """
-        if not self._inputs_may_change("adding images"):
+        if not self.begin_adding():
             return []
-        try:
-            new = load_images(paths, on_progress=progress)
-        except NoUsableImagesError as exc:
+        return self.add_loaded(read_images(paths, size=self.size, progress=progress), replace=replace)
+
+    def begin_adding(self) -> bool:
+        """Ready the session for images about to be read: False (with a message) while a run works on the
+        inputs; otherwise the run they would no longer match is discarded now, before reading."""
+        return self._inputs_may_change("adding images")
+
+    def add_loaded(self, loaded: LoadedImages, *, replace: bool = False) -> list[dict]:
+        """Add images read by :func:`read_images` (or replace the set with them); returns the skipped list.
+
+        Call it on the thread that owns the session.  Refused (returning ``[]``) while a run works on
+        the inputs; images preprocessed at another working size than the session's are done again.
+        """
+        if not self.begin_adding():
+            return []
+        new = loaded.data
+        if not len(new):
+            exc = no_usable_images(new.skipped)
             if replace:
                 self._set_data(ImageSet([], [], [], list(exc.skipped)))
             else:
@@ -243,8 +260,14 @@ class Session:
                 self._emit("images")
             self.message(f"Nothing added: {exc}")
             return exc.skipped
+        canvas = loaded.canvas if loaded.size == self.size else preprocess(new.images, size=self.size)
         kept = None if replace or not self.n else self.transforms.copy()
-        self._set_data(new if replace or not self.n else self.data.extend(new))
+        if kept is None:
+            self._set_data(new, canvas)
+        else:
+            old = self.canvas  # None when its side differs: the whole set is preprocessed again
+            same = old is not None and old.images.shape[1:] == canvas.images.shape[1:]
+            self._set_data(self.data.extend(new), stack_canvases([old, canvas]) if same else None)
         if kept is not None and kept.any():  # the transforms already set stay; new images start untransformed
             self.transforms[: len(kept)] = kept
             self._update_working()
@@ -286,9 +309,13 @@ class Session:
             self._emit("images")
         return True
 
-    def _set_data(self, data: ImageSet) -> None:
+    def _set_data(self, data: ImageSet, canvas: Canvas | None = None) -> None:
+        """Install ``data``, with ``canvas`` as its preprocessed images (None: preprocess them here)."""
         self.data = data
-        self._preprocess()
+        if canvas is None:
+            self._preprocess()
+        else:
+            self.canvas, self.base = canvas, canvas.images
         self.transforms = np.zeros((self.n, 3))
         self.working = self.base
         self.selection = []
@@ -762,6 +789,73 @@ def _state_from_project(proj: Project, path) -> dict:
             "working": working, "frames": frames, "final": final, "book": proj.clusters,
             "edits": list(proj.edits), "path": str(path), "missing": missing,
             "elapsed": float(elapsed) if isinstance(elapsed, (int, float)) else 0.0}
+
+
+@dataclass
+class LoadedImages:
+    """Images read and preprocessed by :func:`read_images`, not yet in a session.
+
+    Attributes
+    ----------
+    data : ImageSet
+        The images read (maybe none) and every file skipped, with its reason.
+    canvas : Canvas or None
+        ``data``'s images preprocessed at ``size``; None when there are none.
+    size : int
+        The working size they were preprocessed at.
+    """
+
+    data: ImageSet
+    canvas: Canvas | None
+    size: int
+
+
+def read_images(paths, *, size: int, progress=None) -> LoadedImages:
+    """Read and preprocess image files and folders, one file at a time, without touching any session.
+
+    What a driver thread runs so that the thread owning the session only commits the result
+    (:meth:`Session.add_loaded`).  A file that cannot be read or prepared is skipped with its reason,
+    as in :func:`~iastudio.core.imageset.load_images`.
+
+    Parameters
+    ----------
+    paths : str, Path or sequence of them
+        Image files and folders (folders searched recursively; subfolder names become labels).
+    size : int
+        The working size to preprocess at (:func:`~iastudio.core.preprocess.preprocess`).
+    progress : callable(done, total, path), optional
+        Called before each file is read: ``done`` files are done and ``path`` is next.  Returning
+        ``False`` stops there; what was read is kept and the rest is skipped ("not loaded: cancelled").
+
+    Returns
+    -------
+    LoadedImages
+    """
+    files, skipped = image_files(paths)
+    images, names, labels, canvases = [], [], [], []
+    for k, (f, label) in enumerate(files):
+        if progress is not None and progress(k, len(files), str(f)) is False:
+            skipped += not_loaded(files[k:])
+            break
+        try:
+            img = load_image(f)
+            canvases.append(preprocess([img], size=size))  # per image: the same as all at once
+        except Exception as exc:  # noqa: BLE001 - one file never ends the set
+            skipped.append(skip_entry(f, exc))
+            continue
+        images.append(img)
+        names.append(str(f))
+        labels.append(label)
+    return LoadedImages(ImageSet(images, names, labels, skipped), stack_canvases(canvases), int(size))
+
+
+def stack_canvases(canvases) -> Canvas | None:
+    """One :class:`~iastudio.core.preprocess.Canvas` of the given ones' images in order (same side); None for none."""
+    cs = [c for c in canvases if c is not None]
+    if not cs:
+        return None
+    return Canvas(np.concatenate([c.images for c in cs]), np.concatenate([c.scale for c in cs]),
+                  np.concatenate([c.offset for c in cs]), [shape for c in cs for shape in c.original_shape])
 
 
 def stream_run(run: AttentionRun, builder: FrameBuilder):

@@ -2,6 +2,7 @@
 import copy
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -197,3 +198,55 @@ def test_a_run_on_a_local_dask_cluster_equals_the_local_run():
     finally:
         s.close()
     assert s._clients == {}
+
+
+def _pngs(folder, names):
+    """Small PNGs of a bar at different places and sizes (one per name)."""
+    from PIL import Image
+
+    folder.mkdir(exist_ok=True)
+    for k, name in enumerate(names):
+        img = np.zeros((20 + 4 * k, 24), np.uint8)
+        img[4 + k:12 + k, 5:18 - k] = 255
+        Image.fromarray(img).save(folder / name)
+    return [folder / name for name in names]
+
+
+def test_images_read_apart_from_the_session_are_added_as_if_read_by_it(tmp_path):
+    """read_images (what the app's worker runs) touches no session; add_loaded commits, preprocessed per
+    file exactly as the whole set at once, and at the session's working size when it differs."""
+    from iastudio.core.preprocess import preprocess
+    from iastudio.core.session import read_images
+
+    _pngs(tmp_path / "set", ["a.png", "b.png", "c.png"])
+    (tmp_path / "set" / "bad.png").write_text("garbage")
+    s = Session(size=32)
+    seen = []
+    loaded = read_images([tmp_path / "set"], size=32,
+                         progress=lambda done, total, path: seen.append((done, total, Path(path).name)))
+    assert seen == [(0, 4, "a.png"), (1, 4, "b.png"), (2, 4, "bad.png"), (3, 4, "c.png")]
+    assert s.n == 0 and loaded.size == 32 and len(loaded.data) == 3
+    skipped = s.add_loaded(loaded)
+    assert [(Path(p["path"]).name, p["reason"][:12]) for p in skipped] == [("bad.png", "not an image")]
+    assert s.n == 3 and np.array_equal(s.base, preprocess(s.data.images, size=32).images)
+    extra = _pngs(tmp_path / "more", ["e.png"])
+    s.add_paths(extra)  # the set's canvas is kept and the new image's appended
+    assert s.n == 4 and np.array_equal(s.base, preprocess(s.data.images, size=32).images)
+    other = Session(size=24)
+    other.add_loaded(loaded)
+    assert other.base.shape == (3, 24, 24)
+    assert np.array_equal(other.base, preprocess(loaded.data.images, size=24).images)
+
+
+def test_stopping_read_images_keeps_what_was_read(tmp_path):
+    from iastudio.core.session import read_images
+
+    files = _pngs(tmp_path, ["a.png", "b.png", "c.png", "d.png"])
+    loaded = read_images(files, size=16, progress=lambda done, total, path: done < 2)
+    assert loaded.data.paths == [str(f) for f in files[:2]] and loaded.canvas.images.shape == (2, 16, 16)
+    assert loaded.data.skipped == [{"path": str(f), "reason": "not loaded: cancelled"} for f in files[2:]]
+    s = Session(size=16)
+    said = []
+    s.events.connect("message", said.append)
+    assert s.add_paths(files, progress=lambda done, total, path: done < 3) == loaded.data.skipped[1:]
+    assert s.n == 3 and said[-1] == "Added 3 images; skipped 1: d.png (not loaded: cancelled)"
