@@ -38,6 +38,8 @@ def add_demo_menu(window, before=None) -> QMenu:
 def show_me(window) -> bool:
     """Run the demo; False when refused (a run is going, or the user kept their unsaved work)."""
     m, rp = window.model, window.run_panel
+    if m.refuse_while_loading():
+        return False
     if m.busy:
         m.message.emit("Stop the run first.")
         return False

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMainWindow, QMessageBo
 
 from iastudio.core import __version__
 from iastudio.core.clusterbook import UNASSIGNED
+from iastudio.core.filenames import display_name, printable
 from iastudio.core.logs import log_dir
 
 from .actions import build_menus
@@ -40,6 +41,7 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self.model = model or StudioModel(self)
         self.last_dialog: QMessageBox | None = None
+        self.loading_dialog = None  # the progress dialog while images load
         self._make_widgets()
         build_central(self)
         self.projects = ProjectController(self)
@@ -106,6 +108,7 @@ class MainWindow(QMainWindow):
         m.message.connect(lambda text: self.statusBar().showMessage(text, 15000))
         m.runFinished.connect(lambda _f: self.projects.autosave())
         m.runFailed.connect(self._failed)
+        m.loadFailed.connect(lambda message, tb: self._failed(message, tb, "Loading the images failed"))
 
     @property
     def redraws(self) -> int:
@@ -126,20 +129,41 @@ class MainWindow(QMainWindow):
         if self.model.busy:
             self.model.message.emit("Stop the run first.")
             return False
-        if not self.projects.confirm_discard(action):
+        if self.model.refuse_while_loading() or not self.projects.confirm_discard(action):
             return False
         return change() is not False
 
     def load_demo(self, name: str) -> bool:
         return self._changing_inputs("Loading the demo", lambda: self.model.load_demo(name))
 
-    def load_paths(self, paths, *, replace: bool = False):
-        """Load files/folders with a progress dialog (Cancel keeps what was read)."""
-        dlg, step = progress_dialog(self, "Loading images…", 0)
-        try:
-            return self.model.add_paths(paths, progress=step, replace=replace)
-        finally:
+    def load_paths(self, paths, *, replace: bool = False) -> bool:
+        """Load files/folders in a worker thread behind a progress dialog; False when refused.
+
+        Returns at once; the images are in when ``model.imagesLoaded`` is emitted.  The window stays
+        responsive meanwhile, and Cancel stops after the file being read, keeping what was read.
+        """
+        m = self.model
+        if not m.load_paths(paths, replace=replace):
+            return False
+        dlg, _ = progress_dialog(self, "Loading images…", 0)
+        dlg.canceled.connect(m.cancel_loading)
+        self.loading_dialog = dlg
+
+        def reading(done, total, path):
+            dlg.setMaximum(total)
+            dlg.setLabelText(f"Reading {printable(display_name(path))} ({done + 1} of {total})…")
+            dlg.setValue(done)
+
+        def loaded(_skipped):
+            m.imagesLoading.disconnect(reading)
+            m.imagesLoaded.disconnect(loaded)
+            self.loading_dialog = None
             dlg.close()
+            dlg.deleteLater()
+
+        m.imagesLoading.connect(reading)
+        m.imagesLoaded.connect(loaded)
+        return True
 
     def open_folder(self, folder=None) -> None:
         folder = folder or QFileDialog.getExistingDirectory(self, "Open a folder of images")
@@ -173,6 +197,8 @@ class MainWindow(QMainWindow):
             self._changing_inputs("Transforming an image", lambda: m.set_transform(m.selected, theta, tx, ty))
 
     def start_run(self) -> bool:
+        if self.model.refuse_while_loading():
+            return False
         if self.model.n < 2:
             self.dialog(QMessageBox.Icon.Warning, "Cannot start", "Add at least 2 images before starting a run.")
             return False
@@ -203,11 +229,11 @@ class MainWindow(QMainWindow):
         text = "\n".join(f"{s['path']}: {s['reason']}" for s in skipped) or "Nothing was skipped."
         self.dialog(QMessageBox.Icon.Information, "Skipped files", f"{len(skipped)} file(s) were skipped.", text)
 
-    def _failed(self, message, tb) -> None:
+    def _failed(self, message, tb, title: str = "The run failed") -> None:
         from .errors import show_error
 
-        log.error("run failed: %s\n%s", message, tb)
-        self.last_dialog = show_error("The run failed", message, tb, parent=self)
+        log.error("%s: %s\n%s", title, message, tb)
+        self.last_dialog = show_error(title, message, tb, parent=self)
 
     def dialog(self, icon, title, text, details="") -> QMessageBox:
         box = QMessageBox(icon, title, text, QMessageBox.StandardButton.Ok, self)

@@ -1,12 +1,15 @@
 """The studio model: the Qt face of the Qt-free :class:`~iastudio.core.session.Session`.
 
 The session holds and changes the state; this adapter turns its events into Qt signals and drives its
-runs in a standard thread worker (superqt's generator worker).  The worker's output reaches the GUI
-thread only through queued signals; views never compute, they draw what these signals carry.
+runs in a standard thread worker (superqt's generator worker), and the reading of image files (decode
+and preprocess, :func:`~iastudio.core.session.read_images`) in a function worker.  The workers' output
+reaches the GUI thread only through queued signals, and only the GUI thread changes the session; views
+never compute, they draw what these signals carry.
 """
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import traceback
 
@@ -15,7 +18,7 @@ from superqt.utils import create_worker
 
 from iastudio.core.backend import BackendUnavailableError, get_backend
 from iastudio.core.frames import FrameBuilder
-from iastudio.core.session import Session, run_subset, stream_run
+from iastudio.core.session import Session, read_images, run_subset, stream_run
 
 log = logging.getLogger(__name__)
 QUEUED = Qt.ConnectionType.QueuedConnection
@@ -55,7 +58,11 @@ class StudioModel(QObject):
     progressChanged = Signal(float, str, float)  # fraction, text, eta seconds (-1 unknown)
     runFinished = Signal(object)  # Frame
     runFailed = Signal(str, str)  # message, traceback
+    imagesLoading = Signal(int, int, str)  # files done, total, the file being read now
+    imagesLoaded = Signal(list)  # the skipped files: a load ended (its images are in the session, if any)
+    loadFailed = Signal(str, str)  # message, traceback: the loading itself failed (not one file)
     _progressed = Signal(float, str)  # emitted in the worker thread, queued to the GUI thread
+    _reading = Signal(int, int, str)  # emitted in the worker thread, queued to imagesLoading
 
     def __init__(self, parent=None, *, session: Session | None = None):
         super().__init__(parent)
@@ -70,8 +77,12 @@ class StudioModel(QObject):
             ev.connect(name, signal.emit)
         ev.connect("state", lambda s: self.runStateChanged.emit(str(s)))
         self._progressed.connect(self._on_progress, QUEUED)
+        self._reading.connect(self.imagesLoading, QUEUED)
         self.builder: FrameBuilder | None = None
         self.worker = None
+        self.loader = None  # the worker reading images, while it does
+        self._load_replace = False
+        self._load_cancel = threading.Event()
         self._t_launch = 0.0
         app = QCoreApplication.instance()
         if app is not None:
@@ -86,9 +97,67 @@ class StudioModel(QObject):
     def history_frames(self) -> list:
         return self.session.frames
 
+    # ---------------------------------------------------------------- loading images
+    @property
+    def loading(self) -> bool:
+        """True while a worker reads images (:meth:`load_paths`)."""
+        return self.loader is not None
+
+    def refuse_while_loading(self) -> bool:
+        """True (with a message) while images are loading: the inputs must not change meanwhile."""
+        if self.loading:
+            self.message.emit("Wait for the images to load, or cancel the loading.")
+        return self.loading
+
+    def load_paths(self, paths, *, replace: bool = False) -> bool:
+        """Read and preprocess files/folders in a worker thread; the session takes them on the GUI thread.
+
+        Returns at once: False (with a message) when refused, a run or another loading going on.
+        :attr:`imagesLoading` tells which file is read, :attr:`imagesLoaded` when the loading ended.
+        """
+        if self.refuse_while_loading():
+            return False
+        if not self.session.begin_adding():
+            return False
+        self._load_replace = replace
+        self._load_cancel = cancel = threading.Event()
+
+        def progress(done, total, path):  # worker thread: only a queued signal and the flag cross
+            self._reading.emit(done, total, path)
+            return not cancel.is_set()
+
+        self.loader = create_worker(read_images, list(paths), size=self.session.size, progress=progress,
+                                    _start_thread=False,
+                                    _connect={"returned": self._loaded, "errored": self._load_failed})
+        self.loader.start()
+        return True
+
+    def cancel_loading(self) -> None:
+        """Stop loading after the file being read; what was read is kept."""
+        if self.loading and not self._load_cancel.is_set():
+            self._load_cancel.set()
+            self.message.emit("Cancelling: the file being read is the last one.")
+
+    def _loaded(self, loaded) -> None:
+        if self.loader is None:  # abandoned (the window closed)
+            return
+        self.loader = None
+        self.imagesLoaded.emit(self.session.add_loaded(loaded, replace=self._load_replace))
+
+    def _load_failed(self, exc: BaseException) -> None:
+        if self.loader is None:
+            return
+        self.loader = None
+        tb = "".join(traceback.format_exception(exc))
+        log.error("loading images failed\n%s", tb)
+        self.loadFailed.emit(str(exc) or type(exc).__name__, tb)
+        self.imagesLoaded.emit([])
+
     # ---------------------------------------------------------------- runs
     def start(self, *, backend: str = "auto", **options) -> bool:
         """Start a new run on the transformed set; False (with a message) when refused."""
+        if self.refuse_while_loading():
+            return False
         run = self.session.start(backend=backend, **options)
         if run is None:
             return False
@@ -97,6 +166,8 @@ class StudioModel(QObject):
         return True
 
     def resume(self) -> bool:
+        if self.refuse_while_loading():
+            return False
         run = self.session.resume()
         if run is None:
             return False
@@ -134,6 +205,8 @@ class StudioModel(QObject):
 
     def split_by_rerun(self, cluster: int) -> bool:
         """Split a cluster by running Invariant Attention on its images alone (in a worker thread)."""
+        if self.refuse_while_loading():
+            return False
         prepared = self.session.start_subset(cluster)
         if prepared is None:
             return False
@@ -157,8 +230,13 @@ class StudioModel(QObject):
         self.session.on_subset_done(*self._subset, None)
 
     def shutdown(self, timeout_ms: int = 10000) -> bool:
-        """Stop the runs and wait for their threads (window closing); True if they ended in time."""
+        """Stop the runs and the loading and wait for their threads (window closing); True if they ended in time.
+
+        Images still loading are dropped.
+        """
         self.stop()
+        self._load_cancel.set()
+        self.loader = None
         done = QThreadPool.globalInstance().waitForDone(timeout_ms)
         self.session.close()
         return done

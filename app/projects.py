@@ -141,7 +141,7 @@ class ProjectController(QObject):
 
     def open_project(self, path, *, remember: bool = True, ask: bool = True) -> bool:
         w = self.window
-        if ask and not self.confirm_discard("Opening a project"):
+        if self.model.refuse_while_loading() or (ask and not self.confirm_discard("Opening a project")):
             return False
         try:
             proj = self.model.open_project(path)

@@ -178,15 +178,17 @@ def test_start_with_fewer_than_two_images_is_refused(window):
     assert window.model.state == "idle"
 
 
-def _drop(window, paths):
+def _drop(qtbot, window, paths):
+    """Drop ``paths`` on the window and wait until the worker's images are in the session."""
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
     ev = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
                     Qt.KeyboardModifier.NoModifier)
-    window.dropEvent(ev)
+    with qtbot.waitSignal(window.model.imagesLoaded, timeout=30000):
+        window.dropEvent(ev)
 
 
-def test_drag_and_drop_files_and_unreadable_ones(window, tmp_path):
+def test_drag_and_drop_files_and_unreadable_ones(window, qtbot, tmp_path):
     tmp_path = tmp_path / "drop"
     tmp_path.mkdir()
     img = np.zeros((20, 20), np.uint8)
@@ -196,9 +198,9 @@ def test_drag_and_drop_files_and_unreadable_ones(window, tmp_path):
     (tmp_path / "bad.png").write_text("garbage")
     messages = []
     window.model.message.connect(messages.append)
-    _drop(window, [tmp_path / "bad.png"])
+    _drop(qtbot, window, [tmp_path / "bad.png"])
     assert window.model.n == 0 and "bad.png" in messages[-1]
-    _drop(window, [tmp_path])
+    _drop(qtbot, window, [tmp_path])
     assert window.model.n == 3
     assert "skipped 1" in messages[-1] and "bad.png" in messages[-1]
     assert "details" in window.images_panel.summary.text()

@@ -377,7 +377,7 @@ def test_run_menu_and_settings_follow_the_run_state(window, qtbot):
     assert not window.stop_action.isEnabled() and not window.resume_action.isEnabled()
 
 
-def test_skipped_files_are_listed_in_the_panel(window, tmp_path):
+def test_skipped_files_are_listed_in_the_panel(window, qtbot, tmp_path):
     folder = tmp_path / "imgs"
     folder.mkdir()
     img = np.zeros((20, 20), np.uint8)
@@ -385,7 +385,8 @@ def test_skipped_files_are_listed_in_the_panel(window, tmp_path):
     for k in range(3):
         Image.fromarray(np.roll(img, k, axis=1)).save(folder / f"{k}.png")
     (folder / "broken.png").write_text("not an image")
-    window.load_paths([str(folder)])
+    with qtbot.waitSignal(window.model.imagesLoaded, timeout=30000):
+        assert window.load_paths([str(folder)])
     lst = window.images_panel.skipped_list
     assert lst.isVisible() and lst.count() == 1 and "broken.png" in lst.item(0).text()
     assert str(folder / "broken.png") in lst.item(0).toolTip()

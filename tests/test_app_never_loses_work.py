@@ -50,6 +50,7 @@ def test_loading_a_demo_or_dropping_files_asks_first(edited, asked, tmp_path):
     mime.setUrls([QUrl.fromLocalFile(str(tmp_path))])
     w.dropEvent(QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
                            Qt.KeyboardModifier.NoModifier))
+    assert not m.loading  # refused: no loading started that could still change the set
     assert m.n == 18 and m.final is not None and len(asked) == 2
     asked.answer = "discard"
     w.images_panel.demoChosen.emit("digits")
@@ -128,6 +129,7 @@ def test_opening_a_folder_keeps_the_clusters_setting(qtbot, tmp_path):
     qtbot.addWidget(w)
     w.model.load_demo("shapes")
     w.run_panel.clusters.setValue(3)
-    w.open_folder(str(tmp_path))
+    with qtbot.waitSignal(w.model.imagesLoaded, timeout=30000):
+        w.open_folder(str(tmp_path))
     assert w.model.n == 5 and w.run_panel.clusters.value() == 3
     assert w.projects.recent("recent/folders")[0] == str(tmp_path)
