@@ -192,3 +192,24 @@ def test_closing_while_loading_stops_it_and_leaves_no_thread(qtbot, tmp_path, mo
     assert QThreadPool.globalInstance().activeThreadCount() == 0
     QApplication.processEvents()  # the worker's last (queued) result arrives, and is dropped
     assert slow.names == ["a.png", "slow.png"] and w.model.n == 0 and loaded == []
+
+
+def test_a_loading_that_fails_as_a_whole_is_an_error_window_and_changes_nothing(window, qtbot, tmp_path,
+                                                                                  monkeypatch):
+    window.model.load_demo("shapes")
+
+    def broken(paths):
+        raise ValueError("the folder listing broke")
+
+    monkeypatch.setattr(session_module, "image_files", broken)
+    with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS) as loaded:
+        assert window.load_paths([tmp_path])
+    box = current_error_dialog()
+    try:
+        assert box is not None and box.windowTitle() == "Loading the images failed"
+        assert box.message == "the folder listing broke" and "Traceback" in box.detailedText()
+        assert loaded.args == [[]] and not window.model.loading and window.model.n == 18
+        assert window.loading_dialog is None
+    finally:
+        if box is not None:
+            box.close()
