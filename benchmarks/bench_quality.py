@@ -22,6 +22,8 @@ Usage::
     python benchmarks/bench_quality.py                 # both splits, 48 px
     python benchmarks/bench_quality.py --split holdout --size 48
     python benchmarks/bench_quality.py --fast          # the small subset the tests run
+    python benchmarks/bench_quality.py --neighbors 12 --methods "IA auto" "IA k" "spec(D0) k"
+                                                       # the pruned path (K = 12) on the same sets
 
 ``--split tune`` is the material the defaults were chosen on; ``holdout`` is
 disjoint material (other digits, other samples, other letters and photos)
@@ -80,7 +82,7 @@ def _score(truth, labels):
     return adjusted_rand_score(truth, labels), normalized_mutual_info_score(truth, labels)
 
 
-def evaluate(spec, *, split: str, size: int, iterations: int = 3, methods=METHODS) -> dict:
+def evaluate(spec, *, split: str, size: int, iterations: int = 3, methods=METHODS, neighbors="auto") -> dict:
     """Run every method on one set; returns ``{method: (ari, nmi, k, seconds)}``."""
     from iastudio.core.attention import AttentionRun
     from iastudio.core.clustering import read_clusters
@@ -96,17 +98,18 @@ def evaluate(spec, *, split: str, size: int, iterations: int = 3, methods=METHOD
 
     if "IA auto" in methods:
         t = time.perf_counter()
-        res = AttentionRun(x, backend="numpy", iterations=iterations).run()
+        res = AttentionRun(x, backend="numpy", iterations=iterations, neighbors=neighbors).run()
         out["IA auto"] = (*_score(truth, res.labels), res.n_clusters, prep + time.perf_counter() - t)
         out["_k_choice"] = res.k_choice
         out["_notes"] += [f"IA auto: {note}" for note in res.notes]
     if "IA k" in methods or "spec(D0) k" in methods:
         t = time.perf_counter()
-        res_k = AttentionRun(x, backend="numpy", iterations=iterations, clusters=k_true).run()
+        res_k = AttentionRun(x, backend="numpy", iterations=iterations, clusters=k_true, neighbors=neighbors).run()
         out["IA k"] = (*_score(truth, res_k.labels), res_k.n_clusters, prep + time.perf_counter() - t)
         out["_notes"] += [f"IA k: {note}" for note in res_k.notes]
         t = time.perf_counter()
-        lab0, _ = read_clusters(res_k.input_distances, k=k_true)
+        lab0, _ = read_clusters(res_k.input_distances if neighbors == "auto" else
+                                _dense_inputs(x), k=k_true)
         out["spec(D0) k"] = (*_score(truth, lab0), k_true, time.perf_counter() - t)
     if "KA k" in methods:
         t = time.perf_counter()
@@ -123,6 +126,13 @@ def evaluate(spec, *, split: str, size: int, iterations: int = 3, methods=METHOD
     if "ASPIRE" in methods:
         out["ASPIRE"] = _aspire(x, truth, k_true)
     return out
+
+
+def _dense_inputs(x):
+    """Every pair's invariant distances (the spectral column is always the exhaustive one)."""
+    from iastudio.core.similarity import invariant_distances
+
+    return invariant_distances(x).distances
 
 
 def _aspire(x, truth, k_true):
@@ -161,6 +171,8 @@ def main(argv=None) -> int:
     p.add_argument("--fast", action="store_true", help="only the small subset the tests run")
     p.add_argument("--only", nargs="*", help="set names to run")
     p.add_argument("--methods", nargs="*", help="columns to compute (default: all; ASPIRE when installed)")
+    p.add_argument("--neighbors", default="auto",
+                   help="IA columns: candidate neighbours K (a number prunes even these small sets; default auto)")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     splits = ("tune", "holdout") if args.split == "both" else (args.split,)
@@ -179,7 +191,9 @@ def main(argv=None) -> int:
             if args.only and spec.name not in args.only:
                 continue
             n, k_true = sum(spec.sizes), len(spec.sizes)
-            r = evaluate(spec, split=split, size=args.size, iterations=args.iterations, methods=methods)
+            nb = args.neighbors if args.neighbors in ("auto", "all") else int(args.neighbors)
+            r = evaluate(spec, split=split, size=args.size, iterations=args.iterations, methods=methods,
+                         neighbors=nb)
             cells = []
             for m in methods:
                 v = r.get(m)

@@ -603,18 +603,10 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         if keep.size == 0:
             return labels, KChoice(1, 1, 1.0, "trivial", [(1, 1.0)])
         k = self.settings.clusters
-        if _is_sparse(distances):  # a pruned run: the sparse read-out of iastudio.core.neighbors, no blank handling
-            from .neighbors import sparse_auto_beta, sparse_cluster_labels
-
-            b = self.settings.beta
-            beta = sparse_auto_beta(distances) if b == "auto" else float(b)
-            labels = sparse_cluster_labels(distances, beta, k=k)
-            kk = int(labels.max()) + 1
-            return labels, KChoice(kk, 1, 1.0 if k != "auto" else 0.0, "given" if k != "auto" else "sparse-eigengap",
-                                   [(kk, 0.0)])
         if k != "auto" and self.blank.any():
             k = min(int(k), keep.size)
-        sub, choice = read_clusters(distances[np.ix_(keep, keep)], k=k)
+        sub, choice = read_clusters(distances[keep][:, keep] if _is_sparse(distances)
+                                    else distances[np.ix_(keep, keep)], k=k)
         labels[keep] = sub
         if self.blank.any():
             labels[self.blank] = sub.max() + 1
@@ -623,7 +615,8 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
     def _separation(self, distances, labels) -> float | None:
         """Silhouette of a partition of the non-blank images (None when undefined)."""
         keep = np.flatnonzero(~self.blank)
-        return silhouette(distances[np.ix_(keep, keep)], labels[keep])
+        sub = distances[keep][:, keep] if _is_sparse(distances) else distances[np.ix_(keep, keep)]
+        return silhouette(sub, labels[keep])
 
     def _guard_rejects(self, labels) -> bool:
         """True (and the previous iteration restored) when ``labels`` are not a clear improvement.
@@ -634,7 +627,7 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         their silhouette (+0.02).  Otherwise the iteration has mixed what the
         inputs separate: the previous state is restored and the run stops.
         """
-        if not self.settings.guarded or self._prev is None or _is_sparse(self._input_sim[0]):
+        if not self.settings.guarded or self._prev is None:
             return False
         from sklearn.metrics import adjusted_rand_score
 
@@ -659,14 +652,6 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         return True
 
     @staticmethod
-    def _weights_of(dist, beta, bandwidth=None):
-        if _is_sparse(dist):
-            from .neighbors import sparse_attention_weights
-
-            return sparse_attention_weights(dist, beta)
-        return attention_weights(dist, beta, bandwidth=bandwidth)
-
-    @staticmethod
     def _init_of(trans):
         """Starting transforms of the means: the dense array, or a look-up into a pruned run's pairs."""
         if isinstance(trans, np.ndarray):
@@ -685,9 +670,9 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
                 return self._advance()
             if self._input_sim is None:
                 self._input_sim = sim
-                if s.beta == "auto" and not _is_sparse(dist):
+                if s.beta == "auto":
                     self._bandwidth = local_bandwidth(dist, neighbor=choice.scale)
-            w, beta = self._weights_of(dist, s.beta if s.beta == "auto" else float(s.beta), self._bandwidth)
+            w, beta = attention_weights(dist, s.beta if s.beta == "auto" else float(s.beta), bandwidth=self._bandwidth)
             prev = self._weights
             self._sim, self._weights, self._beta = sim, w, beta
             self._labels, self._k_choice = labels, choice

@@ -24,14 +24,24 @@ cluster.
 
 Labels come from scikit-learn's spectral clustering on ``A`` (deterministic
 ``cluster_qr`` assignment) and are numbered in order of first appearance.
+
+A pruned run's distances are a sparse K-neighbour graph; the same rules apply
+to it with ``s_i`` taken from the image's candidates (its nearest images), the
+affinity kept sparse (0 off the graph) and the eigenvalues from ARPACK.  Two
+things need every distance and are left out there: the "same" check and the
+silhouette.  Without a clear gap the scale with the largest gap decides
+(reported as unsure), and with ``k`` given the scale with the largest gap after
+the ``k``-th eigenvalue is used.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
-from .weights import local_bandwidth
+from .weights import graph_affinity, local_bandwidth
 
 __all__ = [
     "KChoice",
@@ -112,17 +122,20 @@ def local_scaling_affinity(distances: np.ndarray, *, neighbor: int = 2) -> np.nd
 
     Parameters
     ----------
-    distances : ndarray, shape (n, n)
-        Symmetric, nonnegative, zero diagonal.
+    distances : ndarray or scipy.sparse matrix, shape (n, n)
+        Symmetric, nonnegative, zero diagonal; or a pruned run's K-neighbour
+        graph (its edges only).
     neighbor : int
         ``s_i`` is the distance from ``i`` to its ``neighbor``-th nearest
-        other image.
+        other image (on a graph: its ``neighbor``-th nearest candidate).
 
     Returns
     -------
-    ndarray, shape (n, n)
-        Symmetric, ones on the diagonal.
+    ndarray or scipy.sparse.csr_matrix, shape (n, n)
+        Symmetric, ones on the diagonal (sparse in, sparse out: 0 off the graph).
     """
+    if sp.issparse(distances):
+        return graph_affinity(distances, bandwidth=local_bandwidth(distances, neighbor=neighbor))
     d = np.asarray(distances, dtype=float)
     if d.shape[0] < 2:
         return np.ones_like(d)
@@ -137,13 +150,28 @@ def _normalised(affinity):
     return a * s[:, None] * s[None, :]
 
 
-def eigengaps(affinity: np.ndarray) -> np.ndarray:
+def eigengaps(affinity, *, max_k: int = MAX_K) -> np.ndarray:
     """Gaps ``lambda_k - lambda_{k+1}`` of the normalised affinity, k = 1..n.
 
     The spectrum (descending) gets a zero appended, so the last gap is the
     smallest eigenvalue itself: for an identity-like affinity (every image
-    alone) the largest gap is at ``k = n``.
+    alone) the largest gap is at ``k = n``.  A sparse affinity (a
+    K-neighbour graph of more than ``max_k + 2`` images) gives only the first
+    ``max_k`` gaps, from its ``max_k + 1`` largest eigenvalues (ARPACK).
     """
+    if sp.issparse(affinity) and affinity.shape[0] > max_k + 2:
+        from scipy.sparse.linalg import eigsh
+
+        a = sp.csr_matrix(affinity, dtype=float)
+        a = 0.5 * (a + a.T)
+        deg = np.asarray(a.sum(axis=1)).ravel()
+        scale = sp.diags(1.0 / np.sqrt(np.maximum(deg, 1e-300)))
+        n = a.shape[0]
+        ev = eigsh(scale @ a @ scale, k=max_k + 1, which="LA", return_eigenvectors=False, v0=np.ones(n) / np.sqrt(n))
+        ev = np.sort(ev)[::-1]
+        return ev[:-1] - ev[1:]
+    if sp.issparse(affinity):
+        affinity = affinity.toarray()
     ev = np.sort(np.linalg.eigvalsh(_normalised(np.asarray(affinity, dtype=float))))[::-1]
     ev = np.append(np.clip(ev, 0.0, None), 0.0)
     return ev[:-1] - ev[1:]
@@ -180,17 +208,50 @@ def _spectral(affinity, k):
     if k >= n:
         return np.arange(n)
     a = 0.5 * (affinity + affinity.T)
+    if sp.issparse(a):  # a K-neighbour graph: ARPACK on the sparse matrix
+        model = SpectralClustering(n_clusters=k, affinity="precomputed", assign_labels="cluster_qr", random_state=0,
+                                   eigen_solver="arpack")
+        with warnings.catch_warnings():  # well-separated classes are separate components of the graph: expected
+            warnings.filterwarnings("ignore", message="Graph is not fully connected")
+            return relabel_by_appearance(model.fit_predict(sp.csr_matrix(a)))
     model = SpectralClustering(n_clusters=k, affinity="precomputed", assign_labels="cluster_qr", random_state=0)
     return relabel_by_appearance(model.fit_predict(a + 1e-12))
 
 
 def silhouette(distances, labels) -> float | None:
-    """Mean silhouette of a partition on precomputed distances; None for 1 cluster or n clusters."""
+    """Mean silhouette of a partition on precomputed distances; None for 1 cluster or n clusters.
+
+    On a sparse K-neighbour graph only the stored distances count: for image
+    ``i``, ``a`` is its mean distance to its neighbours in its own cluster and
+    ``b`` the smallest mean distance to its neighbours in another cluster (its
+    farthest neighbour when all its neighbours share its cluster: the others
+    are farther still); an image with no neighbour in its own cluster scores
+    0, as a singleton does.  It compares partitions of one graph; its values
+    are not those of the dense silhouette.
+    """
     from sklearn.metrics import silhouette_score
 
+    labels = np.asarray(labels)
     if not 1 < len(np.unique(labels)) < len(labels):
         return None
+    if sp.issparse(distances):
+        return _graph_silhouette(sp.csr_matrix(distances), labels)
     return float(silhouette_score(distances, labels, metric="precomputed"))
+
+
+def _graph_silhouette(g, labels) -> float:
+    scores = np.zeros(g.shape[0])
+    for i in range(g.shape[0]):
+        idx = g.indices[g.indptr[i]:g.indptr[i + 1]]
+        dist = g.data[g.indptr[i]:g.indptr[i + 1]]
+        own = labels[idx] == labels[i]
+        if not own.any():
+            continue
+        a = dist[own].mean()
+        other, other_dist = labels[idx][~own], dist[~own]
+        b = min(other_dist[other == c].mean() for c in np.unique(other)) if other.size else dist.max()
+        scores[i] = (b - a) / max(a, b) if max(a, b) > 0 else 0.0
+    return float(scores.mean())
 
 
 def _silhouette(distances, labels):
@@ -198,72 +259,82 @@ def _silhouette(distances, labels):
     return -1.0 if s is None else s
 
 
-def select_k(distances: np.ndarray, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int = MAX_K) -> KChoice:
+def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int = MAX_K) -> KChoice:
     """Choose the number of clusters from invariant distances (see the module docstring).
 
     Parameters
     ----------
-    distances : ndarray, shape (n, n)
+    distances : ndarray or scipy.sparse matrix, shape (n, n)
+        Dense distances, or a pruned run's K-neighbour graph.  On a graph the
+        "same" check is skipped (its distances are each image's nearest
+        ones) and, when no scale shows a clear gap, the scale with the
+        largest gap decides (there is no silhouette without every distance).
     scales : tuple of int
         Neighbour ranks tried for the local bandwidth, smallest first.
     min_gap : float
         Eigengap that counts as a clear structure.
     max_k : int
-        Largest k the silhouette fallback tries.
+        Largest k the silhouette fallback tries (on a graph: the eigengaps).
 
     Returns
     -------
     KChoice
     """
-    d = np.asarray(distances, dtype=float)
+    sparse = sp.issparse(distances)
+    d = sp.csr_matrix(distances, dtype=float) if sparse else np.asarray(distances, dtype=float)
     n = d.shape[0]
     if n == 1:
         return KChoice(1, 1, 1.0, "trivial", [(1, 1.0)])
-    off = d[~np.eye(n, dtype=bool)]
-    if np.percentile(off, 90) < SAME:
+    off = d.data if sparse else d[~np.eye(n, dtype=bool)]
+    if off.size == 0:
+        return KChoice(n, 1, 1.0, "distinct", [(n, float("inf"))])
+    if not sparse and np.percentile(off, 90) < SAME:
         return KChoice(1, 1, 1.0, "same", [(1, float(np.percentile(off, 90)))])
     if off.min() > DISTINCT:
         return KChoice(n, 1, 1.0, "distinct", [(n, float(off.min()))])
     if n == 2:
         return KChoice(1, 1, 1.0, "distinct", [(1, float(off.min()))])
-    best_gap, first = 0.0, None
+    strongest = None
     for m in scales:
         if m >= n:
             break
-        g = eigengaps(local_scaling_affinity(d, neighbor=m))
+        g = eigengaps(local_scaling_affinity(d, neighbor=m), max_k=max_k)
         top = np.argsort(-g)[:3]
-        best_gap = max(best_gap, float(g[top[0]]))
-        if g[top[0]] >= min_gap:
-            first = KChoice(int(top[0]) + 1, m, float(g[top[0]]), "eigengap",
-                            [(int(t) + 1, float(g[t])) for t in top])
-            break
-    if first is not None:
-        return first
+        choice = KChoice(int(top[0]) + 1, m, float(g[top[0]]), "eigengap", [(int(t) + 1, float(g[t])) for t in top])
+        if choice.confidence >= min_gap:
+            return choice
+        if strongest is None or choice.confidence > strongest.confidence:
+            strongest = choice
+    if sparse:
+        return strongest
     m = min(2, n - 1)
     aff = local_scaling_affinity(d, neighbor=m)
     sil = {k: _silhouette(d, _spectral(aff, k)) for k in range(2, min(n - 1, max_k) + 1)}
     if not sil or max(sil.values()) <= 0:
-        return KChoice(1, m, best_gap, "silhouette", [(1, 0.0)])
+        return KChoice(1, m, strongest.confidence, "silhouette", [(1, 0.0)])
     ranked = sorted(sil.items(), key=lambda t: -t[1])[:3]
-    return KChoice(int(ranked[0][0]), m, best_gap, "silhouette", [(int(k), float(s)) for k, s in ranked])
+    return KChoice(int(ranked[0][0]), m, strongest.confidence, "silhouette", [(int(k), float(s)) for k, s in ranked])
 
 
-def read_clusters(distances: np.ndarray, *, k="auto", scales=SCALES) -> tuple[np.ndarray, KChoice]:
+def read_clusters(distances, *, k="auto", scales=SCALES) -> tuple[np.ndarray, KChoice]:
     """Labels and the :class:`KChoice` from invariant distances.
 
     Parameters
     ----------
-    distances : ndarray, shape (n, n)
+    distances : ndarray or scipy.sparse matrix, shape (n, n)
+        Dense distances, or a pruned run's K-neighbour graph.
     k : int or "auto"
         With a given ``k`` the neighbour scale whose partition has the best
-        silhouette is used.
+        silhouette is used (on a graph: the scale with the largest eigengap
+        after the ``k``-th eigenvalue).
 
     Returns
     -------
     labels : ndarray of int, shape (n,)
     choice : KChoice
     """
-    d = np.asarray(distances, dtype=float)
+    sparse = sp.issparse(distances)
+    d = sp.csr_matrix(distances, dtype=float) if sparse else np.asarray(distances, dtype=float)
     n = d.shape[0]
     if k == "auto":
         choice = select_k(d, scales=scales)
@@ -279,11 +350,16 @@ def read_clusters(distances: np.ndarray, *, k="auto", scales=SCALES) -> tuple[np
     for m in scales:
         if m >= n:
             break
-        labels = _spectral(local_scaling_affinity(d, neighbor=m), k)
-        s = _silhouette(d, labels)
-        if best is None or s > best[0]:
-            best = (s, labels, m)
-    return best[1], KChoice(k, best[2], 1.0, "given", [(k, best[0])])
+        aff = local_scaling_affinity(d, neighbor=m)
+        if sparse:
+            score, labels = float(eigengaps(aff, max_k=max(MAX_K, k))[k - 1]), None
+        else:
+            labels = _spectral(aff, k)
+            score = _silhouette(d, labels)
+        if best is None or score > best[0]:
+            best = (score, labels, m)
+    labels = best[1] if best[1] is not None else _spectral(local_scaling_affinity(d, neighbor=best[2]), k)
+    return labels, KChoice(k, best[2], 1.0, "given", [(k, best[0])])
 
 
 def labels_at_threshold(distances: np.ndarray, *, threshold: float) -> np.ndarray:

@@ -18,7 +18,8 @@ rotationally-invariant class averaging:
    full alignment (global search + refinement) runs.
 
 On that graph W, its column sums and the affinity of the read-out are sparse
-(:func:`sparse_attention_weights`, :func:`sparse_cluster_labels`).
+(:func:`iastudio.core.weights.attention_weights` and
+:func:`iastudio.core.clustering.read_clusters` take the graph as it is).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .backend import array_module, fft_module, ndimage_module, to_host
+from .weights import graph_affinity
 
 __all__ = [
     "AUTO_ALL_PAIRS_MAX",
@@ -33,9 +35,6 @@ __all__ = [
     "resolve_neighbors",
     "invariant_features",
     "candidate_pairs",
-    "sparse_auto_beta",
-    "sparse_attention_weights",
-    "sparse_cluster_labels",
     "graph_map",
     "graph_curves",
 ]
@@ -186,87 +185,6 @@ def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
     return key // n, key % n
 
 
-def sparse_auto_beta(distances) -> float:
-    """``beta="auto"`` on a K-neighbour graph of distances (CSR, no diagonal).
-
-    The rule of :func:`iastudio.core.weights.auto_beta` on the neighbours each image
-    has: ``1 / max(median_i d_i,(k)^2, 0.02)`` with
-    ``k = min(ceil(sqrt(n) / 2), fewest neighbours of any image)``.
-    """
-    d = sp.csr_matrix(distances)
-    n = d.shape[0]
-    deg = np.diff(d.indptr)
-    if n < 2 or deg.min() < 1:
-        return 1.0 / 0.02
-    k = min(int(deg.min()), max(1, int(np.ceil(np.sqrt(n) / 2))))
-    kth = np.array([np.sort(d.data[d.indptr[i]:d.indptr[i + 1]])[k - 1] for i in range(n)])
-    return float(1.0 / max(float(np.median(kth**2)), 0.02))
-
-
-def sparse_attention_weights(distances, beta="auto"):
-    """W on a K-neighbour graph: ``exp(-beta d^2)`` on its edges and the diagonal, columns sum to 1.
-
-    Parameters
-    ----------
-    distances : scipy.sparse matrix, shape (n, n)
-        Symmetric distances on the candidate edges (no diagonal; a stored
-        zero is a real zero distance).
-    beta : float or "auto"
-
-    Returns
-    -------
-    W : scipy.sparse.csr_matrix, shape (n, n)
-    beta : float
-    """
-    b = sparse_auto_beta(distances) if beta == "auto" else float(beta)
-    if not b > 0:
-        raise ValueError("beta must be > 0")
-    gamma = _affinity(distances, b)
-    colsum = np.asarray(gamma.sum(axis=0)).ravel()
-    return (gamma @ sp.diags(1.0 / np.maximum(colsum, 1e-300))).tocsr(), b
-
-
-def _affinity(distances, beta):
-    d = sp.coo_matrix(distances)
-    n = d.shape[0]
-    data = np.concatenate([np.exp(-beta * d.data.astype(float) ** 2), np.ones(n)])
-    rows = np.concatenate([d.row, np.arange(n)])
-    cols = np.concatenate([d.col, np.arange(n)])
-    return sp.csr_matrix((data, (rows, cols)), shape=(n, n))
-
-
-def sparse_cluster_labels(distances, beta: float, *, k="auto", max_k: int = 20) -> np.ndarray:
-    """Spectral clusters of the sparse affinity ``exp(-beta d^2)`` (ARPACK).
-
-    ``k="auto"`` takes the largest gap among the top eigenvalues of the
-    normalised affinity ``D^-1/2 A D^-1/2``; labels come from scikit-learn's
-    spectral clustering on the sparse affinity, numbered in order of first
-    appearance (as :func:`iastudio.core.clustering.cluster_labels` does densely).
-    """
-    from scipy.sparse.linalg import eigsh
-    from sklearn.cluster import SpectralClustering
-
-    from .clustering import relabel_by_appearance
-
-    a = _affinity(distances, beta)
-    a = (0.5 * (a + a.T)).tocsr()
-    n = a.shape[0]
-    if k == "auto":
-        deg = np.asarray(a.sum(axis=1)).ravel()
-        s = sp.diags(1.0 / np.sqrt(np.maximum(deg, 1e-300)))
-        kk = min(n - 2, max_k + 1)
-        ev = np.sort(eigsh(s @ a @ s, k=kk, which="LA", return_eigenvectors=False,
-                           v0=np.ones(n) / np.sqrt(n))[::-1])[::-1]
-        gaps = ev[:-1] - ev[1:]
-        k = int(np.argmax(gaps[:max_k])) + 1
-    k = int(k)
-    if k <= 1:
-        return np.zeros(n, dtype=int)
-    model = SpectralClustering(n_clusters=k, affinity="precomputed", assign_labels="cluster_qr", random_state=0,
-                               eigen_solver="arpack")
-    return relabel_by_appearance(model.fit_predict(a))
-
-
 def graph_map(distances, previous=None) -> np.ndarray:
     """2-D coordinates of the images of a K-neighbour graph of distances (the sparse stand-in for MDS).
 
@@ -292,7 +210,7 @@ def graph_map(distances, previous=None) -> np.ndarray:
     if n < 4 or d.nnz == 0:
         return np.zeros((n, 2))
     scale = float(np.median(d.data)) or 1.0
-    a = _affinity(d, 1.0 / scale**2)
+    a = graph_affinity(d, beta=1.0 / scale**2)
     a = (0.5 * (a + a.T)).tocsr()
     deg = np.asarray(a.sum(axis=1)).ravel()
     s = sp.diags(1.0 / np.sqrt(np.maximum(deg, 1e-300)))

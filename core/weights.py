@@ -19,8 +19,10 @@ once, on the input distances, and keeps it for every iteration.  The reported
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
-__all__ = ["rbf_similarity", "column_normalize", "attention_weights", "auto_beta", "local_bandwidth"]
+__all__ = ["rbf_similarity", "column_normalize", "attention_weights", "auto_beta", "local_bandwidth",
+           "graph_affinity"]
 
 
 SIGMA_FLOOR = 0.02  # distances below this (unit-norm images) are resampling noise, not differences
@@ -31,7 +33,10 @@ def local_bandwidth(distances: np.ndarray, *, neighbor: int = 2, floor: float = 
 
     Parameters
     ----------
-    distances : ndarray, shape (n, n)
+    distances : ndarray or scipy.sparse matrix, shape (n, n)
+        Dense distances, or a pruned run's K-neighbour graph (the stored
+        entries of row ``i`` are the distances to its candidates, the nearest
+        images; a stored zero is a real zero, the diagonal is not stored).
     neighbor : int
     floor : float
         Smallest bandwidth: invariant distances below 0.02 on unit-norm
@@ -42,7 +47,17 @@ def local_bandwidth(distances: np.ndarray, *, neighbor: int = 2, floor: float = 
     Returns
     -------
     ndarray, shape (n,)
+        An image of a graph with fewer than ``neighbor`` neighbours uses its
+        farthest one (none: the floor).
     """
+    if sp.issparse(distances):
+        g = sp.csr_matrix(distances)
+        s = np.full(g.shape[0], floor)
+        for i in range(g.shape[0]):
+            row = np.sort(g.data[g.indptr[i]:g.indptr[i + 1]])
+            if row.size:
+                s[i] = row[min(max(int(neighbor), 1), row.size) - 1]
+        return np.maximum(s, floor)
     d = np.asarray(distances, dtype=float)
     n = d.shape[0]
     if n < 2:
@@ -50,6 +65,38 @@ def local_bandwidth(distances: np.ndarray, *, neighbor: int = 2, floor: float = 
     m = int(np.clip(neighbor, 1, n - 1))
     s = np.sort(d + np.diag(np.full(n, np.inf)), axis=1)[:, m - 1]
     return np.maximum(s, floor)
+
+
+def graph_affinity(distances, *, beta: float | None = None, bandwidth=None):
+    """The RBF affinity on a sparse graph's edges, with ones on the diagonal.
+
+    ``exp(-beta d_ij^2)`` with a global ``beta``, or ``exp(-d_ij^2 / (s_i s_j))``
+    with a per-image ``bandwidth`` ``s``; pairs off the graph have affinity 0.
+
+    Parameters
+    ----------
+    distances : scipy.sparse matrix, shape (n, n)
+        Symmetric distances on the edges (no diagonal; a stored zero is a
+        real zero distance).
+    beta : float, optional
+    bandwidth : ndarray, shape (n,), optional
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix, shape (n, n)
+    """
+    d = sp.coo_matrix(distances)
+    n = d.shape[0]
+    d2 = d.data.astype(float) ** 2
+    if bandwidth is not None:
+        s = np.asarray(bandwidth, dtype=float)
+        edge = np.exp(-d2 / (s[d.row] * s[d.col]))
+    else:
+        edge = np.exp(-float(beta) * d2)
+    data = np.concatenate([edge, np.ones(n)])
+    rows = np.concatenate([d.row, np.arange(n)])
+    cols = np.concatenate([d.col, np.arange(n)])
+    return sp.csr_matrix((data, (rows, cols)), shape=(n, n))
 
 
 def auto_beta(distances: np.ndarray, *, neighbor: int = 2) -> float:
@@ -87,7 +134,8 @@ def attention_weights(distances: np.ndarray, beta="auto", *, bandwidth=None,
 
     Parameters
     ----------
-    distances : ndarray, shape (n, n)
+    distances : ndarray or scipy.sparse matrix, shape (n, n)
+        A sparse K-neighbour graph gives a sparse W (0 off the graph).
     beta : float or "auto"
         A number: the paper's global RBF.  ``"auto"``: the local bandwidth.
     bandwidth : ndarray, shape (n,), optional
@@ -98,9 +146,20 @@ def attention_weights(distances: np.ndarray, beta="auto", *, bandwidth=None,
 
     Returns
     -------
-    W : ndarray, shape (n, n)
+    W : ndarray or scipy.sparse.csr_matrix, shape (n, n)
     beta : float
     """
+    if sp.issparse(distances):
+        if beta == "auto":
+            s = local_bandwidth(distances, neighbor=neighbor) if bandwidth is None else np.asarray(bandwidth)
+            gamma, b = graph_affinity(distances, bandwidth=s), float(1.0 / float(np.median(s**2)))
+        else:
+            b = float(beta)
+            if not (b > 0 and np.isfinite(b)):
+                raise ValueError("beta must be a finite number > 0")
+            gamma = graph_affinity(distances, beta=b)
+        colsum = np.asarray(gamma.sum(axis=0)).ravel()
+        return (gamma @ sp.diags(1.0 / np.maximum(colsum, 1e-300))).tocsr(), b
     d = np.asarray(distances, dtype=float)
     if beta != "auto":
         b = float(beta)

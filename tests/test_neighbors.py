@@ -7,17 +7,17 @@ from sklearn.metrics import adjusted_rand_score
 
 from iastudio.core import se2
 from iastudio.core.attention import AttentionRun
+from iastudio.core.clustering import eigengaps, local_scaling_affinity, read_clusters
 from iastudio.core.demos import _digit_images, load_demo
 from iastudio.core.neighbors import (
     candidate_pairs,
     invariant_features,
     resolve_neighbors,
-    sparse_attention_weights,
-    sparse_cluster_labels,
 )
 from iastudio.core.preprocess import preprocess
 from iastudio.core.similarity import invariant_distances
 from iastudio.core.warp import warp
+from iastudio.core.weights import attention_weights, local_bandwidth
 
 
 def test_resolve_neighbors_rule():
@@ -77,14 +77,51 @@ def test_pair_list_gives_the_exhaustive_distances_of_those_pairs(rotated_digits)
 
 def test_sparse_weights_known_answer():
     d = sp.csr_matrix(np.array([[0, 0.5, 0], [0.5, 0, 1.0], [0, 1.0, 0]]))
-    w, beta = sparse_attention_weights(d, beta=2.0)
+    w, beta = attention_weights(d, beta=2.0)
     g = np.array([[1, np.exp(-0.5), 0], [np.exp(-0.5), 1, np.exp(-2.0)], [0, np.exp(-2.0), 1]])
-    assert beta == 2.0
+    assert sp.issparse(w) and beta == 2.0
     assert_allclose(w.toarray(), g / g.sum(axis=0))
-    labels = sparse_cluster_labels(sp.csr_matrix(np.array(
-        [[0, .1, 0, 0, 0, 0], [.1, 0, .1, 0, 0, 0], [0, .1, 0, 2, 0, 0],
-         [0, 0, 2, 0, .1, 0], [0, 0, 0, .1, 0, .1], [0, 0, 0, 0, .1, 0]])), 5.0)
-    assert_array_equal(labels, [0, 0, 0, 1, 1, 1])
+    # beta="auto" on a graph: s_i is the distance to the i-th image's nearest candidate (m = 1)
+    w, beta = attention_weights(d, neighbor=1)
+    s = np.array([0.5, 0.5, 1.0])
+    g = np.array([[1, np.exp(-0.25 / 0.25), 0], [np.exp(-0.25 / 0.25), 1, np.exp(-1.0 / 0.5)],
+                  [0, np.exp(-1.0 / 0.5), 1]])
+    assert_allclose(w.toarray(), g / g.sum(axis=0))
+    assert_allclose(beta, 1.0 / np.median(s**2))
+    assert_allclose(local_bandwidth(d, neighbor=2), [0.5, 1.0, 1.0])  # fewer neighbours: the farthest one
+
+
+def _knn_graph(d, k):
+    """The K-nearest-neighbour graph of dense distances, symmetrised (what a pruned run keeps)."""
+    n = len(d)
+    near = np.argsort(d + np.diag(np.full(n, np.inf)), axis=1)[:, :k]
+    rows, cols = np.repeat(np.arange(n), k), near.ravel()
+    g = sp.csr_matrix((d[rows, cols], (rows, cols)), shape=(n, n))
+    return g.maximum(g.T).tocsr()
+
+
+def test_sparse_eigengaps_match_the_dense_ones_on_a_complete_graph():
+    rng = np.random.default_rng(0)
+    pts = rng.normal(size=(40, 3))
+    d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
+    full = sp.csr_matrix(d)  # every pair stored
+    assert_allclose(eigengaps(local_scaling_affinity(full, neighbor=2), max_k=10),
+                    eigengaps(local_scaling_affinity(d, neighbor=2))[:10], atol=1e-8)
+
+
+def test_sparse_read_out_keeps_small_classes_apart():
+    # twelve classes of 3 images on a 5-neighbour graph: each class must stay one cluster
+    rng = np.random.default_rng(1)
+    centres = rng.normal(size=(12, 6)) * 0.5
+    pts = np.repeat(centres, 3, axis=0) + rng.normal(size=(36, 6)) * 0.02
+    truth = np.repeat(np.arange(12), 3)
+    d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
+    g = _knn_graph(d, 5)
+    labels, choice = read_clusters(g)
+    assert choice.k == 12 and not choice.unsure
+    assert adjusted_rand_score(truth, labels) == 1.0
+    given, _ = read_clusters(g, k=12)
+    assert adjusted_rand_score(truth, given) == 1.0
 
 
 @pytest.mark.parametrize("name,k", [("shapes", 8), ("digits", 12)])
