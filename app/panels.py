@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 from superqt import QElidingLabel
 
 from iastudio.core.clusterbook import UNASSIGNED
-from iastudio.core.demos import DEMO_NAMES
+from iastudio.core.demos import DEMO_NAMES, PAPER_MODE
 from iastudio.core.filenames import display_name
 from iastudio.core.wording import count_of
 
@@ -325,8 +325,9 @@ class TransformPanel(QGroupBox):
         self.preview.setPixmap(pm)
 
 
-PAPER_BETA = 16.0  # shapes demo (32 px): W visibly changes over 4 iterations and the 3 shapes stay apart
-PAPER_ITERATIONS = 4
+# paper mode: the paper's plain iteration with the β and iterations chosen for its demo (iastudio.core.demos)
+PAPER_BETA = float(PAPER_MODE["beta"])
+PAPER_ITERATIONS = int(PAPER_MODE["iterations"])
 
 
 class RunPanel(QGroupBox):
@@ -427,7 +428,7 @@ class RunPanel(QGroupBox):
 
     def options(self) -> dict:
         rr = self.rotation_range.value()
-        paper = {"init": "identity"} if self.paper_mode.isChecked() else {}
+        paper = {"init": PAPER_MODE["init"]} if self.paper_mode.isChecked() else {}
         return paper | {
             "method": self.method.currentData(),
             "beta": "auto" if self.beta_auto.isChecked() else self.beta.value(),

@@ -14,6 +14,13 @@ true labels and the transforms that made it:
     The paper's Experiment 2: ten different handwritten 3s rotated uniformly
     in [0, 90] degrees and shifted by 10-20 % of the digit's frame (4-8 px,
     random sign), with the untransformed originals kept in ``originals``.
+``sketches``
+    The three shapes of ``shapes``, each drawn 6 times with its own smooth
+    random distortion (:func:`distort`: up to 3 px, as a hand redraws a
+    shape -- the paper's intra-class variation), then turned and shifted as
+    in ``shapes``.  ``originals`` are the distorted drawings, upright.  The
+    set of the app's paper mode: its copies of one shape differ, so W's
+    blocks have something to fill in (see README, "Teaching with it").
 """
 from __future__ import annotations
 
@@ -23,10 +30,28 @@ from . import se2
 from .imageset import ImageSet
 from .warp import warp
 
-__all__ = ["DEMO_NAMES", "load_demo", "base_shapes"]
+__all__ = ["DEMO_NAMES", "PAPER_MODE", "PAPER_DEMO", "load_demo", "base_shapes", "distort"]
 
-DEMO_NAMES = ("shapes", "digits", "threes")
+DEMO_NAMES = ("shapes", "digits", "threes", "sketches")
 CANVAS = 64
+
+PAPER_MODE = {"init": "identity", "beta": 20.0, "iterations": 6}
+"""Run options of paper mode: the paper's plain iteration, to watch W evolve.
+
+Every invariant mean starts from the identity (Algorithm 1); ``beta`` is an
+explicit number, so W is the paper's ``exp(-beta d^2)``, column-normalised,
+with the same ``beta`` in every iteration and no guard
+(:class:`~iastudio.core.attention.Settings`); 6 iterations.  ``beta = 20`` is
+chosen for :data:`PAPER_DEMO`: there the first W puts about half of each
+column on the image itself and the rest on its own shape's copies, and as the
+copies' means draw together the blocks fill in until W is block-diagonal
+(README, "Teaching with it", has the numbers).
+"""
+PAPER_DEMO = {"demo": "sketches", "seed": 1, "size": 32, "clusters": 3}
+"""The set paper mode is shown on (Demo -> Show me): ``load_demo(demo, seed=seed)``
+at a ``size``-pixel working size, read out as ``clusters`` clusters (the three
+shapes; in the middle iterations, with some copies merged and others not yet,
+an automatic count would change from frame to frame)."""
 
 
 def _smooth(img: np.ndarray, sigma: float = 0.8) -> np.ndarray:
@@ -98,6 +123,36 @@ def base_shapes() -> tuple[np.ndarray, list[str]]:
     return np.stack(bases), ["horse", "seven", "key"]
 
 
+def distort(image: np.ndarray, *, amplitude: float, smoothness: float, seed=None) -> np.ndarray:
+    """A smooth random (elastic) distortion of ``image``, as a hand redrawing it would make.
+
+    Parameters
+    ----------
+    image : ndarray, shape (H, W)
+    amplitude : float
+        Largest displacement in pixels.
+    smoothness : float
+        Gaussian scale (pixels) of the random displacement field: larger
+        bends the drawing more gently.
+    seed : int, numpy.random.Generator or None
+
+    Returns
+    -------
+    ndarray, shape (H, W)
+        ``image`` sampled at ``p + u(p)`` (linear interpolation, zero outside),
+        where each component of ``u`` is smoothed white noise scaled so its
+        largest absolute value is ``amplitude``.
+    """
+    from scipy.ndimage import gaussian_filter, map_coordinates
+
+    rng = np.random.default_rng(seed)
+    img = np.asarray(image, dtype=np.float64)
+    field = [gaussian_filter(rng.standard_normal(img.shape), smoothness) for _ in range(2)]
+    field = [amplitude * f / max(float(np.abs(f).max()), 1e-12) for f in field]
+    rows, cols = np.mgrid[0:img.shape[0], 0:img.shape[1]].astype(np.float64)
+    return map_coordinates(img, [rows + field[0], cols + field[1]], order=1, mode="constant")
+
+
 def _digit_images(classes, per_class, rng):
     from skimage.transform import resize
     from sklearn.datasets import load_digits
@@ -125,7 +180,7 @@ def load_demo(name: str, *, seed: int = 0) -> ImageSet:
 
     Parameters
     ----------
-    name : {"shapes", "digits", "threes"}
+    name : {"shapes", "digits", "threes", "sketches"}
     seed : int
         The same seed gives the same images and transforms.
 
@@ -139,10 +194,12 @@ def load_demo(name: str, *, seed: int = 0) -> ImageSet:
     if name not in DEMO_NAMES:
         raise ValueError(f"unknown demo {name!r}; choose one of {', '.join(DEMO_NAMES)}")
     rng = np.random.default_rng(seed)
-    if name == "shapes":
+    if name in ("shapes", "sketches"):
         bases, names = base_shapes()
         originals = np.repeat(bases, 6, axis=0)
         labels = [n for n in names for _ in range(6)]
+        if name == "sketches":
+            originals = np.stack([distort(b, amplitude=3.0, smoothness=6.0, seed=rng) for b in originals])
         tau = se2.random_transforms(len(originals), rotation_range=65, shift_range=10, seed=rng)
     elif name == "digits":
         originals, labels = _digit_images((0, 1, 3, 4), 10, rng)

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["rbf_similarity", "column_normalize", "attention_weights", "auto_beta", "local_bandwidth",
-           "graph_affinity"]
+           "graph_affinity", "class_share", "block_diagonality"]
 
 
 SIGMA_FLOOR = 0.02  # distances below this (unit-norm images) are resampling noise, not differences
@@ -167,3 +167,53 @@ def attention_weights(distances: np.ndarray, beta="auto", *, bandwidth=None,
     s = local_bandwidth(d, neighbor=neighbor) if bandwidth is None else np.asarray(bandwidth, dtype=float)
     gamma = np.exp(-(d**2) / np.outer(s, s))
     return column_normalize(gamma), float(1.0 / float(np.median(s**2)))
+
+
+def _dense(weights) -> np.ndarray:
+    return np.asarray(weights.toarray() if hasattr(weights, "toarray") else weights, dtype=float)
+
+
+def class_share(weights, labels) -> float:
+    """The share of W's weight that stays inside the classes (the diagonal included).
+
+    Parameters
+    ----------
+    weights : ndarray or scipy.sparse matrix, shape (n, n)
+    labels : array_like, shape (n,)
+        The class of each image (any hashable values).
+
+    Returns
+    -------
+    float
+        ``sum of W_ij over same-class pairs / sum of W``: 1 when no weight
+        crosses between classes.
+    """
+    w = _dense(weights)
+    lab = np.unique(np.asarray(labels), return_inverse=True)[1]
+    return float((w * (lab[:, None] == lab[None, :])).sum() / w.sum())
+
+
+def block_diagonality(weights, labels) -> float:
+    """How close W is to the block-diagonal W of the classes: the cosine between the two.
+
+    The ideal W gives each column equal weight ``1 / n_c`` on the ``n_c``
+    images of its class and none elsewhere.  Unlike :func:`class_share`, this
+    also tells a W that only trusts each image itself (the identity:
+    ``sqrt(k / n)`` for ``k`` equal classes of ``n`` images) from one whose
+    blocks are filled in (1).
+
+    Parameters
+    ----------
+    weights : ndarray or scipy.sparse matrix, shape (n, n)
+    labels : array_like, shape (n,)
+
+    Returns
+    -------
+    float
+        In [0, 1]; 1 exactly for the ideal W.
+    """
+    w = _dense(weights)
+    lab = np.unique(np.asarray(labels), return_inverse=True)[1]
+    same = (lab[:, None] == lab[None, :]).astype(float)
+    ideal = same / same.sum(axis=0, keepdims=True)
+    return float((w * ideal).sum() / max(np.linalg.norm(w) * np.linalg.norm(ideal), 1e-300))

@@ -13,7 +13,15 @@ from iastudio.core.clustering import (
     select_k,
     split_labels,
 )
-from iastudio.core.weights import attention_weights, auto_beta, column_normalize, local_bandwidth, rbf_similarity
+from iastudio.core.weights import (
+    attention_weights,
+    auto_beta,
+    block_diagonality,
+    class_share,
+    column_normalize,
+    local_bandwidth,
+    rbf_similarity,
+)
 
 
 def test_columns_sum_to_one_and_rbf_known_answer():
@@ -45,6 +53,25 @@ def test_local_bandwidth_and_auto_weights_known_answer():
     w2, b2 = attention_weights(d, 3.0, bandwidth=np.ones(6))
     assert b2 == 3.0
     assert_allclose(w2, column_normalize(rbf_similarity(d, 3.0)))
+
+
+def test_class_share_and_block_diagonality_known_answers():
+    labels = np.repeat(["a", "b", "c"], 6)  # 3 classes of 6
+    same = (labels[:, None] == labels[None, :]).astype(float)
+    ideal = same / 6
+    assert class_share(ideal, labels) == pytest.approx(1.0)
+    assert block_diagonality(ideal, labels) == pytest.approx(1.0)
+    eye = np.eye(18)  # each image trusts only itself: nothing crosses, but no block is filled in
+    assert class_share(eye, labels) == pytest.approx(1.0)
+    assert block_diagonality(eye, labels) == pytest.approx(np.sqrt(3 / 18))
+    flat = np.full((18, 18), 1 / 18)  # every column spread evenly: a third stays inside the class
+    assert class_share(flat, labels) == pytest.approx(1 / 3)
+    assert block_diagonality(flat, labels) == pytest.approx(1 / np.sqrt(3))
+    half = 0.5 * ideal + 0.5 * flat  # half the weight of every column leaks evenly
+    assert class_share(half, labels) == pytest.approx(0.5 + 0.5 / 3)
+    import scipy.sparse as sp
+
+    assert block_diagonality(sp.csr_matrix(half), labels) == pytest.approx(block_diagonality(half, labels))
 
 
 def test_local_bandwidth_floor_for_duplicates():
