@@ -10,7 +10,7 @@ While the worker thread runs Invariant Attention, the GUI thread is probed:
   computes (after its first snapshot); the window itself redraws at most every
   33 ms (~30 fps), the latest frame winning.
 
-    QT_QPA_PLATFORM=offscreen python benchmarks/bench_gui.py [--n 200] [--px 48] [--seconds 120]
+    QT_QPA_PLATFORM=offscreen python benchmarks/bench_gui.py [--n 200] [--px 48] [--seconds 120] [--screenshot w.png]
 """
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--px", type=int, default=48)
     ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--screenshot", help="save the window here (PNG) when the observation ends")
     args = ap.parse_args(argv)
     from iastudio.app.main_window import MainWindow
 
@@ -106,10 +107,15 @@ def main(argv=None):
         time.sleep(0.002)
     timer.stop()
     redraw_timer.stop()
+    state = w.model.state
     w.model.stop()
+    if args.screenshot:
+        app.processEvents()
+        w.redraw()
+        w.grab().save(args.screenshot)
     d = np.array(probe.delays) * 1000
     print(f"n = {args.n} images at {args.px} px, CPU, {time.perf_counter() - t0:.0f} s of a run observed, "
-          f"{len(frames)} snapshots received, {w.redraws} window redraws")
+          f"{len(frames)} snapshots received, {w.redraws} window redraws; run {state}")
     if d.size:
         print(f"input latency: median {np.median(d):.1f} ms, 95th percentile {np.percentile(d, 95):.1f} ms, "
               f"max {d.max():.1f} ms over {d.size} probes")

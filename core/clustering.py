@@ -167,8 +167,12 @@ def eigengaps(affinity, *, max_k: int = MAX_K) -> np.ndarray:
         deg = np.asarray(a.sum(axis=1)).ravel()
         scale = sp.diags(1.0 / np.sqrt(np.maximum(deg, 1e-300)))
         n = a.shape[0]
-        ev = eigsh(scale @ a @ scale, k=max_k + 1, which="LA", return_eigenvectors=False, v0=np.ones(n) / np.sqrt(n))
-        ev = np.sort(ev)[::-1]
+        # the smallest eigenvalues mu of the normalised Laplacian L = I - D^-1/2 A D^-1/2 (lambda = 1 - mu),
+        # by shift-invert around -1 (L + I is positive definite): many eigenvalues close to 1 -- a graph of
+        # several nearly separate classes -- do not slow it down, as they do a plain Lanczos iteration
+        lap = (sp.identity(n) - scale @ a @ scale).tocsc()
+        mu = eigsh(lap, k=max_k + 1, sigma=-1.0, which="LM", return_eigenvectors=False, v0=np.ones(n) / np.sqrt(n))
+        ev = 1.0 - np.sort(mu)
         return ev[:-1] - ev[1:]
     if sp.issparse(affinity):
         affinity = affinity.toarray()
