@@ -41,3 +41,13 @@ def test_suite_covers_what_the_benchmark_promises():
     b, lb = make_set(specs[0], split="holdout")
     assert set(la).isdisjoint(lb)  # tune and holdout digits are different classes
     assert {im.shape for im in make_set(next(s for s in specs if s.frames))[0]} != {(64, 64)}
+
+
+@pytest.mark.parametrize("name", ["keys-detail", "mixed-8x3"])
+def test_pruned_runs_find_the_classes_too(name):
+    # the K-neighbour path (the previous global-beta read-out of a pruned run merged the classes of 3)
+    spec = next(s for s in suite() if s.name == name)
+    images, truth = make_set(spec, split="holdout")
+    res = AttentionRun(preprocess(images, size=32).images, backend="numpy", iterations=2, mean_steps=4,
+                       neighbors=6).run()
+    assert res.n_clusters == len(set(truth)) and adjusted_rand_score(truth, res.labels) == 1.0
