@@ -175,3 +175,19 @@ def test_the_window_with_docks_still_fits_a_small_screen(qtbot, qapp):
     for dock in w.docks.values():
         assert dock.minimumSizeHint().width() < 1024 // 2
     w.model.shutdown(5000)
+
+
+def test_a_narrow_panel_never_cuts_its_plots(win, qapp):
+    """Dragged narrow, a view's plots shrink with it: a long plot title is cut, not the plot (pyqtgraph would
+    otherwise hold the plot at its title's width and the panel would show only part of it)."""
+    for name in ("convergence", "compare"):
+        dock = win.docks[name]
+        view = dock.widget()
+        view.set_empty(False)
+        dock.setFloating(True)
+        dock.resize(300, 320)
+        qapp.processEvents()
+        for plot in view.plot_widgets():
+            item = plot.getPlotItem()
+            assert 0 < plot.width() < 200, (name, plot.width())
+            assert item.size().width() <= plot.width() + 1, (name, item.titleLabel.text, item.size().width())
