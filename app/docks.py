@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import QByteArray, Qt
-from PySide6.QtGui import QAction, QGuiApplication
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDockWidget, QGroupBox, QMainWindow, QTabWidget
 
 __all__ = ["CONTROLS", "DOCKS", "LAYOUT_VERSION", "add_docks", "add_dock_actions", "dock_of", "is_shown",
@@ -154,17 +154,12 @@ def save_window(window, store) -> None:
 def restore_window(window, store) -> bool:
     """Restore the saved geometry and arrangement; True when a saved arrangement was used.
 
-    A state of another :data:`LAYOUT_VERSION`, a damaged one, or one that would leave a floating panel
-    off every screen leaves the default arrangement.
+    A state of another :data:`LAYOUT_VERSION` or a damaged one leaves the default arrangement.
     """
     geom = store.value(GEOMETRY_KEY)
     if isinstance(geom, (QByteArray, bytes)):
         window.restoreGeometry(QByteArray(geom))
     state = store.value(STATE_KEY)
-    if not isinstance(state, (QByteArray, bytes)) or not window.restoreState(QByteArray(state), LAYOUT_VERSION):
-        return False  # Qt checks a state before applying it: the default arrangement stays
-    screens = [s.availableGeometry() for s in QGuiApplication.screens()]
-    for dock in window.docks.values():
-        if dock.isFloating() and not any(r.intersects(dock.frameGeometry()) for r in screens):
-            dock.setFloating(False)  # its screen is gone: back into the window
-    return True
+    # Qt checks a state before applying any of it (a refused one leaves the default arrangement) and puts a
+    # floating panel saved on a screen that is gone back on one
+    return isinstance(state, (QByteArray, bytes)) and window.restoreState(QByteArray(state), LAYOUT_VERSION)

@@ -191,3 +191,18 @@ def test_a_narrow_panel_never_cuts_its_plots(win, qapp):
             item = plot.getPlotItem()
             assert 0 < plot.width() < 200, (name, plot.width())
             assert item.size().width() <= plot.width() + 1, (name, item.titleLabel.text, item.size().width())
+
+
+def test_a_floating_panel_saved_off_every_screen_comes_back_into_the_window(qtbot, qapp):
+    w = _window(qtbot, qapp)
+    d = w.docks["images"]
+    d.setFloating(True)
+    d.move(9000, 7000)  # e.g. on a second monitor that is gone next time
+    qapp.processEvents()
+    w.close()
+    w2 = _window(qtbot, qapp)
+    d2 = w2.docks["images"]
+    screens = [s.availableGeometry() for s in qapp.screens()]
+    assert not d2.isHidden()
+    assert not d2.isFloating() or any(r.intersects(d2.frameGeometry()) for r in screens), d2.frameGeometry()
+    w2.close()
