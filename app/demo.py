@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QMenu
 from iastudio.core.demos import PAPER_DEMO
 
 from .actions import add_action
+from .docks import show_view
 from .layout import insert_menu
 
 __all__ = ["SHOW_ME", "add_demo_menu", "show_me"]
@@ -57,7 +58,7 @@ def show_me(window) -> bool:
     rp.clusters.setValue(SHOW_ME["clusters"])
     rp.paper_mode.setChecked(True)
     window.scrubber.go_live()
-    window.bottom_tabs.setCurrentWidget(window.convergence_view)  # the map gathers while it runs
+    show_view(window, window.convergence_view, reopen=True)  # the map gathers while it runs
     window.show_me_pending = window.start_run()
     return window.show_me_pending
 
@@ -75,8 +76,5 @@ def _finished(window) -> None:
 
 
 def show_comparison(window) -> None:
-    """The "KA vs IA" tab, current and large (the views above it made smaller)."""
-    window.bottom_tabs.setCurrentWidget(window.compare_view)
-    split = window.views_splitter
-    total = max(sum(split.sizes()), 1)
-    split.setSizes([int(total * (1 - TABS_SHARE)), total - int(total * (1 - TABS_SHARE))])
+    """The "KA vs IA" panel, in front and large (the views above it made smaller)."""
+    show_view(window, window.compare_view, reopen=True, share=TABS_SHARE)

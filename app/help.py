@@ -48,6 +48,10 @@ or aligned images, the panels as pictures, or an animation of the run. <b>File �
 keeps everything, edits included, in one file.</p>
 <p>Help → <b>Keyboard shortcuts</b> lists the keys. View → <b>Presentation mode</b> enlarges the views
 for a projector.</p>
+<h3>Arrange the window</h3>
+<p>Every panel around W and the means can be dragged by its title bar to another side, onto another panel
+(they become tabs) or out of the window; double-click a title bar to float it or put it back. A closed panel
+comes back from the <b>View</b> menu, and View → <b>Reset layout</b> puts everything back.</p>
 """
 
 

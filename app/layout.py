@@ -1,4 +1,5 @@
-"""Window layout helpers: a size that fits the screen, and presentation mode (big text, views only)."""
+"""Window layout helpers: what goes where (the docks: :mod:`.docks`), a size that fits the screen, and
+presentation mode (big text, views only)."""
 from __future__ import annotations
 
 from PySide6.QtCore import QRect, QSize, Qt
@@ -48,24 +49,27 @@ def fit_to_screen(window, available: QRect | None = None) -> QRect:
     return available
 
 
-def _left_panel(window):
-    return window.images_panel.parentWidget()  # the splitter with the image set and the control tabs
-
-
 def set_presentation_mode(window, on: bool, scale: float = PRESENTATION_SCALE) -> None:
-    """Larger fonts everywhere (plots included) and only the views; ``on=False`` puts everything back."""
+    """Larger fonts everywhere (plots included) and only the views; ``on=False`` puts everything back.
+
+    The control panels (image set, Run, Transforms, Clusters) are closed, wherever they are docked; leaving
+    restores the arrangement the window had when presentation mode began.
+    """
+    from .docks import CONTROLS, LAYOUT_VERSION
+
     saved = getattr(window, "_presentation", None)
     if on and saved is None:
         window._presentation = {"font": QFont(window.font()),
                                 "own_font": window.testAttribute(Qt.WidgetAttribute.WA_SetFont),
-                                "left": _left_panel(window).isVisible()}
+                                "state": window.saveState(LAYOUT_VERSION)}
         big = QFont(window.font())
         big.setPointSizeF((big.pointSizeF() if big.pointSizeF() > 0 else 9.0) * scale)
         window.setFont(big)
-        _left_panel(window).hide()
+        for name in CONTROLS:
+            window.docks[name].hide()
     elif not on and saved is not None:
         window.setFont(saved["font"] if saved["own_font"] else QFont())
-        _left_panel(window).setVisible(saved["left"])
+        window.restoreState(saved["state"], LAYOUT_VERSION)
         window._presentation = None
     act = getattr(window, "presentation_action", None)
     if act is not None and act.isChecked() != on:
@@ -79,8 +83,10 @@ def is_presentation_mode(window) -> bool:
 
 
 def add_view_menu(window, before: QAction | None = None):
-    """A View menu with "Presentation mode" (F5), placed before ``before`` (e.g. the Help menu)."""
+    """A View menu with "Presentation mode" (F5), the panels and "Reset layout", placed before ``before``."""
     from PySide6.QtWidgets import QMenu
+
+    from .docks import add_dock_actions
 
     menu = QMenu("&View", window)
     act = QAction("Presentation mode", window)
@@ -90,6 +96,8 @@ def add_view_menu(window, before: QAction | None = None):
     act.toggled.connect(lambda on: set_presentation_mode(window, on))
     menu.addAction(act)
     window.presentation_action = act
+    add_dock_actions(window, menu)  # the panels (a closed one comes back from here) and Reset layout
+    menu.setToolTipsVisible(True)
     insert_menu(window, menu, before)
     window.view_menu = menu
     return menu
@@ -105,45 +113,22 @@ def insert_menu(window, menu, before=None) -> None:
 
 
 def build_central(window) -> None:
-    """Panels on the left (images; Run / Transforms / Clusters tabs), live views on the right."""
-    from PySide6.QtWidgets import QHBoxLayout, QSplitter, QTabWidget, QVBoxLayout, QWidget
+    """W and the means (with the iteration scrubber) in the middle; every other panel a dock (:mod:`.docks`)."""
+    from PySide6.QtWidgets import QSplitter, QVBoxLayout, QWidget
 
+    from .docks import add_docks
     from .nets_panel import NetsPanel  # the Networks panel (PyTorch optional)
     from .scrubber import IterationScrubber
 
-    left = QSplitter(Qt.Orientation.Vertical)
-    left.addWidget(window.images_panel)
-    window.controls = QTabWidget()
-    for panel, name in ((window.run_panel, "Run"), (window.transform_panel, "Transforms"),
-                        (window.clusters_panel, "Clusters")):
-        window.controls.addTab(panel, name)
-    left.addWidget(window.controls)
-    left.setSizes([330, 470])
-    top = QSplitter(Qt.Orientation.Horizontal)
-    top.addWidget(window.weights_view)
-    top.addWidget(window.means_view)
+    window.central_splitter = QSplitter(Qt.Orientation.Horizontal)
+    window.central_splitter.addWidget(window.weights_view)
+    window.central_splitter.addWidget(window.means_view)
     window.scrubber = IterationScrubber()  # step back through the run's W, means and map
-    upper = QWidget()
-    upper_lay = QVBoxLayout(upper)
-    upper_lay.setContentsMargins(0, 0, 0, 0)
-    upper_lay.addWidget(top, 1)
-    upper_lay.addWidget(window.scrubber)
-    window.nets_panel = NetsPanel(lambda: window.model.data)
-    window.bottom_tabs = QTabWidget()
-    for view, name in ((window.convergence_view, "Manifold convergence"), (window.compare_view, "KA vs IA"),
-                       (window.inspect_view, "Inspect"), (window.nets_panel, "Networks")):
-        window.bottom_tabs.addTab(view, name)
-    right = QSplitter(Qt.Orientation.Vertical)
-    right.addWidget(upper)
-    right.addWidget(window.bottom_tabs)
-    right.setSizes([420, 380])
-    window.views_splitter = right  # the views above, the tabs below (Demo → Show me enlarges the tabs)
-    main = QSplitter(Qt.Orientation.Horizontal)
-    main.addWidget(left)
-    main.addWidget(right)
-    main.setSizes([370, 910])
     central = QWidget()
-    lay = QHBoxLayout(central)
-    lay.setContentsMargins(4, 4, 4, 4)
-    lay.addWidget(main)
+    lay = QVBoxLayout(central)
+    lay.setContentsMargins(0, 0, 0, 0)
+    lay.addWidget(window.central_splitter, 1)
+    lay.addWidget(window.scrubber)
     window.setCentralWidget(central)
+    window.nets_panel = NetsPanel(lambda: window.model.data)
+    add_docks(window)

@@ -1,4 +1,4 @@
-"""The main window: panels on the left, live views on the right, menus on top.
+"""The main window: W and the means in the middle, the other panels in docks around them, menus on top.
 
 The window builds and wires; the state lives in the session behind :class:`~iastudio.app.model.StudioModel`.
 Its parts live beside it: :mod:`~iastudio.app.layout` (what goes where), :mod:`~iastudio.app.actions`
@@ -20,6 +20,7 @@ from iastudio.core.filenames import display_name, printable
 from iastudio.core.logs import log_dir
 
 from .actions import build_menus
+from .docks import restore_window, save_window
 from .export_actions import ExportActions, progress_dialog
 from .help import APP_NAME, about_dialog
 from .layout import build_central
@@ -54,9 +55,7 @@ class MainWindow(QMainWindow):
         self.timer.timeout.connect(self.sync.redraw)
         self.timer.start()
         self.statusBar().showMessage("Ready. Open a folder, drop images here, or pick a demo.")
-        geom = settings().value("window/geometry")
-        if geom is not None:
-            self.restoreGeometry(geom)
+        restore_window(self, settings())  # geometry and the docks' arrangement (a stale or damaged one ignored)
         if recover and self.projects.crashed and self.projects.autosave_path().exists():
             QTimer.singleShot(0, self.projects.offer_recovery)
         self.update_title()
@@ -258,5 +257,5 @@ class MainWindow(QMainWindow):
         self.timer.stop()
         self.model.shutdown()
         self.nets_panel.shutdown()
-        settings().setValue("window/geometry", self.saveGeometry())
+        save_window(self, settings())
         super().closeEvent(event)

@@ -30,6 +30,7 @@ from superqt import QElidingLabel
 from iastudio.core.clusterbook import UNASSIGNED
 from iastudio.core.demos import DEMO_NAMES, PAPER_MODE
 from iastudio.core.filenames import display_name
+from iastudio.core.pose import canonical_pose
 from iastudio.core.wording import count_of
 
 from .tooltips import apply_tooltips
@@ -621,16 +622,19 @@ class ClustersPanel(QGroupBox):
                 if int(it.data(Qt.ItemDataRole.UserRole)) != UNASSIGNED]
 
     def set_book(self, book, means: dict):
-        """Show the clusters: ``means`` maps cluster id -> image for the icon."""
+        """Show the clusters: ``means`` maps cluster id -> image for the icon, drawn upright and centred
+        (:func:`~iastudio.core.pose.canonical_pose`, as in the means view)."""
         self.list.clear()
         if book is None:
             return
         counts = book.counts()
+        ids = [c for c in book.cluster_ids() + [UNASSIGNED] if c in means]
+        posed = dict(zip(ids, canonical_pose(np.stack([means[c] for c in ids])))) if ids else {}
         for c in book.cluster_ids() + [UNASSIGNED]:
             it = QListWidgetItem(f"{book.name_of(c)}  ({counts[c]})")
             it.setData(Qt.ItemDataRole.UserRole, c)
-            if c in means:
-                it.setIcon(QIcon(QPixmap.fromImage(to_qimage(means[c]))))
+            if c in posed:
+                it.setIcon(QIcon(QPixmap.fromImage(to_qimage(posed[c]))))
             it.setForeground(cluster_qcolor(c))
             self.list.addItem(it)
         self.k.blockSignals(True)

@@ -7,6 +7,8 @@ from PySide6.QtCore import QItemSelection, QItemSelectionModel
 from iastudio.core.filenames import display_name
 from iastudio.core.frames import book_frame, weight_range
 
+from .docks import show_view
+
 
 class ViewSync:
     """Connects the model's signals to the window's panels and views."""
@@ -150,7 +152,7 @@ class ViewSync:
 
     def show_inspect(self, info) -> None:
         self.w.inspect_view.show_pair(info)
-        self.w.bottom_tabs.setCurrentWidget(self.w.inspect_view)
+        show_view(self.w, self.w.inspect_view)  # in front of its tabs (left closed if the user closed it)
 
     def select_cluster_of_label(self, label) -> None:
         if self.m.book is not None:

@@ -7,6 +7,7 @@ repaint a plot's background, axes, titles and legend from a ``QPalette`` and siz
 from __future__ import annotations
 
 import pyqtgraph as pg
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont, QPalette
 
 __all__ = ["dark_palette", "is_dark", "plot_colours", "style_axis", "style_glw", "style_legend", "style_plot",
@@ -35,6 +36,7 @@ def style_plot_item(item: pg.PlotItem, palette: QPalette, font: QFont) -> None:
         style_axis(item.getAxis(name), palette, font)
     title = item.titleLabel
     if title.isVisible() and title.text:
+        _narrow_title(title)
         title.setText(title.text, color=fg.name(), size=f"{pt * 1.1:.1f}pt")
         height = int(pt * 2.6) + 6
         title.setMaximumHeight(height)
@@ -42,6 +44,25 @@ def style_plot_item(item: pg.PlotItem, palette: QPalette, font: QFont) -> None:
     legend = item.legend
     if legend is not None:
         style_legend(legend, palette, font)
+
+
+def _narrow_title(label: pg.LabelItem) -> None:
+    """Let a plot's title be cut at the plot's edges rather than hold the plot wider than its panel.
+
+    pyqtgraph makes a LabelItem's text width its minimum width on every resize, so a long title would
+    keep a plot in a narrow dock wider than the dock (the plot cut off instead of its title).
+    """
+    if getattr(label, "_narrow", False):
+        return
+    text_min = type(label).updateMin
+
+    def update_min():
+        text_min(label)
+        label.setMinimumWidth(0)
+        label._sizeHint[Qt.SizeHint.MinimumSize] = (0, label._sizeHint[Qt.SizeHint.MinimumSize][1])
+
+    label.updateMin = update_min
+    label._narrow = True
 
 
 def style_axis(axis: pg.AxisItem, palette: QPalette, font: QFont) -> None:

@@ -415,6 +415,11 @@ def log_ticks(lo: float, hi: float) -> list[tuple[float, str]]:
     return [(float(np.log10(v)), f"{v:.3g}") for v in inside]
 
 
+CURVES_RUN = "Within-cluster max and between-cluster min: the run's clusters at this step."
+CURVES_EDITED = ("Within-cluster max and between-cluster min: the clusters as listed, edits included "
+                 "(unassigned images count in the median only).")
+
+
 class ConvergenceView(_Titled):
     """Manifold distances over iterations and a 2-D map of the manifolds."""
 
@@ -462,7 +467,8 @@ class ConvergenceView(_Titled):
         self.highlighted: list[int] = []
         self._brushes = [pg.mkBrush(*c) for c in CLUSTER_COLOURS]
         self._grey = pg.mkBrush(*UNASSIGNED_COLOUR)
-        self.set_body(_body(row))
+        self.caption = QElidingLabel("")  # which clusters the within / between curves follow
+        self.set_body(_body(row, self.caption))
 
     def plot_widgets(self):
         return [self.curves_plot, self.map_plot]
@@ -506,6 +512,9 @@ class ConvergenceView(_Titled):
             ys.append(y)
         if ys:
             self.curves_plot.getAxis("left").setTicks([log_ticks(float(np.min(ys)), float(np.max(ys)))])
+        text = CURVES_EDITED if frame.cluster_ids is not None else CURVES_RUN
+        self.caption.setText(text + _names_text(frame))
+        self.caption.setToolTip(self.caption.text())
         self.coords = frame.mds
         labels = frame.snapshot.labels
         # the same brush objects every time, so pyqtgraph reuses its rendered symbols

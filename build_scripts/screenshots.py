@@ -24,14 +24,18 @@ SIZES = ((1024, 768), (1280, 800), (1920, 1080))
 
 
 def _wait(app, pred, timeout=120.0):
+    from PySide6.QtCore import QEvent
+
     end = time.monotonic() + timeout
     while time.monotonic() < end and not pred():
         app.processEvents()
+        app.sendPostedEvents(None, QEvent.Type.DeferredDelete.value)  # as the event loop would (old dock tab bars)
         time.sleep(0.01)
     return pred()
 
 
 def _finished_window(app):
+    from iastudio.app.docks import show_view
     from iastudio.app.main_window import MainWindow
 
     w = MainWindow()
@@ -44,7 +48,7 @@ def _finished_window(app):
     assert m.start(backend="numpy", iterations=2)
     if not _wait(app, lambda: m.state == "finished"):
         raise SystemExit(f"the run did not finish (state {m.state})")
-    w.bottom_tabs.setCurrentWidget(w.compare_view)
+    show_view(w, w.compare_view)
     w.redraw()
     return w
 

@@ -22,7 +22,7 @@ import numpy as np
 from .attention import AttentionRun, RunResult, Snapshot, Stage
 from .clustering import grouping_order
 from .embedding import classical_mds
-from .report import convergence_curves
+from .report import cluster_curves, convergence_curves
 
 __all__ = ["Frame", "FrameBuilder", "plain_means", "frames_from_project", "book_order", "book_frame",
            "weight_range"]
@@ -58,6 +58,10 @@ class Frame:
         clusters ``0 .. k - 1``).
     cluster_names : list of str or None
         Set by :func:`book_frame`: the name of each of ``cluster_ids``.
+    distance_history : tuple of ndarray
+        The run's distance matrices up to this frame, the ones ``curves`` are
+        read from (shared with the run, not copied), so the curves can be read
+        again with edited clusters (:func:`book_frame`).  Empty: not known.
     """
 
     snapshot: Snapshot
@@ -71,6 +75,7 @@ class Frame:
     result: RunResult | None = None
     cluster_ids: list | None = None
     cluster_names: list | None = None
+    distance_history: tuple = ()
 
 
 def weight_range(frames) -> tuple[float, float]:
@@ -144,6 +149,18 @@ def _map(distances, previous):
     return classical_mds(distances, previous=previous)
 
 
+def _book_curves(frame: Frame, labels: np.ndarray) -> dict:
+    """The frame's curves read with ``labels``: within/between follow the clusters, the median does not."""
+    history = list(frame.distance_history)
+    if not history:
+        return frame.curves
+    import scipy.sparse as sp
+
+    if sp.issparse(history[-1]):
+        return _curves(history, labels)
+    return {**cluster_curves(history, labels), "median": list(frame.curves["median"])}
+
+
 def _curves(history, labels) -> dict:
     """Convergence curves; a pruned run's on its computed pairs only."""
     import scipy.sparse as sp
@@ -198,7 +215,8 @@ class FrameBuilder:
             self.history.append(snapshot.distances)
         self.mds = _map(snapshot.distances, self.mds)
         return Frame(snapshot=snapshot, order=np.argsort(snapshot.labels, kind="stable"), mds=self.mds.copy(),
-                     curves=_curves(self.history, snapshot.labels), elapsed=elapsed)
+                     curves=_curves(self.history, snapshot.labels), elapsed=elapsed,
+                     distance_history=tuple(self.history))
 
     def final(self, run: AttentionRun, last: Snapshot | None, *, elapsed: float = 0.0) -> Frame:
         """The frame of a finished run: its last snapshot with the result and the cluster means.
@@ -224,7 +242,7 @@ class FrameBuilder:
             fr = self.frame(last if last is not None else run.snapshot(Stage.DONE))
         else:
             fr = Frame(snapshot=last, order=np.argsort(res.labels, kind="stable"), mds=self.mds.copy(),
-                       curves=_curves(self.history, res.labels))
+                       curves=_curves(self.history, res.labels), distance_history=tuple(self.history))
         fr.cluster_means = res.cluster_means
         fr.plain_means = plain_means(run.inputs, res.labels, n_clusters=res.n_clusters)
         fr.ka_labels = _ka_labels(run)
@@ -310,6 +328,7 @@ def frames_from_project(project, working: np.ndarray) -> tuple[list[Frame], Fram
     final = frames[-1]
     final.order = np.argsort(res.labels, kind="stable")
     final.curves = _curves(builder.history, res.labels)
+    final.distance_history = tuple(builder.history)
     ka = project.ka_labels
     final.ka_labels = None if ka is None or np.shape(ka) != (working.shape[0],) else np.asarray(ka, dtype=int)
     final.result = res
@@ -364,9 +383,12 @@ def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray) -> Fram
     Frame
         A copy whose snapshot labels are ``labels``, whose order groups them
         (:func:`book_order`), with one invariant mean and one plain average per
-        edited cluster (rows in ``cluster_ids`` order, see :func:`_book_means`)
-        and the clusters' names.  The map, the curves, ``ka_labels`` and the
-        run's result are the frame's own.  ``frame`` is not changed.
+        edited cluster (rows in ``cluster_ids`` order, see :func:`_book_means`),
+        the clusters' names, and the convergence curves read with ``labels``
+        (within-cluster max and between-cluster min of the edited clusters,
+        unassigned images left out; the median is the frame's).  The map,
+        ``ka_labels`` and the run's result are the frame's own.  ``frame`` is
+        not changed.
     """
     labels = np.asarray(labels, dtype=int)
     if labels.shape != np.asarray(frame.snapshot.labels).shape:
@@ -380,5 +402,5 @@ def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray) -> Fram
         plain = plain_means(images, dense, n_clusters=len(ids) + 1)[:len(ids)]
     return replace(frame, snapshot=replace(frame.snapshot, labels=labels), order=book_order(labels),
                    cluster_means=_book_means(frame, labels, ids) if frame.cluster_means is not None else None,
-                   plain_means=plain, cluster_ids=ids,
+                   plain_means=plain, cluster_ids=ids, curves=_book_curves(frame, labels),
                    cluster_names=[str(names.get(c, f"Cluster {c + 1}")) for c in ids])

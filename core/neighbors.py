@@ -236,8 +236,10 @@ def graph_curves(history, labels) -> dict:
         c = sp.coo_matrix(d)
         off = c.row != c.col
         row, col, val = c.row[off], c.col[off], c.data[off].astype(float)
-        same = labels[row] == labels[col]
+        assigned = (labels[row] >= 0) & (labels[col] >= 0)  # unassigned images (< 0) count in the median only
+        same = (labels[row] == labels[col]) & assigned
+        between = (labels[row] != labels[col]) & assigned
         out["within_max"].append(float(val[same].max()) if same.any() else float("nan"))
-        out["between_min"].append(float(val[~same].min()) if (~same).any() else float("nan"))
+        out["between_min"].append(float(val[between].min()) if between.any() else float("nan"))
         out["median"].append(float(np.median(val)) if val.size else float("nan"))
     return out

@@ -12,7 +12,7 @@ from .clusterbook import UNASSIGNED
 from .clustering import grouping_order
 
 __all__ = ["ASSIGNMENT_COLUMNS", "assignment_rows", "write_assignments", "write_json", "save_means_png",
-           "save_weights_png", "save_convergence_png", "convergence_curves"]
+           "save_weights_png", "save_convergence_png", "cluster_curves", "convergence_curves"]
 
 ASSIGNMENT_COLUMNS = ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label"]
 
@@ -180,17 +180,44 @@ def save_weights_png(path, weights, labels) -> None:
     _save_figure(plt, fig, path)
 
 
-def convergence_curves(history, labels) -> dict:
-    """Within-cluster max, between-cluster min and median manifold distance per iteration."""
+def cluster_curves(history, labels) -> dict:
+    """Within-cluster max and between-cluster min manifold distance per iteration.
+
+    Parameters
+    ----------
+    history : sequence of ndarray (n, n)
+        Dense distance matrices, one per distance computation.
+    labels : array of int, shape (n,)
+        Cluster of each image; an image labelled ``< 0`` (unassigned, see
+        :data:`~iastudio.core.clusterbook.UNASSIGNED`) belongs to no cluster
+        and counts in neither curve.
+
+    Returns
+    -------
+    dict
+        ``{"within_max": [...], "between_min": [...]}``, one float per matrix
+        (NaN when there is no such pair, e.g. one cluster).
+    """
     labels = np.asarray(labels)
-    same = labels[:, None] == labels[None, :]
-    off = ~np.eye(labels.size, dtype=bool)
-    out = {"within_max": [], "between_min": [], "median": []}
+    assigned = labels >= 0
+    same = (labels[:, None] == labels[None, :]) & assigned[:, None]
+    np.fill_diagonal(same, False)
+    between = (labels[:, None] != labels[None, :]) & assigned[:, None] & assigned[None, :]
+    out = {"within_max": [], "between_min": []}
+    has_same, has_between = bool(same.any()), bool(between.any())
     for d in history:
-        d = np.asarray(d, dtype=float)
-        out["within_max"].append(float(d[same & off].max()) if (same & off).any() else float("nan"))
-        out["between_min"].append(float(d[~same].min()) if (~same).any() else float("nan"))
-        out["median"].append(float(np.median(d[off])) if off.any() else float("nan"))
+        d = np.asarray(d)  # its own dtype: no copy (the GUI reads these again after each cluster edit)
+        out["within_max"].append(float(np.where(same, d, -np.inf).max()) if has_same else float("nan"))
+        out["between_min"].append(float(np.where(between, d, np.inf).min()) if has_between else float("nan"))
+    return out
+
+
+def convergence_curves(history, labels) -> dict:
+    """Within-cluster max, between-cluster min (:func:`cluster_curves`) and median manifold distance per iteration."""
+    out = cluster_curves(history, labels)
+    off = ~np.eye(np.asarray(labels).size, dtype=bool)
+    out["median"] = [float(np.median(np.asarray(d, dtype=float)[off])) if off.any() else float("nan")
+                     for d in history]
     return out
 
 

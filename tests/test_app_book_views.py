@@ -11,6 +11,7 @@ from numpy.testing import assert_allclose  # noqa: E402
 from iastudio.app.main_window import MainWindow  # noqa: E402
 from iastudio.core.clusterbook import ClusterBook  # noqa: E402
 from iastudio.core.frames import book_frame, book_order  # noqa: E402
+from iastudio.core.report import convergence_curves  # noqa: E402
 
 
 def _wait(app, pred, timeout=120.0):
@@ -90,6 +91,45 @@ def test_merge_drives_every_view(fresh, qapp):
     # KA vs IA compares the book's clusters too
     assert w.compare_view.n_tiles == k - 1
     w.means_view.per_cluster.setChecked(False)
+
+
+def _drawn_curves(view) -> dict:
+    return {key: np.asarray(item.yData) for key, item in view.curves.items()}  # before the log axis
+
+
+def test_convergence_curves_follow_merge_split_and_move(fresh, qapp):
+    """The curves drawn are read with the edited clusters: merging raises within-cluster max, moving an image
+    out (unassigned) takes it out of both curves; undo draws the run's curves again."""
+    w, m = fresh, fresh.model
+    view, history = w.convergence_view, list(m.final.distance_history)
+    assert len(history) >= 2
+    run = _drawn_curves(view)
+    assert_allclose(run["within_max"], convergence_curves(history, m.final.result.labels)["within_max"])
+    assert "clusters as listed" in view.caption.text()
+    assert m.merge_clusters([0, 1])
+    qapp.processEvents()
+    merged = _drawn_curves(view)
+    want = convergence_curves(history, m.book.labels)
+    for key in ("within_max", "between_min", "median"):
+        assert_allclose(merged[key], np.maximum(want[key], 1e-6), rtol=1e-9, err_msg=key)
+    assert (merged["within_max"] > run["within_max"] * 1.5).all()  # two shapes in one cluster: far apart
+    assert_allclose(merged["median"], run["median"])  # the median follows no cluster
+    assert m.split_cluster(m.book.cluster_ids()[0], 2)  # a split: the curves follow again
+    qapp.processEvents()
+    assert_allclose(_drawn_curves(view)["within_max"],
+                    np.maximum(convergence_curves(history, m.book.labels)["within_max"], 1e-6))
+    labels = np.asarray(m.book.labels)
+    far = int(np.argmax([np.asarray(history[-1])[i, labels == labels[i]].max() for i in range(m.n)]))
+    assert m.move_images([far], -1)  # unassigned: in neither curve
+    qapp.processEvents()
+    kept = labels.copy()
+    kept[far] = -1
+    assert_allclose(_drawn_curves(view)["within_max"],
+                    np.maximum(convergence_curves(history, kept)["within_max"], 1e-6))
+    for _ in range(3):
+        assert m.undo()
+    qapp.processEvents()
+    assert_allclose(_drawn_curves(view)["within_max"], run["within_max"])
 
 
 def test_rename_shows_in_captions(fresh, qapp):

@@ -7,17 +7,19 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from _qt import wait_until  # noqa: E402
+from numpy.testing import assert_array_equal  # noqa: E402
 from PIL import Image  # noqa: E402
 from PySide6.QtCore import QMimeData, QPointF, Qt  # noqa: E402
-from PySide6.QtGui import QDropEvent  # noqa: E402
+from PySide6.QtGui import QDropEvent, QImage  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
 from iastudio.app.help import about_text  # noqa: E402
 from iastudio.app.main_window import MainWindow  # noqa: E402
-from iastudio.app.panels import MIME_IMAGES  # noqa: E402
+from iastudio.app.panels import MIME_IMAGES, to_qimage  # noqa: E402
 from iastudio.app.projects import settings  # noqa: E402
 from iastudio.core.clusterbook import UNASSIGNED, ClusterBook  # noqa: E402
+from iastudio.core.pose import canonical_pose, intensity_moments  # noqa: E402
 from iastudio.core.project import load_project  # noqa: E402
 
 
@@ -73,6 +75,40 @@ def test_cluster_list_shows_names_counts_and_means(fresh):
     texts = [lst.item(r).text() for r in range(lst.count())]
     assert texts[:3] == ["Cluster 1  (6)", "Cluster 2  (6)", "Cluster 3  (6)"] and texts[3].startswith("Unassigned")
     assert not lst.item(0).icon().isNull()
+
+
+def _pixels(qimage) -> np.ndarray:
+    g = qimage.convertToFormat(QImage.Format.Format_Grayscale8)
+    return np.frombuffer(g.constBits(), np.uint8).reshape(g.height(), g.bytesPerLine())[:, :g.width()].copy()
+
+
+def _tilt_and_offset(img) -> tuple[float, float]:
+    """Degrees between the long axis and the vertical, and the centre of mass's distance from the centre (px)."""
+    _, centroid, cov = intensity_moments(np.asarray(img, float)[None])
+    vals, vecs = np.linalg.eigh(cov[0])
+    axis = vecs[:, 1]  # (row, col)
+    tilt = float(np.degrees(np.arccos(min(1.0, abs(axis[0])))))
+    centre = (np.array(img.shape) - 1) / 2.0
+    return tilt, float(np.linalg.norm(centroid[0] - centre))
+
+
+def test_cluster_icons_are_the_means_drawn_upright_and_centred(fresh):
+    """The icons show the cluster means in the means view's canonical pose, not in some medoid's pose."""
+    w, m = fresh, fresh.model
+    lst = w.clusters_panel.list
+    shown = w.sync.with_book(m.final)
+    raw_tilts = []
+    for row, c in enumerate(shown.cluster_ids):
+        item = lst.item(row)
+        assert int(item.data(Qt.ItemDataRole.UserRole)) == c
+        icon = item.icon()
+        drawn = _pixels(icon.pixmap(icon.availableSizes()[0]).toImage())
+        upright = canonical_pose(shown.cluster_means[row:row + 1])[0]
+        assert_array_equal(drawn, _pixels(to_qimage(upright)))  # the upright mean, pixel for pixel
+        tilt, offset = _tilt_and_offset(drawn)
+        assert tilt < 12 and offset < 1.5, (c, tilt, offset)  # long axis vertical, centred
+        raw_tilts.append(_tilt_and_offset(shown.cluster_means[row])[0])
+    assert max(raw_tilts) > 20  # the means as the run left them were turned: the pose did something
 
 
 def test_every_edit_kind_undoes_and_redoes(fresh, qapp):

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (  # noqa: E402
 
 from iastudio.app import theme  # noqa: E402
 from iastudio.app.context_menus import cluster_menu, thumbnail_menu  # noqa: E402
+from iastudio.app.docks import show_view  # noqa: E402
 from iastudio.app.help import shortcut_rows, shortcuts_dialog  # noqa: E402
 from iastudio.app.layout import fit_to_screen, fitted_size  # noqa: E402
 from iastudio.app.main_window import MainWindow  # noqa: E402
@@ -170,7 +171,7 @@ def test_plots_and_hints_follow_a_dark_palette(run_win, qapp, tmp_path):
         # an empty view's hint is readable on the dark window
         hint = run_win.compare_view.hint
         run_win.compare_view.clear()
-        run_win.bottom_tabs.setCurrentWidget(run_win.compare_view)
+        show_view(run_win, run_win.compare_view)
         qapp.processEvents()
         h = _lightness(_grab(hint, tmp_path / "h.png"))
         assert np.median(h) < 70 and h.max() > 170

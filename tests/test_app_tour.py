@@ -6,6 +6,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from iastudio.app.docks import is_shown  # noqa: E402
 from iastudio.app.main_window import MainWindow  # noqa: E402
 from iastudio.app.panels import PAPER_BETA, PAPER_ITERATIONS  # noqa: E402
 from iastudio.core.attention import Stage  # noqa: E402
@@ -117,9 +118,9 @@ def test_show_me_runs_the_demo_and_ends_on_a_large_comparison(win, qtbot):
     assert np.degrees(np.abs(m.data.true_transforms[:, 0])).max() > 45  # the shapes come turned at random
     blocks = [block_diagonality(w, np.asarray(m.data.labels)) for w in _w_per_iteration(m.history_frames).values()]
     assert blocks[0] < 0.8 and blocks[-1] > 0.97  # the scrubber has W's blocks filling in to replay
-    assert win.bottom_tabs.currentWidget() is win.compare_view
-    top, tabs = win.views_splitter.sizes()
-    assert tabs > 2 * top  # the comparison is the large view
+    assert is_shown(win, win.compare_view)
+    top, tabs = win.centralWidget().height(), win.docks["compare"].height()
+    assert tabs > 1.5 * top  # the comparison is the large view (W and the means keep their minimum height)
     assert win.compare_view.n_tiles == 3 and not win.compare_view.empty
     assert "IA ARI 1.00" in win.compare_view.caption.text()
     assert win.compare_view.items[1].image.max() > 0.3  # the IA means are drawn

@@ -6,7 +6,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 from iastudio.core.attention import AttentionRun, Stage
 from iastudio.core.demos import load_demo
 from iastudio.core.embedding import classical_mds
-from iastudio.core.frames import Frame, FrameBuilder, frames_from_project, plain_means
+from iastudio.core.frames import Frame, FrameBuilder, book_frame, frames_from_project, plain_means
+from iastudio.core.neighbors import graph_curves
 from iastudio.core.preprocess import preprocess
 from iastudio.core.project import (
     RECORDED_STAGES,
@@ -16,7 +17,7 @@ from iastudio.core.project import (
     load_project,
     save_project,
 )
-from iastudio.core.report import convergence_curves
+from iastudio.core.report import cluster_curves, convergence_curves
 
 
 @pytest.fixture(scope="module")
@@ -168,3 +169,40 @@ def test_frames_of_a_pruned_run_map_its_neighbour_graph(monkeypatch):
     assert final.mds.shape == (18, 2) and np.isfinite(final.mds).all()
     assert len(final.curves["median"]) == len(builder.history) >= 1
     assert final.result is not None and final.result.n_clusters == 3
+    edited = np.asarray(final.result.labels).copy()
+    edited[edited == 1] = 0  # a merge
+    edited[0] = -1  # an unassigned image
+    booked = book_frame(final, edited, {}, images=x)
+    assert booked.curves == graph_curves(list(builder.history), edited)  # the pruned run's curves follow too
+
+
+def test_cluster_curves_known_answer_unassigned_left_out():
+    d = np.array([[0, 1, 5, 9], [1, 0, 4, 8], [5, 4, 0, 2], [9, 8, 2, 0]], float)
+    c = cluster_curves([d, d / 2], [0, 0, 1, 1])
+    assert c == {"within_max": [2.0, 1.0], "between_min": [4.0, 2.0]}
+    c = cluster_curves([d], [0, 0, 1, -1])  # image 3 unassigned: its 9, 8 and 2 count nowhere
+    assert c == {"within_max": [1.0], "between_min": [4.0]}
+    c = cluster_curves([d], [0, -1, -1, -1])  # one image in one cluster: no pair of either kind
+    assert np.isnan(c["within_max"][0]) and np.isnan(c["between_min"][0])
+    full = convergence_curves([d], [0, 0, 1, -1])
+    assert full["median"] == [float(np.median([1, 5, 9, 4, 8, 2]))]  # the median counts every pair
+    assert convergence_curves([d], [0, 0, 1, 1]) == {"within_max": [2.0], "between_min": [4.0],
+                                                     "median": [4.5]}
+
+
+def test_book_frame_reads_the_curves_with_the_edited_clusters(live, tmp_path):
+    """Live and restored frames keep their distance history, so edited clusters get their own curves."""
+    run, frames, final = live
+    _, rfinal = frames_from_project(_saved(live, tmp_path), run.inputs)
+    for fr in (final, rfinal, frames[1]):
+        assert len(fr.distance_history) == len(fr.curves["median"]) >= 1
+        labels = np.asarray(fr.snapshot.labels).copy()
+        labels[labels == labels.max()] = 0  # merge the last cluster into the first
+        labels[1] = -1
+        booked = book_frame(fr, labels, {}, images=run.inputs)
+        want = convergence_curves(list(fr.distance_history), labels)
+        assert_allclose(booked.curves["within_max"], want["within_max"])
+        assert_allclose(booked.curves["between_min"], want["between_min"])
+        assert_allclose(booked.curves["median"], fr.curves["median"])  # the median follows no cluster
+        same = book_frame(fr, fr.snapshot.labels, {}, images=run.inputs)  # no edit: the run's own curves
+        assert_allclose(same.curves["within_max"], fr.curves["within_max"])
