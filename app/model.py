@@ -141,8 +141,13 @@ class StudioModel(QObject):
     def _loaded(self, loaded) -> None:
         if self.loader is None:  # abandoned (the window closed)
             return
+        try:
+            skipped = self.session.add_loaded(loaded, replace=self._load_replace)
+        except Exception as exc:  # noqa: BLE001 -- shown in the error window; the window must leave its loading state
+            self._load_failed(exc)
+            return
         self.loader = None
-        self.imagesLoaded.emit(self.session.add_loaded(loaded, replace=self._load_replace))
+        self.imagesLoaded.emit(skipped)
 
     def _load_failed(self, exc: BaseException) -> None:
         if self.loader is None:

@@ -339,6 +339,11 @@ _DENSE_TRANSFORMS_MAX = 500  # images; above this, mean-step snapshots carry no 
 _DENSE_VIEW_MAX = 2000  # images; a pruned run's W and distances are shown dense up to this, sparse above
 
 
+def _rows_cols(distances, keep):
+    """The distances among the images ``keep`` (dense or sparse)."""
+    return distances[keep][:, keep] if _is_sparse(distances) else distances[np.ix_(keep, keep)]
+
+
 def _is_sparse(a) -> bool:
     import scipy.sparse as sp
 
@@ -605,8 +610,7 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         k = self.settings.clusters
         if k != "auto" and self.blank.any():
             k = min(int(k), keep.size)
-        sub, choice = read_clusters(distances[keep][:, keep] if _is_sparse(distances)
-                                    else distances[np.ix_(keep, keep)], k=k)
+        sub, choice = read_clusters(_rows_cols(distances, keep), k=k)
         labels[keep] = sub
         if self.blank.any():
             labels[self.blank] = sub.max() + 1
@@ -615,8 +619,7 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
     def _separation(self, distances, labels) -> float | None:
         """Silhouette of a partition of the non-blank images (None when undefined)."""
         keep = np.flatnonzero(~self.blank)
-        sub = distances[keep][:, keep] if _is_sparse(distances) else distances[np.ix_(keep, keep)]
-        return silhouette(sub, labels[keep])
+        return silhouette(_rows_cols(distances, keep), labels[keep])
 
     def _guard_rejects(self, labels) -> bool:
         """True (and the previous iteration restored) when ``labels`` are not a clear improvement.

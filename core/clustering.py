@@ -27,11 +27,16 @@ Labels come from scikit-learn's spectral clustering on ``A`` (deterministic
 
 A pruned run's distances are a sparse K-neighbour graph; the same rules apply
 to it with ``s_i`` taken from the image's candidates (its nearest images), the
-affinity kept sparse (0 off the graph) and the eigenvalues from ARPACK.  Two
-things need every distance and are left out there: the "same" check and the
-silhouette.  Without a clear gap the scale with the largest gap decides
-(reported as unsure), and with ``k`` given the scale with the largest gap after
-the ``k``-th eigenvalue is used.
+affinity kept sparse (0 off the graph) and the eigenvalues found for each
+connected part of the graph (dense for small parts, shift-invert Lanczos for
+large ones).  Two things need every distance and are replaced there: the
+"same" check is skipped, and instead of the silhouette fallback the scales
+``5, 10, 20`` (``GRAPH_SCALES``, up to the fewest neighbours any image has) are
+tried as well -- a set with near-duplicates falls apart into pairs at the
+small scales -- ignoring their gap after the first eigenvalue, and the scale
+with the largest gap decides (reported as unsure when below ``min_gap``).
+With ``k`` given the scale with the largest gap after the ``k``-th eigenvalue
+is used.  The guard's silhouette is a graph silhouette (:func:`silhouette`).
 """
 from __future__ import annotations
 
@@ -59,6 +64,7 @@ __all__ = [
 ]
 
 SCALES = (1, 2, 3)  # neighbour ranks m tried for the local bandwidth, smallest first
+GRAPH_SCALES = (5, 10, 20)  # further ranks a K-neighbour graph tries when the first show no clear gap
 MIN_GAP = 0.4  # an eigengap at least this large is a clear block structure
 MAX_K = 20  # largest k considered by the silhouette fallback
 DISTINCT = 0.5  # invariant distance (unit-norm images) above which two images are not alike
@@ -81,7 +87,8 @@ class KChoice:
     method : {"given", "eigengap", "silhouette", "same", "distinct", "trivial"}
     candidates : list of (int, float)
         The best three ``k`` with their scores (eigengaps, or silhouettes for
-        the ``"silhouette"`` method), best first.
+        the ``"silhouette"`` method), best first; with ``k`` given, ``k`` and
+        its silhouette (a pruned run: its eigengap).
     """
 
     k: int
@@ -144,10 +151,69 @@ def local_scaling_affinity(distances: np.ndarray, *, neighbor: int = 2) -> np.nd
 
 
 def _normalised(affinity):
+    """``D^-1/2 A D^-1/2`` of the symmetrised affinity (dense or sparse)."""
     a = 0.5 * (affinity + affinity.T)
-    d = a.sum(axis=1)
-    s = 1.0 / np.sqrt(np.maximum(d, 1e-300))
+    s = 1.0 / np.sqrt(np.maximum(np.asarray(a.sum(axis=1)).ravel(), 1e-300))
+    if sp.issparse(a):
+        return (sp.diags(s) @ a @ sp.diags(s)).tocsr()
     return a * s[:, None] * s[None, :]
+
+
+_DENSE_PART = 400  # connected parts of a graph up to this size get a dense eigen-decomposition
+_EIGEN_TOL = 1e-6  # eigengaps are read to about 1e-3; a tighter tolerance only slows crowded spectra down
+_EIGEN_MAXITER = 300  # restarts of ARPACK before the converged eigenvalues are used as they are
+
+
+def _top_eigenvalues(m, k: int) -> np.ndarray:
+    """The ``k`` largest eigenvalues of one connected part ``m`` of a sparse normalised affinity.
+
+    Shift-invert Lanczos on the Laplacian ``L = I - m`` around -1: ``L + I``
+    is positive definite with a condition number of at most 3, so conjugate
+    gradients apply its inverse in a few steps (no factorisation, no fill-in),
+    and eigenvalues crowded near 1 -- nearly separate classes -- converge as
+    fast as the others.  Never raises: when ARPACK does not converge the
+    eigenvalues it has are used, the rest repeat the last one (no false gap).
+    """
+    n = m.shape[0]
+    if n <= max(_DENSE_PART, k + 2):
+        return np.sort(np.linalg.eigvalsh(m.toarray()))[::-1][:k]
+    from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, cg, eigsh
+
+    shifted = (2.0 * sp.identity(n) - m).tocsr()
+    inverse = LinearOperator((n, n), matvec=lambda b: cg(shifted, b, rtol=1e-10, atol=0.0)[0], dtype=float)
+    try:
+        mu = eigsh((sp.identity(n) - m).tocsr(), k=k, sigma=-1.0, which="LM", OPinv=inverse, tol=_EIGEN_TOL,
+                   maxiter=_EIGEN_MAXITER, return_eigenvectors=False, v0=np.ones(n) / np.sqrt(n))
+    except ArpackNoConvergence as exc:
+        import logging
+
+        logging.getLogger(__name__).warning("eigengaps: ARPACK converged on %d of %d eigenvalues",
+                                            len(exc.eigenvalues), k)
+        mu = np.asarray(exc.eigenvalues, dtype=float)
+    ev = np.sort(1.0 - np.real(mu))[::-1]
+    if ev.size == 0:
+        ev = np.ones(1)
+    return np.concatenate([ev, np.full(k - ev.size, ev[-1])])[:k]
+
+
+def _sparse_top_eigenvalues(affinity, k: int) -> np.ndarray:
+    """The ``k`` largest eigenvalues of a sparse affinity's normalised form, part by connected part.
+
+    A graph of well-separated classes falls apart into parts, each with an
+    eigenvalue 1; one Lanczos run would miss some of those repeated ones.
+    """
+    from scipy.sparse.csgraph import connected_components
+
+    m = _normalised(sp.csr_matrix(affinity, dtype=float))
+    n_parts, part = connected_components(m, directed=False)
+    if n_parts == 1:
+        return _top_eigenvalues(m, k)
+    order = np.argsort(part, kind="stable")
+    bounds = np.flatnonzero(np.diff(part[order])) + 1
+    values = []
+    for idx in np.split(order, bounds):
+        values.append(np.ones(1) if idx.size == 1 else _top_eigenvalues(m[idx][:, idx], min(k, idx.size)))
+    return np.sort(np.concatenate(values))[::-1][:k]
 
 
 def eigengaps(affinity, *, max_k: int = MAX_K) -> np.ndarray:
@@ -157,22 +223,12 @@ def eigengaps(affinity, *, max_k: int = MAX_K) -> np.ndarray:
     smallest eigenvalue itself: for an identity-like affinity (every image
     alone) the largest gap is at ``k = n``.  A sparse affinity (a
     K-neighbour graph of more than ``max_k + 2`` images) gives only the first
-    ``max_k`` gaps, from its ``max_k + 1`` largest eigenvalues (ARPACK).
+    ``max_k`` gaps, from its ``max_k + 1`` largest eigenvalues, found for each
+    connected part of the graph (dense for small parts, shift-invert Lanczos
+    for large ones).
     """
     if sp.issparse(affinity) and affinity.shape[0] > max_k + 2:
-        from scipy.sparse.linalg import eigsh
-
-        a = sp.csr_matrix(affinity, dtype=float)
-        a = 0.5 * (a + a.T)
-        deg = np.asarray(a.sum(axis=1)).ravel()
-        scale = sp.diags(1.0 / np.sqrt(np.maximum(deg, 1e-300)))
-        n = a.shape[0]
-        # the smallest eigenvalues mu of the normalised Laplacian L = I - D^-1/2 A D^-1/2 (lambda = 1 - mu),
-        # by shift-invert around -1 (L + I is positive definite): many eigenvalues close to 1 -- a graph of
-        # several nearly separate classes -- do not slow it down, as they do a plain Lanczos iteration
-        lap = (sp.identity(n) - scale @ a @ scale).tocsc()
-        mu = eigsh(lap, k=max_k + 1, sigma=-1.0, which="LM", return_eigenvectors=False, v0=np.ones(n) / np.sqrt(n))
-        ev = 1.0 - np.sort(mu)
+        ev = _sparse_top_eigenvalues(affinity, max_k + 1)
         return ev[:-1] - ev[1:]
     if sp.issparse(affinity):
         affinity = affinity.toarray()
@@ -214,7 +270,7 @@ def _spectral(affinity, k):
     a = 0.5 * (affinity + affinity.T)
     if sp.issparse(a):  # a K-neighbour graph: ARPACK on the sparse matrix
         model = SpectralClustering(n_clusters=k, affinity="precomputed", assign_labels="cluster_qr", random_state=0,
-                                   eigen_solver="arpack")
+                                   eigen_solver="arpack", eigen_tol=1e-8)
         with warnings.catch_warnings():  # well-separated classes are separate components of the graph: expected
             warnings.filterwarnings("ignore", message="Graph is not fully connected")
             return relabel_by_appearance(model.fit_predict(sp.csr_matrix(a)))
@@ -299,10 +355,12 @@ def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int =
     if n == 2:
         return KChoice(1, 1, 1.0, "distinct", [(1, float(off.min()))])
     strongest = None
-    for m in scales:
-        if m >= n:
+    for m in tuple(scales) + (GRAPH_SCALES if sparse else ()):
+        if m >= n or (sparse and m > scales[-1] and m > np.diff(d.indptr).min()):
             break
         g = eigengaps(local_scaling_affinity(d, neighbor=m), max_k=max_k)
+        if m > scales[-1]:  # a wide bandwidth always shows a gap after the first eigenvalue: not evidence of k = 1
+            g = np.concatenate([[0.0], g[1:]])
         top = np.argsort(-g)[:3]
         choice = KChoice(int(top[0]) + 1, m, float(g[top[0]]), "eigengap", [(int(t) + 1, float(g[t])) for t in top])
         if choice.confidence >= min_gap:
