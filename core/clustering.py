@@ -30,11 +30,12 @@ to it with ``s_i`` taken from the image's candidates (its nearest images), the
 affinity kept sparse (0 off the graph) and the eigenvalues found for each
 connected part of the graph (dense for small parts, shift-invert Lanczos for
 large ones).  Two things need every distance and are replaced there: the
-"same" check is skipped, and instead of the silhouette fallback the scales
-``5, 10, 20`` (``GRAPH_SCALES``, up to the fewest neighbours any image has) are
-tried as well -- a set with near-duplicates falls apart into pairs at the
-small scales -- ignoring their gap after the first eigenvalue, and the scale
-with the largest gap decides (reported as unsure when below ``min_gap``).
+"same" check is skipped, and there is no silhouette fallback: the scale with
+the largest gap decides (reported as unsure when below ``min_gap``).  When
+the first scales show no gap of even ``FLAT_GAP`` (0.05) -- a set of
+near-duplicates falls apart into tiny groups there -- the scales ``5, 10, 20``
+(``GRAPH_SCALES``, up to the fewest neighbours any image has) are tried too,
+ignoring their gap after the first eigenvalue.
 With ``k`` given the scale with the largest gap after the ``k``-th eigenvalue
 is used.  The guard's silhouette is a graph silhouette (:func:`silhouette`).
 """
@@ -64,7 +65,8 @@ __all__ = [
 ]
 
 SCALES = (1, 2, 3)  # neighbour ranks m tried for the local bandwidth, smallest first
-GRAPH_SCALES = (5, 10, 20)  # further ranks a K-neighbour graph tries when the first show no clear gap
+GRAPH_SCALES = (5, 10, 20)  # further ranks a K-neighbour graph tries when the first show no structure at all
+FLAT_GAP = 0.05  # ... i.e. no gap of even this size (near-duplicates: the graph falls apart into tiny groups)
 MIN_GAP = 0.4  # an eigengap at least this large is a clear block structure
 MAX_K = 20  # largest k considered by the silhouette fallback
 DISTINCT = 0.5  # invariant distance (unit-norm images) above which two images are not alike
@@ -356,7 +358,7 @@ def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int =
         return KChoice(1, 1, 1.0, "distinct", [(1, float(off.min()))])
     strongest = None
     for m in tuple(scales) + (GRAPH_SCALES if sparse else ()):
-        if m >= n or (sparse and m > scales[-1] and m > np.diff(d.indptr).min()):
+        if m >= n or (m > scales[-1] and (strongest.confidence >= FLAT_GAP or m > np.diff(d.indptr).min())):
             break
         g = eigengaps(local_scaling_affinity(d, neighbor=m), max_k=max_k)
         if m > scales[-1]:  # a wide bandwidth always shows a gap after the first eigenvalue: not evidence of k = 1
