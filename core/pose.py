@@ -39,34 +39,38 @@ def intensity_moments(images) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     cov : ndarray (n, 2, 2)
         Intensity-weighted covariance of ``(row, col)``.
     """
-    a = np.asarray(images, dtype=np.float64)
+    a = np.asarray(images)
     if a.ndim == 4:
         a = a.sum(axis=3)
     if a.ndim != 3:
         raise ValueError(f"images must be (n, H, W) or (n, H, W, C), got shape {np.shape(images)}")
     a = np.clip(a, 0.0, None)
     _, h, w = a.shape
-    rows = np.arange(h, dtype=np.float64)[:, None]
-    cols = np.arange(w, dtype=np.float64)[None, :]
-    mass = a.sum(axis=(1, 2))
+    rows = np.arange(h, dtype=np.float64)
+    cols = np.arange(w, dtype=np.float64)
+    # first and second moments from the row and column marginals, the mixed one from one contraction
+    row_mass = a.sum(axis=2, dtype=np.float64)
+    col_mass = a.sum(axis=1, dtype=np.float64)
+    mass = row_mass.sum(axis=1)
     safe = np.where(mass > 0, mass, 1.0)
-    r0 = np.where(mass > 0, (a * rows).sum(axis=(1, 2)) / safe, (h - 1) / 2.0)
-    c0 = np.where(mass > 0, (a * cols).sum(axis=(1, 2)) / safe, (w - 1) / 2.0)
-    dr = rows[None] - r0[:, None, None]
-    dc = cols[None] - c0[:, None, None]
-    crr = (a * dr * dr).sum(axis=(1, 2)) / safe
-    ccc = (a * dc * dc).sum(axis=(1, 2)) / safe
-    crc = (a * dr * dc).sum(axis=(1, 2)) / safe
+    r0 = np.where(mass > 0, row_mass @ rows / safe, (h - 1) / 2.0)
+    c0 = np.where(mass > 0, col_mass @ cols / safe, (w - 1) / 2.0)
+    crr = np.maximum(row_mass @ rows**2 / safe - r0**2, 0.0)
+    ccc = np.maximum(col_mass @ cols**2 / safe - c0**2, 0.0)
+    crc = np.einsum("nhw,h,w->n", a, rows.astype(a.dtype), cols.astype(a.dtype), optimize=True) / safe - r0 * c0
+    crr, ccc, crc = (np.where(mass > 0, v, 0.0) for v in (crr, ccc, crc))
     cov = np.stack([np.stack([crr, crc], -1), np.stack([crc, ccc], -1)], -2)
     return mass, np.stack([r0, c0], -1), cov
 
 
-def _heavier_half_sign(img: np.ndarray, centroid: np.ndarray, axis: np.ndarray) -> float:
-    """+1 when less intensity lies on the ``+axis`` side of the centroid than on the other, else -1."""
-    h, w = img.shape
-    proj = ((np.arange(h)[:, None] - centroid[0]) * axis[0] + (np.arange(w)[None, :] - centroid[1]) * axis[1])
-    ahead, behind = img[proj > 0].sum(), img[proj < 0].sum()
-    return 1.0 if ahead <= behind else -1.0
+def _heavier_half_signs(flat: np.ndarray, centroid: np.ndarray, axis: np.ndarray) -> np.ndarray:
+    """+1 per image when less intensity lies on the ``+axis`` side of its centroid than on the other, else -1."""
+    _, h, w = flat.shape
+    proj = ((np.arange(h)[None, :, None] - centroid[:, 0, None, None]) * axis[:, 0, None, None]
+            + (np.arange(w)[None, None, :] - centroid[:, 1, None, None]) * axis[:, 1, None, None])
+    ahead = (flat * (proj > 0)).sum(axis=(1, 2))
+    behind = (flat * (proj < 0)).sum(axis=(1, 2))
+    return np.where(ahead <= behind, 1.0, -1.0)
 
 
 def canonical_transforms(images, *, isotropy: float = 0.02) -> np.ndarray:
@@ -93,18 +97,18 @@ def canonical_transforms(images, *, isotropy: float = 0.02) -> np.ndarray:
     h, w = flat.shape[1:3]
     centre = np.array([(h - 1) / 2.0, (w - 1) / 2.0])
     out = np.zeros((len(flat), 3))
-    for i in range(len(flat)):
-        if mass[i] <= 0:
-            continue
-        vals, vecs = np.linalg.eigh(cov[i])
-        theta = 0.0
-        if vals[1] - vals[0] >= isotropy * max(vals.sum(), 1e-12):
-            axis = vecs[:, 1]  # (row, col) of the long axis
-            axis = axis * _heavier_half_sign(flat[i], centroid[i], axis)
-            # A(theta) (1, 0) = (cos theta, -sin theta) must be the axis
-            theta = float(np.arctan2(-axis[1], axis[0]))
-        shift = centroid[i] - centre
-        out[i] = (theta, shift[1], shift[0])
+    if len(flat) == 0:
+        return out
+    vals, vecs = np.linalg.eigh(cov)
+    axis = vecs[:, :, 1]  # (row, col) of each long axis
+    axis = axis * _heavier_half_signs(flat, centroid, axis)[:, None]
+    # A(theta) (1, 0) = (cos theta, -sin theta) must be the axis
+    theta = np.arctan2(-axis[:, 1], axis[:, 0])
+    elongated = vals[:, 1] - vals[:, 0] >= isotropy * np.maximum(vals.sum(axis=1), 1e-12)
+    shift = centroid - centre
+    out[:, 0] = np.where(elongated, theta, 0.0)
+    out[:, 1], out[:, 2] = shift[:, 1], shift[:, 0]
+    out[mass <= 0] = 0.0
     return out
 
 
@@ -134,4 +138,4 @@ def canonical_pose(images, *, isotropy: float = 0.02) -> np.ndarray:
     a = np.asarray(images)
     if len(a) == 0:
         return np.array(a, dtype=np.float64 if a.dtype.kind != "f" else a.dtype, copy=True)
-    return warp(a, canonical_transforms(a, isotropy=isotropy))
+    return warp(a, canonical_transforms(a, isotropy=isotropy), parallel=False)  # display work: this thread only

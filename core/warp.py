@@ -110,7 +110,7 @@ def _inner_fg(f, ff):
     return out
 
 
-def warp(images, params, *, index=None, gradient=False):
+def warp(images, params, *, index=None, gradient=False, parallel=True):
     """Warp a batch of images by a batch of SE(2) transforms: ``v o tau``.
 
     Parameters
@@ -127,6 +127,10 @@ def warp(images, params, *, index=None, gradient=False):
         copying it.
     gradient : bool
         Also return the derivative with respect to ``(theta, tx, ty)``.
+    parallel : bool
+        Spread the blocks over the CPU cores (the shared warp pool).  ``False``
+        warps in the calling thread: for small display work in the GUI thread,
+        which must not queue behind a running computation's blocks.
 
     Returns
     -------
@@ -160,7 +164,7 @@ def warp(images, params, *, index=None, gradient=False):
     grad = xp.empty((b, 3) + images.shape[1:], dtype=dtype) if gradient else None
     # several cores: big blocks (small NumPy calls would queue on the GIL); one core: cache-sized blocks
     several = xp is np and _pool() is not None  # this call or its callers run on several cores
-    threaded = several and not _in_worker()
+    threaded = several and parallel and not _in_worker()
     cpu_block = _CHUNK_ELEMENTS if several else _SINGLE_CHUNK_ELEMENTS
     step = max(1, block_elements(cpu_block, _GPU_CHUNK_ELEMENTS, xp) // (h * w))
     rr = xp.arange(h, dtype=dtype)[:, None] - (h - 1) / 2.0
