@@ -385,15 +385,17 @@ class MeansView(_Titled):
         else:
             order = _even_sample(frame.order, snap.labels, _TILES_MAX, self.selection)
             ids = [int(i) for i in order]
-            tiles = snap.means[order]
+            tiles = snap.means[order] if frame.upright_means is None else None
             what = "image (grouped by cluster)"
             if order.size < len(frame.order):
                 what += f", an even sample of {len(frame.order):,} images"
-        self.n_tiles = len(tiles)
+        # upright, for display only (made in the run's worker when the frame carries them)
+        upright = canonical_pose(tiles) if tiles is not None else frame.upright_means[order]
+        self.n_tiles = len(upright)
         self._tile_ids = ids
-        cols = int(np.ceil(np.sqrt(len(tiles)))) if len(tiles) else 1
-        self._geom = (cols, tiles.shape[1], tiles.shape[2]) if len(tiles) else (1, 1, 1)
-        self.image_item.setImage(tile(canonical_pose(tiles), cols), levels=(0, 1))  # upright, for display only
+        cols = int(np.ceil(np.sqrt(len(upright)))) if len(upright) else 1
+        self._geom = (cols, upright.shape[1], upright.shape[2]) if len(upright) else (1, 1, 1)
+        self.image_item.setImage(tile(upright, cols), levels=(0, 1))
         self._draw_overlay()
         text = (f"{count_of(self.n_tiles, 'mean')}, one per {what} · iteration {snap.iteration}, "
                 f"{snap.stage}" + (f" step {snap.step}/{snap.n_steps}" if snap.stage == Stage.MEANS else "")

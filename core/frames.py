@@ -62,6 +62,11 @@ class Frame:
         The run's distance matrices up to this frame, the ones ``curves`` are
         read from (shared with the run, not copied), so the curves can be read
         again with edited clusters (:func:`book_frame`).  Empty: not known.
+    upright_means : ndarray (n, H, W[, C]) or None
+        ``snapshot.means`` upright and centred for display
+        (:func:`~iastudio.core.pose.canonical_pose`), made where the frame is
+        built -- the run's worker thread -- so that the window does not have
+        to; None for more than ``UPRIGHT_MAX`` images or when not made.
     """
 
     snapshot: Snapshot
@@ -76,6 +81,10 @@ class Frame:
     cluster_ids: list | None = None
     cluster_names: list | None = None
     distance_history: tuple = ()
+    upright_means: np.ndarray | None = None
+
+
+UPRIGHT_MAX = 1024  # frames of larger runs leave the upright means to the view's sample
 
 
 def weight_range(frames) -> tuple[float, float]:
@@ -214,9 +223,14 @@ class FrameBuilder:
         if snapshot.stage in (Stage.SIMILARITY, Stage.DONE):  # each is a new d(S_i, S_j)
             self.history.append(snapshot.distances)
         self.mds = _map(snapshot.distances, self.mds)
+        upright = None
+        if snapshot.means is not None and len(snapshot.means) <= UPRIGHT_MAX:
+            from .pose import canonical_pose
+
+            upright = canonical_pose(snapshot.means)
         return Frame(snapshot=snapshot, order=np.argsort(snapshot.labels, kind="stable"), mds=self.mds.copy(),
                      curves=_curves(self.history, snapshot.labels), elapsed=elapsed,
-                     distance_history=tuple(self.history))
+                     distance_history=tuple(self.history), upright_means=upright)
 
     def final(self, run: AttentionRun, last: Snapshot | None, *, elapsed: float = 0.0) -> Frame:
         """The frame of a finished run: its last snapshot with the result and the cluster means.

@@ -206,3 +206,13 @@ def test_book_frame_reads_the_curves_with_the_edited_clusters(live, tmp_path):
         assert_allclose(booked.curves["median"], fr.curves["median"])  # the median follows no cluster
         same = book_frame(fr, fr.snapshot.labels, {}, images=run.inputs)  # no edit: the run's own curves
         assert_allclose(same.curves["within_max"], fr.curves["within_max"])
+
+
+def test_frames_carry_the_upright_means_made_in_the_worker(live):
+    from iastudio.core.pose import canonical_pose
+
+    _, frames, _ = live
+    fr = frames[-1]
+    assert fr.upright_means is not None and fr.upright_means.shape == fr.snapshot.means.shape
+    assert_allclose(fr.upright_means, canonical_pose(fr.snapshot.means), atol=1e-6)
+    assert np.abs(fr.upright_means - fr.snapshot.means).max() > 0.1  # turned: not the means as they are
