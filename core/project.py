@@ -170,6 +170,11 @@ def history_entry(snapshot) -> dict:
 
 
 def _npy_bytes(arr) -> bytes:
+    import scipy.sparse as sp
+
+    if sp.issparse(arr):  # a pruned run above 2,000 images keeps W and the distances sparse
+        raise ValueError("a run of more than 2,000 images (sparse W and distances) cannot be stored in a project "
+                         "yet; export its results instead (File > Export)")
     buf = io.BytesIO()
     np.save(buf, np.asarray(arr), allow_pickle=False)
     return buf.getvalue()

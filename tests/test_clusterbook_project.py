@@ -144,3 +144,12 @@ def test_cli_save_project_then_export_with_edits(tmp_path, monkeypatch):
     data = proj.read_bytes()
     proj.write_bytes(data[:100])
     assert main(["--project", str(proj), "--out", str(out), "--quiet"]) == 1
+
+
+def test_a_sparse_array_is_refused_with_a_reason():
+    import scipy.sparse as sp
+
+    from iastudio.core.project import _npy_bytes
+
+    with pytest.raises(ValueError, match="more than 2,000 images"):  # was numpy's "Object arrays cannot be saved"
+        _npy_bytes(sp.csr_matrix(np.eye(3)))
