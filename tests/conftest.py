@@ -99,3 +99,15 @@ def asked():
     _ASKED.answer = "discard"
     yield _ASKED
     _ASKED.answer = "discard"
+
+
+@pytest.fixture
+def window(qtbot):
+    """A shown main window; its model's threads are stopped afterwards."""
+    from iastudio.app.main_window import MainWindow
+
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.model.shutdown(5000)

@@ -23,15 +23,6 @@ def _logs(tmp_path, monkeypatch):
     monkeypatch.setenv("IA_STUDIO_LOG_DIR", str(tmp_path / "home" / "logs"))
 
 
-@pytest.fixture
-def window(qtbot):
-    w = MainWindow()
-    qtbot.addWidget(w)
-    w.show()
-    yield w
-    w.model.shutdown(5000)
-
-
 def _wait_state(qtbot, window, states, timeout=60000):
     qtbot.waitUntil(lambda: window.model.state in states, timeout=timeout)
 

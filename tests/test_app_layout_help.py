@@ -56,15 +56,6 @@ def run_win(qapp, home):
     w.close()
 
 
-@pytest.fixture
-def window(qtbot):
-    w = MainWindow()
-    qtbot.addWidget(w)
-    w.show()
-    yield w
-    w.model.shutdown(5000)
-
-
 # ------------------------------------------------------------------ M3: a layout that fits
 
 def test_long_names_do_not_widen_the_window(run_win, qapp):

@@ -11,7 +11,6 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import numpy as np  # noqa: E402
-import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 from PySide6.QtCore import QThreadPool, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QPushButton  # noqa: E402
@@ -21,15 +20,6 @@ from iastudio.app.errors import current_error_dialog  # noqa: E402
 from iastudio.app.main_window import MainWindow  # noqa: E402
 
 WAIT_MS = 30000
-
-
-@pytest.fixture
-def window(qtbot):
-    w = MainWindow()
-    qtbot.addWidget(w)
-    w.show()
-    yield w
-    w.model.shutdown(5000)
 
 
 def _pngs(folder, names):
