@@ -178,7 +178,7 @@ class ProjectController(QObject):
     def save_to(self, path) -> bool:
         try:
             self.model.save_project(path)
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             self.window.dialog(QMessageBox.Icon.Warning, "Cannot save", f"{path}: {exc}")
             return False
         self.remember("recent/projects", str(path))

@@ -13,6 +13,7 @@ is measured too, as the largest thing a small file can make the loader hold.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import subprocess
@@ -32,8 +33,10 @@ from _malicious import (  # noqa: E402
     manifest_bomb,
     many_members,
     npy,
+    npy_header,
     raw_zip,
     read_members,
+    sparse_project,
     write_project,
 )
 
@@ -100,6 +103,24 @@ def cases(tmp: Path) -> dict:
     m["arrays/history/0000_distances.npy"] = b"\x93NUMPY\x01\x00v\x00{'descr': '<f8', 'fortran_order': False, " \
         b"'shape': (100000000000,), }" + b" " * 40 + b"\n"
     out["array header declaring 800 GB"] = write_project(tmp / "h.iaproj", manifest, m)
+    sparse = save_project(tmp / "sparse.iaproj", sparse_project(n=8, side=8))  # W and distances stored as CSR
+    manifest, members = read_members(sparse)
+    indptr = np.load(io.BytesIO(members["arrays/result/weights.indptr.npy"]))
+    m = dict(members)
+    m["arrays/result/weights.indices.npy"] = npy(np.full(indptr[-1], 10**9, dtype=np.int64))
+    out["sparse W: column index 1e9"] = write_project(tmp / "s1.iaproj", manifest, m)
+    m = dict(members)
+    m["arrays/result/weights.indptr.npy"] = npy(np.r_[0, indptr[-1], indptr[2:]])
+    out["sparse W: row pointers going back"] = write_project(tmp / "s2.iaproj", manifest, m)
+    n = 40_000
+    m = {**manifest, "n_images": n, "paths": [f"demo:x/{i}" for i in range(n)], "labels": [None] * n,
+         "arrays": [f"result/weights.{p}" for p in ("data", "indices", "indptr", "shape")], "history": [],
+         "clusters": None, "sparse": {"result/weights": "csr_matrix"}}
+    out["sparse W: header declaring 1.6e9 values (26 GB)"] = write_project(tmp / "s3.iaproj", m, {
+        "arrays/result/weights.data.npy": npy_header(np.float64, (n * n,)) + bytes(64),
+        "arrays/result/weights.indices.npy": npy_header(np.int64, (n * n,)) + bytes(64),
+        "arrays/result/weights.indptr.npy": npy(np.zeros(n + 1, np.int64)),
+        "arrays/result/weights.shape.npy": npy(np.array([n, n]))})
     os.mkfifo(tmp / "fifo.iaproj")
     out["FIFO named .iaproj"] = tmp / "fifo.iaproj"
     out["valid: 256 MiB of images in a small file"] = bomb_project(tmp / "v.iaproj", zeros=4 * 4090**2 * 4, n=4,
@@ -113,17 +134,17 @@ def main():
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        print(f"{'case':44s} {'file':>9s}  {'who':4s} {'extra MB':>9s} {'s':>6s}  outcome")
+        print(f"{'case':48s} {'file':>9s}  {'who':4s} {'extra MB':>9s} {'s':>6s}  outcome")
         for name, path in cases(tmp).items():
             size = path.stat().st_size if path.is_file() else 0
             for app in ([False, True] if args.app else [False]):
                 code = CHILD.format(root=str(ROOT), path=str(path), app=app)
                 r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
                 if r.returncode != 0:
-                    print(f"{name:44s} FAILED: {r.stderr.strip().splitlines()[-1:]}")
+                    print(f"{name:48s} FAILED: {r.stderr.strip().splitlines()[-1:]}")
                     continue
                 res = json.loads(r.stdout.strip().splitlines()[-1])
-                print(f"{name:44s} {size / 1024:8.0f}K  {'app' if app else 'lib':4s} {res['extra_mb']:9.1f} "
+                print(f"{name:48s} {size / 1024:8.0f}K  {'app' if app else 'lib':4s} {res['extra_mb']:9.1f} "
                       f"{res['seconds']:6.2f}  {res['outcome']}")
 
 

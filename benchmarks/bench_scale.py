@@ -9,6 +9,16 @@ own subprocess so its peak resident memory (``ru_maxrss``) is its own.
     python benchmarks/bench_scale.py run60               # a full default run of 60 images at 64 px
     python benchmarks/bench_scale.py sizes 250 1000 4000 # pruned (auto) runs; exhaustive up to --exhaustive-max
     python benchmarks/bench_scale.py recall 1000         # recall of the true 10 nearest invariant neighbours
+    python benchmarks/bench_scale.py project 4000        # save / open a project of a pruned run (sparse W)
+
+``project`` builds the project a finished pruned run of n images leaves
+(embedded images, ``--frames`` recorded steps each with its per-image means
+and its sparse W and distances on the real K = 30 candidate graph, the
+result) and prints the time to save it, its size, the time to read it
+(``load_project``) and to reopen it as the app does (``Session.open_project``:
+the frames, maps and curves rebuilt).  The distances are plain L2 between the
+candidate pairs (no alignment is run), W follows from them by the engine's
+own rule.
 
 ``sizes`` prints, per n: wall and CPU seconds, peak memory, clusters, ARI
 against the digit classes, the growth exponent ``log(t2/t1) / log(n2/n1)``
@@ -142,7 +152,7 @@ def bench_means(size=64, n=60):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("means", "run60", "sizes", "recall", "_one"))
+    p.add_argument("what", choices=("means", "run60", "sizes", "recall", "project", "_one"))
     p.add_argument("n", nargs="*", type=int)
     p.add_argument("--size", type=int, default=48)
     p.add_argument("--neighbors", default="auto")
@@ -150,6 +160,7 @@ def main(argv=None):
     p.add_argument("--iterations", type=int, default=3)
     p.add_argument("--exhaustive-max", type=int, default=250, help="also run every pair up to this n")
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--frames", type=int, default=7, help="project: recorded steps (7: a 3-iteration run)")
     a = p.parse_args(argv)
     nb = a.neighbors if a.neighbors in ("all", "auto") else int(a.neighbors)
     if a.what == "_one":
@@ -162,6 +173,8 @@ def main(argv=None):
               f"similarity, {r['mean_s']:.1f} s means), {r['cpu_s']:.1f} s CPU, ARI {r['ari']:.3f}")
     elif a.what == "recall":
         recall(a.n[0] if a.n else 1000, a.size)
+    elif a.what == "project":
+        bench_project(a.n[0] if a.n else 4000, a.size, frames=a.frames)
     else:
         sizes(a.n or [250, 1000, 4000], a)
 
@@ -197,6 +210,79 @@ def sizes(ns, a):
                 print(f"  n={n} {what}: {e['wall_s']:.1f} s wall, {e['cpu_s']:.1f} s CPU, peak "
                       f"{e['peak_mb']:.0f} MB, ARI {e['ari']:.3f}; labels ARI between the two runs {agree:.3f}",
                       flush=True)
+
+
+def bench_project(n, size, frames=7, k=30):
+    """Save / open time and file size of the project of a pruned run of ``n`` images (sparse W and distances)."""
+    import tempfile
+    import zipfile
+
+    import scipy.sparse as sp
+    from scipy.ndimage import gaussian_filter
+
+    from iastudio.core.clusterbook import ClusterBook
+    from iastudio.core.neighbors import candidate_pairs
+    from iastudio.core.project import Project, load_project, save_project
+    from iastudio.core.session import Session
+    from iastudio.core.weights import attention_weights
+
+    x, y = make_set(n, size)
+    x = x.astype(np.float32)
+    t0 = time.perf_counter()
+    rows, cols = candidate_pairs(x, k)
+    print(f"{n} images of {size} px; K = {k} candidates: {rows.size} pairs ({time.perf_counter() - t0:.1f} s)")
+    flat = x.reshape(n, -1)
+    labels = np.asarray(y, dtype=np.int64)
+    history = []
+    for f in range(frames):
+        means = gaussian_filter(x, (0, 0.5 + 0.25 * f, 0.5 + 0.25 * f)).astype(np.float32)
+        m = means.reshape(n, -1)
+        d = np.sqrt(np.maximum(((m[rows] - m[cols]) ** 2).sum(1), 0)) if f else \
+            np.sqrt(((flat[rows] - flat[cols]) ** 2).sum(1))
+        dist = sp.csr_matrix((np.r_[d, d], (np.r_[rows, cols], np.r_[cols, rows])), shape=(n, n))
+        w, _ = attention_weights(dist)
+        stage = "similarity" if f % 2 == 0 and f < frames - 1 else "iteration" if f < frames - 1 else "done"
+        history.append({"iteration": (f + 1) // 2, "stage": stage, "weights": w.astype(np.float32).tocsr(),
+                        "means": means, "distances": dist.astype(np.float32).tocsr(), "labels": labels})
+    nnz = np.diff(history[-1]["weights"].tocsc().indptr)
+    last = history[-1]
+    proj = Project(paths=[f"demo:digits/{i:05d}" for i in range(n)], labels=[str(v) for v in y], size=size,
+                   transforms=np.zeros((n, 3)), base=x, scale=np.ones(n), offset=np.zeros((n, 2)),
+                   parameters={"method": "ia", "neighbors": k, "beta_used": 1.0},
+                   clusters=ClusterBook.from_labels(labels), history=history,
+                   result={"cluster_means": np.stack([x[labels == c].mean(0) for c in range(labels.max() + 1)]),
+                           "image_transforms": np.zeros((n, 3)), "scores": np.ones(n),
+                           "weights": last["weights"], "input_distances": history[0]["distances"],
+                           "final_distances": last["distances"], "run_labels": labels})
+    print(f"W: {last['weights'].nnz} stored values, {nnz.min()}-{nnz.max()} per column (median "
+          f"{int(np.median(nnz))}); {frames} recorded steps")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "big.iaproj"
+        t0 = time.perf_counter()
+        save_project(path, proj)
+        t_save = time.perf_counter() - t0
+        size_mb = path.stat().st_size / 1e6
+        with zipfile.ZipFile(path) as zf:
+            parts = {"sparse W and distances": 0, "per-image means": 0, "embedded images": 0, "other": 0}
+            for info in zf.infolist():
+                name = info.filename
+                kind = ("sparse W and distances" if "." in name[:-4] else "per-image means" if "means" in name
+                        and "cluster" not in name else "embedded images" if name == "arrays/base.npy" else "other")
+                parts[kind] += info.compress_size
+        t0 = time.perf_counter()
+        back = load_project(path)
+        t_load = time.perf_counter() - t0
+        assert type(back.result["weights"]) is sp.csr_matrix
+        assert (back.result["weights"] != last["weights"]).nnz == 0
+        t0 = time.perf_counter()
+        session = Session()
+        session.open_project(path)
+        t_open = time.perf_counter() - t0
+        assert sp.issparse(session.final.result.weights)
+    print(f"save {t_save:.1f} s, file {size_mb:.0f} MB ("
+          + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in parts.items()) + ")")
+    print(f"load_project {t_load:.1f} s; Session.open_project (frames, maps, curves rebuilt) {t_open:.1f} s; "
+          f"peak memory {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
 def recall(n, size, queries=20, k=30):

@@ -1,8 +1,12 @@
 """Project files (``.iaproj``): one zip of a JSON manifest and ``.npy`` arrays.
 
 Never pickle: arrays are plain ``.npy`` (numbers only) and everything else is
-JSON.  Writes are atomic (:mod:`iastudio.core.atomic`: a temporary file in the same
-folder, then a rename), so a crash never leaves half a project behind.
+JSON.  A SciPy sparse array (W and the distances of a pruned run above 2,000
+images) is stored as its CSR components, each a plain ``.npy`` entry
+(``<name>.data``, ``.indices``, ``.indptr``, ``.shape``), and rebuilt as the
+same type (``csr_matrix`` or ``csr_array``) on loading.  Writes are atomic
+(:mod:`iastudio.core.atomic`: a temporary file in the same folder, then a
+rename), so a crash never leaves half a project behind.
 
 Projects come from other people, so :func:`load_project` treats the file as
 untrusted: it refuses anything that is not a regular file before opening it
@@ -10,7 +14,10 @@ untrusted: it refuses anything that is not a regular file before opening it
 :data:`MAX_MANIFEST_BYTES`, nesting :data:`MAX_JSON_DEPTH` — and each array,
 whose header must match the shape the manifest implies before its data is
 read, streamed, never more than :func:`inflated_limit` in all), checks types,
-shapes, value ranges and cross-consistency, and raises only
+shapes, value ranges and cross-consistency (for a sparse array: 1-D integer
+``indices`` / ``indptr``, ``indptr`` of length n + 1 rising from 0 to the
+number of stored values, column indices in range and sorted without repeats
+in each row, finite values, shape n x n), and raises only
 :class:`ProjectError` with a plain reason.
 
 File names are stored as JSON strings.  A name that is not valid UTF-8 (legal
@@ -50,12 +57,19 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "Project", "ProjectError", "save_project"
            "MAX_JSON_DEPTH", "MAX_FRAMES", "MAX_SIDE", "inflated_limit"]
 
 FORMAT = "invariant-attention-studio project"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""The newest format this version reads.  A project is written with the oldest
+format that holds it: 1 without sparse arrays, 2 with them (an older reader
+then refuses it as "made by a newer version" instead of misreading it)."""
 _RESULT_KEYS = RESULT_ARRAYS  # the stored arrays of a RunResult: RunResult.arrays() / RunResult.from_arrays()
 HISTORY_ARRAYS = ("weights", "means", "distances", "labels")
 """The arrays of each step of :attr:`Project.history` (see :func:`history_entry`)."""
 _FRAME_KEYS = HISTORY_ARRAYS
 _STAGES = tuple(Stage)
+_SPARSE_RESULT = ("weights", "input_distances", "final_distances")  # the (n, n) arrays that may be sparse
+_SPARSE_FRAME = ("weights", "distances")
+_SPARSE_PARTS = ("data", "indices", "indptr", "shape")
+_SPARSE_TYPES = ("csr_matrix", "csr_array")
 
 MAX_IMAGES = 100_000
 """Most images a project may declare."""
@@ -67,7 +81,8 @@ MAX_FRAMES = 10_000
 """Most run-history frames."""
 MAX_SIDE = 4096
 """Largest side of an embedded image or mean."""
-_MAX_MEMBERS = 4 + len(_RESULT_KEYS) + len(_FRAME_KEYS) * MAX_FRAMES + 16
+_MAX_MEMBERS = (4 + len(_RESULT_KEYS) + len(_FRAME_KEYS) * MAX_FRAMES + 16  # a sparse array is 4 entries, not 1
+                + (len(_SPARSE_PARTS) - 1) * (len(_SPARSE_RESULT) + len(_SPARSE_FRAME) * MAX_FRAMES))
 _MAX_DIRECTORY_BYTES = 64 * 2**20
 _MAX_HEADER = 4096
 _MAX_CONTAINERS = 500_000  # lists and objects in the manifest (skipped files and history frames are objects)
@@ -113,12 +128,14 @@ class Project:
     history : list of dict
         Per recorded step: ``iteration``, ``stage`` (a :class:`~iastudio.core.attention.Stage`
         once loaded) and arrays ``weights``,
-        ``means``, ``distances``, ``labels``.
+        ``means``, ``distances``, ``labels`` (``weights`` and ``distances``
+        may be SciPy sparse: a pruned run above 2,000 images).
     result : dict of ndarray
         :data:`iastudio.core.attention.RESULT_ARRAYS`: ``cluster_means``,
         ``image_transforms``, ``scores``, ``weights``, ``input_distances``,
         ``final_distances``, ``run_labels`` (any may be absent), as
-        :meth:`RunResult.arrays` gives them.
+        :meth:`RunResult.arrays` gives them (the weights and distances may
+        be SciPy sparse).
     edits : list of str
         What the user did, in order (the undo history's texts).
     ka_labels : ndarray (n,) of int or None
@@ -170,14 +187,22 @@ def history_entry(snapshot) -> dict:
 
 
 def _npy_bytes(arr) -> bytes:
-    import scipy.sparse as sp
-
-    if sp.issparse(arr):  # a pruned run above 2,000 images keeps W and the distances sparse
-        raise ValueError("a run of more than 2,000 images (sparse W and distances) cannot be stored in a project "
-                         "yet; export its results instead (File > Export)")
     buf = io.BytesIO()
     np.save(buf, np.asarray(arr), allow_pickle=False)
     return buf.getvalue()
+
+
+def _csr_parts(arr) -> tuple[dict, str]:
+    """The CSR components of a SciPy sparse array (canonical: sorted, no repeated entries) and its type."""
+    import scipy.sparse as sp
+
+    kind = "csr_array" if isinstance(arr, sp.sparray) else "csr_matrix"
+    csr = arr.tocsr()
+    if not csr.has_canonical_format:
+        csr = csr.copy()  # never change the caller's array
+        csr.sum_duplicates()
+    return {"data": csr.data, "indices": csr.indices, "indptr": csr.indptr,
+            "shape": np.asarray(csr.shape, dtype=np.int64)}, kind
 
 
 def _json_bytes(data) -> bytes:
@@ -201,15 +226,38 @@ def save_project(path, project: Project, *, embed: bool = True) -> Path:
     -------
     Path
 
+    Raises
+    ------
+    ValueError
+        When an array other than W or the distances is SciPy sparse.
+
     Notes
     -----
     Temporary files that killed saves left beside ``path`` are removed first
-    (:func:`iastudio.core.atomic.remove_stale_temporaries`).
+    (:func:`iastudio.core.atomic.remove_stale_temporaries`).  SciPy sparse
+    weights and distances are written as their CSR components (``data``,
+    ``indices``, ``indptr``, ``shape``: plain ``.npy`` entries, listed in the
+    manifest's ``sparse`` with their type), and the project as format
+    version 2; a project without sparse arrays stays version 1.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent, name=path.name)
+    import scipy.sparse as sp
+
     arrays: dict[str, np.ndarray] = {}
+    sparse: dict[str, str] = {}
+
+    def put(key: str, arr, may_be_sparse: bool) -> None:
+        if not sp.issparse(arr):
+            arrays[key] = arr
+            return
+        if not may_be_sparse:
+            raise ValueError(f"the array '{key}' cannot be stored sparse")
+        parts, sparse[key] = _csr_parts(arr)
+        for part, values in parts.items():
+            arrays[f"{key}.{part}"] = values
+
     n = project.n
     arrays["transforms"] = np.zeros((n, 3)) if project.transforms is None else project.transforms
     if embed and project.base is not None:
@@ -221,16 +269,16 @@ def save_project(path, project: Project, *, embed: bool = True) -> Path:
         arrays["ka_labels"] = np.asarray(project.ka_labels, dtype=np.int64)
     for key, arr in project.result.items():
         if arr is not None and key in _RESULT_KEYS:
-            arrays[f"result/{key}"] = arr
+            put(f"result/{key}", arr, key in _SPARSE_RESULT)
     frames = []
     for k, fr in enumerate(project.history):
         frames.append({"iteration": int(fr["iteration"]), "stage": str(fr["stage"])})
         for key in _FRAME_KEYS:
             if fr.get(key) is not None:
-                arrays[f"history/{k:04d}_{key}"] = fr[key]
+                put(f"history/{k:04d}_{key}", fr[key], key in _SPARSE_FRAME)
     manifest = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION,
+        "format_version": 2 if sparse else 1,
         "app_version": __version__,
         "n_images": n,
         "paths": [str(p) for p in project.paths],
@@ -244,6 +292,8 @@ def save_project(path, project: Project, *, embed: bool = True) -> Path:
         "edits": list(project.edits),
         "arrays": sorted(arrays),
     }
+    if sparse:
+        manifest["sparse"] = dict(sorted(sparse.items()))
     with atomic_write(path) as fh:
         with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
             zf.writestr("manifest.json", _json_bytes(manifest))
@@ -486,9 +536,23 @@ class _Manifest:
             bad("the list of arrays is malformed")
         allowed = {"transforms", "base", "scale", "offset", "ka_labels"} | {f"result/{k}" for k in _RESULT_KEYS} | {
             f"history/{k:04d}_{key}" for k in range(len(frames)) for key in _FRAME_KEYS}
+        sparse = m.get("sparse", {})
+        may_be_sparse = {f"result/{k}" for k in _SPARSE_RESULT} | {
+            f"history/{k:04d}_{key}" for k in range(len(frames)) for key in _SPARSE_FRAME}
+        if not isinstance(sparse, dict) or not all(k in may_be_sparse and isinstance(v, str) and v in _SPARSE_TYPES
+                                                   for k, v in sparse.items()):
+            bad("the list of sparse arrays is malformed")
+        if sparse and m.get("format_version", 0) < 2:
+            bad("sparse arrays in a project of format version 1")
+        allowed = (allowed - set(sparse)) | {f"{k}.{part}" for k in sparse for part in _SPARSE_PARTS}
         unknown = [a for a in names if a not in allowed]
         if unknown:
             bad(f"unexpected array '{unknown[0][:60]}'")
+        listed = set(names)
+        for key in sparse:
+            lacking = [part for part in _SPARSE_PARTS if f"{key}.{part}" not in listed]
+            if lacking:
+                bad(f"the sparse array '{key}' lacks its {lacking[0]}")
         self.clusters = m.get("clusters")
         if self.clusters is not None:
             c = self.clusters
@@ -504,14 +568,20 @@ class _Manifest:
                 bad("the cluster names are malformed")
         self.n, self.paths, self.labels, self.skipped, self.size = n, paths, labels, skipped, size
         self.params, self.edits, self.frames, self.names = params, edits, frames, names
+        self.sparse = sparse
         self.version = str(m.get("app_version", ""))[:100]
 
     def _bad(self, why: str):
         raise ProjectError(f"{self.name}: inconsistent contents ({why})")
 
     def spec(self, key: str):
-        """``(shape pattern, dtype kinds)``: ints are fixed, "S" the side, "k" a count <= n, "C" channels."""
+        """``(shape pattern, dtype kinds)``: ints are fixed, "S" the side, "k" a count <= n, "C" channels,
+        "nnz" the stored values of a sparse array (<= n * n)."""
         n = self.n
+        part = key.rpartition(".")[2] if "." in key else ""
+        if part:  # a component of a sparse (n, n) array, in CSR form
+            return {"data": (("nnz",), "f"), "indices": (("nnz",), "iu"), "indptr": ((n + 1,), "iu"),
+                    "shape": ((2,), "iu")}[part]
         img = ("k", "S", "S", "C")
         table = {"transforms": ((n, 3), "f"), "base": ((n, "S", "S", "C"), "f"), "scale": ((n,), "f"),
                  "offset": ((n, 2), "f"), "cluster_means": (img, "f"), "image_transforms": ((n, 3), "f"),
@@ -524,8 +594,13 @@ class _Manifest:
     def build(self, arrays: dict) -> Project:
         n = self.n
         bad = self._bad
+        for key, kind in self.sparse.items():
+            arrays[key] = _csr_from_parts({part: arrays.pop(f"{key}.{part}") for part in _SPARSE_PARTS},
+                                          kind=kind, n=n, key=key, bad=bad)
         for key, arr in arrays.items():
             short = key.split("/")[-1]
+            if key in self.sparse:
+                continue  # checked by _csr_from_parts
             if arr.dtype.kind == "f" and short not in ("scores",) and not np.isfinite(arr).all():
                 bad(f"'{key}' holds NaN or infinite values")
             if short.endswith("labels") and arr.size and (arr.min() < 0 or arr.max() >= n):
@@ -552,6 +627,45 @@ class _Manifest:
             clusters=book, history=self.frames, result=result, edits=list(self.edits), app_version=self.version,
             ka_labels=arrays.get("ka_labels"),
         )
+
+
+def _csr_from_parts(parts: dict, *, kind: str, n: int, key: str, bad):
+    """A CSR ``csr_matrix`` / ``csr_array`` (``kind``) of shape (n, n) from its checked components.
+
+    ``parts`` are the 1-D arrays ``data``, ``indices``, ``indptr`` and ``shape``
+    as read (types and lengths already match their spec); ``bad(reason)``
+    raises the :class:`ProjectError`.  Nothing reaches SciPy before the
+    components are proven consistent.
+    """
+    import scipy.sparse as sp
+
+    data, indices, indptr, shape = (parts[p] for p in _SPARSE_PARTS)
+    if [int(x) for x in shape] != [n, n]:
+        bad(f"the sparse array '{key}' has shape {tuple(int(x) for x in shape)}, which does not match the "
+            f"{n} images")
+    nnz = data.size
+    if indices.size != nnz:
+        bad(f"the sparse array '{key}' has {indices.size} column indices for {nnz} values")
+    if int(indptr[0]) != 0 or int(indptr[-1]) != nnz:
+        bad(f"the sparse array '{key}' has row pointers that do not run from 0 to its {nnz} values")
+    if (indptr[1:] < indptr[:-1]).any():
+        bad(f"the sparse array '{key}' has decreasing row pointers")
+    if nnz and (int(indices.min()) < 0 or int(indices.max()) >= n):
+        bad(f"the sparse array '{key}' has a column index out of range")
+    ptr = indptr.astype(np.int64)  # every value is now in 0 .. nnz
+    cols = indices.astype(np.int64)
+    row_start = np.zeros(nnz, dtype=bool)
+    row_start[ptr[(ptr > 0) & (ptr < nnz)]] = True  # entries that begin a row
+    if (~row_start[1:] & (np.diff(cols) <= 0)).any():
+        bad(f"the sparse array '{key}' has unsorted or repeated column indices in a row")
+    if not np.isfinite(data).all():
+        bad(f"'{key}' holds NaN or infinite values")
+    index = np.int32 if max(n, nnz) < 2**31 else np.int64
+    cls = sp.csr_array if kind == "csr_array" else sp.csr_matrix
+    values = data.astype(np.float32 if data.dtype.itemsize < 4 else data.dtype.newbyteorder("="), copy=False)
+    out = cls((values, cols.astype(index), ptr.astype(index)), shape=(n, n))
+    out.has_canonical_format = True  # proven above: sorted, no repeats
+    return out
 
 
 def _read_npy_header(fh, key: str, name: str):
@@ -638,6 +752,8 @@ def _match(shape, pattern, dims, meta, key):
             ok = ok and got == 3 and dims.setdefault("C", 3) == 3
         elif want == "k":
             ok = ok and 1 <= got <= meta.n
+        elif want == "nnz":
+            ok = ok and 0 <= got <= meta.n * meta.n
         elif want == "S":
             ok = ok and 2 <= got <= MAX_SIDE and dims.setdefault("S", got) == got
     if ok and len(shape) == 3 and len(pattern) == 3 and dims.setdefault("C", 0) != 0:

@@ -39,6 +39,26 @@ def good_project(n=4, side=8, frames=2, seed=0) -> Project:
     )
 
 
+def sparse_w(n, per_row=2, seed=0, dtype=np.float32):
+    """A K-neighbour-like ``csr_matrix`` (n, n): ``per_row`` other images per row, positive values."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    rows = np.repeat(np.arange(n), per_row)
+    cols = (rows + rng.integers(1, n, rows.size)) % n
+    return sp.csr_matrix((rng.uniform(0.1, 1.0, rows.size).astype(dtype), (rows, cols)), shape=(n, n))
+
+
+def sparse_project(n=8, side=8, frames=2, seed=0) -> Project:
+    """:func:`good_project` whose W and distances are SciPy sparse, as a pruned run above 2,000 images keeps them."""
+    p = good_project(n=n, side=side, frames=frames, seed=seed)
+    for k, key in enumerate(("weights", "input_distances", "final_distances")):
+        p.result[key] = sparse_w(n, seed=seed + k)
+    for k, fr in enumerate(p.history):
+        fr["weights"], fr["distances"] = sparse_w(n, seed=seed + 10 + k), sparse_w(n, seed=seed + 20 + k)
+    return p
+
+
 def read_members(path) -> tuple[dict, dict]:
     """``(manifest, {member name: bytes})`` of a project file."""
     with zipfile.ZipFile(path) as zf:

@@ -142,3 +142,67 @@ def test_graph_map_separates_the_clusters_of_a_graph():
     assert (side == (lab == 1)).mean() > 0.99
     again = graph_map(sub.tocsr(), previous=xy)  # aligned to the previous map: no jump
     assert_allclose(again, xy - xy.mean(0) + again.mean(0), atol=1e-6 * np.abs(xy).max())
+
+
+def _sparse_run_project():
+    """A project of a finished 2,500-image run whose W and distances are sparse (a pruned run above 2,000)."""
+    from iastudio.core.clusterbook import ClusterBook
+    from iastudio.core.project import Project
+
+    first, last = _sparse_frame(seed=0).snapshot, _sparse_frame(seed=0).snapshot  # the same clusters
+    last.weights = last.weights.multiply(2).tocsr()  # ... and a W of its own
+    labels = first.labels
+    rng = np.random.default_rng(3)
+    history = [{"iteration": 0, "stage": "similarity", "weights": first.weights, "means": first.means,
+                "distances": first.distances, "labels": labels},
+               {"iteration": 1, "stage": "done", "weights": last.weights, "means": last.means,
+                "distances": last.distances, "labels": labels}]
+    return Project(paths=[f"demo:x/{i:04d}" for i in range(N)], labels=[str(c) for c in labels], size=8,
+                   transforms=np.zeros((N, 3)), base=rng.random((N, 8, 8)).astype(np.float32), scale=np.ones(N),
+                   offset=np.zeros((N, 2)), parameters={"method": "ia", "neighbors": 30, "beta_used": 2.0},
+                   clusters=ClusterBook.from_labels(labels), history=history,
+                   result={"cluster_means": rng.random((K, 8, 8)).astype(np.float32),
+                           "image_transforms": np.zeros((N, 3)), "scores": rng.random(N),
+                           "weights": last.weights, "input_distances": first.distances,
+                           "final_distances": last.distances, "run_labels": labels})
+
+
+def _w_drawn(window):
+    """(title, shown block, order) of the window's W panel after a redraw, checked against the run's own W."""
+    window.redraw()
+    view = window.weights_view
+    w = window.model.final.snapshot.weights
+    assert sp.issparse(w) and w.shape == (N, N)
+    shown, order = view.image_item.image, view.order
+    assert shown.shape == (order.size, order.size) and 390 <= order.size <= 402 and shown.max() > 0
+    assert_allclose(shown, w.toarray()[np.ix_(order, order)])
+    return view.title.text(), shown, order
+
+
+def test_a_sparse_run_saves_and_reopens_in_the_window_and_autosaves(window, tmp_path):
+    """Above 2,000 images: Save, autosave and Open keep the sparse run, and the W panel draws it again."""
+    from iastudio.core.project import load_project, save_project
+
+    proj = _sparse_run_project()
+    save_project(tmp_path / "big.iaproj", proj)
+    assert window.projects.open_project(str(tmp_path / "big.iaproj"))
+    title, shown, order = _w_drawn(window)
+    assert "W of" in title and f"of {N:,} images" in title
+    assert_allclose(shown, proj.result["weights"].toarray()[np.ix_(order, order)])  # the run's final W, 0 off it
+    window.rename_cluster(0, "renamed")  # unsaved work on the big run
+    assert window.model.dirty
+    assert window.projects.autosave()  # used to log "cannot be stored in a project yet"
+    auto = load_project(window.projects.autosave_path())
+    assert type(auto.result["weights"]) is sp.csr_matrix and auto.clusters.name_of(0) == "renamed"
+    saved = tmp_path / "saved.iaproj"
+    assert window.projects.save_to(str(saved))  # File > Save: no "Cannot save" dialog
+    assert not window.model.dirty and window.model.project_path == str(saved)
+    back = load_project(saved)
+    for key in ("weights", "input_distances", "final_distances"):
+        assert type(back.result[key]) is sp.csr_matrix
+        assert_allclose(back.result[key].toarray(), proj.result[key].toarray())
+    assert window.projects.open_project(str(saved))  # reopened in the window: the same drawing
+    again_title, again, again_order = _w_drawn(window)
+    assert again_title == title and window.model.book.name_of(0) == "renamed"
+    assert_allclose(again, proj.result["weights"].toarray()[np.ix_(again_order, again_order)])
+    assert window.model.final.result.weights.nnz == proj.result["weights"].nnz

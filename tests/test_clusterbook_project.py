@@ -4,6 +4,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from numpy.testing import assert_allclose, assert_array_equal
 
 from iastudio.core.cli import main
 from iastudio.core.clusterbook import UNASSIGNED, ClusterBook
@@ -146,10 +147,44 @@ def test_cli_save_project_then_export_with_edits(tmp_path, monkeypatch):
     assert main(["--project", str(proj), "--out", str(out), "--quiet"]) == 1
 
 
-def test_a_sparse_array_is_refused_with_a_reason():
+def test_sparse_arrays_round_trip_as_their_csr_components(tmp_path):
+    """Known answer: a sparse W / distances (a pruned run above 2,000 images) comes back equal and of its type."""
     import scipy.sparse as sp
 
-    from iastudio.core.project import _npy_bytes
+    p = _project(tmp_path)
+    n = p.n
+    # row 0 stored unsorted and with (0, 1) twice (1.0 + 2.0: summed to 3.0), as scipy allows
+    w = sp.csr_matrix((np.array([0.5, 1.0, 2.0, 0.25, 2.0, 0.125], np.float32), np.array([2, 1, 1, 0, 0, 1]),
+                       np.array([0, 3, 4, 6, 6])), shape=(n, n))
+    before = (w.data.copy(), w.indices.copy())
+    d = sp.csr_array(np.where(np.eye(n, k=1) > 0, 0.75, 0.0))  # the newer array type is kept too
+    p.result["weights"], p.result["input_distances"] = w, d
+    p.history[0]["distances"] = sp.csr_matrix(d)
+    q = load_project(save_project(tmp_path / "sparse.iaproj", p))
+    assert type(q.result["weights"]) is sp.csr_matrix and type(q.result["input_distances"]) is sp.csr_array
+    assert type(q.history[0]["distances"]) is sp.csr_matrix and isinstance(q.history[0]["weights"], np.ndarray)
+    expected = np.zeros((n, n), np.float32)
+    expected[0, 1], expected[0, 2], expected[1, 0], expected[2, 0], expected[2, 1] = 3.0, 0.5, 0.25, 2.0, 0.125
+    assert_allclose(q.result["weights"].toarray(), expected, rtol=0, atol=0)
+    assert q.result["weights"].dtype == np.float32 and q.result["weights"].nnz == 5
+    assert q.result["weights"].has_sorted_indices and q.result["weights"].indices.dtype == np.int32
+    assert_allclose(q.result["input_distances"].toarray(), d.toarray())
+    assert_allclose(q.history[0]["distances"].toarray(), d.toarray())
+    assert_array_equal(w.data, before[0])  # the caller's array is not changed
+    assert_array_equal(w.indices, before[1])
+    for key in ("scores", "run_labels"):  # the dense ones are as before
+        assert_array_equal(q.result[key], p.result[key])
+    with zipfile.ZipFile(tmp_path / "sparse.iaproj") as zf:
+        names = set(zf.namelist())
+    assert {f"arrays/result/weights.{part}.npy" for part in ("data", "indices", "indptr", "shape")} <= names
+    assert all(x.endswith(".npy") or x == "manifest.json" for x in names)  # nothing but plain .npy: never pickled
 
-    with pytest.raises(ValueError, match="more than 2,000 images"):  # was numpy's "Object arrays cannot be saved"
-        _npy_bytes(sp.csr_matrix(np.eye(3)))
+
+def test_only_w_and_the_distances_may_be_sparse(tmp_path):
+    import scipy.sparse as sp
+
+    p = _project(tmp_path)
+    p.result["scores"] = sp.csr_matrix(np.ones((1, p.n)))
+    with pytest.raises(ValueError, match="'result/scores' cannot be stored sparse"):
+        save_project(tmp_path / "x.iaproj", p)
+    assert not (tmp_path / "x.iaproj").exists()

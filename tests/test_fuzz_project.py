@@ -15,6 +15,7 @@ import zipfile
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _malicious import (  # noqa: E402
@@ -26,6 +27,7 @@ from _malicious import (  # noqa: E402
     npy_header,
     read_members,
     save_good,
+    sparse_project,
     write_project,
 )
 
@@ -50,12 +52,29 @@ def check_invariants(p: Project):
     for fr in p.history:
         for key in ("distances", "labels"):
             assert fr[key] is not None
-        assert fr["distances"].shape == (n, n) and np.isfinite(fr["distances"]).all()
+        assert fr["distances"].shape == (n, n) and np.isfinite(_values(fr["distances"])).all()
         assert fr["labels"].shape == (n,) and 0 <= fr["labels"].min() and fr["labels"].max() < n
+        for key in ("weights", "distances"):
+            _sparse_ok(fr[key], n)
+    for key in ("weights", "input_distances", "final_distances"):
+        _sparse_ok(p.result.get(key), n)
     rl = p.result.get("run_labels")
     if rl is not None:
         assert rl.shape == (n,) and 0 <= rl.min() and rl.max() < n
     assert isinstance(p.parameters, dict) and all(isinstance(e, str) for e in p.edits)
+
+
+def _values(a):
+    return a.data if sp.issparse(a) else a
+
+
+def _sparse_ok(a, n):
+    """A loaded sparse array is a consistent (n, n) CSR of finite values, in canonical form."""
+    if not sp.issparse(a):
+        return
+    assert a.format == "csr" and a.shape == (n, n) and np.isfinite(a.data).all()
+    a.check_format(full_check=True)
+    assert a.has_canonical_format and a.indptr[0] == 0 and a.indptr[-1] == a.nnz == len(a.indices)
 
 
 def outcome(path):
@@ -76,6 +95,12 @@ def outcome(path):
 @pytest.fixture
 def base(tmp_path):
     path = save_good(tmp_path / "good.iaproj")
+    return read_members(path)
+
+
+@pytest.fixture
+def sparse_base(tmp_path):
+    path = save_project(tmp_path / "sparse.iaproj", sparse_project(n=8))
     return read_members(path)
 
 
@@ -124,9 +149,11 @@ def test_every_manifest_field_with_every_nasty_value(tmp_path, base):
 
 @pytest.mark.parametrize("key", ["transforms", "base", "scale", "offset", "result/run_labels", "result/weights",
                                  "result/cluster_means", "history/0000_labels", "history/0001_distances",
-                                 "history/0000_means"])
-def test_every_array_with_every_corruption(tmp_path, base, key):
-    manifest, members = base
+                                 "history/0000_means", "result/weights.data", "result/weights.indices",
+                                 "result/input_distances.indptr", "result/final_distances.shape",
+                                 "history/0001_distances.data", "history/0000_weights.indices"])
+def test_every_array_with_every_corruption(tmp_path, base, sparse_base, key):
+    manifest, members = sparse_base if "." in key else base  # "name.part": a component of a sparse array
     name = f"arrays/{key}.npy"
     arr = np.load(io.BytesIO(members[name]))
     good = members[name]
@@ -155,11 +182,129 @@ def test_every_array_with_every_corruption(tmp_path, base, key):
                  "negative shape", "transposed extra dim", "one more row", "complex", "strings", "structured",
                  "object header"):
         assert seen[what].startswith("refused"), (what, seen[what])
-    if "labels" in key:
+    if "labels" in key or "." in key:  # cluster numbers, and a sparse array's indices, pointers and shape
         assert seen["huge labels"].startswith("refused") and seen["negative labels"].startswith("refused")
     if arr.dtype.kind == "f" and key != "result/scores":
         assert seen["nan"].startswith("refused") and seen["inf"].startswith("refused")
     assert seen["fortran"] == "ok" and seen["big endian"] == "ok"  # legal .npy variants load
+
+
+def _npy_of(members, key):
+    return np.load(io.BytesIO(members[f"arrays/{key}.npy"]), allow_pickle=False)
+
+
+def test_sparse_components_that_lie_are_refused_with_the_reason(tmp_path, sparse_base):
+    """Each component has a valid .npy header of the right type and length; the contents lie."""
+    manifest, members = sparse_base
+    n = manifest["n_images"]
+    key = "result/weights"
+    data, indices, indptr = (_npy_of(members, f"{key}.{part}") for part in ("data", "indices", "indptr"))
+    nnz = data.size
+
+    def with_parts(**parts):
+        m = dict(members)
+        for part, arr in parts.items():
+            m[f"arrays/{key}.{part}.npy"] = npy(arr)
+        return outcome(write_project(tmp_path / "s.iaproj", manifest, m))
+
+    def changed(arr, at, value):
+        arr = arr.copy()
+        arr[at] = value
+        return arr
+
+    unsorted = indices.copy()
+    unsorted[indptr[0]:indptr[1]] = unsorted[indptr[0]:indptr[1]][::-1]
+    repeated = indices.copy()
+    repeated[indptr[1] - 1] = repeated[indptr[1] - 2]
+    cases = {
+        "shape n x n+1": (dict(shape=np.array([n, n + 1])), "has shape (8, 9), which does not match the 8 images"),
+        "shape 1e12": (dict(shape=np.array([10**12, 10**12])), "does not match the 8 images"),
+        "shape negative": (dict(shape=np.array([-n, -n])), "does not match the 8 images"),
+        "pointers from 1": (dict(indptr=changed(indptr, 0, 1)), "do not run from 0"),
+        "pointers end short": (dict(indptr=changed(indptr, -1, nnz - 1)), "do not run from 0"),
+        "pointers beyond the values": (dict(indptr=changed(indptr.astype(np.int64), -1, 10**12)), "do not run from 0"),
+        "pointers decreasing": (dict(indptr=changed(indptr, 3, 0)), "decreasing row pointers"),
+        "pointers uint64 wrap": (dict(indptr=changed(indptr.astype(np.uint64), 3, 2**64 - 1)), "decreasing"),
+        "column n": (dict(indices=changed(indices, 0, n)), "column index out of range"),
+        "column -1": (dict(indices=changed(indices, 0, -1)), "column index out of range"),
+        "column 2^40 as uint64": (dict(indices=changed(indices.astype(np.uint64), 0, 2**40)), "out of range"),
+        "row unsorted": (dict(indices=unsorted), "unsorted or repeated column indices"),
+        "row repeated": (dict(indices=repeated), "unsorted or repeated column indices"),
+        "values nan": (dict(data=changed(data, 0, np.nan)), "'result/weights' holds NaN or infinite values"),
+        "values inf": (dict(data=changed(data, -1, -np.inf)), "holds NaN or infinite"),
+        "one value fewer": (dict(data=data[:-1]), "column indices for"),
+        "more values than n*n": (dict(data=np.zeros(n * n + 1, np.float32),
+                                      indices=np.zeros(n * n + 1, np.int32)), "does not match the 8 images"),
+        "values as int": (dict(data=data.astype(np.int32)), "wrong type"),
+        "pointers as float": (dict(indptr=indptr.astype(np.float64)), "wrong type"),
+        "pointers 2-D": (dict(indptr=indptr[:, None]), "does not match the 8 images"),
+    }
+    for what, (parts, reason) in cases.items():
+        got = with_parts(**parts)
+        assert got.startswith("refused: s.iaproj: ") and reason in got, (what, got)
+    # the untouched components load, as the same csr_matrix
+    p = load_project(write_project(tmp_path / "ok.iaproj", manifest, members))
+    assert type(p.result["weights"]) is sp.csr_matrix and p.result["weights"].nnz == nnz
+
+
+def test_the_sparse_entries_of_the_manifest_are_checked(tmp_path, sparse_base):
+    manifest, members = sparse_base
+    assert manifest["format_version"] == 2 and len(manifest["sparse"]) == 7
+    for value in NASTY:  # the whole list, and the type of one entry
+        for field in (("sparse",), ("sparse", "result/weights")):
+            m = json.loads(json.dumps(manifest))
+            _set(m, field, value)
+            assert outcome(write_project(tmp_path / "m.iaproj", m, members)).startswith("refused"), (field, value)
+    cases = {}
+    m = json.loads(json.dumps(manifest))
+    m["format_version"] = 1
+    cases["format 1"] = (m, members, "sparse arrays in a project of format version 1")
+    m = json.loads(json.dumps(manifest))
+    m["sparse"]["result/weights"] = "coo_matrix"
+    cases["another type"] = (m, members, "the list of sparse arrays is malformed")
+    for other in ("result/cluster_means", "history/0000_means", "history/0000_labels", "history/0002_weights",
+                  "base", "../result/weights"):
+        m = json.loads(json.dumps(manifest))
+        m["sparse"][other] = "csr_matrix"
+        cases[f"sparse {other}"] = (m, members, "the list of sparse arrays is malformed")
+    m = json.loads(json.dumps(manifest))
+    m["arrays"].remove("result/weights.indptr")
+    cases["a part not listed"] = (m, members, "the sparse array 'result/weights' lacks its indptr")
+    m = json.loads(json.dumps(manifest))
+    del m["sparse"]["result/weights"]
+    cases["parts of an array not declared sparse"] = (m, members, "unexpected array 'result/weights.data'")
+    m = json.loads(json.dumps(manifest))
+    m["arrays"].append("result/weights")
+    cases["dense and sparse at once"] = (m, {**members, "arrays/result/weights.npy": npy(np.zeros((8, 8)))},
+                                         "unexpected array 'result/weights'")
+    m = json.loads(json.dumps(manifest))
+    m["arrays"].append("result/weights.extra")
+    cases["an unknown part"] = (m, members, "unexpected array 'result/weights.extra'")
+    m = json.loads(json.dumps(manifest))
+    gone = dict(members)
+    del gone["arrays/result/weights.indices.npy"]
+    cases["a part missing from the zip"] = (m, gone, "the array 'result/weights.indices' is missing")
+    for what, (m, mem, reason) in cases.items():
+        got = outcome(write_project(tmp_path / "c.iaproj", m, mem))
+        assert got.startswith("refused: c.iaproj: ") and reason in got, (what, got)
+
+
+def test_a_sparse_bomb_is_refused_from_its_header(tmp_path, sparse_base):
+    """Components declaring n * n values of 8 bytes for a large n: the inflate budget, before any data."""
+    manifest, members = sparse_base
+    n = 50_000
+    m = json.loads(json.dumps(manifest))
+    m["n_images"], m["paths"], m["labels"] = n, [f"demo:x/{i}" for i in range(n)], [None] * n
+    m["arrays"] = [f"result/weights.{part}" for part in ("data", "indices", "indptr", "shape")]
+    m["history"], m["clusters"] = [], None
+    m["sparse"] = {"result/weights": "csr_matrix"}
+    huge = {"arrays/result/weights.data.npy": npy_header(np.float64, (n * n,)) + b"\x00" * 64,
+            "arrays/result/weights.indices.npy": npy_header(np.int64, (n * n,)) + b"\x00" * 64,
+            "arrays/result/weights.indptr.npy": npy(np.zeros(n + 1, np.int64)),
+            "arrays/result/weights.shape.npy": npy(np.array([n, n]))}
+    t = time.perf_counter()
+    got = outcome(write_project(tmp_path / "b.iaproj", m, huge))
+    assert "zip bomb" in got and time.perf_counter() - t < 2, got
 
 
 def test_zip_level_damage(tmp_path):
@@ -243,4 +388,8 @@ def test_round_trip_of_every_valid_mutation_still_saves(tmp_path):
     q = load_project(save_project(tmp_path / "a.iaproj", p))
     r = load_project(save_project(tmp_path / "b.iaproj", q))
     assert r.paths == p.paths and np.array_equal(r.base, p.base) and r.clusters == p.clusters
+    p = sparse_project(n=6, frames=3)
+    r = load_project(save_project(tmp_path / "d.iaproj", load_project(save_project(tmp_path / "c.iaproj", p))))
+    for key in ("weights", "input_distances", "final_distances"):
+        assert type(r.result[key]) is sp.csr_matrix and (r.result[key] != p.result[key]).nnz == 0
     assert struct.calcsize("<I") == 4 and zipfile.is_zipfile(tmp_path / "b.iaproj")

@@ -1,4 +1,5 @@
 """Opening untrusted projects in the app is transactional (pytest-qt, offscreen): D2, D4, D7, D8."""
+import io
 import json
 import os
 import sys
@@ -11,7 +12,7 @@ import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _malicious import bomb_project, good_project, npy, read_members, write_project  # noqa: E402
+from _malicious import bomb_project, good_project, npy, read_members, sparse_project, write_project  # noqa: E402
 
 from iastudio.app.main_window import MainWindow  # noqa: E402
 from iastudio.core.project import load_project, save_project  # noqa: E402
@@ -85,6 +86,15 @@ def _malicious(tmp):
     out["fifo"] = (tmp / "fifo.iaproj", "FIFO")
     (tmp / "text.iaproj").write_text("hello")
     out["text"] = (tmp / "text.iaproj", "truncated or corrupted")
+    save_project(tmp / "sparse.iaproj", sparse_project(n=4))  # a sparse W (a pruned run above 2,000 images)
+    manifest, members = read_members(tmp / "sparse.iaproj")
+    m = dict(members)
+    indices = np.load(io.BytesIO(m["arrays/result/weights.indices.npy"]))
+    m["arrays/result/weights.indices.npy"] = npy(np.full_like(indices, 10**6))  # columns beyond the 4 images
+    out["sparse column 1e6"] = (write_project(tmp / "sparse-bad.iaproj", manifest, m), "column index out of range")
+    m = dict(members)
+    m["arrays/result/weights.indptr.npy"] = npy(np.array([0, 5, 2, 3, 8]))
+    out["sparse pointers"] = (write_project(tmp / "sparse-ptr.iaproj", manifest, m), "row pointers")
     return out
 
 

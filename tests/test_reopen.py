@@ -88,3 +88,110 @@ def test_ka_labels_of_the_wrong_shape_are_refused(finished, tmp_path):
     save_project(path, proj)
     with pytest.raises(ProjectError):
         load_project(path)
+
+
+# ---------------------------------------------------------------- a pruned run whose W and distances are sparse
+@pytest.fixture(scope="module")
+def pruned():
+    """A real pruned run whose results are SciPy sparse, as above 2,000 images (the view limit lowered to 10)."""
+    import iastudio.core.attention
+
+    s = Session(size=24)
+    s.load_demo("shapes")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(iastudio.core.attention, "_DENSE_VIEW_MAX", 10)  # sparse from 11 images, not 2,001
+        run = s.start(backend="numpy", neighbors=6, iterations=2, clusters=3)
+        for item in stream_run(run, FrameBuilder()):
+            s.take(item)
+    assert s.final is not None and s.n == 18
+    return s
+
+
+SPARSE_RESULT = ("weights", "input_distances", "final_distances")
+
+
+def _same_sparse(a, b):
+    import scipy.sparse as sp
+
+    assert sp.issparse(a) and type(b) is type(a), (type(a), type(b))
+    assert b.dtype == a.dtype and b.shape == a.shape and b.nnz == a.nnz
+    assert_allclose(b.toarray(), a.toarray(), rtol=0, atol=0)
+
+
+def test_a_sparse_run_saves_and_reopens_with_the_same_sparse_arrays(pruned, tmp_path):
+    import json
+    import zipfile
+
+    import scipy.sparse as sp
+
+    res = pruned.final.result
+    assert all(type(getattr(res, k)) is sp.csr_matrix for k in SPARSE_RESULT)  # what the engine makes
+    path = tmp_path / "pruned.iaproj"
+    pruned.save_project(path)  # used to raise "cannot be stored in a project yet"
+    with zipfile.ZipFile(path) as zf:
+        manifest = json.loads(zf.read("manifest.json"))
+        names = zf.namelist()
+    assert manifest["format_version"] == 2  # older readers refuse it as "made by a newer version"
+    assert manifest["sparse"]["result/weights"] == "csr_matrix"
+    assert {"arrays/result/weights.data.npy", "arrays/result/weights.indices.npy", "arrays/result/weights.indptr.npy",
+            "arrays/result/weights.shape.npy"} <= set(names)
+    assert "arrays/result/weights.npy" not in names
+    t = Session()
+    t.open_project(path)
+    back = t.final.result
+    for key in SPARSE_RESULT:
+        _same_sparse(getattr(res, key), getattr(back, key))
+    assert len(t.frames) == len(pruned.frames)
+    for live, again in zip(pruned.frames, t.frames):
+        for key in ("weights", "distances"):
+            _same_sparse(getattr(live.snapshot, key), getattr(again.snapshot, key))
+        assert_allclose(again.snapshot.means, live.snapshot.means)
+        assert_allclose(again.snapshot.labels, live.snapshot.labels)
+    # everything downstream is the live run's: labels, order, curves, the graph map (up to a rotation)
+    assert_allclose(back.labels, res.labels)
+    assert_allclose(t.final.order, pruned.final.order)
+    _same_curves(pruned.final.curves, t.final.curves)
+    from scipy.spatial.distance import pdist
+
+    assert_allclose(pdist(t.final.mds), pdist(pruned.final.mds), rtol=1e-6, atol=1e-9)
+    assert_allclose(t.final.cluster_means, pruned.final.cluster_means)
+    from iastudio.core.report import assignment_rows
+
+    rows = [assignment_rows(s.data.paths, s.book.labels, true_labels=s.data.labels, run_labels=s.final.result.labels,
+                            transforms=s.final.result.image_transforms, scores=s.final.result.scores,
+                            canvas=s.canvas) for s in (pruned, t)]
+    assert rows[0] == rows[1]
+    # and a reopened run saves again unchanged (Save after Open)
+    again = tmp_path / "again.iaproj"
+    t.save_project(again)
+    for key in SPARSE_RESULT:
+        _same_sparse(res.arrays()[key], load_project(again).result[key])
+
+
+def test_a_dense_project_stays_format_1_and_a_sparse_one_needs_a_newer_reader(finished, pruned, tmp_path,
+                                                                                monkeypatch):
+    import json
+    import zipfile
+
+    import iastudio.core.project as cp
+    from iastudio.core.project import ProjectError
+
+    dense, sparse = tmp_path / "dense.iaproj", tmp_path / "sparse.iaproj"
+    finished.save_project(dense)
+    pruned.save_project(sparse)
+    with zipfile.ZipFile(dense) as zf:
+        manifest = json.loads(zf.read("manifest.json"))
+    assert manifest["format_version"] == 1 and "sparse" not in manifest  # what every older version reads
+    monkeypatch.setattr(cp, "FORMAT_VERSION", 1)  # a reader of before sparse arrays
+    assert load_project(dense).n == 18
+    with pytest.raises(ProjectError, match="sparse.iaproj: made by a newer version"):
+        load_project(sparse)
+
+
+def test_the_cli_exports_a_saved_sparse_run(pruned, tmp_path):
+    from iastudio.core.cli import main
+
+    path = tmp_path / "p.iaproj"
+    pruned.save_project(path)
+    assert main(["--project", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert len((tmp_path / "out" / "assignments.csv").read_text().splitlines()) == 19
