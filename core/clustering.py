@@ -29,15 +29,19 @@ A pruned run's distances are a sparse K-neighbour graph; the same rules apply
 to it with ``s_i`` taken from the image's candidates (its nearest images), the
 affinity kept sparse (0 off the graph) and the eigenvalues found for each
 connected part of the graph (dense for small parts, shift-invert Lanczos for
-large ones).  Two things need every distance and are replaced there: the
-"same" check is skipped, and there is no silhouette fallback: the scale with
-the largest gap decides (reported as unsure when below ``min_gap``).  When
-the first scales show no gap of even ``FLAT_GAP`` (0.05) -- a set of
-near-duplicates falls apart into tiny groups there -- the scales ``5, 10, 20``
-(``GRAPH_SCALES``, up to the fewest neighbours any image has) are tried too,
-ignoring their gap after the first eigenvalue.
-With ``k`` given the scale with the largest gap after the ``k``-th eigenvalue
-is used.  The guard's silhouette is a graph silhouette (:func:`silhouette`).
+large ones).  The silhouette (of the fallback, of ``k`` given, of the guard)
+fills in each pair off the graph at ``max(r_i, r_j)``, ``r_i`` being image
+``i``'s farthest computed distance (a pair neither image counted among its
+nearest is at least about that far); on a complete graph the sparse path
+gives exactly the dense one.  What differs: the "same" check is skipped (a
+graph holds only each image's nearest distances), and when the first scales
+show no gap of even ``FLAT_GAP`` (0.05) -- a set of near-duplicates falls
+apart into tiny groups there, and a graph's eigengaps see only ``k <= 20`` --
+the scales ``5, 10, 20`` (``GRAPH_SCALES``, up to the fewest neighbours any
+image has) are tried too, ignoring their gap after the first eigenvalue, and
+the scale with the largest gap decides.  With ``k`` given, a bandwidth at
+which the graph holds more than ``k`` nearly separate parts (its ``k+1``-th
+eigenvalue within ``APART`` of 1) is skipped, the wider scales standing in.
 """
 from __future__ import annotations
 
@@ -66,6 +70,7 @@ __all__ = [
 
 SCALES = (1, 2, 3)  # neighbour ranks m tried for the local bandwidth, smallest first
 GRAPH_SCALES = (5, 10, 20)  # further ranks a K-neighbour graph tries when the first show no structure at all
+APART = 1e-3  # a graph whose (k+1)-th eigenvalue is this close to 1 has more than k separate parts
 FLAT_GAP = 0.05  # ... i.e. no gap of even this size (near-duplicates: the graph falls apart into tiny groups)
 MIN_GAP = 0.4  # an eigengap at least this large is a clear block structure
 MAX_K = 20  # largest k considered by the silhouette fallback
@@ -283,13 +288,10 @@ def _spectral(affinity, k):
 def silhouette(distances, labels) -> float | None:
     """Mean silhouette of a partition on precomputed distances; None for 1 cluster or n clusters.
 
-    On a sparse K-neighbour graph only the stored distances count: for image
-    ``i``, ``a`` is its mean distance to its neighbours in its own cluster and
-    ``b`` the smallest mean distance to its neighbours in another cluster (its
-    farthest neighbour when all its neighbours share its cluster: the others
-    are farther still); an image with no neighbour in its own cluster scores
-    0, as a singleton does.  It compares partitions of one graph; its values
-    are not those of the dense silhouette.
+    On a sparse K-neighbour graph a pair off the graph counts at
+    ``max(r_i, r_j)``, ``r_i`` being image ``i``'s farthest computed distance
+    (see :func:`_graph_silhouette`); on a complete graph this is the dense
+    silhouette.
     """
     from sklearn.metrics import silhouette_score
 
@@ -302,17 +304,37 @@ def silhouette(distances, labels) -> float | None:
 
 
 def _graph_silhouette(g, labels) -> float:
-    scores = np.zeros(g.shape[0])
-    for i in range(g.shape[0]):
-        idx = g.indices[g.indptr[i]:g.indptr[i + 1]]
-        dist = g.data[g.indptr[i]:g.indptr[i + 1]]
-        own = labels[idx] == labels[i]
-        if not own.any():
-            continue
-        a = dist[own].mean()
-        other, other_dist = labels[idx][~own], dist[~own]
-        b = min(other_dist[other == c].mean() for c in np.unique(other)) if other.size else dist.max()
-        scores[i] = (b - a) / max(a, b) if max(a, b) > 0 else 0.0
+    """Silhouette on a K-neighbour graph, a pair off the graph at ``max(r_i, r_j)``.
+
+    ``r_i`` is image ``i``'s farthest computed distance: a pair off the graph
+    is one neither image counted among its nearest, so it is at least about
+    that far.  On a complete graph this is the dense silhouette.  The
+    cluster sums of the filled-in distances come from sorted ``r`` and prefix
+    sums: O(n k log n + edges), no n x n array.
+    """
+    n = g.shape[0]
+    rows = np.repeat(np.arange(n), np.diff(g.indptr))
+    off = rows != g.indices
+    rows, cols, dist = rows[off], g.indices[off], g.data[off]
+    r = np.zeros(n)
+    np.maximum.at(r, rows, dist)
+    _, lab = np.unique(labels, return_inverse=True)
+    counts = np.bincount(lab)
+    sums = np.empty((n, counts.size))
+    for c in range(counts.size):  # sum over j in c of max(r_i, r_j), every i at once
+        rc = np.sort(r[lab == c])
+        prefix = np.concatenate([[0.0], np.cumsum(rc)])
+        below = np.searchsorted(rc, r, side="right")
+        sums[:, c] = r * below + (prefix[-1] - prefix[below])
+    sums[np.arange(n), lab] -= r  # the image itself
+    np.add.at(sums, (rows, lab[cols]), dist - np.maximum(r[rows], r[cols]))  # computed pairs as they are
+    own = counts[lab] - 1
+    a = sums[np.arange(n), lab] / np.maximum(own, 1)
+    mean = sums / counts
+    mean[np.arange(n), lab] = np.inf
+    b = mean.min(axis=1)
+    top = np.maximum(a, b)
+    scores = np.where((own > 0) & (top > 0), (b - a) / np.where(top > 0, top, 1.0), 0.0)
     return float(scores.mean())
 
 
@@ -327,16 +349,14 @@ def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int =
     Parameters
     ----------
     distances : ndarray or scipy.sparse matrix, shape (n, n)
-        Dense distances, or a pruned run's K-neighbour graph.  On a graph the
-        "same" check is skipped (its distances are each image's nearest
-        ones) and, when no scale shows a clear gap, the scale with the
-        largest gap decides (there is no silhouette without every distance).
+        Dense distances, or a pruned run's K-neighbour graph (see the module
+        docstring for what differs there).
     scales : tuple of int
         Neighbour ranks tried for the local bandwidth, smallest first.
     min_gap : float
         Eigengap that counts as a clear structure.
     max_k : int
-        Largest k the silhouette fallback tries (on a graph: the eigengaps).
+        Largest k the silhouette fallback tries (on a graph: also the eigengaps).
 
     Returns
     -------
@@ -356,11 +376,12 @@ def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int =
         return KChoice(n, 1, 1.0, "distinct", [(n, float(off.min()))])
     if n == 2:
         return KChoice(1, 1, 1.0, "distinct", [(1, float(off.min()))])
-    strongest = None
+    strongest, flat = None, False
     for m in tuple(scales) + (GRAPH_SCALES if sparse else ()):
         if m >= n or (m > scales[-1] and (strongest.confidence >= FLAT_GAP or m > np.diff(d.indptr).min())):
             break
         g = eigengaps(local_scaling_affinity(d, neighbor=m), max_k=max_k)
+        flat = flat or m > scales[-1]
         if m > scales[-1]:  # a wide bandwidth always shows a gap after the first eigenvalue: not evidence of k = 1
             g = np.concatenate([[0.0], g[1:]])
         top = np.argsort(-g)[:3]
@@ -369,7 +390,7 @@ def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int =
             return choice
         if strongest is None or choice.confidence > strongest.confidence:
             strongest = choice
-    if sparse:
+    if flat:  # a graph of near-duplicates: its wider scales decide (the silhouette would only see the copies)
         return strongest
     m = min(2, n - 1)
     aff = local_scaling_affinity(d, neighbor=m)
@@ -389,8 +410,8 @@ def read_clusters(distances, *, k="auto", scales=SCALES) -> tuple[np.ndarray, KC
         Dense distances, or a pruned run's K-neighbour graph.
     k : int or "auto"
         With a given ``k`` the neighbour scale whose partition has the best
-        silhouette is used (on a graph: the scale with the largest eigengap
-        after the ``k``-th eigenvalue).
+        silhouette is used (on a graph: among the scales at which it does not
+        fall apart into more than ``k`` parts).
 
     Returns
     -------
@@ -410,20 +431,33 @@ def read_clusters(distances, *, k="auto", scales=SCALES) -> tuple[np.ndarray, KC
         raise ValueError(f"k must be between 1 and {n}")
     if k in (1, n) or n < 3:
         return (np.zeros(n, dtype=int) if k == 1 else np.arange(n)), KChoice(k, 1)
-    best = None
-    for m in scales:
-        if m >= n:
+    best, widest = None, None
+    for m in tuple(scales) + (GRAPH_SCALES if sparse else ()):
+        if m >= n or (m > scales[-1] and (best is not None or m > np.diff(d.indptr).min())):
             break
         aff = local_scaling_affinity(d, neighbor=m)
-        if sparse:
-            score, labels = float(eigengaps(aff, max_k=max(MAX_K, k))[k - 1]), None
-        else:
-            labels = _spectral(aff, k)
-            score = _silhouette(d, labels)
+        widest = (m, aff)
+        if sparse and _apart(aff, k):  # more near-separate parts than clusters (near-duplicates): no k-partition
+            continue
+        labels = _spectral(aff, k)
+        score = _silhouette(d, labels)
         if best is None or score > best[0]:
             best = (score, labels, m)
-    labels = best[1] if best[1] is not None else _spectral(local_scaling_affinity(d, neighbor=best[2]), k)
-    return labels, KChoice(k, best[2], 1.0, "given", [(k, best[0])])
+    if best is None:  # every bandwidth tried leaves more parts than clusters: the widest
+        labels = _spectral(widest[1], k)
+        best = (_silhouette(d, labels), labels, widest[0])
+    return best[1], KChoice(k, best[2], 1.0, "given", [(k, best[0])])
+
+
+def _apart(affinity, k: int) -> bool:
+    """True when a sparse affinity holds more than ``k`` (nearly) separate parts.
+
+    Its ``(k + 1)``-th eigenvalue (normalised) is then within ``APART`` of 1:
+    a spectral partition into ``k`` clusters would only split off tiny groups.
+    """
+    if affinity.shape[0] <= k + 2:
+        return False
+    return bool(_sparse_top_eigenvalues(affinity, k + 1)[k] > 1.0 - APART)
 
 
 def labels_at_threshold(distances: np.ndarray, *, threshold: float) -> np.ndarray:

@@ -190,3 +190,56 @@ def test_sparse_read_out_sees_classes_through_near_duplicates():
     d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
     labels, choice = read_clusters(_knn_graph(d, 30))
     assert choice.k == 4 and adjusted_rand_score(np.repeat(cls, 4), labels) == 1.0
+
+
+def test_graph_silhouette_fills_the_missing_pairs_known_answer():
+    # a pair off the graph counts at max(r_i, r_j), r_i = image i's farthest computed distance;
+    # on a complete graph that is the dense silhouette
+    from sklearn.metrics import silhouette_score
+
+    from iastudio.core.clustering import silhouette
+
+    rng = np.random.default_rng(5)
+    pts = rng.normal(size=(40, 3))
+    pts[:20] += 4.0
+    d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
+    labels = np.repeat([0, 1], 20)
+    labels[:4] = 2
+    assert_allclose(silhouette(sp.csr_matrix(d), labels), silhouette_score(d, labels, metric="precomputed"))
+    g = _knn_graph(d, 6)
+    on = g.toarray() > 0
+    r = np.where(on, d, 0.0).max(axis=1)
+    filled = np.where(on, d, np.maximum(r[:, None], r[None, :]))
+    np.fill_diagonal(filled, 0.0)
+    assert_allclose(silhouette(g, labels), silhouette_score(filled, labels, metric="precomputed"))
+
+
+def test_ambiguous_sparse_read_out_follows_the_dense_rules():
+    # overlapping clouds: no clear eigengap, so the dense path picks k by silhouette; on the complete
+    # graph the sparse path must give the same k and labels, with k found and with k given
+    rng = np.random.default_rng(3)
+    centres = rng.standard_normal((4, 6)) * 0.6
+    truth = np.repeat(np.arange(4), 15)
+    pts = centres[truth] + rng.standard_normal((60, 6)) * 0.5
+    d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
+    d *= 0.45 / np.median(d[np.triu_indices(60, 1)])
+    dense_labels, dense = read_clusters(d)
+    assert dense.method == "silhouette"
+    full_labels, full = read_clusters(sp.csr_matrix(d))
+    assert (full.k, full.method) == (dense.k, dense.method)
+    assert adjusted_rand_score(dense_labels, full_labels) == 1.0
+    a, given = read_clusters(d, k=4)
+    b, sparse_given = read_clusters(sp.csr_matrix(d), k=4)
+    assert sparse_given.scale == given.scale and adjusted_rand_score(a, b) == 1.0
+
+
+def test_sparse_read_out_with_k_given_skips_bandwidths_that_fall_apart():
+    # near-copies: at the neighbour scales 1-3 the graph is hundreds of separate quadruplets, and a
+    # spectral partition of it into k = 4 split off a few of them (ARI ~0); a wider scale is used instead
+    rng = np.random.default_rng(3)
+    cls = np.repeat(np.arange(4), 30)
+    base = rng.normal(size=(4, 10))[cls] * 0.15 + rng.normal(size=(120, 10)) * 0.03
+    pts = np.repeat(base, 4, axis=0) + rng.normal(size=(480, 10)) * 0.001
+    d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
+    labels, choice = read_clusters(_knn_graph(d, 30), k=4)
+    assert choice.scale > 3 and adjusted_rand_score(np.repeat(cls, 4), labels) == 1.0
