@@ -588,21 +588,34 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         s = self.settings
         if s.method == "ia":
             k = None if s.group == "e2" else resolve_neighbors(s.neighbors, self.n)
-            pairs = None
+            pairs = probes = None
             if k is not None:
-                from .neighbors import candidate_pairs
+                from .neighbors import candidate_pairs, probe_pairs
 
                 pairs = candidate_pairs(feats, k)
+                probes = probe_pairs(pairs, self.n)
+                key = np.union1d(pairs[0] * self.n + pairs[1], probes[0] * self.n + probes[1])
+                pairs = (key // self.n, key % self.n)  # both aligned together
             sim = invariant_distances(feats, angle_step=s.angle_step, rotation_range=s.rotation_range, pairs=pairs,
                                       client=self.client, on_progress=self._stage_progress, group=s.group)
-            out = (sim.distances, sim.transforms if pairs is None else sim, sim.mirrored)
+            if pairs is None:
+                out = (sim.distances, sim.transforms, sim.mirrored, None)
+            else:
+                from .neighbors import split_probes
+
+                graph, sample = split_probes(sim.distances, probes)
+                out = (graph, sim, sim.mirrored, sample)
         else:
-            out = (plain_distances(feats), np.zeros((self.n, self.n, 3)), np.zeros((self.n, self.n), dtype=bool))
+            out = (plain_distances(feats), np.zeros((self.n, self.n, 3)), np.zeros((self.n, self.n), dtype=bool),
+                   None)
         self._timings["similarity_s"] += time.perf_counter() - t0
         return out
 
-    def _read_labels(self, distances):
-        """Labels and the k choice; blank images go to a cluster of their own (the last)."""
+    def _read_labels(self, distances, probes=None):
+        """Labels and the k choice; blank images go to a cluster of their own (the last).
+
+        ``probes``: a pruned run's sample of distances off its graph (for the silhouette).
+        """
         keep = np.flatnonzero(~self.blank)
         labels = np.zeros(self.n, dtype=int)
         if keep.size == 0:
@@ -610,16 +623,18 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         k = self.settings.clusters
         if k != "auto" and self.blank.any():
             k = min(int(k), keep.size)
-        sub, choice = read_clusters(_rows_cols(distances, keep), k=k)
+        sub, choice = read_clusters(_rows_cols(distances, keep), k=k,
+                                    probes=None if probes is None else _rows_cols(probes, keep))
         labels[keep] = sub
         if self.blank.any():
             labels[self.blank] = sub.max() + 1
         return labels, choice
 
-    def _separation(self, distances, labels) -> float | None:
+    def _separation(self, distances, labels, probes=None) -> float | None:
         """Silhouette of a partition of the non-blank images (None when undefined)."""
         keep = np.flatnonzero(~self.blank)
-        return silhouette(_rows_cols(distances, keep), labels[keep])
+        return silhouette(_rows_cols(distances, keep), labels[keep],
+                          probes=None if probes is None else _rows_cols(probes, keep))
 
     def _guard_rejects(self, labels) -> bool:
         """True (and the previous iteration restored) when ``labels`` are not a clear improvement.
@@ -636,9 +651,9 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
 
         if adjusted_rand_score(self._prev[3], labels) == 1.0:
             return False  # the same clusters: the iteration only sharpened them
-        d0 = self._input_sim[0]
-        before = self._separation(d0, self._prev[3])
-        after = self._separation(d0, labels)
+        d0, probes = self._input_sim[0], self._input_sim[3]
+        before = self._separation(d0, self._prev[3], probes)
+        after = self._separation(d0, labels, probes)
         if before is None or (after is not None and after >= before + _GUARD_GAIN):
             return False
         before_text = "undefined" if before is None else f"{before:.3f}"
@@ -665,9 +680,9 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         s = self.settings
         xp = self.backend.xp
         if self._stage == _Phase.SIMILARITY:
-            dist, trans, mirrored = sim = self._distances(self._features)
+            dist, trans, mirrored, probes = sim = self._distances(self._features)
             self._history.append(_view(dist, fill_missing=True))
-            labels, choice = self._read_labels(dist)
+            labels, choice = self._read_labels(dist, probes)
             if self._guard_rejects(labels):
                 self._stage = _Phase.FINISHING
                 return self._advance()
@@ -728,7 +743,7 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
             sim = self._distances(self._features)
             dist = sim[0]
             self._history.append(_view(dist, fill_missing=True))
-            labels, choice = self._read_labels(dist)
+            labels, choice = self._read_labels(dist, sim[3])
             if not self._guard_rejects(labels):
                 self._sim = sim
                 self._labels, self._k_choice = labels, choice
@@ -768,7 +783,7 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         xp = self.backend.xp
         labels = self._labels
         k = int(labels.max()) + 1
-        d0, t_in, m_in = self._input_sim
+        d0, t_in, m_in, _ = self._input_sim
         weights = np.zeros((self.n, k))
         init = np.zeros((self.n, k, 3))
         mirror = np.zeros((self.n, k), dtype=bool)

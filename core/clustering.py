@@ -30,10 +30,11 @@ to it with ``s_i`` taken from the image's candidates (its nearest images), the
 affinity kept sparse (0 off the graph) and the eigenvalues found for each
 connected part of the graph (dense for small parts, shift-invert Lanczos for
 large ones).  The silhouette (of the fallback, of ``k`` given, of the guard)
-fills in each pair off the graph at ``max(r_i, r_j)``, ``r_i`` being image
-``i``'s farthest computed distance (a pair neither image counted among its
-nearest is at least about that far); on a complete graph the sparse path
-gives exactly the dense one.  What differs: the "same" check is skipped (a
+estimates the pairs off the graph from a random sample of them that the run
+aligns too (``probes``: the mean sampled distance between the two clusters),
+or where no probe joins two clusters at ``max(r_i, r_j)``, ``r_i`` being
+image ``i``'s farthest computed distance; on a complete graph the sparse
+path gives exactly the dense one.  What differs: the "same" check is skipped (a
 graph holds only each image's nearest distances), and when the first scales
 show no gap of even ``FLAT_GAP`` (0.05) -- a set of near-duplicates falls
 apart into tiny groups there, and a graph's eigengaps see only ``k <= 20`` --
@@ -285,13 +286,27 @@ def _spectral(affinity, k):
     return relabel_by_appearance(model.fit_predict(a + 1e-12))
 
 
-def silhouette(distances, labels) -> float | None:
+def silhouette(distances, labels, *, probes=None) -> float | None:
     """Mean silhouette of a partition on precomputed distances; None for 1 cluster or n clusters.
 
-    On a sparse K-neighbour graph a pair off the graph counts at
+    On a sparse K-neighbour graph the pairs off the graph are estimated: from
+    ``probes`` (a pruned run's random sample of them,
+    :func:`iastudio.core.neighbors.probe_pairs`) as the mean sampled distance
+    between the two clusters, or, for clusters no probe joins, at
     ``max(r_i, r_j)``, ``r_i`` being image ``i``'s farthest computed distance
     (see :func:`_graph_silhouette`); on a complete graph this is the dense
     silhouette.
+
+    Parameters
+    ----------
+    distances : ndarray or scipy.sparse matrix, shape (n, n)
+    labels : array of int, shape (n,)
+    probes : scipy.sparse matrix, shape (n, n), optional
+        Distances of random pairs off the graph (symmetric).
+
+    Returns
+    -------
+    float or None
     """
     from sklearn.metrics import silhouette_score
 
@@ -299,23 +314,34 @@ def silhouette(distances, labels) -> float | None:
     if not 1 < len(np.unique(labels)) < len(labels):
         return None
     if sp.issparse(distances):
-        return _graph_silhouette(sp.csr_matrix(distances), labels)
+        return _graph_silhouette(sp.csr_matrix(distances), labels,
+                                 None if probes is None else sp.csr_matrix(probes))
     return float(silhouette_score(distances, labels, metric="precomputed"))
 
 
-def _graph_silhouette(g, labels) -> float:
-    """Silhouette on a K-neighbour graph, a pair off the graph at ``max(r_i, r_j)``.
+def _edges(g):
+    """Rows, columns and values of a sparse matrix's off-diagonal entries."""
+    rows = np.repeat(np.arange(g.shape[0]), np.diff(g.indptr))
+    off = rows != g.indices
+    return rows[off], g.indices[off], g.data[off]
 
-    ``r_i`` is image ``i``'s farthest computed distance: a pair off the graph
-    is one neither image counted among its nearest, so it is at least about
-    that far.  On a complete graph this is the dense silhouette.  The
-    cluster sums of the filled-in distances come from sorted ``r`` and prefix
-    sums: O(n k log n + edges), no n x n array.
+
+def _graph_silhouette(g, labels, probes=None) -> float:
+    """Silhouette on a K-neighbour graph, the pairs off it estimated.
+
+    Image ``i``'s summed distance to cluster ``c`` is its computed distances
+    to ``c`` plus, for each member it has none to, an estimate: the mean
+    ``probes`` distance between ``i``'s cluster and ``c`` when some probe
+    joins them (a random sample of exactly those pairs: unbiased), else
+    ``max(r_i, r_j)`` with ``r_i`` image ``i``'s farthest computed distance (a
+    pair neither image counted among its nearest is at least about that far;
+    a lower bound, so partitions into many small clusters look better than
+    they are).  On a complete graph this is the dense silhouette.  Sorted
+    ``r`` and prefix sums give the filled-in sums: O(n k log n + edges), no
+    n x n array.
     """
     n = g.shape[0]
-    rows = np.repeat(np.arange(n), np.diff(g.indptr))
-    off = rows != g.indices
-    rows, cols, dist = rows[off], g.indices[off], g.data[off]
+    rows, cols, dist = _edges(g)
     r = np.zeros(n)
     np.maximum.at(r, rows, dist)
     _, lab = np.unique(labels, return_inverse=True)
@@ -328,6 +354,18 @@ def _graph_silhouette(g, labels) -> float:
         sums[:, c] = r * below + (prefix[-1] - prefix[below])
     sums[np.arange(n), lab] -= r  # the image itself
     np.add.at(sums, (rows, lab[cols]), dist - np.maximum(r[rows], r[cols]))  # computed pairs as they are
+    if probes is not None and probes.nnz:
+        near, hits = np.zeros_like(sums), np.zeros_like(sums)
+        np.add.at(near, (rows, lab[cols]), dist)
+        np.add.at(hits, (rows, lab[cols]), 1.0)
+        p_rows, p_cols, p_dist = _edges(probes)
+        total, seen = np.zeros((counts.size,) * 2), np.zeros((counts.size,) * 2)
+        np.add.at(total, (lab[p_rows], lab[p_cols]), p_dist)
+        np.add.at(seen, (lab[p_rows], lab[p_cols]), 1.0)
+        missing = counts[None, :] - hits
+        missing[np.arange(n), lab] -= 1.0
+        sampled = (total / np.maximum(seen, 1.0))[lab]
+        sums = np.where(seen[lab] > 0, near + missing * sampled, sums)
     own = counts[lab] - 1
     a = sums[np.arange(n), lab] / np.maximum(own, 1)
     mean = sums / counts
@@ -338,12 +376,12 @@ def _graph_silhouette(g, labels) -> float:
     return float(scores.mean())
 
 
-def _silhouette(distances, labels):
-    s = silhouette(distances, labels)
+def _silhouette(distances, labels, probes=None):
+    s = silhouette(distances, labels, probes=probes)
     return -1.0 if s is None else s
 
 
-def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int = MAX_K) -> KChoice:
+def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int = MAX_K, probes=None) -> KChoice:
     """Choose the number of clusters from invariant distances (see the module docstring).
 
     Parameters
@@ -357,6 +395,8 @@ def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int =
         Eigengap that counts as a clear structure.
     max_k : int
         Largest k the silhouette fallback tries (on a graph: also the eigengaps).
+    probes : scipy.sparse matrix, optional
+        A pruned run's random sample of distances off the graph (for the silhouette).
 
     Returns
     -------
@@ -394,14 +434,14 @@ def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int =
         return strongest
     m = min(2, n - 1)
     aff = local_scaling_affinity(d, neighbor=m)
-    sil = {k: _silhouette(d, _spectral(aff, k)) for k in range(2, min(n - 1, max_k) + 1)}
+    sil = {k: _silhouette(d, _spectral(aff, k), probes) for k in range(2, min(n - 1, max_k) + 1)}
     if not sil or max(sil.values()) <= 0:
         return KChoice(1, m, strongest.confidence, "silhouette", [(1, 0.0)])
     ranked = sorted(sil.items(), key=lambda t: -t[1])[:3]
     return KChoice(int(ranked[0][0]), m, strongest.confidence, "silhouette", [(int(k), float(s)) for k, s in ranked])
 
 
-def read_clusters(distances, *, k="auto", scales=SCALES) -> tuple[np.ndarray, KChoice]:
+def read_clusters(distances, *, k="auto", scales=SCALES, probes=None) -> tuple[np.ndarray, KChoice]:
     """Labels and the :class:`KChoice` from invariant distances.
 
     Parameters
@@ -412,6 +452,9 @@ def read_clusters(distances, *, k="auto", scales=SCALES) -> tuple[np.ndarray, KC
         With a given ``k`` the neighbour scale whose partition has the best
         silhouette is used (on a graph: among the scales at which it does not
         fall apart into more than ``k`` parts).
+    probes : scipy.sparse matrix, optional
+        A pruned run's random sample of distances off the graph
+        (:func:`iastudio.core.neighbors.probe_pairs`), for the silhouette.
 
     Returns
     -------
@@ -422,7 +465,7 @@ def read_clusters(distances, *, k="auto", scales=SCALES) -> tuple[np.ndarray, KC
     d = sp.csr_matrix(distances, dtype=float) if sparse else np.asarray(distances, dtype=float)
     n = d.shape[0]
     if k == "auto":
-        choice = select_k(d, scales=scales)
+        choice = select_k(d, scales=scales, probes=probes)
         if choice.method in ("same", "distinct", "trivial"):
             return (np.arange(n) if choice.k == n else np.zeros(n, dtype=int)), choice
         return _spectral(local_scaling_affinity(d, neighbor=choice.scale), choice.k), choice
@@ -440,12 +483,12 @@ def read_clusters(distances, *, k="auto", scales=SCALES) -> tuple[np.ndarray, KC
         if sparse and _apart(aff, k):  # more near-separate parts than clusters (near-duplicates): no k-partition
             continue
         labels = _spectral(aff, k)
-        score = _silhouette(d, labels)
+        score = _silhouette(d, labels, probes)
         if best is None or score > best[0]:
             best = (score, labels, m)
     if best is None:  # every bandwidth tried leaves more parts than clusters: the widest
         labels = _spectral(widest[1], k)
-        best = (_silhouette(d, labels), labels, widest[0])
+        best = (_silhouette(d, labels, probes), labels, widest[0])
     return best[1], KChoice(k, best[2], 1.0, "given", [(k, best[0])])
 
 

@@ -35,6 +35,8 @@ __all__ = [
     "resolve_neighbors",
     "invariant_features",
     "candidate_pairs",
+    "probe_pairs",
+    "split_probes",
     "graph_map",
     "graph_curves",
 ]
@@ -42,6 +44,8 @@ __all__ = [
 #: ``neighbors="auto"``: every pair up to this many images, ``AUTO_K`` candidates above.
 AUTO_ALL_PAIRS_MAX = 300
 AUTO_K = 30
+#: random pairs off the candidate graph aligned per image, for the read-out's silhouette
+PROBES = 5
 
 
 def resolve_neighbors(neighbors, n: int) -> int | None:
@@ -183,6 +187,75 @@ def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
     a, b = np.minimum(rows, cols), np.maximum(rows, cols)
     key = np.unique(a[a != b].astype(np.int64) * n + b[a != b])
     return key // n, key % n
+
+
+def probe_pairs(pairs, n: int, *, per_image: int = PROBES, seed: int = 0):
+    """Random pairs off the candidate graph: a sample of the distances it leaves out.
+
+    A silhouette needs every image's mean distance to every cluster; the
+    graph holds only each image's nearest distances.  Aligning a few random
+    other pairs per image gives, pooled over a cluster, an unbiased estimate
+    of the mean distance between two clusters beyond the graph
+    (:func:`iastudio.core.clustering.silhouette` uses it).
+
+    Parameters
+    ----------
+    pairs : tuple of ndarray
+        ``(rows, cols)`` of the candidate graph, ``rows < cols``.
+    n : int
+        Number of images.
+    per_image : int
+        Random partners drawn per image (pairs already on the graph and
+        repeats are dropped).
+    seed : int
+        Seed of the draw (a run is reproducible).
+
+    Returns
+    -------
+    rows, cols : ndarray of int
+        Unique pairs with ``rows < cols``, sorted, none on the graph.
+
+    Examples
+    --------
+    >>> rows, cols = probe_pairs((np.array([0]), np.array([1])), 4, per_image=3)
+    >>> bool((rows < cols).all()) and (0, 1) not in set(zip(rows.tolist(), cols.tolist()))
+    True
+    """
+    if n < 2 or per_image < 1:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    i = np.repeat(np.arange(n, dtype=np.int64), per_image)
+    j = rng.integers(0, n - 1, i.size)
+    j += j >= i  # never the image itself
+    key = np.unique(np.minimum(i, j) * n + np.maximum(i, j))
+    key = key[~np.isin(key, np.asarray(pairs[0], np.int64) * n + np.asarray(pairs[1], np.int64))]
+    return key // n, key % n
+
+
+def split_probes(distances, probes):
+    """Separate a run's distances into the candidate graph and the probe pairs.
+
+    Parameters
+    ----------
+    distances : scipy.sparse matrix, shape (n, n)
+        Symmetric distances of the candidate pairs and the probes together.
+    probes : tuple of ndarray
+        ``(rows, cols)`` from :func:`probe_pairs`.
+
+    Returns
+    -------
+    graph, sample : scipy.sparse.csr_matrix, shape (n, n)
+        Both symmetric; a stored zero stays a (real) zero distance.
+    """
+    d = sp.coo_matrix(distances)
+    n = d.shape[0]
+    key = np.minimum(d.row, d.col).astype(np.int64) * n + np.maximum(d.row, d.col)
+    is_probe = np.isin(key, np.asarray(probes[0], np.int64) * n + np.asarray(probes[1], np.int64))
+
+    def part(m):
+        return sp.csr_matrix((d.data[m], (d.row[m], d.col[m])), shape=d.shape)
+
+    return part(~is_probe), part(is_probe)
 
 
 def graph_map(distances, previous=None) -> np.ndarray:

@@ -12,7 +12,9 @@ from iastudio.core.demos import _digit_images, load_demo
 from iastudio.core.neighbors import (
     candidate_pairs,
     invariant_features,
+    probe_pairs,
     resolve_neighbors,
+    split_probes,
 )
 from iastudio.core.preprocess import preprocess
 from iastudio.core.similarity import invariant_distances
@@ -124,8 +126,10 @@ def test_sparse_read_out_keeps_small_classes_apart():
     assert adjusted_rand_score(truth, given) == 1.0
 
 
-@pytest.mark.parametrize("name,k", [("shapes", 8), ("digits", 12)])
+@pytest.mark.parametrize("name,k", [("shapes", 8), ("digits", 12), ("digits", 8)])
 def test_pruned_run_agrees_with_the_exhaustive_run(name, k):
+    # digits with K = 8 (classes of 10): without the probes the silhouette filled the pairs off the
+    # graph at a lower bound and read 8 clusters (ARI 0.59 against 0.93)
     s = load_demo(name, seed=0)
     x = preprocess(s.images, size=32).images
     full = AttentionRun(x, backend="numpy", neighbors="all").run()
@@ -243,3 +247,47 @@ def test_sparse_read_out_with_k_given_skips_bandwidths_that_fall_apart():
     d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
     labels, choice = read_clusters(_knn_graph(d, 30), k=4)
     assert choice.scale > 3 and adjusted_rand_score(np.repeat(cls, 4), labels) == 1.0
+
+
+def test_probe_pairs_are_random_pairs_off_the_graph():
+    rows, cols = candidate_pairs(preprocess(load_demo("shapes", seed=0).images, size=24).images, 3)
+    n = 18
+    p_rows, p_cols = probe_pairs((rows, cols), n, per_image=4)
+    assert (p_rows < p_cols).all() and p_rows.size <= 4 * n and p_rows.size > n
+    assert not set(zip(p_rows.tolist(), p_cols.tolist())) & set(zip(rows.tolist(), cols.tolist()))
+    again = probe_pairs((rows, cols), n, per_image=4)
+    assert_array_equal(again[0], p_rows) and assert_array_equal(again[1], p_cols)  # reproducible
+    assert probe_pairs((rows, cols), 1)[0].size == 0
+
+
+def test_split_probes_known_answer():
+    rows, cols = np.array([0, 1, 0, 2, 1, 2, 0, 3, 2, 3]), np.array([1, 0, 2, 0, 2, 1, 3, 0, 3, 2])
+    vals = np.array([0.5, 0.5, 0.0, 0.0, 0.7, 0.7, 2.0, 2.0, 0.9, 0.9])  # 0 -- 2: a stored zero, a real 0 distance
+    d = sp.csr_matrix((vals, (rows, cols)), shape=(4, 4))
+    graph, sample = split_probes(d, (np.array([0]), np.array([3])))
+    assert_allclose(sample.toarray()[[0, 3], [3, 0]], [2.0, 2.0]) and sample.nnz == 2
+    assert graph.nnz == d.nnz - 2 == 8 and graph[0, 3] == 0
+    assert_allclose((graph + sample).toarray(), d.toarray())
+
+
+def test_graph_silhouette_estimates_the_pairs_off_the_graph_from_probes():
+    # two clusters 1.0 apart (every pair across), tight inside: the graph holds the pairs inside and a
+    # few across; probes sample the rest across, so the estimate is exact -- the dense silhouette.
+    # Filling them at max(r_i, r_j) (the farthest computed distance) instead under-rates the partition.
+    from sklearn.metrics import silhouette_score
+
+    from iastudio.core.clustering import silhouette
+
+    rng = np.random.default_rng(1)
+    labels = np.repeat([0, 1], 10)
+    d = np.where(labels[:, None] == labels[None, :], rng.uniform(0.1, 0.3, (20, 20)), 1.0)
+    d = np.triu(d, 1) + np.triu(d, 1).T
+    on = labels[:, None] == labels[None, :]
+    on[0, 10] = on[10, 0] = True  # one pair across on the graph
+    probe = np.zeros_like(on)
+    probe[[1, 2, 3], [12, 15, 19]] = True
+    probe |= probe.T
+    graph, sample = sp.csr_matrix(np.where(on, d, 0.0)), sp.csr_matrix(np.where(probe, d, 0.0))
+    dense = silhouette_score(d, labels, metric="precomputed")
+    assert_allclose(silhouette(graph, labels, probes=sample), dense)
+    assert silhouette(graph, labels) < dense - 0.1
