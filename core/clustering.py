@@ -511,8 +511,10 @@ def labels_at_threshold(distances: np.ndarray, *, threshold: float) -> np.ndarra
 
     Parameters
     ----------
-    distances : ndarray, shape (n, n)
-        Symmetric, zero diagonal.
+    distances : ndarray or scipy.sparse matrix, shape (n, n)
+        Symmetric, zero diagonal; or a pruned run's K-neighbour graph (the
+        chains then run along its edges: the connected parts of the edges at
+        most ``threshold``).
     threshold : float
 
     Returns
@@ -523,6 +525,13 @@ def labels_at_threshold(distances: np.ndarray, *, threshold: float) -> np.ndarra
     from scipy.cluster.hierarchy import fcluster, linkage
     from scipy.spatial.distance import squareform
 
+    if sp.issparse(distances):
+        from scipy.sparse.csgraph import connected_components
+
+        g = sp.csr_matrix(distances, dtype=float)
+        near = sp.csr_matrix(((g.data <= threshold).astype(float), g.indices, g.indptr), shape=g.shape)
+        near.eliminate_zeros()
+        return relabel_by_appearance(connected_components(near, directed=False)[1])
     d = np.asarray(distances, dtype=float)
     if d.shape[0] < 2:
         return np.zeros(d.shape[0], dtype=int)
@@ -535,8 +544,8 @@ def split_labels(distances: np.ndarray, members, *, k: int) -> np.ndarray:
 
     Parameters
     ----------
-    distances : ndarray, shape (n, n)
-        Distances between all images.
+    distances : ndarray or scipy.sparse matrix, shape (n, n)
+        Distances between all images (or a pruned run's K-neighbour graph).
     members : sequence of int
         The images to split.
     k : int
@@ -548,7 +557,10 @@ def split_labels(distances: np.ndarray, members, *, k: int) -> np.ndarray:
         The part of each member, ``0 .. k - 1``.
     """
     members = np.asarray(members, dtype=int)
-    sub = np.asarray(distances, dtype=float)[np.ix_(members, members)]
+    if sp.issparse(distances):
+        sub = sp.csr_matrix(distances, dtype=float)[members][:, members]
+    else:
+        sub = np.asarray(distances, dtype=float)[np.ix_(members, members)]
     labels, _ = read_clusters(sub, k=int(k))
     return labels
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from . import se2
 from .attention import AttentionRun, RunState
@@ -471,7 +472,7 @@ class Session:
             self.message("Run first: clusters are read from a run's result.")
             return False
         d = frame.result.final_distances if frame.result is not None else frame.snapshot.distances
-        d = np.asarray(d, float)
+        d = d if sp.issparse(d) else np.asarray(d, float)  # a pruned run above 2,000 images: its graph
         if threshold is not None:
             labels = labels_at_threshold(d, threshold=float(threshold))
             text = f"Re-read clusters at distance {threshold:.3g}"

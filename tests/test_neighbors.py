@@ -291,3 +291,19 @@ def test_graph_silhouette_estimates_the_pairs_off_the_graph_from_probes():
     dense = silhouette_score(d, labels, metric="precomputed")
     assert_allclose(silhouette(graph, labels, probes=sample), dense)
     assert silhouette(graph, labels) < dense - 0.1
+
+
+def test_threshold_and_split_work_on_a_graph():
+    # a run above 2,000 images keeps its distances sparse: re-reading at a threshold follows the
+    # graph's edges (single linkage along them), and splitting a cluster reads its members' graph
+    from iastudio.core.clustering import labels_at_threshold, split_labels
+
+    rng = np.random.default_rng(4)
+    truth = np.repeat(np.arange(3), 12)
+    pts = rng.normal(size=(3, 5))[truth] * 4.0 + rng.normal(size=(36, 5)) * 0.2
+    d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
+    full = sp.csr_matrix(d)
+    assert_array_equal(labels_at_threshold(full, threshold=2.0), labels_at_threshold(d, threshold=2.0))
+    assert adjusted_rand_score(truth, labels_at_threshold(_knn_graph(d, 4), threshold=2.0)) == 1.0
+    members = np.flatnonzero(truth < 2)
+    assert adjusted_rand_score(truth[members], split_labels(_knn_graph(d, 6), members, k=2)) == 1.0
