@@ -31,8 +31,9 @@ def build_menus(window) -> None:
     add_action(window, f, "Add files…", window.add_files, "Ctrl+Shift+A")
     f.addSeparator()
     add_action(window, f, "Open project…", p.open_project_dialog, "Ctrl+Shift+O")
-    window.save_action = add_action(window, f, "Save project", p.save, QKeySequence.StandardKey.Save)
-    add_action(window, f, "Save project as…", p.save_as, QKeySequence.StandardKey.SaveAs)
+    window.save_action = add_action(window, f, "Save project", lambda: p.save(wait=False),
+                                    QKeySequence.StandardKey.Save)  # written in a worker thread
+    add_action(window, f, "Save project as…", lambda: p.save_as(wait=False), QKeySequence.StandardKey.SaveAs)
     p.recent_projects_menu = f.addMenu("Recent projects")
     p.recent_folders_menu = f.addMenu("Recent folders")
     f.addSeparator()

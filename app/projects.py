@@ -4,18 +4,29 @@ Nothing the user made is dropped without asking: :meth:`ProjectController.confir
 before anything replaces a run or its edits, and :meth:`ProjectController.close_requested` before the
 window closes.  The session is autosaved after every change (debounced) and on close; the recovery lock
 is removed only once that autosave is written.
+
+Projects are written in a worker thread (superqt's function worker; a project of a big run takes ~10 s
+to write): the GUI thread takes the snapshot (:meth:`~iastudio.core.session.Session.to_project`, a few
+milliseconds), the worker writes it atomically, and its end comes back by a queued signal.  One autosave
+is written at a time; a request while one is written makes exactly one more write after it, of the
+state at that time.  File > Save writes in the worker too; the project is marked saved (title, "Saved …")
+only once its file is written, and only as clean as the snapshot written.  What must be saved before it
+goes on (closing, *Save…* in the questions) waits for its write.
 """
 from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QSettings, QTimer
-from PySide6.QtWidgets import QFileDialog, QMessageBox
+from PySide6.QtCore import QObject, QSettings, Qt, QTimer
+from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
+from superqt.utils import create_worker
 
 from iastudio.core.logs import log_dir
-from iastudio.core.project import ProjectError
+from iastudio.core.project import ProjectError, save_project
 
 from .home import app_home
 
@@ -40,6 +51,70 @@ def ask(parent, title: str, text: str, save_text: str = "Save…", discard_text:
     return {save: SAVE, discard: DISCARD}.get(box.clickedButton(), CANCEL)
 
 
+class ProjectWrite:
+    """One project file written in a worker thread: what is written where, and how it ended.
+
+    Attributes
+    ----------
+    path : str or Path
+        As given (it becomes the project's file as it was named).
+    revision : int
+        The session's :attr:`~iastudio.core.session.Session.revision` when the snapshot was taken.
+    error : Exception or None
+        Why the write failed (None: written, or not ended yet).
+    cancelled : bool
+        Dropped before any thread began it (:meth:`cancel`).
+    seconds : float
+        How long the write took.
+    ended : threading.Event
+        Set when the write ended, either way, or was cancelled.
+    """
+
+    def __init__(self, path, project, *, revision: int = 0, on_end=None):
+        self.path, self.revision = path, int(revision)
+        self.project = project
+        self.on_end = on_end  # called on the GUI thread once it ended
+        self.error: Exception | None = None
+        self.cancelled = False
+        self.seconds = 0.0
+        self.ended = threading.Event()
+        self.reported = False  # on_end was called
+        self._lock = threading.Lock()
+        self._taken = False  # a thread began writing it
+
+    def take(self) -> bool:
+        """True for the one thread that may write it (the first to ask)."""
+        with self._lock:
+            taken, self._taken = self._taken, True
+        return not taken
+
+    def cancel(self) -> bool:
+        """Drop the write if no thread began it; True when dropped."""
+        if not self.take():
+            return False
+        self.cancelled, self.project = True, None
+        self.ended.set()
+        return True
+
+    def write(self) -> ProjectWrite:
+        """The worker's part: write the project, unless a waiting thread took it over (:meth:`take`)."""
+        if self.take():
+            self.write_taken()
+        return self
+
+    def write_taken(self) -> None:
+        """Write the project, on the thread that took it; never raises: a failure is kept in :attr:`error`."""
+        t0 = time.perf_counter()
+        try:
+            save_project(self.path, self.project)
+        except Exception as exc:  # noqa: BLE001 - reported on the GUI thread
+            self.error = exc
+        finally:
+            self.project = None  # the snapshot's memory goes with the write
+            self.seconds = time.perf_counter() - t0
+            self.ended.set()
+
+
 class ProjectController(QObject):
     """Projects of one window: its File menu's project actions, autosave, recovery and recent lists."""
 
@@ -54,6 +129,9 @@ class ProjectController(QObject):
         self._autosave_timer.setInterval(AUTOSAVE_DELAY_MS)
         self._autosave_timer.timeout.connect(self.autosave)
         self.model.projectChanged.connect(self._changed)
+        self._autosaving: ProjectWrite | None = None  # the autosave being written
+        self._autosave_again = False  # asked for while one was written: one more write after it
+        self._saving: ProjectWrite | None = None  # File > Save being written
         self.lock = app_home() / "session.lock"
         self.crashed = self.lock.exists()
         self.remove_stale_saves()
@@ -65,26 +143,33 @@ class ProjectController(QObject):
         """True when ``action`` ("Starting again", "Loading the demo", ...) may go on.
 
         Asks only when unsaved work would be lost: a run's result or cluster edits not in a saved project.
+        A save being written is waited for first: it may be what makes the work saved.
         """
+        self.wait_for(self._saving)
         risk = self.model.work_at_risk()
         if not risk or not self.model.dirty:
             return True
         answer = self.ask(self.window, "Discard your work?",
                           f"{action} discards {risk}, which are not saved. Save the project first?")
         if answer == SAVE:
-            return self.save()
+            return self.save(wait=True)
         return answer == DISCARD
 
     def close_requested(self) -> bool:
-        """Save changes? before the window closes; True when it may close."""
+        """Save changes? before the window closes; True when it may close.
+
+        The saves being written are waited for; then the final state is autosaved here, and only then
+        is the recovery lock removed.
+        """
+        self.wait_for(self._saving)
         m = self.model
         if m.dirty and m.n:
             name = Path(m.project_path).name if m.project_path else "this session"
             answer = self.ask(self.window, "Save changes?", f"Save the changes to {name} before closing?",
                               save_text="Save…", discard_text="Don't save")
-            if answer == CANCEL or (answer == SAVE and not self.save()):
+            if answer == CANCEL or (answer == SAVE and not self.save(wait=True)):
                 return False
-        self.autosave()
+        self.autosave(wait=True)
         try:
             self.lock.unlink(missing_ok=True)  # only now: the autosave of this session is written
         except OSError:
@@ -99,15 +184,88 @@ class ProjectController(QObject):
         if self.model.dirty:
             self._autosave_timer.start()
 
-    def autosave(self) -> bool:
+    @property
+    def writing(self) -> bool:
+        """True while a project or the autosave is being written (or waits for its worker thread)."""
+        return self._autosaving is not None or self._saving is not None
+
+    def autosave(self, *, wait: bool = False) -> bool:
+        """Autosave the session (never a dialog: a failure is logged).
+
+        By default in a worker thread, returning at once: True when a write started, or was asked for
+        after the one being written (exactly one more, of the state when it starts).  ``wait=True``
+        (closing) waits for the write in flight, then writes the state now on this thread; True when
+        it was written.  False when there is nothing to save.
+        """
         self._autosave_timer.stop()
+        if wait:
+            self._autosave_again = False  # the write below has the latest state
+            if self._autosaving is not None and self._autosaving.cancel():  # not begun: superseded by it
+                self._ended(self._autosaving)
+            self.wait_for(self._autosaving)
+            try:
+                if self.model.autosave(self.autosave_path()):
+                    log.info("autosaved to %s", self.autosave_path())
+                    return True
+            except Exception:  # noqa: BLE001 - autosave must never disturb the user
+                log.exception("autosave failed")
+            return False
+        if self._autosaving is not None:
+            self._autosave_again = True
+            return True
+        if not self.model.n:
+            return False
         try:
-            if self.model.autosave(self.autosave_path()):
-                log.info("autosaved to %s", self.autosave_path())
-                return True
+            project = self.model.to_project()
         except Exception:  # noqa: BLE001 - autosave must never disturb the user
             log.exception("autosave failed")
-        return False
+            return False
+        self._autosaving = self._write(self.autosave_path(), project, on_end=self._autosaved)
+        return True
+
+    def _autosaved(self, job: ProjectWrite) -> None:
+        self._autosaving = None
+        if job.error is not None:
+            log.error("autosave failed", exc_info=job.error)
+        elif not job.cancelled:
+            log.info("autosaved to %s in %.1f s", job.path, job.seconds)
+        if self._autosave_again:
+            self._autosave_again = False
+            self.autosave()
+
+    # ------------------------------------------------------------ writing in a worker thread
+    def _write(self, path, project, *, revision: int = 0, on_end, start: bool = True) -> ProjectWrite:
+        """A write of ``project`` to ``path``, started in a worker thread unless ``start`` is False (then
+        :meth:`wait_for` writes it on this thread); ``on_end(job)`` follows on this thread."""
+        job = ProjectWrite(path, project, revision=revision, on_end=on_end)
+        if start:
+            worker = create_worker(job.write, _start_thread=False, _connect={"returned": self._ended})
+            worker.start()
+        return job
+
+    def _ended(self, job: ProjectWrite) -> None:
+        """A write ended (queued from its worker thread, or after :meth:`wait_for`): report it once."""
+        if not job.reported:
+            job.reported = True
+            job.on_end(job)
+
+    def wait_for(self, job: ProjectWrite | None) -> None:
+        """Block until ``job`` (a write started here; None: nothing) has ended and been reported.
+
+        A write its worker has not begun is written here: superqt starts a worker from this thread's
+        event loop, which does not run while it waits.
+        """
+        if job is None or job.reported:
+            return
+        QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
+        try:
+            if job.take():
+                job.write_taken()
+            else:
+                job.ended.wait()
+        finally:
+            QApplication.restoreOverrideCursor()
+        self._ended(job)
 
     def remove_stale_saves(self) -> list:
         """Remove what killed saves left beside the autosave and the recent projects."""
@@ -141,6 +299,7 @@ class ProjectController(QObject):
 
     def open_project(self, path, *, remember: bool = True, ask: bool = True) -> bool:
         w = self.window
+        self.wait_for(self._saving)  # its end names the project's file, which opening replaces
         if self.model.refuse_while_loading() or (ask and not self.confirm_discard("Opening a project")):
             return False
         try:
@@ -162,27 +321,54 @@ class ProjectController(QObject):
                      "embedded images.", "\n".join(proj.missing))
         return True
 
-    def save(self) -> bool:
+    def save(self, *, wait: bool = True) -> bool:
+        """Save to the project's own file (Save as… when there is none); see :meth:`save_to`."""
         if self.model.project_path:
-            return self.save_to(self.model.project_path)
-        return self.save_as()
+            return self.save_to(self.model.project_path, wait=wait)
+        return self.save_as(wait=wait)
 
-    def save_as(self) -> bool:
+    def save_as(self, *, wait: bool = True) -> bool:
         path, _ = QFileDialog.getSaveFileName(self.window, "Save project", "untitled.iaproj", "Projects (*.iaproj)")
         if not path:
             return False
         if not path.endswith(".iaproj"):
             path += ".iaproj"
-        return self.save_to(path)
+        return self.save_to(path, wait=wait)
 
-    def save_to(self, path) -> bool:
+    def save_to(self, path, *, wait: bool = True) -> bool:
+        """Write the project to ``path``; a failure is shown in a dialog.
+
+        ``wait=False`` (File > Save): the snapshot is written in a worker thread and this returns at
+        once, True when the write started.  ``wait=True``: written on this thread; True when it was.
+        Either way ``path`` becomes the project's file, and the session clean as of the snapshot
+        written, only once the file is written.  A save already being written is waited for first.
+        """
+        self.wait_for(self._saving)
         try:
-            self.model.save_project(path)
-        except OSError as exc:
-            self.window.dialog(QMessageBox.Icon.Warning, "Cannot save", f"{path}: {exc}")
+            project, revision = self.model.to_project(), self.model.session.revision
+        except Exception as exc:  # noqa: BLE001 - shown, the session goes on
+            log.exception("saving %s failed", path)
+            self._cannot_save(path, exc)
             return False
-        self.remember("recent/projects", str(path))
-        return True
+        self.model.message.emit(f"Saving {path}…")
+        self._saving = job = self._write(path, project, revision=revision, on_end=self._saved, start=not wait)
+        if wait:
+            self.wait_for(job)  # written here
+        return not wait or job.error is None
+
+    def _saved(self, job: ProjectWrite) -> None:
+        self._saving = None
+        if job.error is not None:
+            log.error("saving %s failed", job.path, exc_info=job.error)
+            self._cannot_save(job.path, job.error)
+            return
+        log.info("saved %s in %.1f s", job.path, job.seconds)
+        self.model.session.mark_saved(str(job.path), revision=job.revision)
+        self.remember("recent/projects", str(job.path))
+
+    def _cannot_save(self, path, exc: Exception) -> None:
+        reason = str(exc) or type(exc).__name__
+        self.window.dialog(QMessageBox.Icon.Warning, "Cannot save", f"{path}: {reason}")
 
     # ------------------------------------------------------------ recent lists
     def remember(self, key: str, value: str) -> None:

@@ -10,6 +10,7 @@ own subprocess so its peak resident memory (``ru_maxrss``) is its own.
     python benchmarks/bench_scale.py sizes 250 1000 4000 # pruned (auto) runs; exhaustive up to --exhaustive-max
     python benchmarks/bench_scale.py recall 1000         # recall of the true 10 nearest invariant neighbours
     python benchmarks/bench_scale.py project 4000        # save / open a project of a pruned run (sparse W)
+    QT_QPA_PLATFORM=offscreen python benchmarks/bench_scale.py autosave 4000  # the window during its autosave
 
 ``project`` builds the project a finished pruned run of n images leaves
 (embedded images, ``--frames`` recorded steps each with its per-image means
@@ -19,6 +20,12 @@ result) and prints the time to save it, its size, the time to read it
 the frames, maps and curves rebuilt).  The distances are plain L2 between the
 candidate pairs (no alignment is run), W follows from them by the engine's
 own rule.
+
+``autosave`` opens that project in the app's window (offscreen), renames a
+cluster, and measures how long the GUI thread is blocked by its autosave: the
+old way (the write on the GUI thread) against the app's (the snapshot on the
+GUI thread, the write in a worker thread), with the longest gap between the
+ticks of a 10 ms timer while the worker writes.
 
 ``sizes`` prints, per n: wall and CPU seconds, peak memory, clusters, ARI
 against the digit classes, the growth exponent ``log(t2/t1) / log(n2/n1)``
@@ -152,7 +159,7 @@ def bench_means(size=64, n=60):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("means", "run60", "sizes", "recall", "project", "_one"))
+    p.add_argument("what", choices=("means", "run60", "sizes", "recall", "project", "autosave", "_one"))
     p.add_argument("n", nargs="*", type=int)
     p.add_argument("--size", type=int, default=48)
     p.add_argument("--neighbors", default="auto")
@@ -175,6 +182,8 @@ def main(argv=None):
         recall(a.n[0] if a.n else 1000, a.size)
     elif a.what == "project":
         bench_project(a.n[0] if a.n else 4000, a.size, frames=a.frames)
+    elif a.what == "autosave":
+        bench_autosave(a.n[0] if a.n else 4000, a.size, frames=a.frames)
     else:
         sizes(a.n or [250, 1000, 4000], a)
 
@@ -212,18 +221,14 @@ def sizes(ns, a):
                       flush=True)
 
 
-def bench_project(n, size, frames=7, k=30):
-    """Save / open time and file size of the project of a pruned run of ``n`` images (sparse W and distances)."""
-    import tempfile
-    import zipfile
-
+def pruned_project(n, size, frames=7, k=30):
+    """The project a finished pruned run of ``n`` images leaves (see the module's docstring)."""
     import scipy.sparse as sp
     from scipy.ndimage import gaussian_filter
 
     from iastudio.core.clusterbook import ClusterBook
     from iastudio.core.neighbors import candidate_pairs
-    from iastudio.core.project import Project, load_project, save_project
-    from iastudio.core.session import Session
+    from iastudio.core.project import Project
     from iastudio.core.weights import attention_weights
 
     x, y = make_set(n, size)
@@ -256,6 +261,21 @@ def bench_project(n, size, frames=7, k=30):
                            "final_distances": last["distances"], "run_labels": labels})
     print(f"W: {last['weights'].nnz} stored values, {nnz.min()}-{nnz.max()} per column (median "
           f"{int(np.median(nnz))}); {frames} recorded steps")
+    return proj
+
+
+def bench_project(n, size, frames=7, k=30):
+    """Save / open time and file size of the project of a pruned run of ``n`` images (sparse W and distances)."""
+    import tempfile
+    import zipfile
+
+    import scipy.sparse as sp
+
+    from iastudio.core.project import load_project, save_project
+    from iastudio.core.session import Session
+
+    proj = pruned_project(n, size, frames, k)
+    last = proj.history[-1]
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "big.iaproj"
         t0 = time.perf_counter()
@@ -283,6 +303,67 @@ def bench_project(n, size, frames=7, k=30):
           + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in parts.items()) + ")")
     print(f"load_project {t_load:.1f} s; Session.open_project (frames, maps, curves rebuilt) {t_open:.1f} s; "
           f"peak memory {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+def bench_autosave(n, size, frames=7, k=30):
+    """How long the window's GUI thread is blocked by the autosave of a pruned run of ``n`` images."""
+    import os
+    import tempfile
+
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from iastudio.core.project import save_project
+
+    proj = pruned_project(n, size, frames, k)
+    with tempfile.TemporaryDirectory() as folder:
+        os.environ["IA_STUDIO_HOME"] = folder  # the window's settings, lock and autosave: thrown away
+        from iastudio.app.main_window import MainWindow
+
+        app = QApplication.instance() or QApplication([])
+        path = save_project(Path(folder) / "big.iaproj", proj)
+        del proj
+        w = MainWindow()
+        w.show()
+        assert w.projects.open_project(str(path))
+        while w.projects.writing or not w.projects.autosave_path().exists():  # opening a run autosaves it
+            app.processEvents()
+            time.sleep(0.01)
+        m = w.model
+        m.rename_cluster(0, "renamed")
+        t0 = time.perf_counter()
+        snapshot = [m.to_project() for _ in range(5)]
+        t_snap = (time.perf_counter() - t0) / 5
+        del snapshot
+        t0 = time.perf_counter()
+        m.autosave(w.projects.autosave_path())  # the old way: written on the GUI thread
+        t_old = time.perf_counter() - t0
+        ticks = []
+        timer = QTimer()
+        timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+        timer.start(10)
+        t0 = time.perf_counter()
+        w.projects.autosave()  # the app's way: the snapshot here, the write in a worker thread
+        t_call = time.perf_counter() - t0
+        job = w.projects._autosaving  # noqa: SLF001 - the write being measured
+        assert job is not None and not job.ended.is_set()
+        while w.projects.writing:
+            app.processEvents()
+            time.sleep(0.001)
+        t_all = time.perf_counter() - t0
+        timer.stop()
+        gaps = np.diff([t0] + ticks) * 1e3
+        print(f"autosave of {n} images ({path.stat().st_size / 1e6:.0f} MB):")
+        print(f"  before (written on the GUI thread): the window blocked {t_old:.1f} s")
+        print(f"  after: the GUI thread takes the snapshot in {t_snap * 1e3:.2f} ms (Session.to_project; "
+              f"autosave() returned in {t_call * 1e3:.2f} ms); the worker wrote it in {job.seconds:.1f} s "
+              f"({t_all:.1f} s until its end was reported)")
+        print(f"  during the write, a 10 ms timer ticked {len(ticks)} times: gap median "
+              f"{np.median(gaps):.0f} ms, 95th percentile {np.percentile(gaps, 95):.0f} ms, "
+              f"longest {gaps.max():.0f} ms")
+        w.projects.ask = lambda *a, **k: "discard"
+        w.close()
 
 
 def recall(n, size, queries=20, k=30):

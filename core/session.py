@@ -19,10 +19,11 @@ Rules kept here rather than in the views:
 """
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -149,6 +150,7 @@ class Session:
         self.state = RunState.IDLE
         self.project_path: str | None = None
         self.dirty = False
+        self.revision = 0  # grows with every change that makes the session dirty (see mark_saved)
         self.elapsed = 0.0  # seconds the run has been running, over every Resume
         self._clients: dict = {}  # Dask clients by address, kept between runs
 
@@ -182,6 +184,8 @@ class Session:
         self._emit("state", self.state)
 
     def _mark_dirty(self, dirty: bool = True) -> None:
+        if dirty:
+            self.revision += 1
         self.dirty = dirty
         self._emit("project")
 
@@ -672,20 +676,29 @@ class Session:
 
     # ------------------------------------------------------------------ projects
     def to_project(self) -> Project:
-        """The session as a :class:`~iastudio.core.project.Project`."""
+        """The session as a :class:`~iastudio.core.project.Project`: a snapshot that later changes do not touch.
+
+        Its lists, dicts, parameters, transforms and cluster book are copies; its arrays (the working
+        images, the run's history and result) are the session's own, which neither the session nor a
+        run ever changes in place (they replace them), so another thread may write the project
+        (:func:`~iastudio.core.project.save_project`) while the session goes on.  Cheap: nothing of
+        the size of the images is copied.
+        """
         res = self.result
-        params = dict(vars(self.run.settings)) if self.run is not None else {}
+        params = copy.deepcopy(vars(self.run.settings)) if self.run is not None else {}
         params["sigmas"] = list(params.get("sigmas", []))
         if self.run is not None:
             params["backend"] = self.run.backend.name
             params["beta_used"] = float(res.beta) if res is not None else None
             params["elapsed"] = self.elapsed
+        book = None if self.book is None else replace(self.book, names=dict(self.book.names))
         return Project(
-            paths=list(self.data.paths), labels=list(self.data.labels), skipped=list(self.data.skipped),
+            paths=list(self.data.paths), labels=list(self.data.labels),
+            skipped=[dict(s) for s in self.data.skipped],
             size=self.size, transforms=self.transforms.copy(), base=self.base,
             scale=None if self.canvas is None else self.canvas.scale,
             offset=None if self.canvas is None else self.canvas.offset,
-            parameters=params, clusters=self.book, history=[history_entry(f.snapshot) for f in self.frames],
+            parameters=params, clusters=book, history=[history_entry(f.snapshot) for f in self.frames],
             result={} if res is None else res.arrays(), edits=list(self.edits),
             ka_labels=None if self.final is None else self.final.ka_labels,
         )
@@ -696,9 +709,20 @@ class Session:
         self._mark_dirty(True)
 
     def save_project(self, path, *, embed: bool = True) -> None:
+        """Write the session to ``path``, which becomes the project's own file (see :meth:`mark_saved`)."""
+        revision = self.revision
         save_project(path, self.to_project(), embed=embed)
+        self.mark_saved(path, revision=revision)
+
+    def mark_saved(self, path, *, revision: int) -> None:
+        """The session as it was at ``revision`` (:attr:`revision`) is written to ``path``.
+
+        ``path`` becomes the project's own file, and the session is clean unless it changed since that
+        snapshot (a save written by another thread while the user went on editing).
+        """
         self.project_path = str(path)
-        self._mark_dirty(False)
+        self.dirty = self.revision != revision
+        self._emit("project")
         self.message(f"Saved {path}")
 
     def autosave(self, path) -> bool:

@@ -297,7 +297,7 @@ def test_moved_originals_open_from_embedded_images(qapp, home, tmp_path):
 
 def test_autosave_and_crash_recovery(fresh, home, qapp, monkeypatch):
     w = fresh
-    w.projects.autosave()
+    w.projects.autosave(wait=True)
     auto = w.projects.autosave_path()
     assert auto.exists() and load_project(auto).n == 18
     lock = home / "session.lock"

@@ -191,7 +191,7 @@ def test_a_sparse_run_saves_and_reopens_in_the_window_and_autosaves(window, tmp_
     assert_allclose(shown, proj.result["weights"].toarray()[np.ix_(order, order)])  # the run's final W, 0 off it
     window.rename_cluster(0, "renamed")  # unsaved work on the big run
     assert window.model.dirty
-    assert window.projects.autosave()  # used to log "cannot be stored in a project yet"
+    assert window.projects.autosave(wait=True)  # used to log "cannot be stored in a project yet"
     auto = load_project(window.projects.autosave_path())
     assert type(auto.result["weights"]) is sp.csr_matrix and auto.clusters.name_of(0) == "renamed"
     saved = tmp_path / "saved.iaproj"

@@ -163,7 +163,7 @@ def test_non_utf8_names_save_and_reopen_in_the_app(win, qapp, tmp_path):
     assert win.projects.save_to(str(tmp_path / "again.iaproj"))  # used to fail silently (surrogates not allowed)
     q = load_project(tmp_path / "again.iaproj")
     assert os.fsencode(q.paths[1]) == b"/photos/caf\xe9\r.png" and q.clusters.name_of(0) == "renamed"
-    win.projects.autosave()
+    win.projects.autosave(wait=True)
     assert load_project(win.projects.autosave_path()).paths == q.paths
 
 

@@ -133,6 +133,52 @@ def test_project_round_trip_restores_the_run(finished_project):
     assert s2.state == RunState.FINISHED
 
 
+def test_a_project_is_a_snapshot_that_later_changes_do_not_touch(finished_project, tmp_path):
+    """Another thread writes it while the session goes on: nothing mutable is shared, nothing big copied."""
+    from iastudio.core.project import load_project, save_project
+
+    s, _, path = finished_project
+    p = s.to_project()
+    assert p.clusters == s.book and p.clusters.names is not s.book.names
+    assert p.parameters["iterations"] == 1 and p.parameters is not vars(s.run.settings)
+    assert p.transforms is not s.transforms and p.paths is not s.data.paths and p.edits is not s.edits
+    assert p.skipped is not s.data.skipped
+    assert p.base is s.base and p.history[-1]["means"] is s.frames[-1].snapshot.means  # arrays: the same
+    s2 = Session()
+    s2.open_project(path)
+    s2.data.skipped.append({"path": "gone.png", "reason": "cannot be read"})
+    s2.rename_cluster(0, "taken")
+    p2 = s2.to_project()
+    assert p2.skipped[0] is not s2.data.skipped[0]
+    s2.rename_cluster(0, "later")
+    s2.move_images([0], 1)
+    s2.data.skipped.clear()
+    save_project(tmp_path / "snap.iaproj", p2)
+    back = load_project(tmp_path / "snap.iaproj")
+    assert back.clusters.name_of(0) == "taken" and back.edits == ["Rename Cluster 1 to taken"]
+    assert back.clusters.labels == p2.clusters.labels != s2.book.labels and len(back.skipped) == 1
+
+
+def test_a_save_marks_the_session_clean_only_as_of_the_snapshot_it_wrote(finished_project, tmp_path):
+    from iastudio.core.project import save_project
+
+    _, _, path = finished_project
+    s = Session()
+    s.open_project(path)
+    assert not s.dirty
+    s.rename_cluster(0, "saved")
+    revision, p = s.revision, s.to_project()
+    s.rename_cluster(0, "edited while it was written")
+    target = tmp_path / "mine.iaproj"
+    save_project(target, p)  # as a worker thread would
+    s.mark_saved(target, revision=revision)
+    assert s.project_path == str(target) and s.dirty  # the later edit is not in the file
+    s.save_project(target)
+    assert not s.dirty
+    s.mark_saved(target, revision=s.revision)
+    assert not s.dirty
+
+
 def test_reread_by_threshold_and_by_k(finished_project):
     _, res, path = finished_project
     s = Session()
