@@ -169,12 +169,15 @@ def history_entry(snapshot) -> dict:
     return entry
 
 
+_SPARSE_REFUSED = ("a run of more than 2,000 images (sparse W and distances) cannot be stored in a project yet; "
+                   "export its results instead (File > Export)")
+
+
 def _npy_bytes(arr) -> bytes:
     import scipy.sparse as sp
 
     if sp.issparse(arr):  # a pruned run above 2,000 images keeps W and the distances sparse
-        raise ValueError("a run of more than 2,000 images (sparse W and distances) cannot be stored in a project "
-                         "yet; export its results instead (File > Export)")
+        raise ValueError(_SPARSE_REFUSED)
     buf = io.BytesIO()
     np.save(buf, np.asarray(arr), allow_pickle=False)
     return buf.getvalue()
@@ -228,6 +231,10 @@ def save_project(path, project: Project, *, embed: bool = True) -> Path:
         for key in _FRAME_KEYS:
             if fr.get(key) is not None:
                 arrays[f"history/{k:04d}_{key}"] = fr[key]
+    import scipy.sparse as sp
+
+    if any(sp.issparse(arr) for arr in arrays.values()):  # refused before anything is compressed or written
+        raise ValueError(_SPARSE_REFUSED)
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,

@@ -153,3 +153,25 @@ def test_a_sparse_array_is_refused_with_a_reason():
 
     with pytest.raises(ValueError, match="more than 2,000 images"):  # was numpy's "Object arrays cannot be saved"
         _npy_bytes(sp.csr_matrix(np.eye(3)))
+
+
+def test_a_project_with_sparse_arrays_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """The refusal comes before the images are compressed (an autosave at the end of a 4,000-image run
+    spent about a second on the window's thread compressing them, then failed)."""
+    import scipy.sparse as sp
+
+    import iastudio.core.project as project_module
+    from iastudio.core.project import Project, save_project
+
+    written = []
+    real = project_module._npy_bytes
+    monkeypatch.setattr(project_module, "_npy_bytes", lambda arr: written.append(1) or real(arr))
+    n = 3
+    proj = Project(paths=[f"x{i}.png" for i in range(n)], labels=[None] * n, size=8,
+                   base=np.zeros((n, 8, 8), np.float32),
+                   history=[{"iteration": 1, "stage": "similarity", "weights": sp.csr_matrix(np.eye(n)),
+                             "means": np.zeros((n, 8, 8), np.float32), "distances": sp.csr_matrix(np.eye(n)),
+                             "labels": np.zeros(n, int)}])
+    with pytest.raises(ValueError, match="more than 2,000 images"):
+        save_project(tmp_path / "big.iaproj", proj)
+    assert written == [] and list(tmp_path.iterdir()) == []
