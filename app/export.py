@@ -146,7 +146,7 @@ def animation_frames(frames) -> list[np.ndarray]:
         w = f.snapshot.weights[np.ix_(f.order, f.order)]
         w = w / max(float(w.max()), 1e-12)
         heat = cmap.map(resize(w, (256, 256), order=0), mode="byte")[..., :3].astype(np.uint8)
-        mosaic = tile(f.snapshot.means[f.order])
+        mosaic = tile(f.snapshot.means[f.order]) / 255.0
         mosaic = resize(mosaic, (256, int(256 * mosaic.shape[1] / mosaic.shape[0])), order=1)
         gray = (np.repeat(mosaic[..., None], 3, axis=2) * 255).astype(np.uint8)
         gap = np.full((256, 8, 3), 255, np.uint8)

@@ -38,8 +38,8 @@ def check_window(window) -> list[tuple[str, bool, str]]:
     checks.append(("means grid: one tile per cluster", window.means_view.n_tiles == res.n_clusters,
                    f"{window.means_view.n_tiles} tiles, {res.n_clusters} clusters"))
     window.means_view.per_cluster.setChecked(False)
-    pts = window.convergence_view.scatter.data
-    checks.append(("manifold map: one point per image", len(pts) == m.n, f"{len(pts)} points"))
+    pts = window.convergence_view.n_points
+    checks.append(("manifold map: one point per image", pts == m.n, f"{pts} points"))
     xs, ys = window.convergence_view.curves["median"].getData()
     checks.append(("convergence curves: one point per distance computation",
                    xs is not None and len(xs) == len(res.history), f"{0 if xs is None else len(xs)} points"))

@@ -20,8 +20,9 @@ from PySide6.QtWidgets import (
 from superqt import QElidingLabel
 
 from iastudio.core.attention import Stage
+from iastudio.core.display import mosaic, tile_levels, upright_tiles
 from iastudio.core.filenames import display_name
-from iastudio.core.pose import canonical_pose
+from iastudio.core.frames import cluster_tiles, frame_tiles, frame_weights
 from iastudio.core.wording import count_of
 
 from . import theme
@@ -48,22 +49,8 @@ def _names_text(frame) -> str:
 
 
 def tile(images: np.ndarray, cols: int | None = None, pad: int = 2) -> np.ndarray:
-    """A mosaic of images (each scaled to its own max), rows from the top (vectorised)."""
-    imgs = np.asarray(images, dtype=np.float32)
-    if imgs.ndim == 4:
-        imgs = imgs.mean(axis=-1)
-    n = len(imgs)
-    if n == 0:
-        return np.zeros((8, 8), np.float32)
-    cols = cols or int(np.ceil(np.sqrt(n)))
-    rows = int(np.ceil(n / cols))
-    h, w = imgs.shape[1:3]
-    top = imgs.reshape(n, -1).max(axis=1)
-    top[top <= 0] = 1.0
-    cells = np.full((rows * cols, h + pad, w + pad), 0.15, np.float32)
-    cells[:n, pad:, pad:] = np.clip(imgs / top[:, None, None], 0, 1)
-    grid = cells.reshape(rows, cols, h + pad, w + pad).transpose(0, 2, 1, 3).reshape(rows * (h + pad), cols * (w + pad))
-    return np.pad(grid, ((0, pad), (0, pad)), constant_values=0.15)
+    """A mosaic of images (each scaled to its own max), rows from the top, 8-bit grey (draw with levels 0..255)."""
+    return mosaic(tile_levels(images), cols, pad=pad)
 
 
 def _body(*widgets, stretch_index=0):
@@ -140,39 +127,19 @@ class _Titled(QWidget):
         super().changeEvent(event)
 
 
+_CLEAR = np.zeros((1, 1, 4), np.uint8)  # the overlay when nothing is tinted (not a picture the size of the plot)
+
+
 def _overlay_rgba(shape, rows=(), cols=()):
-    """A transparent RGBA image with the given rows and columns tinted."""
+    """A transparent RGBA image with the given rows and columns tinted (1 x 1 when none is)."""
+    if not len(rows) and not len(cols):
+        return _CLEAR
     over = np.zeros(shape + (4,), np.uint8)
     for r in rows:
         over[r, :] = (255, 60, 60, 90)
     for c in cols:
         over[:, c] = (255, 60, 60, 90)
     return over
-
-
-_W_SAMPLE = 400  # a sparse W (a pruned run above 2,000 images) is drawn for this many images
-_TILES_MAX = 1024  # per-image means shown at most; a larger run shows an even sample
-
-
-def _even_sample(order, labels, limit, keep=()):
-    """At most ``limit`` image indices of ``order`` (grouped by cluster), spread evenly within each cluster.
-
-    Every cluster keeps a share proportional to its size (at least one image,
-    two where it has them); the images in ``keep`` are added.  The result
-    stays in ``order``'s order and is the same for the same inputs (frames do
-    not flicker).
-    """
-    order = np.asarray(order)
-    if order.size <= limit:
-        return order
-    labels = np.asarray(labels)[order]
-    pick = np.zeros(order.size, dtype=bool)
-    for c in np.unique(labels):
-        where = np.flatnonzero(labels == c)
-        share = max(min(2, where.size), int(round(limit * where.size / order.size)))
-        pick[where[np.linspace(0, where.size - 1, min(share, where.size)).round().astype(int)]] = True
-    pick |= np.isin(order, np.asarray(list(keep), dtype=int))
-    return order[pick]
 
 
 class WeightsView(_Titled):
@@ -261,15 +228,12 @@ class WeightsView(_Titled):
         import scipy.sparse as sp
 
         w = frame.snapshot.weights
+        order, shown = frame_weights(frame, keep=self.selection)  # prepared with the frame (the worker)
         if sp.issparse(w):
             w = w.tocsr()
-            order = _even_sample(frame.order, frame.snapshot.labels, _W_SAMPLE, self.selection)
-            shown = np.asarray(w[order][:, order].toarray(), dtype=np.float32)
             self.title.setText(f"<b>Weight matrix W of {order.size:,} of {w.shape[0]:,} images</b> (an even "
                                f"sample per cluster; W is the sparse K-neighbour graph, 0 off it)")
         else:
-            order = frame.order
-            shown = w[np.ix_(order, order)]
             self.title.setText("<b>Weight matrix W (rows, columns grouped by cluster)</b>")
         self.weights, self.order = w, order
         self.image_item.setImage(shown, autoLevels=False)
@@ -357,12 +321,15 @@ class MeansView(_Titled):
         if img is None or not self._tile_ids:
             return
         cols, h, w = self._geom
-        over = np.zeros(img.shape[:2] + (4,), np.uint8)
         if self.per_cluster.isChecked():
             lab = labels if labels is not None else (self._frame.snapshot.labels if self._frame else None)
             chosen = {int(lab[i]) for i in self.selection} if lab is not None else set()
         else:
             chosen = set(self.selection)
+        if chosen.isdisjoint(self._tile_ids):
+            self.overlay.setImage(_CLEAR, autoLevels=False)
+            return
+        over = np.zeros(img.shape[:2] + (4,), np.uint8)
         for k, tid in enumerate(self._tile_ids):
             if tid in chosen:
                 r, c = divmod(k, cols)
@@ -374,28 +341,22 @@ class MeansView(_Titled):
     def show_frame(self, frame):
         self._frame = frame
         snap = frame.snapshot
+        # upright 8-bit tiles, made with the frame in the run's worker (only selected extras are made here)
         if self.per_cluster.isChecked():
-            ids = frame.cluster_ids if frame.cluster_ids is not None else [int(c) for c in np.unique(snap.labels)]
-            if frame.cluster_means is not None:
-                tiles = frame.cluster_means
-            else:
-                firsts = [int(np.flatnonzero(snap.labels == c)[0]) for c in ids]
-                tiles = snap.means[firsts]
+            ids, tiles = cluster_tiles(frame)
             what = "cluster"
         else:
-            order = _even_sample(frame.order, snap.labels, _TILES_MAX, self.selection)
+            order, tiles = frame_tiles(frame, keep=self.selection)
             ids = [int(i) for i in order]
-            tiles = snap.means[order] if frame.upright_means is None else None
             what = "image (grouped by cluster)"
             if order.size < len(frame.order):
                 what += f", an even sample of {len(frame.order):,} images"
-        # upright, for display only (made in the run's worker when the frame carries them)
-        upright = canonical_pose(tiles) if tiles is not None else frame.upright_means[order]
-        self.n_tiles = len(upright)
+        self.n_tiles = len(tiles)
         self._tile_ids = ids
-        cols = int(np.ceil(np.sqrt(len(upright)))) if len(upright) else 1
-        self._geom = (cols, upright.shape[1], upright.shape[2]) if len(upright) else (1, 1, 1)
-        self.image_item.setImage(tile(upright, cols), levels=(0, 1))
+        cols = int(np.ceil(np.sqrt(len(tiles)))) if len(tiles) else 1
+        self._geom = (cols, tiles.shape[1], tiles.shape[2]) if len(tiles) else (1, 1, 1)
+        prepared = frame.tile_mosaic if tiles is frame.tiles and frame.tile_mosaic is not None else None
+        self.image_item.setImage(mosaic(tiles, cols) if prepared is None else prepared, levels=(0, 255))
         self._draw_overlay()
         text = (f"{count_of(self.n_tiles, 'mean')}, one per {what} · iteration {snap.iteration}, "
                 f"{snap.stage}" + (f" step {snap.step}/{snap.n_steps}" if snap.stage == Stage.MEANS else "")
@@ -458,22 +419,42 @@ class ConvergenceView(_Titled):
         self.map_plot.setLabel("left", "MDS 2")
         for p in ("bottom", "left"):
             self.map_plot.getAxis(p).enableAutoSIPrefix(False)
-        self.scatter = pg.ScatterPlotItem(size=11, pen=pg.mkPen("k", width=0.5))
-        self.map_plot.addItem(self.scatter)
+        self._brushes = [pg.mkBrush(*c) for c in CLUSTER_COLOURS]
+        self._grey = pg.mkBrush(*UNASSIGNED_COLOUR)
+        # one scatter per colour (the cluster colours, then grey for unassigned images): no brush per point to
+        # set, which at thousands of points is most of the cost of a new map
+        self.points = []
+        for brush in self._brushes + [self._grey]:
+            item = pg.ScatterPlotItem(size=11, pen=pg.mkPen("k", width=0.5), brush=brush)
+            item.sigClicked.connect(self._clicked)
+            self.map_plot.addItem(item)
+            self.points.append(item)
         self.highlight = pg.ScatterPlotItem(size=20, pen=pg.mkPen((0, 0, 0), width=2), brush=None)
         self.map_plot.addItem(self.highlight)
-        self.scatter.sigClicked.connect(self._clicked)
         row.addWidget(self.curves_plot, 1)
         row.addWidget(self.map_plot, 1)
         self.coords = np.zeros((0, 2))
         self.highlighted: list[int] = []
-        self._brushes = [pg.mkBrush(*c) for c in CLUSTER_COLOURS]
-        self._grey = pg.mkBrush(*UNASSIGNED_COLOUR)
         self.caption = QElidingLabel("")  # which clusters the within / between curves follow
         self.set_body(_body(row, self.caption))
+        self._drawn = (None, None)  # (map, labels) the points show
 
     def plot_widgets(self):
         return [self.curves_plot, self.map_plot]
+
+    @property
+    def n_points(self) -> int:
+        """How many images the map shows."""
+        return sum(len(item.data) for item in self.points)
+
+    def point_colours(self) -> list[str]:
+        """The colour (``#rrggbb``) of each image's point on the map, by image index."""
+        out = [""] * self.n_points
+        for item in self.points:
+            name = item.opts["brush"].color().name()
+            for i in item.data["data"]:
+                out[int(i)] = name
+        return out
 
     def overlay_items(self):
         return [self.highlight]
@@ -502,6 +483,7 @@ class ConvergenceView(_Titled):
     def clear(self):
         self.coords = np.zeros((0, 2))
         self.highlighted = []
+        self._drawn = (None, None)
         super().clear()
 
     def show_frame(self, frame):
@@ -518,10 +500,21 @@ class ConvergenceView(_Titled):
         self.caption.setText(text + _names_text(frame))
         self.caption.setToolTip(self.caption.text())
         self.coords = frame.mds
-        labels = frame.snapshot.labels
-        # the same brush objects every time, so pyqtgraph reuses its rendered symbols
-        brushes = [self._grey if k < 0 else self._brushes[int(k) % len(self._brushes)] for k in labels]
-        self.scatter.setData(pos=frame.mds, brush=brushes, data=np.arange(len(labels)))
+        labels = np.asarray(frame.snapshot.labels)
+        drawn_mds, drawn_labels = self._drawn
+        if frame.mds is not drawn_mds or not np.array_equal(labels, drawn_labels):  # frames share an unchanged map
+            import scipy.sparse as sp
+
+            graph = sp.issparse(frame.snapshot.distances)
+            self.map_plot.setTitle("Map of the images (spectral, K-neighbour graph)" if graph
+                                   else "Map of the images (classical MDS)")
+            slot = np.where(labels < 0, len(self._brushes), labels % len(self._brushes))
+            by_slot = np.argsort(slot, kind="stable")
+            bounds = np.searchsorted(slot[by_slot], np.arange(len(self.points) + 1))
+            for k, item in enumerate(self.points):
+                idx = by_slot[bounds[k]:bounds[k + 1]]
+                item.setData(pos=frame.mds[idx], data=idx)
+            self._drawn = (frame.mds, labels)
         self.set_empty(False)
 
     def select(self, indices):
@@ -574,8 +567,8 @@ class CompareView(_Titled):
             return
         k = len(frame.cluster_means)
         cols = min(k, 4)
-        self.items[0].setImage(tile(frame.plain_means, cols), levels=(0, 1))
-        self.items[1].setImage(tile(canonical_pose(frame.cluster_means), cols), levels=(0, 1))  # upright
+        self.items[0].setImage(tile(frame.plain_means, cols), levels=(0, 255))
+        self.items[1].setImage(mosaic(upright_tiles(frame.cluster_means), cols), levels=(0, 255))  # upright
         self.n_tiles = k
         edited = (frame.cluster_ids is not None and frame.result is not None
                   and not np.array_equal(frame.snapshot.labels, frame.result.labels))

@@ -3,8 +3,12 @@
 A :class:`Frame` is a :class:`~iastudio.core.attention.Snapshot` plus what is
 derived from it for display: the image order grouping the clusters, a 2-D
 map of the manifold distances (:func:`~iastudio.core.embedding.classical_mds`,
-turned onto the previous frame's map) and the convergence curves of every
-distance matrix so far.  The frame of a finished run also holds the
+or :func:`~iastudio.core.neighbors.graph_map` for a pruned run's sparse
+distances, turned onto the previous frame's map; frames whose distances did
+not change share one map), the convergence curves of every distance matrix so
+far, and what the views draw of the means and of W (:func:`prepare_display`:
+upright 8-bit tiles of at most 1,024 images, a sparse W's sampled block).
+The frame of a finished run also holds the
 :class:`~iastudio.core.attention.RunResult`, the cluster means and the plain
 (kernel-attention style) averages of each cluster.
 
@@ -21,11 +25,12 @@ import numpy as np
 
 from .attention import AttentionRun, RunResult, Snapshot, Stage
 from .clustering import grouping_order
+from .display import TILES_MAX, W_SAMPLE, even_sample, mosaic, sample_with, upright_tiles, weight_block
 from .embedding import classical_mds
 from .report import cluster_curves, convergence_curves
 
 __all__ = ["Frame", "FrameBuilder", "plain_means", "frames_from_project", "book_order", "book_frame",
-           "weight_range"]
+           "weight_range", "prepare_display", "frame_tiles", "cluster_tiles", "frame_weights"]
 
 
 @dataclass
@@ -62,11 +67,25 @@ class Frame:
         The run's distance matrices up to this frame, the ones ``curves`` are
         read from (shared with the run, not copied), so the curves can be read
         again with edited clusters (:func:`book_frame`).  Empty: not known.
-    upright_means : ndarray (n, H, W[, C]) or None
-        ``snapshot.means`` upright and centred for display
-        (:func:`~iastudio.core.pose.canonical_pose`), made where the frame is
-        built -- the run's worker thread -- so that the window does not have
-        to; None for more than ``UPRIGHT_MAX`` images or when not made.
+    tile_ids : ndarray (m,) of int or None
+        The images the per-image means grid shows: all of them in ``order``
+        up to :data:`~iastudio.core.display.TILES_MAX`, otherwise an even
+        sample per cluster (:func:`~iastudio.core.display.even_sample`).
+    tiles : ndarray (m, H, W) of uint8 or None
+        Their means upright and centred, scaled for display
+        (:func:`~iastudio.core.display.upright_tiles`), row for row.
+    tile_mosaic : ndarray of uint8 or None
+        ``tiles`` laid out as the grid is drawn (:func:`~iastudio.core.display.mosaic`).
+    w_ids : ndarray (m,) of int or None
+        For a sparse W (a pruned run above 2,000 images): the even sample of
+        :data:`~iastudio.core.display.W_SAMPLE` images the W panel shows.
+    w_block : ndarray (m, m) of float32 or None
+        W among ``w_ids`` (0 off the K-neighbour graph).
+
+    The last five are made by :func:`prepare_display` where the frame is
+    built -- the run's worker thread -- so that the window only draws them;
+    None when not made (the views then make them, see :func:`frame_tiles`
+    and :func:`frame_weights`).
     """
 
     snapshot: Snapshot
@@ -81,10 +100,11 @@ class Frame:
     cluster_ids: list | None = None
     cluster_names: list | None = None
     distance_history: tuple = ()
-    upright_means: np.ndarray | None = None
-
-
-UPRIGHT_MAX = 1024  # frames of larger runs leave the upright means to the view's sample
+    tile_ids: np.ndarray | None = None
+    tiles: np.ndarray | None = None
+    tile_mosaic: np.ndarray | None = None
+    w_ids: np.ndarray | None = None
+    w_block: np.ndarray | None = None
 
 
 def weight_range(frames) -> tuple[float, float]:
@@ -137,6 +157,147 @@ def plain_means(images: np.ndarray, labels: np.ndarray, *, n_clusters: int | Non
     return out
 
 
+def _tile_rows(means, ids, have_ids, have_tiles) -> np.ndarray:
+    """Upright tiles of the images ``ids``: the rows of ``have_tiles`` (of ``have_ids``) where there, the rest made."""
+    ids = np.asarray(ids, dtype=int)
+    out = np.empty((ids.size,) + means.shape[1:3], dtype=np.uint8)
+    found = np.zeros(ids.size, dtype=bool)
+    if have_ids is not None and have_tiles is not None and len(have_ids):
+        pos = np.full(len(means), -1)
+        pos[np.asarray(have_ids, dtype=int)] = np.arange(len(have_ids))
+        where = pos[ids]
+        found = where >= 0
+        out[found] = have_tiles[where[found]]
+    if not found.all():
+        out[~found] = upright_tiles(means[ids[~found]])
+    return out
+
+
+def prepare_display(frame: Frame, *, like: Frame | None = None) -> Frame:
+    """Make what the window draws of ``frame``: the means grid's sample and tiles, a sparse W's sampled block.
+
+    Parameters
+    ----------
+    frame : Frame
+        Changed in place: :attr:`Frame.tile_ids`, :attr:`Frame.tiles`,
+        :attr:`Frame.tile_mosaic`, :attr:`Frame.w_ids` and :attr:`Frame.w_block` are set from its
+        snapshot and its ``order``.
+    like : Frame, optional
+        A frame of the same snapshot means (the same array): its tiles are
+        reused for the images both samples share, only the others are made
+        (a frame regrouped by other clusters, :func:`book_frame`).  May be
+        ``frame`` itself.
+
+    Returns
+    -------
+    Frame
+        ``frame``.
+    """
+    import scipy.sparse as sp
+
+    snap = frame.snapshot
+    labels = np.asarray(snap.labels)
+    had_ids = had_tiles = had_w_ids = had_block = None  # read before ``frame`` changes (``like`` may be it)
+    if like is not None and like.snapshot.means is snap.means:
+        had_ids, had_tiles = like.tile_ids, like.tiles
+    if like is not None and like.snapshot.weights is snap.weights:
+        had_w_ids, had_block = like.w_ids, like.w_block
+    frame.w_ids = frame.w_block = None
+    if snap.weights is not None and sp.issparse(snap.weights):
+        ids = even_sample(frame.order, labels, limit=W_SAMPLE)
+        same = had_w_ids is not None and had_block is not None and np.array_equal(had_w_ids, ids)
+        frame.w_ids, frame.w_block = ids, had_block if same else weight_block(snap.weights, ids)
+    frame.tile_ids = frame.tiles = frame.tile_mosaic = None
+    if snap.means is not None and len(snap.means) == labels.size:
+        ids = even_sample(frame.order, labels, limit=TILES_MAX)
+        frame.tile_ids, frame.tiles = ids, _tile_rows(snap.means, ids, had_ids, had_tiles)
+        frame.tile_mosaic = mosaic(frame.tiles)
+    return frame
+
+
+def frame_tiles(frame: Frame, *, keep=()) -> tuple[np.ndarray, np.ndarray]:
+    """The per-image means grid of ``frame``: image indices and their upright tiles.
+
+    Parameters
+    ----------
+    frame : Frame
+    keep : sequence of int
+        Images to show even when the sample left them out (the selection; at
+        most :data:`~iastudio.core.display.KEEP_MAX` of them, a larger
+        selection is not added).
+
+    Returns
+    -------
+    ids : ndarray of int, shape (m,)
+        The frame's :attr:`Frame.tile_ids` with the kept images it lacks, in
+        the frame's order.
+    tiles : ndarray, shape (m, H, W), uint8
+        The prepared tiles; only those of images not prepared are made here
+        (all of them for a frame :func:`prepare_display` did not prepare).
+    """
+    snap = frame.snapshot
+    sample = frame.tile_ids
+    if sample is None:
+        sample = even_sample(frame.order, snap.labels, limit=TILES_MAX)
+    ids = sample_with(frame.order, sample, keep)
+    if ids is frame.tile_ids and frame.tiles is not None:
+        return ids, frame.tiles
+    return ids, _tile_rows(snap.means, ids, frame.tile_ids, frame.tiles)
+
+
+def cluster_tiles(frame: Frame) -> tuple[list, np.ndarray]:
+    """One upright tile per cluster: the cluster means when the frame has them, else each cluster's first image's.
+
+    Parameters
+    ----------
+    frame : Frame
+
+    Returns
+    -------
+    ids : list of int
+        The clusters (:attr:`Frame.cluster_ids`, or the snapshot's labels).
+    tiles : ndarray, shape (len(ids), H, W), uint8
+    """
+    labels = np.asarray(frame.snapshot.labels)
+    ids = frame.cluster_ids if frame.cluster_ids is not None else [int(c) for c in np.unique(labels)]
+    if frame.cluster_means is not None:
+        return ids, upright_tiles(frame.cluster_means)
+    firsts = [int(np.flatnonzero(labels == c)[0]) for c in ids]
+    return ids, _tile_rows(frame.snapshot.means, firsts, frame.tile_ids, frame.tiles)
+
+
+def frame_weights(frame: Frame, *, keep=()) -> tuple[np.ndarray, np.ndarray]:
+    """What the W panel draws of ``frame``: the images of its rows and columns, and W among them.
+
+    Parameters
+    ----------
+    frame : Frame
+    keep : sequence of int
+        For a sparse W: images to show even when the sample left them out (at
+        most :data:`~iastudio.core.display.KEEP_MAX`).
+
+    Returns
+    -------
+    ids : ndarray of int, shape (m,)
+        A dense W: the frame's whole ``order``.  A sparse W: its
+        :attr:`Frame.w_ids` (an even sample per cluster) with the kept images.
+    block : ndarray, shape (m, m), float32
+        ``W[ids][:, ids]``; the prepared :attr:`Frame.w_block` when nothing was added.
+    """
+    import scipy.sparse as sp
+
+    w = frame.snapshot.weights
+    if not sp.issparse(w):
+        return frame.order, weight_block(w, frame.order)
+    sample = frame.w_ids
+    if sample is None:
+        sample = even_sample(frame.order, frame.snapshot.labels, limit=W_SAMPLE)
+    ids = sample_with(frame.order, sample, keep)
+    if ids is frame.w_ids and frame.w_block is not None:
+        return ids, frame.w_block
+    return ids, weight_block(w, ids)
+
+
 def _ka_labels(run: AttentionRun) -> np.ndarray | None:
     """Kernel attention's clusters of an IA run's inputs (same beta, iterations, clusters); None for KA."""
     s = run.settings
@@ -156,6 +317,21 @@ def _map(distances, previous):
 
         return graph_map(distances, previous)
     return classical_mds(distances, previous=previous)
+
+
+def _same_matrix(a, b) -> bool:
+    """True when ``a`` and ``b`` are the same distances (the same object, or equal dense / equal sparse arrays)."""
+    import scipy.sparse as sp
+
+    if a is b:
+        return True
+    if a is None or b is None or sp.issparse(a) != sp.issparse(b) or a.shape != b.shape:
+        return False
+    if sp.issparse(a):
+        a, b = a.tocsr(), b.tocsr()
+        return (a.nnz == b.nnz and np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+                and np.array_equal(a.data, b.data))
+    return np.array_equal(a, b)
 
 
 def _book_curves(frame: Frame, labels: np.ndarray) -> dict:
@@ -201,10 +377,12 @@ class FrameBuilder:
     def __init__(self):
         self.history: list[np.ndarray] = []
         self.mds: np.ndarray | None = None
+        self._mapped = None  # the distances self.mds maps
+        self._last: Frame | None = None
 
     def reset(self) -> None:
         """Forget the history and the map (a new run starts)."""
-        self.history, self.mds = [], None
+        self.history, self.mds, self._mapped, self._last = [], None, None, None
 
     def frame(self, snapshot: Snapshot, *, elapsed: float = 0.0) -> Frame:
         """The frame of the next snapshot of the run.
@@ -222,15 +400,15 @@ class FrameBuilder:
         """
         if snapshot.stage in (Stage.SIMILARITY, Stage.DONE):  # each is a new d(S_i, S_j)
             self.history.append(snapshot.distances)
-        self.mds = _map(snapshot.distances, self.mds)
-        upright = None
-        if snapshot.means is not None and len(snapshot.means) <= UPRIGHT_MAX:
-            from .pose import canonical_pose
-
-            upright = canonical_pose(snapshot.means)
-        return Frame(snapshot=snapshot, order=np.argsort(snapshot.labels, kind="stable"), mds=self.mds.copy(),
-                     curves=_curves(self.history, snapshot.labels), elapsed=elapsed,
-                     distance_history=tuple(self.history), upright_means=upright)
+        if self.mds is None or not _same_matrix(snapshot.distances, self._mapped):
+            self.mds = _map(snapshot.distances, self.mds)  # a new array: frames share an unchanged map
+            self.mds.setflags(write=False)
+            self._mapped = snapshot.distances
+        fr = Frame(snapshot=snapshot, order=np.argsort(snapshot.labels, kind="stable"), mds=self.mds,
+                   curves=_curves(self.history, snapshot.labels), elapsed=elapsed,
+                   distance_history=tuple(self.history))
+        self._last = prepare_display(fr)
+        return fr
 
     def final(self, run: AttentionRun, last: Snapshot | None, *, elapsed: float = 0.0) -> Frame:
         """The frame of a finished run: its last snapshot with the result and the cluster means.
@@ -255,8 +433,9 @@ class FrameBuilder:
         if last is None or self.mds is None:
             fr = self.frame(last if last is not None else run.snapshot(Stage.DONE))
         else:
-            fr = Frame(snapshot=last, order=np.argsort(res.labels, kind="stable"), mds=self.mds.copy(),
+            fr = Frame(snapshot=last, order=np.argsort(res.labels, kind="stable"), mds=self.mds,
                        curves=_curves(self.history, res.labels), distance_history=tuple(self.history))
+            prepare_display(fr, like=self._last)
         fr.cluster_means = res.cluster_means
         fr.plain_means = plain_means(run.inputs, res.labels, n_clusters=res.n_clusters)
         fr.ka_labels = _ka_labels(run)
@@ -341,6 +520,7 @@ def frames_from_project(project, working: np.ndarray) -> tuple[list[Frame], Fram
         return frames, None
     final = frames[-1]
     final.order = np.argsort(res.labels, kind="stable")
+    prepare_display(final, like=final)
     final.curves = _curves(builder.history, res.labels)
     final.distance_history = tuple(builder.history)
     ka = project.ka_labels
@@ -400,9 +580,10 @@ def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray) -> Fram
         edited cluster (rows in ``cluster_ids`` order, see :func:`_book_means`),
         the clusters' names, and the convergence curves read with ``labels``
         (within-cluster max and between-cluster min of the edited clusters,
-        unassigned images left out; the median is the frame's).  The map,
-        ``ka_labels`` and the run's result are the frame's own.  ``frame`` is
-        not changed.
+        unassigned images left out; the median is the frame's), and the
+        display samples of the new grouping (:func:`prepare_display`, reusing
+        the frame's tiles).  The map, ``ka_labels`` and the run's result are
+        the frame's own.  ``frame`` is not changed.
     """
     labels = np.asarray(labels, dtype=int)
     if labels.shape != np.asarray(frame.snapshot.labels).shape:
@@ -414,7 +595,8 @@ def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray) -> Fram
     plain = None
     if frame.plain_means is not None:
         plain = plain_means(images, dense, n_clusters=len(ids) + 1)[:len(ids)]
-    return replace(frame, snapshot=replace(frame.snapshot, labels=labels), order=book_order(labels),
-                   cluster_means=_book_means(frame, labels, ids) if frame.cluster_means is not None else None,
-                   plain_means=plain, cluster_ids=ids, curves=_book_curves(frame, labels),
-                   cluster_names=[str(names.get(c, f"Cluster {c + 1}")) for c in ids])
+    booked = replace(frame, snapshot=replace(frame.snapshot, labels=labels), order=book_order(labels),
+                     cluster_means=_book_means(frame, labels, ids) if frame.cluster_means is not None else None,
+                     plain_means=plain, cluster_ids=ids, curves=_book_curves(frame, labels),
+                     cluster_names=[str(names.get(c, f"Cluster {c + 1}")) for c in ids])
+    return prepare_display(booked, like=frame)

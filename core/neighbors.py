@@ -258,7 +258,11 @@ def split_probes(distances, probes):
     return part(~is_probe), part(is_probe)
 
 
-def graph_map(distances, previous=None) -> np.ndarray:
+_MAP_TOL = 1e-8  # relative accuracy of the map's eigenvalues (a picture: far below a pixel)
+_MAP_MAXITER = 300  # ARPACK restarts before the map is made by LOBPCG instead (bounded, never raises)
+
+
+def graph_map(distances, previous=None, *, tol: float = _MAP_TOL, maxiter: int = _MAP_MAXITER) -> np.ndarray:
     """2-D coordinates of the images of a K-neighbour graph of distances (the sparse stand-in for MDS).
 
     The two leading non-trivial eigenvectors of the normalised affinity
@@ -270,13 +274,21 @@ def graph_map(distances, previous=None) -> np.ndarray:
     ----------
     distances : scipy.sparse matrix, shape (n, n)
     previous : ndarray, shape (n, 2), optional
+    tol : float
+        Relative accuracy of the eigenvalues (ARPACK's ``tol``).
+    maxiter : int
+        ARPACK restarts at most.  When ARPACK has not converged by then (a
+        crowded spectrum: many nearly separate groups), the eigenvectors are
+        refined by at most 200 LOBPCG iterations started from ``previous``
+        (or from ARPACK's last vectors) and used as they are: the map is
+        always made, in bounded time, and a warning is logged.
 
     Returns
     -------
     ndarray, shape (n, 2)
     """
     from scipy.linalg import orthogonal_procrustes
-    from scipy.sparse.linalg import eigsh
+    from scipy.sparse.linalg import ArpackNoConvergence, eigsh
 
     d = sp.csr_matrix(distances)
     n = d.shape[0]
@@ -287,13 +299,47 @@ def graph_map(distances, previous=None) -> np.ndarray:
     a = (0.5 * (a + a.T)).tocsr()
     deg = np.asarray(a.sum(axis=1)).ravel()
     s = sp.diags(1.0 / np.sqrt(np.maximum(deg, 1e-300)))
-    vals, vecs = eigsh(s @ a @ s, k=3, which="LA", v0=np.ones(n) / np.sqrt(n))
+    m = (s @ a @ s).tocsr()
+    try:
+        vals, vecs = eigsh(m, k=3, which="LA", v0=np.ones(n) / np.sqrt(n), tol=tol, maxiter=maxiter)
+    except ArpackNoConvergence:
+        vals, vecs = _lobpcg_top3(m, np.sqrt(np.maximum(deg, 1e-300)), previous)
     top = np.argsort(vals)[::-1][1:3]  # the leading one is the trivial sqrt(degree)
     coords = (s @ vecs[:, top]) * scale * np.sqrt(n)
     if previous is not None and np.shape(previous) == coords.shape:
         r, _ = orthogonal_procrustes(coords, previous - previous.mean(0))
         coords = coords @ r
     return coords
+
+
+def _lobpcg_top3(m, root_degree, previous):
+    """The 3 largest eigenpairs of ``m`` by at most 200 LOBPCG iterations (ARPACK did not converge).
+
+    Started from ``sqrt(degree)`` (the leading eigenvector), the previous map
+    in the normalised basis (``previous * sqrt(degree)``) when there is one,
+    and fixed pseudo-random vectors; LOBPCG's best vectors are used as they are.
+    """
+    import logging
+    import warnings
+
+    from scipy.sparse.linalg import lobpcg
+
+    n = m.shape[0]
+    start = [root_degree]
+    if previous is not None and np.shape(previous) == (n, 2):
+        start += [np.asarray(previous, float)[:, j] * root_degree for j in range(2)]
+    rng = np.random.default_rng(0)
+    while len(start) < 6:  # a block wider than 3 converges faster in a crowded spectrum
+        start.append(rng.standard_normal(n))
+    x = np.column_stack(start)
+    x /= np.maximum(np.linalg.norm(x, axis=0), 1e-300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # not converged: the best vectors found are used
+        vals, vecs = lobpcg(m, x, largest=True, tol=1e-6, maxiter=200)
+    logging.getLogger(__name__).warning("graph_map: ARPACK did not converge; the map is LOBPCG's (200 iterations "
+                                        "at most)")
+    order = np.argsort(vals)[::-1][:3]
+    return vals[order], vecs[:, order]
 
 
 def graph_curves(history, labels) -> dict:

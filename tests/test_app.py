@@ -94,7 +94,7 @@ def test_full_run_panels_match_the_engine(window, qtbot):
     np.testing.assert_allclose(window.weights_view.image_item.image, res.weights[np.ix_(order, order)],
                                rtol=1e-5, atol=1e-8)
     assert window.means_view.n_tiles == 18
-    assert len(window.convergence_view.scatter.data) == 18
+    assert window.convergence_view.n_points == 18
     assert window.compare_view.n_tiles == res.n_clusters == 3
     assert "IA ARI 1.00" in window.compare_view.caption.text()
     assert frames[0] is None  # Start first clears what the views showed

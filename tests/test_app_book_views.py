@@ -78,11 +78,11 @@ def test_merge_drives_every_view(fresh, qapp):
     assert_allclose(w.weights_view.image_item.image, W[np.ix_(order, order)])
 
     # the map: one brush colour for all merged members, another for the rest
-    brushes = w.convergence_view.scatter.data["brush"]
-    colours = {brushes[i].color().name() for i in merged}
+    shown = w.convergence_view.point_colours()
+    colours = {shown[i] for i in merged}
     assert len(colours) == 1
     others = np.setdiff1d(np.arange(m.n), merged)
-    assert colours.isdisjoint({brushes[i].color().name() for i in others})
+    assert colours.isdisjoint({shown[i] for i in others})
 
     # the means: one per cluster of the book (k - 1)
     w.means_view.per_cluster.setChecked(True)
@@ -150,8 +150,8 @@ def test_move_to_unassigned_is_grey_and_last(fresh, qapp):
     order = w.weights_view.order
     assert set(order[-2:].tolist()) == {0, 5}
     grey = w.convergence_view._grey.color().name()
-    brushes = w.convergence_view.scatter.data["brush"]
-    assert brushes[0].color().name() == grey and brushes[5].color().name() == grey
+    shown = w.convergence_view.point_colours()
+    assert shown[0] == grey and shown[5] == grey
 
 
 def test_book_frame_means_kept_for_unchanged_clusters(fresh):

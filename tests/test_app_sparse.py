@@ -8,8 +8,9 @@ import scipy.sparse as sp  # noqa: E402
 from _qt import PointerEvent  # noqa: E402
 from numpy.testing import assert_allclose, assert_array_equal  # noqa: E402
 
-from iastudio.app.views import MeansView, WeightsView, _even_sample  # noqa: E402
+from iastudio.app.views import MeansView, WeightsView  # noqa: E402
 from iastudio.core.attention import Snapshot  # noqa: E402
+from iastudio.core.display import even_sample  # noqa: E402
 from iastudio.core.frames import Frame  # noqa: E402
 
 N, K = 2500, 5
@@ -97,9 +98,9 @@ def test_per_image_means_of_a_large_run_show_an_even_sample(qtbot):
 
 def test_even_sample_keeps_small_sets_whole_and_covers_every_cluster():
     order = np.arange(10)
-    assert_array_equal(_even_sample(order, np.zeros(10, int), 20), order)
+    assert_array_equal(even_sample(order, np.zeros(10, int), limit=20), order)
     labels = np.r_[np.zeros(995, int), np.ones(5, int)]
-    pick = _even_sample(np.arange(1000), labels, 100)
+    pick = even_sample(np.arange(1000), labels, limit=100)
     assert 95 <= pick.size <= 102 and (labels[pick] == 1).sum() >= 2
     assert_array_equal(pick, np.sort(pick))
 
@@ -206,3 +207,162 @@ def test_a_sparse_run_saves_and_reopens_in_the_window_and_autosaves(window, tmp_
     assert again_title == title and window.model.book.name_of(0) == "renamed"
     assert_allclose(again, proj.result["weights"].toarray()[np.ix_(again_order, again_order)])
     assert window.model.final.result.weights.nnz == proj.result["weights"].nnz
+
+
+def _counting(monkeypatch, module, name, log):
+    """Replace ``module.name`` by a wrapper that records how many images each call was given."""
+    real = getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        log.append(len(args[0]) if hasattr(args[0], "__len__") else 1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapper)
+
+
+def test_the_frame_builder_prepares_what_the_views_draw_of_a_large_run():
+    from iastudio.core.display import upright_tiles
+    from iastudio.core.frames import FrameBuilder
+
+    snap = _sparse_frame().snapshot
+    frame = FrameBuilder().frame(snap)
+    labels = snap.labels
+    assert_array_equal(frame.tile_ids, even_sample(frame.order, labels, limit=1024))
+    assert 1000 <= frame.tile_ids.size <= 1030
+    assert_array_equal(frame.tiles, upright_tiles(snap.means[frame.tile_ids]))
+    assert_array_equal(frame.w_ids, even_sample(frame.order, labels, limit=400))
+    assert frame.w_block.dtype == np.float32
+    assert_allclose(frame.w_block, snap.weights.toarray()[np.ix_(frame.w_ids, frame.w_ids)])
+
+
+def test_views_only_draw_a_prepared_large_frame(qtbot, monkeypatch):
+    """The per-frame work on 2,500 images is done with the frame (the worker); the views make nothing."""
+    import iastudio.app.views
+    import iastudio.core.display
+    import iastudio.core.frames
+    import iastudio.core.pose
+    from iastudio.app.views import ConvergenceView
+    from iastudio.core.display import mosaic
+    from iastudio.core.frames import FrameBuilder
+
+    frame = FrameBuilder().frame(_sparse_frame().snapshot)
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("computed while drawing")
+
+    for module, name in ((iastudio.core.pose, "warp"), (iastudio.core.frames, "upright_tiles"),
+                         (iastudio.core.frames, "weight_block"), (iastudio.core.display, "weight_block"),
+                         (iastudio.core.frames, "_map"), (iastudio.app.views, "mosaic")):
+        monkeypatch.setattr(module, name, forbidden)
+    wv, mv, cv = WeightsView(), MeansView(), ConvergenceView()
+    for view in (wv, mv, cv):
+        qtbot.addWidget(view)
+        view.show_frame(frame)
+    assert_array_equal(wv.image_item.image, frame.w_block)  # drawn as prepared
+    assert_array_equal(wv.order, frame.w_ids)
+    assert_array_equal(frame.tile_mosaic, mosaic(frame.tiles))
+    assert_array_equal(mv.image_item.image, frame.tile_mosaic)
+    assert mv._tile_ids == frame.tile_ids.tolist()
+    mv.set_selection([int(frame.tile_ids[3])])  # a selected image inside the samples: still nothing made
+    wv.set_selection([int(frame.w_ids[3])])
+    mv.show_frame(frame)
+    wv.show_frame(frame)
+    assert mv.overlay.image[..., 3].any() and wv.overlay.image[..., 3].any()
+
+
+def test_a_selected_image_outside_the_sample_is_added_and_only_its_tile_made(qtbot, monkeypatch):
+    import iastudio.core.frames
+    from iastudio.core.frames import FrameBuilder
+
+    frame = FrameBuilder().frame(_sparse_frame().snapshot)
+    outside = int(np.setdiff1d(np.arange(N), np.union1d(frame.tile_ids, frame.w_ids))[0])
+    made = []
+    _counting(monkeypatch, iastudio.core.frames, "upright_tiles", made)
+    mv, wv = MeansView(), WeightsView()
+    for view in (mv, wv):
+        qtbot.addWidget(view)
+        view.set_selection([outside])
+        view.show_frame(frame)
+    assert made == [1]  # one tile, for the selected image
+    assert outside in mv._tile_ids and mv.n_tiles == frame.tile_ids.size + 1
+    assert outside in wv.order and wv.order.size == frame.w_ids.size + 1
+    labels = frame.snapshot.labels
+    assert (np.diff(labels[wv.order]) >= 0).all() and (np.diff(labels[np.array(mv._tile_ids)]) >= 0).all()
+    assert_allclose(wv.image_item.image, frame.snapshot.weights.toarray()[np.ix_(wv.order, wv.order)])
+    made.clear()
+    mv.set_selection(list(range(200)))  # a large selection (a whole cluster) is not added to the sample
+    mv.show_frame(frame)
+    assert made == [] and mv.n_tiles == frame.tile_ids.size
+
+
+def test_book_frame_of_a_large_run_makes_only_the_tiles_it_lacks(monkeypatch):
+    import iastudio.core.frames
+    from iastudio.core.display import upright_tiles
+    from iastudio.core.frames import FrameBuilder, book_frame
+
+    frame = FrameBuilder().frame(_sparse_frame().snapshot)
+    labels = frame.snapshot.labels.copy()
+    labels[labels == 1] = 0  # a merge: the merged cluster is sampled anew
+    made = []
+    _counting(monkeypatch, iastudio.core.frames, "upright_tiles", made)
+    booked = book_frame(frame, labels, {}, images=frame.snapshot.means)
+    assert_array_equal(booked.tile_ids, even_sample(booked.order, labels, limit=1024))
+    lacking = np.setdiff1d(booked.tile_ids, frame.tile_ids).size
+    assert 0 < lacking < booked.tile_ids.size and made == [lacking]
+    assert_array_equal(booked.tiles, upright_tiles(frame.snapshot.means[booked.tile_ids]))
+    assert_allclose(booked.w_block, frame.snapshot.weights.toarray()[np.ix_(booked.w_ids, booked.w_ids)])
+
+
+def test_the_map_is_redrawn_only_when_it_or_the_clusters_change(qtbot):
+    from dataclasses import replace
+
+    from iastudio.app.views import ConvergenceView
+
+    frame = _sparse_frame()
+    view = ConvergenceView()
+    qtbot.addWidget(view)
+    calls = []
+    real = view.points[0].setData  # one item per colour: each new map sets every one once
+    view.points[0].setData = lambda *a, **k: calls.append(1) or real(*a, **k)
+    view.show_frame(frame)
+    view.show_frame(replace(frame, curves={"within_max": [1.0, 0.5], "between_min": [0.5, 0.4],
+                                           "median": [0.7, 0.6]}))  # the next step: same map, same clusters
+    assert len(calls) == 1
+    view.show_frame(replace(frame, mds=frame.mds + 1.0))  # a new map
+    assert len(calls) == 2
+    moved = replace(frame.snapshot, labels=np.roll(frame.snapshot.labels, 1))
+    relabelled = replace(frame, mds=view.coords, snapshot=moved)  # the same map, other clusters
+    view.show_frame(relabelled)
+    assert len(calls) == 3
+    shown = view.point_colours()
+    assert len(shown) == N
+    for i in (0, 1, 2):
+        assert shown[i] == view._brushes[int(relabelled.snapshot.labels[i])].color().name()
+    assert "K-neighbour graph" in view.map_plot.getPlotItem().titleLabel.text
+
+
+def test_graph_map_without_arpack_convergence_is_still_made(caplog):
+    """When ARPACK gives up (bounded restarts) the map is LOBPCG's: it still separates the groups."""
+    from iastudio.core.neighbors import graph_map
+
+    frame = _sparse_frame(seed=1)
+    d = frame.snapshot.distances
+    labels = frame.snapshot.labels
+    idx = np.flatnonzero(np.isin(labels, [0, 1]))
+    sub = d[idx][:, idx].tolil()
+    lab = labels[idx]
+    a, b = np.flatnonzero(lab == 0)[:5], np.flatnonzero(lab == 1)[:5]
+    sub[a, b] = 2.0
+    sub[b, a] = 2.0
+    sub = sub.tocsr()
+    with caplog.at_level("WARNING"):
+        xy = graph_map(sub, maxiter=1)
+    assert "ARPACK did not converge" in caplog.text
+    assert xy.shape == (lab.size, 2) and np.isfinite(xy).all()
+    centre0, centre1 = xy[lab == 0].mean(0), xy[lab == 1].mean(0)
+    side = (xy - (centre0 + centre1) / 2) @ (centre1 - centre0) > 0
+    assert (side == (lab == 1)).mean() > 0.99
+    exact = graph_map(sub)  # the same map as ARPACK's, up to a rotation (pairwise distances agree)
+    pair = np.random.default_rng(0).integers(0, lab.size, (500, 2))
+    dist = lambda p: np.linalg.norm(p[pair[:, 0]] - p[pair[:, 1]], axis=1)  # noqa: E731
+    assert_allclose(dist(xy), dist(exact), atol=1e-3 * np.abs(exact).max())

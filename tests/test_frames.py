@@ -208,11 +208,50 @@ def test_book_frame_reads_the_curves_with_the_edited_clusters(live, tmp_path):
         assert_allclose(same.curves["within_max"], fr.curves["within_max"])
 
 
-def test_frames_carry_the_upright_means_made_in_the_worker(live):
-    from iastudio.core.pose import canonical_pose
+def test_frames_carry_the_upright_tiles_made_in_the_worker(live):
+    from iastudio.core.display import tile_levels, upright_tiles
+
+    _, frames, final = live
+    for fr in frames + [final]:
+        assert_array_equal(fr.tile_ids, fr.order)  # 9 images: all of them, grouped
+        assert fr.tiles.dtype == np.uint8 and fr.tiles.shape == (9, 20, 20)
+        assert_array_equal(fr.tiles, upright_tiles(fr.snapshot.means[fr.order]))
+        assert fr.w_ids is None and fr.w_block is None  # a dense W is drawn whole
+    fr = frames[-1]
+    plain = tile_levels(fr.snapshot.means[fr.order])  # the same scaling, not turned
+    assert np.abs(fr.tiles.astype(int) - plain.astype(int)).max() > 25
+
+
+def test_frames_of_unchanged_distances_share_one_map(live, monkeypatch):
+    """The map is made once per distance computation, not again for every step of the means."""
+    import iastudio.core.frames as frames_module
 
     _, frames, _ = live
-    fr = frames[-1]
-    assert fr.upright_means is not None and fr.upright_means.shape == fr.snapshot.means.shape
-    assert_allclose(fr.upright_means, canonical_pose(fr.snapshot.means), atol=1e-6)
-    assert np.abs(fr.upright_means - fr.snapshot.means).max() > 0.1  # turned: not the means as they are
+    made = []
+    real_map = frames_module._map
+    monkeypatch.setattr(frames_module, "_map", lambda d, prev: made.append(1) or real_map(d, prev))
+    builder = FrameBuilder()
+    again = [builder.frame(f.snapshot) for f in frames]
+    distinct = 1 + sum(not np.array_equal(a.snapshot.distances, b.snapshot.distances)
+                       for a, b in zip(frames, frames[1:]))
+    assert len(made) == distinct < len(frames)
+    for a, b in zip(again, again[1:]):
+        if np.array_equal(a.snapshot.distances, b.snapshot.distances):
+            assert b.mds is a.mds  # the same array: the window need not redraw the map
+    assert not again[-1].mds.flags.writeable
+
+
+def test_book_frame_regroups_the_tiles_reusing_the_prepared_ones(live, monkeypatch):
+    import iastudio.core.frames as frames_module
+    from iastudio.core.display import upright_tiles
+
+    run, _, final = live
+    labels = np.asarray(final.result.labels).copy()
+    labels[0] = -1  # unassigned: last
+    made = []
+    monkeypatch.setattr(frames_module, "upright_tiles", lambda x: made.append(len(x)) or upright_tiles(x))
+    booked = book_frame(final, labels, {}, images=run.inputs)
+    assert made == []  # every image's tile was prepared with the run's frame
+    assert_array_equal(booked.tile_ids, booked.order)
+    assert booked.tile_ids[-1] == 0
+    assert_array_equal(booked.tiles, upright_tiles(final.snapshot.means[booked.order]))
