@@ -12,7 +12,6 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from iastudio.app import errors  # noqa: E402
 from iastudio.app.home import app_home  # noqa: E402
-from iastudio.app.main_window import MainWindow  # noqa: E402
 from iastudio.app.projects import settings  # noqa: E402
 from iastudio.core.attention import AttentionRun  # noqa: E402
 from iastudio.core.logs import log_dir  # noqa: E402
@@ -21,15 +20,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def window(qtbot):
-    w = MainWindow()
-    qtbot.addWidget(w)
-    w.show()
-    yield w
+def window(window):
+    """conftest's window; an error box a test left open is closed first."""
+    yield window
     box = errors.current_error_dialog()
     if box is not None:
         box.close()
-    w.model.shutdown(5000)
 
 
 @pytest.mark.qt_no_exception_capture

@@ -184,16 +184,21 @@ def test_sparse_read_out_counts_every_separate_class():
     assert choice.k == 16 and adjusted_rand_score(truth, labels) == 1.0
 
 
-def test_sparse_read_out_sees_classes_through_near_duplicates():
-    # every image has three near-copies (invariant distance ~0.003, under the bandwidth floor): at the
-    # neighbour scales 1-3 the graph falls apart into quadruplets; the wider scales still find the 4 classes
+def _near_copies():
+    """4 classes of 30 images, each image with three near-copies: distances (480, 480) and classes."""
     rng = np.random.default_rng(3)
     cls = np.repeat(np.arange(4), 30)
     base = rng.normal(size=(4, 10))[cls] * 0.15 + rng.normal(size=(120, 10)) * 0.03
     pts = np.repeat(base, 4, axis=0) + rng.normal(size=(480, 10)) * 0.001
-    d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
+    return np.linalg.norm(pts[:, None] - pts[None], axis=-1), np.repeat(cls, 4)
+
+
+def test_sparse_read_out_sees_classes_through_near_duplicates():
+    # every image has three near-copies (invariant distance ~0.003, under the bandwidth floor): at the
+    # neighbour scales 1-3 the graph falls apart into quadruplets; the wider scales still find the 4 classes
+    d, truth = _near_copies()
     labels, choice = read_clusters(_knn_graph(d, 30))
-    assert choice.k == 4 and adjusted_rand_score(np.repeat(cls, 4), labels) == 1.0
+    assert choice.k == 4 and adjusted_rand_score(truth, labels) == 1.0
 
 
 def test_graph_silhouette_fills_the_missing_pairs_known_answer():
@@ -240,13 +245,9 @@ def test_ambiguous_sparse_read_out_follows_the_dense_rules():
 def test_sparse_read_out_with_k_given_skips_bandwidths_that_fall_apart():
     # near-copies: at the neighbour scales 1-3 the graph is hundreds of separate quadruplets, and a
     # spectral partition of it into k = 4 split off a few of them (ARI ~0); a wider scale is used instead
-    rng = np.random.default_rng(3)
-    cls = np.repeat(np.arange(4), 30)
-    base = rng.normal(size=(4, 10))[cls] * 0.15 + rng.normal(size=(120, 10)) * 0.03
-    pts = np.repeat(base, 4, axis=0) + rng.normal(size=(480, 10)) * 0.001
-    d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
+    d, truth = _near_copies()
     labels, choice = read_clusters(_knn_graph(d, 30), k=4)
-    assert choice.scale > 3 and adjusted_rand_score(np.repeat(cls, 4), labels) == 1.0
+    assert choice.scale > 3 and adjusted_rand_score(truth, labels) == 1.0
 
 
 def test_probe_pairs_are_random_pairs_off_the_graph():
