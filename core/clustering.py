@@ -22,12 +22,17 @@ resampling) the set is one cluster; when no two images are even moderately
 alike (every distance above 0.5, cosine below 0.875) every image is its own
 cluster.
 
-Labels come from scikit-learn's spectral clustering on ``A`` (deterministic
-``cluster_qr`` assignment) and are numbered in order of first appearance.
+The affinity keeps only the pairs where one image is among the other's
+``NEAREST`` (8) nearest images (or ``m`` nearest, at a wider scale ``m``;
+:func:`nearest_pairs`): a pruned run has only each image's nearest distances,
+and with every pair the many small affinities of far pairs tipped ambiguous
+sets' partitions away from the pruned run's.  Labels come from scikit-learn's
+spectral clustering on ``A`` (deterministic ``cluster_qr`` assignment) and are
+numbered in order of first appearance.
 
 A pruned run's distances are a sparse K-neighbour graph; the same rules apply
 to it with ``s_i`` taken from the image's candidates (its nearest images), the
-affinity kept sparse (0 off the graph) and the eigenvalues found for each
+affinity kept sparse (on each image's nearest candidates) and the eigenvalues found for each
 connected part of the graph (dense for small parts, shift-invert Lanczos for
 large ones).  The silhouette (of the fallback, of ``k`` given, of the guard)
 estimates the pairs off the graph from a random sample of them that the run
@@ -57,6 +62,7 @@ from .weights import graph_affinity, local_bandwidth
 __all__ = [
     "KChoice",
     "local_scaling_affinity",
+    "nearest_pairs",
     "eigengaps",
     "eigengap_k",
     "select_k",
@@ -70,6 +76,7 @@ __all__ = [
 ]
 
 SCALES = (1, 2, 3)  # neighbour ranks m tried for the local bandwidth, smallest first
+NEAREST = 8  # the read-out's affinity keeps each image's 8 nearest images (or its m nearest, if more)
 GRAPH_SCALES = (5, 10, 20)  # further ranks a K-neighbour graph tries when the first show no structure at all
 APART = 1e-3  # a graph whose (k+1)-th eigenvalue is this close to 1 has more than k separate parts
 FLAT_GAP = 0.05  # ... i.e. no gap of even this size (near-duplicates: the graph falls apart into tiny groups)
@@ -132,7 +139,7 @@ class KChoice:
                 "candidates": [{"k": int(k), "score": round(float(s), 4)} for k, s in self.candidates]}
 
 
-def local_scaling_affinity(distances: np.ndarray, *, neighbor: int = 2) -> np.ndarray:
+def local_scaling_affinity(distances: np.ndarray, *, neighbor: int = 2, nearest: int | None = None) -> np.ndarray:
     """Self-tuning affinity ``exp(-d_ij^2 / (s_i s_j))``.
 
     Parameters
@@ -143,19 +150,87 @@ def local_scaling_affinity(distances: np.ndarray, *, neighbor: int = 2) -> np.nd
     neighbor : int
         ``s_i`` is the distance from ``i`` to its ``neighbor``-th nearest
         other image (on a graph: its ``neighbor``-th nearest candidate).
+    nearest : int, optional
+        Keep only the pairs where one image is among the other's ``nearest``
+        nearest images (a symmetric nearest-neighbour graph, 0 elsewhere;
+        see :func:`nearest_pairs`).  None keeps every pair.
 
     Returns
     -------
     ndarray or scipy.sparse.csr_matrix, shape (n, n)
         Symmetric, ones on the diagonal (sparse in, sparse out: 0 off the graph).
+
+    Examples
+    --------
+    >>> d = np.abs(np.subtract.outer([0.0, 1.0, 3.0], [0.0, 1.0, 3.0]))
+    >>> a = local_scaling_affinity(d, neighbor=1, nearest=1)
+    >>> bool(a[0, 2] == 0.0), bool(np.isclose(a[0, 1], np.exp(-1.0 / (1.0 * 1.0))))
+    (True, True)
     """
     if sp.issparse(distances):
-        return graph_affinity(distances, bandwidth=local_bandwidth(distances, neighbor=neighbor))
+        bandwidth = local_bandwidth(distances, neighbor=neighbor)
+        if nearest is not None:
+            distances = nearest_pairs(distances, nearest=nearest)
+        return graph_affinity(distances, bandwidth=bandwidth)
     d = np.asarray(distances, dtype=float)
     if d.shape[0] < 2:
         return np.ones_like(d)
     s = local_bandwidth(d, neighbor=neighbor)
-    return np.exp(-(d**2) / np.outer(s, s))
+    a = np.exp(-(d**2) / np.outer(s, s))
+    if nearest is not None and nearest < d.shape[0] - 1:
+        a[~nearest_pairs(d, nearest=nearest)] = 0.0
+    return a
+
+
+def nearest_pairs(distances, *, nearest: int):
+    """The pairs where one image is among the other's ``nearest`` nearest images.
+
+    Parameters
+    ----------
+    distances : ndarray or scipy.sparse matrix, shape (n, n)
+        Symmetric distances (zero diagonal), or a pruned run's K-neighbour
+        graph (an image's nearest are then its nearest computed ones).
+    nearest : int
+        Neighbours kept per image; ties are broken by index.
+
+    Returns
+    -------
+    ndarray of bool or scipy.sparse.csr_matrix, shape (n, n)
+        Dense in: a symmetric mask, True on the diagonal.  Sparse in: the
+        graph's distances on those pairs only (a stored zero stays a zero).
+
+    Examples
+    --------
+    >>> d = np.abs(np.subtract.outer([0.0, 1.0, 3.0, 10.0], [0.0, 1.0, 3.0, 10.0]))
+    >>> nearest_pairs(d, nearest=1).astype(int)
+    array([[1, 1, 0, 0],
+           [1, 1, 1, 0],
+           [0, 1, 1, 1],
+           [0, 0, 1, 1]])
+    """
+    k = max(int(nearest), 1)
+    if sp.issparse(distances):
+        g = sp.coo_matrix(distances)
+        off = g.row != g.col
+        rows, cols, vals = g.row[off], g.col[off], g.data[off]
+        order = np.lexsort((cols, vals, rows))  # by row, then distance, then index
+        first = np.searchsorted(rows[order], rows[order], side="left")
+        mine = order[np.arange(order.size) - first < k]
+        n = g.shape[0]
+        kept = np.minimum(rows[mine], cols[mine]).astype(np.int64) * n + np.maximum(rows[mine], cols[mine])
+        both = np.isin(np.minimum(rows, cols).astype(np.int64) * n + np.maximum(rows, cols), kept)
+        return sp.csr_matrix((vals[both], (rows[both], cols[both])), shape=g.shape)
+    d = np.asarray(distances, dtype=float)
+    n = d.shape[0]
+    order = np.argsort(d + np.diag(np.full(n, np.inf)), axis=1, kind="stable")[:, :k]
+    mask = np.zeros((n, n), dtype=bool)
+    mask[np.repeat(np.arange(n), order.shape[1]), order.ravel()] = True
+    return mask | mask.T | np.eye(n, dtype=bool)
+
+
+def _affinity(d, m):
+    """The read-out's affinity at neighbour scale ``m``: locally scaled, on each image's nearest images."""
+    return local_scaling_affinity(d, neighbor=m, nearest=max(NEAREST, m))
 
 
 def _normalised(affinity):
@@ -168,7 +243,7 @@ def _normalised(affinity):
 
 
 _DENSE_PART = 400  # connected parts of a graph up to this size get a dense eigen-decomposition
-_EIGEN_TOL = 1e-6  # eigengaps are read to about 1e-3; a tighter tolerance only slows crowded spectra down
+_EIGEN_TOL = 1e-4  # eigenvalues to ~3e-4, gaps to ~3e-5 (read against 0.05 and 0.4); tighter only slows crowded spectra
 _EIGEN_MAXITER = 300  # restarts of ARPACK before the converged eigenvalues are used as they are
 
 
@@ -188,7 +263,7 @@ def _top_eigenvalues(m, k: int) -> np.ndarray:
     from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, cg, eigsh
 
     shifted = (2.0 * sp.identity(n) - m).tocsr()
-    inverse = LinearOperator((n, n), matvec=lambda b: cg(shifted, b, rtol=1e-10, atol=0.0)[0], dtype=float)
+    inverse = LinearOperator((n, n), matvec=lambda b: cg(shifted, b, rtol=1e-8, atol=0.0)[0], dtype=float)
     try:
         mu = eigsh((sp.identity(n) - m).tocsr(), k=k, sigma=-1.0, which="LM", OPinv=inverse, tol=_EIGEN_TOL,
                    maxiter=_EIGEN_MAXITER, return_eigenvectors=False, v0=np.ones(n) / np.sqrt(n))
@@ -420,7 +495,7 @@ def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int =
     for m in tuple(scales) + (GRAPH_SCALES if sparse else ()):
         if m >= n or (m > scales[-1] and (strongest.confidence >= FLAT_GAP or m > np.diff(d.indptr).min())):
             break
-        g = eigengaps(local_scaling_affinity(d, neighbor=m), max_k=max_k)
+        g = eigengaps(_affinity(d, m), max_k=max_k)
         flat = flat or m > scales[-1]
         if m > scales[-1]:  # a wide bandwidth always shows a gap after the first eigenvalue: not evidence of k = 1
             g = np.concatenate([[0.0], g[1:]])
@@ -433,7 +508,7 @@ def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int =
     if flat:  # a graph of near-duplicates: its wider scales decide (the silhouette would only see the copies)
         return strongest
     m = min(2, n - 1)
-    aff = local_scaling_affinity(d, neighbor=m)
+    aff = _affinity(d, m)
     sil = {k: _silhouette(d, _spectral(aff, k), probes) for k in range(2, min(n - 1, max_k) + 1)}
     if not sil or max(sil.values()) <= 0:
         return KChoice(1, m, strongest.confidence, "silhouette", [(1, 0.0)])
@@ -468,7 +543,7 @@ def read_clusters(distances, *, k="auto", scales=SCALES, probes=None) -> tuple[n
         choice = select_k(d, scales=scales, probes=probes)
         if choice.method in ("same", "distinct", "trivial"):
             return (np.arange(n) if choice.k == n else np.zeros(n, dtype=int)), choice
-        return _spectral(local_scaling_affinity(d, neighbor=choice.scale), choice.k), choice
+        return _spectral(_affinity(d, choice.scale), choice.k), choice
     k = int(k)
     if not 1 <= k <= n:
         raise ValueError(f"k must be between 1 and {n}")
@@ -478,7 +553,7 @@ def read_clusters(distances, *, k="auto", scales=SCALES, probes=None) -> tuple[n
     for m in tuple(scales) + (GRAPH_SCALES if sparse else ()):
         if m >= n or (m > scales[-1] and (best is not None or m > np.diff(d.indptr).min())):
             break
-        aff = local_scaling_affinity(d, neighbor=m)
+        aff = _affinity(d, m)
         widest = (m, aff)
         if sparse and _apart(aff, k):  # more near-separate parts than clusters (near-duplicates): no k-partition
             continue

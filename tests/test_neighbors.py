@@ -7,7 +7,16 @@ from sklearn.metrics import adjusted_rand_score
 
 from iastudio.core import se2
 from iastudio.core.attention import AttentionRun
-from iastudio.core.clustering import eigengaps, local_scaling_affinity, read_clusters
+from iastudio.core.clustering import (
+    MAX_K,
+    SCALES,
+    _affinity,
+    _spectral,
+    eigengaps,
+    local_scaling_affinity,
+    nearest_pairs,
+    read_clusters,
+)
 from iastudio.core.demos import _digit_images, load_demo
 from iastudio.core.neighbors import (
     candidate_pairs,
@@ -180,7 +189,11 @@ def test_sparse_read_out_counts_every_separate_class():
     truth = np.repeat(np.arange(16), 40)
     pts = rng.normal(size=(16, 12))[truth] * 3.0 + rng.normal(size=(640, 12)) * 0.1
     d = np.linalg.norm(pts[:, None] - pts[None], axis=-1) / 10.0
-    labels, choice = read_clusters(_knn_graph(d, 10))
+    g = _knn_graph(d, 10)
+    rows, cols = sp.triu(g, 1).nonzero()
+    probes = probe_pairs((rows, cols), len(d))  # what a pruned run aligns besides its candidates
+    sample = sp.csr_matrix((d[probes], probes), shape=d.shape)
+    labels, choice = read_clusters(g, probes=sample + sample.T)
     assert choice.k == 16 and adjusted_rand_score(truth, labels) == 1.0
 
 
@@ -308,3 +321,39 @@ def test_threshold_and_split_work_on_a_graph():
     assert adjusted_rand_score(truth, labels_at_threshold(_knn_graph(d, 4), threshold=2.0)) == 1.0
     members = np.flatnonzero(truth < 2)
     assert adjusted_rand_score(truth[members], split_labels(_knn_graph(d, 6), members, k=2)) == 1.0
+
+
+def test_nearest_pairs_known_answer_dense_and_sparse():
+    # points on a line at 0, 1, 3, 10 and a copy of the first (distance 0): each keeps its nearest one
+    x = np.array([0.0, 1.0, 3.0, 10.0, 0.0])
+    d = np.abs(np.subtract.outer(x, x))
+    mask = nearest_pairs(d, nearest=1)
+    expect = {(0, 4), (1, 0), (2, 1), (3, 2)}  # 0 <-> its copy 4, 1 -> 0, 3 -> 1, 10 -> 3
+    want = np.eye(5, dtype=bool)
+    for i, j in expect:
+        want[i, j] = want[j, i] = True
+    assert_array_equal(mask, want)
+    rows, cols = np.nonzero(~np.eye(5, dtype=bool))
+    g = sp.csr_matrix((d[rows, cols], (rows, cols)), shape=d.shape)  # every pair stored, 0 <-> 4 a stored zero
+    kept = nearest_pairs(g, nearest=1)
+    assert_array_equal(kept.toarray() > 0, want & ~np.eye(5, dtype=bool) & (d > 0))
+    assert kept[0, 4] == 0.0 and kept.nnz == 2 * len(expect)
+    # the read-out's affinity is 0 off those pairs, the same from dense distances and from the graph
+    a = local_scaling_affinity(d, neighbor=1, nearest=1)
+    assert_allclose(local_scaling_affinity(kept, neighbor=1).toarray(), a)
+    assert (a[~want] == 0).all() and (a[want] > 0).all()
+
+
+def test_read_out_sees_the_same_affinity_on_the_graph_as_on_every_pair(rotated_digits):
+    # 120 rotated digits: within- and between-class distances overlap, so the many small affinities of
+    # far pairs used to tip the dense spectral partition away from the graph's.  The read-out keeps
+    # each image's nearest 8 on both paths: a graph holding those gives the same spectrum and partition
+    x, sim = rotated_digits
+    d, n = sim.distances, x.shape[0]
+    graph = _knn_graph(d, 30)
+    for m in SCALES:
+        dense_aff, graph_aff = _affinity(d, m), _affinity(graph, m)
+        assert (dense_aff > 0).sum() < 0.2 * n * n  # a sparse nearest-neighbour graph, not every pair
+        assert_allclose(graph_aff.toarray(), dense_aff)
+        assert_allclose(eigengaps(graph_aff), eigengaps(dense_aff)[:MAX_K], atol=1e-3)
+        assert adjusted_rand_score(_spectral(dense_aff, 10), _spectral(graph_aff, 10)) == 1.0
