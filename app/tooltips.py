@@ -37,12 +37,14 @@ TOOLTIPS: dict[str, dict[str, str]] = {
     "RunPanel": {
         "method": "Invariant Attention groups images that match after turning and shifting them. "
                   "Kernel attention is the plain method it improves on: pick it to compare.",
-        "beta_auto": "auto (recommended): the studio picks how picky the matching is for each image, and undoes "
-                     "an iteration that would mix the groups. Untick to set β yourself, as in the paper.",
+        "beta_auto": "auto (recommended): the studio picks how picky the matching is for each image, undoes "
+                     "an iteration that would mix the groups and stops once an iteration leaves the groups as "
+                     "they were. Untick to set β yourself and run every iteration, as in the paper.",
         "beta": "How picky the matching is (the paper's β in exp(−β d²)): larger means only very close "
                 "look-alikes count. Used when 'auto' is off.",
-        "iterations": "How many times the images are averaged with their look-alikes. More makes groups "
-                      "tighter but takes longer; 2–4 is usually enough.",
+        "iterations": "At most how many times the images are averaged with their look-alikes. More makes "
+                      "groups tighter but takes longer; 2–4 is usually enough. With β on auto the run stops "
+                      "early once the groups stop changing.",
         "clusters_auto": "auto: the studio decides how many groups there are. Untick if you know the number.",
         "clusters": "The number of groups to make, when 'auto' is off.",
         "rotation_range": "Largest turn to try when matching two images. 180° allows any angle; lower it when "

@@ -10,7 +10,10 @@ The issue's "small sets feel interactive" target: a full default run
 * ``digits60`` - 60 real handwritten digits (scikit-learn, all ten classes)
   rotated over the whole circle and shifted by up to 3 px
   (:func:`bench_scale.make_set`);
-* ``demo-digits`` - ``load_demo("digits")`` preprocessed to 64 px (40 images).
+* ``demo-digits`` - ``load_demo("digits")`` preprocessed to 64 px (40 images);
+* ``letters60`` and ``photos60`` - the quality suite's material (``quality_suite.py``, holdout
+  split, seed 3): 6 letter silhouettes x 10 and 4 photograph crops x 15, turned over the whole
+  circle and preprocessed to 64 px; sets whose clusters the first iteration leaves as they were.
 
 The baseline's ``core/`` and ``app/`` are taken from git (``git archive``) and
 each run is a fresh process importing one code or the other, alternating, so
@@ -59,12 +62,19 @@ def _default_baseline() -> str:
 def _make_sets(folder: Path) -> dict:
     sys.path.insert(0, str(HERE))
     from bench_scale import make_set
+    from quality_suite import SetSpec
+    from quality_suite import make_set as suite_set
 
     from iastudio.core.demos import load_demo
     from iastudio.core.preprocess import preprocess
 
+    def suite(kind, sizes, **kw):
+        return preprocess(suite_set(SetSpec(kind, kind, sizes, rotation=180.0, **kw), split="holdout", seed=3)[0],
+                          size=64).images
+
     sets = {"digits60": make_set(60, 64, seed=0)[0],
-            "demo-digits": preprocess(load_demo("digits", seed=0).images, size=64).images}
+            "demo-digits": preprocess(load_demo("digits", seed=0).images, size=64).images,
+            "letters60": suite("letters", (10,) * 6, shift=6), "photos60": suite("photos", (15,) * 4)}
     paths = {}
     for name, x in sets.items():
         paths[name] = folder / f"{name}.npy"

@@ -106,9 +106,13 @@ class Settings:
         Stop iterating, and keep the previous iteration, when an iteration
         moved images between clusters without the new clusters fitting the
         input images clearly better (silhouette on the input invariant
-        distances up by at least 0.02).  ``None`` (default):
+        distances up by at least 0.02); and stop, keeping it, once an
+        iteration leaves the clusters as they were (further iterations would
+        only sharpen W and the means, at the cost of a similarity and a mean
+        stage each; ``iterations`` is then an upper bound).  ``None`` (default):
         on with ``beta="auto"``, off with an explicit ``beta`` (the paper's
-        plain iteration).  Runs on all pairs only (not on a pruned run).
+        plain iteration).  On a pruned run the silhouettes include its sample
+        of pairs off the graph.
     group : {"se2", "e2"}
         ``"e2"`` also matches mirror images (reflections), for data where a
         flipped specimen is the same thing.  Always on all pairs.
@@ -179,7 +183,8 @@ class Snapshot:
     Attributes
     ----------
     iteration : int
-        The IA iteration the step belongs to (1-based).
+        The IA iteration the step belongs to (1-based); in the ``done``
+        snapshot, the iterations kept (0: the guard kept the inputs' clusters).
     stage : Stage
     step, n_steps : int
         Mean step within the iteration (``means`` stage).
@@ -636,6 +641,12 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         return silhouette(_rows_cols(distances, keep), labels[keep],
                           probes=None if probes is None else _rows_cols(probes, keep))
 
+    def _same_clusters(self, labels) -> bool:
+        """Whether ``labels`` partition the images as the previous iteration's did."""
+        from sklearn.metrics import adjusted_rand_score
+
+        return self._prev is not None and adjusted_rand_score(self._prev[3], labels) == 1.0
+
     def _guard_rejects(self, labels) -> bool:
         """True (and the previous iteration restored) when ``labels`` are not a clear improvement.
 
@@ -647,9 +658,7 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         """
         if not self.settings.guarded or self._prev is None:
             return False
-        from sklearn.metrics import adjusted_rand_score
-
-        if adjusted_rand_score(self._prev[3], labels) == 1.0:
+        if self._same_clusters(labels):
             return False  # the same clusters: the iteration only sharpened them
         d0, probes = self._input_sim[0], self._input_sim[3]
         before = self._separation(d0, self._prev[3], probes)
@@ -686,6 +695,7 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
             if self._guard_rejects(labels):
                 self._stage = _Phase.FINISHING
                 return self._advance()
+            settled = self.settings.guarded and self._same_clusters(labels)
             if self._input_sim is None:
                 self._input_sim = sim
                 if s.beta == "auto":
@@ -694,8 +704,11 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
             prev = self._weights
             self._sim, self._weights, self._beta = sim, w, beta
             self._labels, self._k_choice = labels, choice
-            if prev is not None and _max_abs_diff(w, prev) < s.converge_tol:
-                self._stage = _Phase.FINISHING  # W stopped moving: converged
+            if settled:
+                self._notes.append(f"iteration {self._accepted} left the clusters as they were: stopped there "
+                                   f"(more iterations would only sharpen W and the means)")
+            if settled or (prev is not None and _max_abs_diff(w, prev) < s.converge_tol):
+                self._stage = _Phase.FINISHING  # the clusters settled, or W stopped moving: converged
                 return self._advance()
             self._stage = _Phase.MEANS
             t0 = time.perf_counter()
@@ -861,7 +874,7 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
             step = 0
         n_steps = self.settings.mean_steps if self.settings.method == "ia" else 1
         return Snapshot(
-            iteration=self._iteration,
+            iteration=self._accepted if stage == Stage.DONE else self._iteration,  # done: the iterations kept
             stage=stage,
             step=step,
             n_steps=n_steps,

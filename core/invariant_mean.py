@@ -105,17 +105,16 @@ class MeanState:
         return self.active is not None and not bool(np.any(self.active))
 
 
-def _segment_sum(values, seg, n_seg, xp):
-    """Sum rows of ``values`` (E, ...) into ``n_seg`` rows by ``seg``."""
+def _segment_sum(values, seg, n_seg, xp, weights=None):
+    """Sum rows of ``values`` (E, ...), each times its ``weights`` entry (default 1), into ``n_seg`` rows by ``seg``."""
     flat = values.reshape(values.shape[0], -1)
     if xp is np:
         import scipy.sparse as sp
     else:
         import cupyx.scipy.sparse as sp
     e = flat.shape[0]
-    mat = sp.coo_matrix(
-        (xp.ones(e, dtype=flat.dtype), (xp.asarray(seg), xp.arange(e))), shape=(n_seg, e)
-    ).tocsr()
+    data = xp.ones(e, dtype=flat.dtype) if weights is None else xp.asarray(weights, dtype=flat.dtype)
+    mat = sp.coo_matrix((data, (xp.asarray(seg), xp.arange(e))), shape=(n_seg, e)).tocsr()
     return xp.asarray(mat @ flat).reshape((n_seg,) + values.shape[1:])
 
 
@@ -229,13 +228,13 @@ def start_invariant_means(images, weights, init=None, *, tol: float = 0.0, mass:
         source = host[0] if on_host else images
         index, tau = (to_host(src_x[lo:hi]), to_host(params_x[lo:hi])) if on_host else (src_x[lo:hi], params_x[lo:hi])
         if cache is None:
-            out, jac = xp.asarray(warp(source, tau, index=index)), None
-        else:
+            out = xp.asarray(warp(source, tau, index=index))
+        elif on_host:  # the cache is on the GPU
             out, jac = (xp.asarray(a) for a in warp(source, tau, index=index, gradient=True))
-        add = _segment_sum(out * _bcast(wt_x[lo:hi], out), col_x[lo:hi], m, xp)
-        if cache is not None:
             cache[0][lo:hi], cache[1][lo:hi] = out, jac
-        means[...] += add
+        else:  # straight into the cache
+            out, _ = warp(source, tau, index=index, gradient=True, out=(cache[0][lo:hi], cache[1][lo:hi]))
+        means[...] += _segment_sum(out, col_x[lo:hi], m, xp, weights=wt_x[lo:hi])
 
     in_blocks(src.size, _block_entries(images), work, xp=xp, what="invariant mean", minimum=_MIN_ENTRIES,
               on_cpu=None if xp is np else lambda lo, hi: work(lo, hi, on_host=True))
@@ -269,10 +268,6 @@ def _new_cache(e, images):
 
 def _block_entries(images) -> int:
     return max(1, block_elements(_BLOCK, _GPU_BLOCK, array_module(images)) // int(np.prod(images.shape[1:])))
-
-
-def _bcast(v, like):
-    return v.reshape((-1,) + (1,) * (like.ndim - 1))
 
 
 def invariant_mean_step(images, state: MeanState, *, sigmas=(0.0, 1.0, 2.0), damping: float = 1e-3,
@@ -430,7 +425,7 @@ def _update_entries(images, means, src_all, col_all, wt_all, params, m, *, sigma
         else:
             res = _update_block(images, means[col], src, params[lo:hi], given, **opts)
         tau, out, jac, f = res
-        return (ix, tau, out, jac, _segment_sum(out * _bcast(wt, out), col, m, xp),
+        return (ix, tau, out, jac, _segment_sum(out, col, m, xp, weights=wt),
                 _segment_sum((wt * f)[:, None], col, m, xp)[:, 0])
 
     def work(lo, hi, on_host=False):

@@ -110,7 +110,7 @@ def _inner_fg(f, ff):
     return out
 
 
-def warp(images, params, *, index=None, gradient=False, parallel=True):
+def warp(images, params, *, index=None, gradient=False, parallel=True, out=None):
     """Warp a batch of images by a batch of SE(2) transforms: ``v o tau``.
 
     Parameters
@@ -131,6 +131,9 @@ def warp(images, params, *, index=None, gradient=False, parallel=True):
         Spread the blocks over the CPU cores (the shared warp pool).  ``False``
         warps in the calling thread: for small display work in the GUI thread,
         which must not queue behind a running computation's blocks.
+    out : ndarray, or (ndarray, ndarray) with ``gradient=True``, optional
+        Arrays of the result's shape and dtype to write into (and return),
+        e.g. views into a larger cache: saves a copy.
 
     Returns
     -------
@@ -160,8 +163,7 @@ def warp(images, params, *, index=None, gradient=False, parallel=True):
     hp, wp = h + 2 * _PAD, w + 2 * _PAD
     flat = padded.reshape((n_src * hp * wp,) + images.shape[3:])
 
-    out = xp.empty((b,) + images.shape[1:], dtype=dtype)
-    grad = xp.empty((b, 3) + images.shape[1:], dtype=dtype) if gradient else None
+    out, grad = _outputs(out, gradient, (b,) + images.shape[1:], dtype, xp)
     # several cores: big blocks (small NumPy calls would queue on the GIL); one core: cache-sized blocks
     several = xp is np and _pool() is not None  # this call or its callers run on several cores
     threaded = several and parallel and not _in_worker()
@@ -188,6 +190,17 @@ def warp(images, params, *, index=None, gradient=False, parallel=True):
         out = out[0]
         grad = grad[0] if gradient else None
     return (out, grad) if gradient else out
+
+
+def _outputs(out, gradient, shape, dtype, xp):
+    """``(out, grad)`` to write into: the caller's (checked) or new; ``grad`` is None without ``gradient``."""
+    if out is None:
+        return xp.empty(shape, dtype=dtype), xp.empty((shape[0], 3) + shape[1:], dtype=dtype) if gradient else None
+    given = tuple(out) if gradient else (out,)
+    wanted = [shape, (shape[0], 3) + shape[1:]][:len(given)]
+    if len(given) != (2 if gradient else 1) or any(a.shape != s or a.dtype != dtype for a, s in zip(given, wanted)):
+        raise ValueError("out does not match the result's shape and dtype")
+    return given[0], given[1] if gradient else None
 
 
 def _source_index(index, n_src, b, xp):

@@ -23,6 +23,7 @@ def stopped(qapp, home):
     m = w.model
     m.load_demo("shapes")
     w.run_panel.size.setValue(24)
+    w.run_panel.beta_auto.setChecked(False)  # an explicit β runs every iteration (auto stops once settled)
     w.run_panel.iterations.setValue(30)  # long enough to be stopped mid-run
     assert w.start_run()
     _wait(qapp, lambda: m.latest is not None or m.state != "running")

@@ -187,6 +187,17 @@ def test_blank_image_gets_its_own_cluster(shapes):
     assert adjusted_rand_score(np.array(s.labels)[[0, 1, 2, 6, 7, 8]], res.labels[[0, 1, 2, 4, 5, 6]]) == 1.0
 
 
+def test_a_default_run_stops_once_an_iteration_leaves_the_clusters_as_they_were(shapes, shapes_run):
+    _, run, _ = shapes_run
+    res = run.result()
+    # the shapes' input distances already separate them: iteration 1 only sharpens W, and the run stops there
+    assert res.iterations == 1 and len(res.history) == 2
+    assert any("iteration 1 left the clusters as they were" in note for note in res.notes)
+    plain = AttentionRun(shapes[1], backend="numpy", guard=False).run()  # the plain iteration goes on
+    assert plain.iterations == 3 and not plain.notes
+    assert adjusted_rand_score(plain.labels, res.labels) == 1.0
+
+
 def test_one_class_gives_one_cluster_without_warnings(shapes):
     import warnings
 
@@ -249,3 +260,9 @@ def test_paper_mode_fills_in_the_blocks_of_w_iteration_by_iteration():
     assert adjusted_rand_score(labels, res.labels) == 1.0
     # while plain kernel attention mixes them up (ARI ~0.5: a third of the images in the wrong shape)
     assert adjusted_rand_score(labels, s.final.ka_labels) < 0.6
+
+
+def test_the_done_snapshot_counts_the_iterations_kept(shapes_run):
+    _, run, snaps = shapes_run
+    assert snaps[-1].stage == "done" and snaps[-1].iteration == run.result().iterations == 1
+    # (the run was in iteration 2, whose similarity found the clusters settled: its DONE used to say 2)

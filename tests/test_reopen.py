@@ -47,8 +47,8 @@ def test_the_final_snapshot_is_recorded_once(finished):
 def test_reopened_curves_equal_the_live_run(finished, tmp_path):
     t = _reopen(tmp_path, finished)
     _same_curves(finished.final.curves, t.final.curves)
-    # one point per distance computation: the inputs and after each iteration
-    assert len(t.final.curves["median"]) == finished.run.settings.iterations + 1
+    # one point per distance computation kept: the inputs and after each iteration
+    assert len(t.final.curves["median"]) == finished.run.result().iterations + 1
     assert_allclose(t.final.order, finished.final.order)
 
 

@@ -123,3 +123,22 @@ def test_parallel_map_keeps_the_order_nests_and_raises():
         assert inside or wmod._pool() is None
     with pytest.raises(ZeroDivisionError):
         parallel_map(lambda x: 1 // x, [1, 0, 2])
+
+
+def test_out_receives_the_result_in_place_and_a_wrong_one_is_refused():
+    imgs = np.stack([smooth_blob(24, seed=s) for s in range(3)]).astype(np.float32)
+    p = se2.random_transforms(5, rotation_range=180, shift_range=2, seed=1)
+    idx = np.array([2, 0, 1, 2, 0])
+    want, want_grad = warp(imgs, p, index=idx, gradient=True)
+    cache = np.full((7, 24, 24), np.nan, np.float32), np.full((7, 3, 24, 24), np.nan, np.float32)
+    got, got_grad = warp(imgs, p, index=idx, gradient=True, out=(cache[0][1:6], cache[1][1:6]))
+    assert np.shares_memory(got, cache[0]) and np.shares_memory(got_grad, cache[1])
+    np.testing.assert_allclose(cache[0][1:6], want, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(cache[1][1:6], want_grad, rtol=1e-6, atol=1e-8)
+    assert np.isnan(cache[0][[0, 6]]).all()  # nothing written outside the given rows
+    plain = np.empty((5, 24, 24), np.float32)
+    np.testing.assert_allclose(warp(imgs, p, index=idx, out=plain), want, rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValueError, match="out"):
+        warp(imgs, p, index=idx, out=np.empty((5, 24, 24), np.float64))  # float32 images: float32 out
+    with pytest.raises(ValueError, match="out"):
+        warp(imgs, p, index=idx, gradient=True, out=(plain, np.empty((5, 2, 24, 24), np.float32)))
