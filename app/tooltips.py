@@ -39,7 +39,7 @@ TOOLTIPS: dict[str, dict[str, str]] = {
                   "Kernel attention is the plain method it improves on: pick it to compare.",
         "beta_auto": "auto (recommended): the studio picks how picky the matching is for each image, undoes "
                      "an iteration that would mix the groups and stops once an iteration leaves the groups as "
-                     "they were. Untick to set β yourself and run every iteration, as in the paper.",
+                     "they were. Untick to set β yourself and run the paper's plain iteration.",
         "beta": "How picky the matching is (the paper's β in exp(−β d²)): larger means only very close "
                 "look-alikes count. Used when 'auto' is off.",
         "iterations": "At most how many times the images are averaged with their look-alikes. More makes "

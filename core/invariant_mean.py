@@ -229,7 +229,7 @@ def start_invariant_means(images, weights, init=None, *, tol: float = 0.0, mass:
         index, tau = (to_host(src_x[lo:hi]), to_host(params_x[lo:hi])) if on_host else (src_x[lo:hi], params_x[lo:hi])
         if cache is None:
             out = xp.asarray(warp(source, tau, index=index))
-        elif on_host:  # the cache is on the GPU
+        elif on_host or images.dtype not in (np.float32, np.float64):  # the cache is on the GPU, or of another dtype
             out, jac = (xp.asarray(a) for a in warp(source, tau, index=index, gradient=True))
             cache[0][lo:hi], cache[1][lo:hi] = out, jac
         else:  # straight into the cache

@@ -68,3 +68,13 @@ def test_converged_columns_stop_and_keep_their_mean(digits):
     early = invariant_means(x, w, t, steps=10, mass=0.999, rtol=3e-4)
     assert early.step <= full.step
     assert_allclose(early.objective[-1].sum(), full.objective[-1].sum(), rtol=1e-3)
+
+
+def test_big_endian_images_give_the_same_means():
+    # the means' first warps go straight into the step cache only when its dtype is the warp's own
+    rng = np.random.default_rng(0)
+    imgs = rng.random((4, 12, 12)).astype(np.float32)
+    w = np.full((4, 4), 0.25)
+    native = start_invariant_means(imgs, w)
+    swapped = start_invariant_means(imgs.astype(">f4"), w)
+    assert_allclose(np.asarray(swapped.means, dtype=np.float64), native.means, rtol=1e-6, atol=1e-7)
