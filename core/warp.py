@@ -132,10 +132,8 @@ def warp(images, params, *, index=None, gradient=False, parallel=True, out=None)
         warps in the calling thread: for small display work in the GUI thread,
         which must not queue behind a running computation's blocks.
     out : ndarray, or (ndarray, ndarray) with ``gradient=True``, optional
-        Arrays to write into (and return), e.g. views into a larger cache:
-        saves a copy.  Shapes ``(B, H, W[, C])`` and ``(B, 3, H, W[, C])``
-        (``B = 1`` for a single transform), dtype float32 for float32
-        images and float64 otherwise.
+        Where to write (e.g. views into a cache; saves a copy): ``(B, ...)``
+        as below, ``B = 1`` for a single transform, the returned dtype.
 
     Returns
     -------
