@@ -1,6 +1,10 @@
 """Warp speed: the engine's batched Keys warp *with* derivatives vs a per-image
 loop over ``scipy.ndimage.map_coordinates(order=3)`` without derivatives.
 
+On NumPy the engine's warp is Numba's compiled loop (``core/warp_kernel.py``)
+when Numba is installed; the NumPy array code it falls back to is timed too,
+on the same images, with and without derivatives.
+
     python benchmarks/bench_warp.py [--n 1000] [--px 64] [--repeat 3]
 
 Both run in the same process on the same images and transforms; the best of
@@ -65,13 +69,29 @@ def main(argv=None):
         out, grad = warp(xi, xp_, gradient=True)
         to_host(out[:1])
 
-    warp(xi[:8], xp_[:8], gradient=True)  # warm-up
+    warp(xi[:8], xp_[:8], gradient=True)  # warm-up (and Numba's compile or cache load)
     t_ours = best(ours, args.repeat)
     t_ref = best(lambda: scipy_loop(images, params), args.repeat)
-    print(f"{args.n} images of {args.px}x{args.px}, backend {b.describe()}")
+    wmod = sys.modules["iastudio.core.warp"]
+    compiled = b.name == "numpy" and wmod._compiled() is not None
+    print(f"{args.n} images of {args.px}x{args.px}, backend {b.describe()}, "
+          f"{'compiled loop (Numba)' if compiled else 'array code'}")
     print(f"engine (Keys warp + d/d(theta, tx, ty)): {t_ours:7.3f} s")
     print(f"scipy map_coordinates(order=3) loop   : {t_ref:7.3f} s (no derivatives)")
     print(f"ratio (scipy / engine)                 : {t_ref / t_ours:7.2f}x")
+    if compiled:  # the array code on the same images, this run
+        timed = {}
+        for gradient in (True, False):
+            fast = best(lambda g=gradient: warp(xi, xp_, gradient=g), args.repeat)
+            wmod._KERNEL = False
+            try:
+                slow = best(lambda g=gradient: warp(xi, xp_, gradient=g), args.repeat)
+            finally:
+                wmod._KERNEL = None
+            timed[gradient] = (fast, slow)
+        for gradient, (fast, slow) in timed.items():
+            what = "with derivatives" if gradient else "values only     "
+            print(f"{what}: compiled loop {fast:7.3f} s, array code {slow:7.3f} s, ratio {slow / fast:5.2f}x")
 
 
 if __name__ == "__main__":

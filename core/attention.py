@@ -297,8 +297,8 @@ class RunResult:
         return {key: getattr(self, _ATTRIBUTES.get(key, key)) for key in RESULT_ARRAYS}
 
     @classmethod
-    def from_arrays(cls, arrays, *, features, history=(), iterations: int = 0,
-                    beta: float = float("nan")) -> RunResult:
+    def from_arrays(cls, arrays, *, features, history=(), iterations: int = 0, beta: float = float("nan"),
+                    k_choice: KChoice | None = None, notes=()) -> RunResult:
         """Rebuild a result from :meth:`arrays` (e.g. a saved project's ``result``).
 
         Parameters
@@ -311,13 +311,17 @@ class RunResult:
             Manifold distances per distance computation.
         iterations : int
         beta : float
+        k_choice : KChoice, optional
+        notes : sequence of str
+            As the run had them (a project keeps them in its parameters:
+            :func:`iastudio.core.project.run_record`).
 
         Returns
         -------
         RunResult
-            ``n_clusters`` is ``max(run_labels) + 1``; what :meth:`arrays`
-            does not hold (timings, k choice, blank and mirror flags, notes)
-            is left at its default.
+            ``n_clusters`` is ``max(run_labels) + 1``; what neither
+            :meth:`arrays` nor the arguments hold (timings, blank and mirror
+            flags) is left at its default.
 
         Raises
         ------
@@ -331,7 +335,8 @@ class RunResult:
         kept = {_ATTRIBUTES.get(key, key): arrays[key] for key in RESULT_ARRAYS}
         kept["labels"] = labels
         return cls(**kept, n_clusters=int(labels.max()) + 1 if labels.size else 0, history=list(history),
-                   features=features, iterations=int(iterations), beta=float(beta))
+                   features=features, iterations=int(iterations), beta=float(beta), k_choice=k_choice,
+                   notes=[str(note) for note in notes])
 
 
 RESULT_ARRAYS = ("cluster_means", "image_transforms", "scores", "weights", "input_distances",

@@ -383,12 +383,13 @@ def _run_body(args, client) -> int:
     write_json(out / "summary.json", summary)
     if args.save_project:
         from .clusterbook import ClusterBook
-        from .project import Project, save_project
+        from .project import Project, run_record, save_project
 
         proj = Project(
             paths=list(data.paths), labels=list(data.labels), skipped=list(data.skipped), size=args.size,
             transforms=tau, base=canvas.images, scale=canvas.scale, offset=canvas.offset,
-            parameters=summary["parameters"], clusters=ClusterBook.from_labels(res.labels), history=history,
+            parameters={**summary["parameters"], **run_record(res)}, clusters=ClusterBook.from_labels(res.labels),
+            history=history,
             result=res.arrays(),
         )
         save_project(args.save_project, proj)

@@ -86,6 +86,9 @@ DISTINCT = 0.5  # invariant distance (unit-norm images) above which two images a
 SAME = 0.1  # invariant distance below which two images show the same thing (resampling differences)
 
 
+_METHODS = ("given", "eigengap", "silhouette", "same", "distinct", "trivial")  # how k was chosen (KChoice)
+
+
 @dataclass
 class KChoice:
     """How the number of clusters was chosen.
@@ -137,6 +140,28 @@ class KChoice:
         return {"k": int(self.k), "scale": int(self.scale), "confidence": round(float(self.confidence), 4),
                 "method": self.method,
                 "candidates": [{"k": int(k), "score": round(float(s), 4)} for k, s in self.candidates]}
+
+    @classmethod
+    def from_dict(cls, d) -> KChoice:
+        """The inverse of :meth:`as_dict` (e.g. from a saved project).
+
+        Raises
+        ------
+        ValueError
+            When ``d`` is not what :meth:`as_dict` writes.
+        """
+        def number(x, lo, hi, kind=(int, float)):
+            if not isinstance(x, kind) or isinstance(x, bool) or not lo <= x <= hi:
+                raise ValueError("the k choice is malformed")
+            return x
+
+        if not isinstance(d, dict) or d.get("method") not in _METHODS or not isinstance(d.get("candidates"), list) \
+                or len(d["candidates"]) > 100 or not all(isinstance(c, dict) for c in d["candidates"]):
+            raise ValueError("the k choice is malformed")
+        return cls(k=number(d.get("k"), 1, 10**6, int), scale=number(d.get("scale"), 0, 10**6, int),
+                   confidence=float(number(d.get("confidence"), -1.0, 1e6)), method=d["method"],
+                   candidates=[(number(c.get("k"), 1, 10**6, int), float(number(c.get("score"), -np.inf, np.inf)))
+                               for c in d["candidates"]])
 
 
 def local_scaling_affinity(distances: np.ndarray, *, neighbor: int = 2, nearest: int | None = None) -> np.ndarray:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .attention import AttentionRun, RunResult, Snapshot, Stage
-from .clustering import grouping_order
+from .clustering import KChoice, grouping_order
 from .display import TILES_MAX, W_SAMPLE, even_sample, mosaic, sample_with, upright_tiles, weight_block
 from .embedding import classical_mds
 from .report import cluster_curves, convergence_curves
@@ -398,8 +398,10 @@ class FrameBuilder:
         Frame
             Without the final read-out (see :meth:`final`).
         """
-        if snapshot.stage in (Stage.SIMILARITY, Stage.DONE):  # each is a new d(S_i, S_j)
+        if snapshot.stage == Stage.SIMILARITY:  # each is a new d(S_i, S_j)
             self.history.append(snapshot.distances)
+        elif snapshot.stage == Stage.DONE:  # the distances after the iterations kept (the guard may undo one)
+            self.history = self.history[:max(0, int(snapshot.iteration))] + [snapshot.distances]
         if self.mds is None or not _same_matrix(snapshot.distances, self._mapped):
             self.mds = _map(snapshot.distances, self.mds)  # a new array: frames share an unchanged map
             self.mds.setflags(write=False)
@@ -464,9 +466,12 @@ def _saved_result(project, working, beta) -> RunResult | None:
     if any(r.get(k) is None for k in RESULT_ARRAYS):
         return None
     history = project.history
+    params = project.parameters
+    choice = params.get("k_choice")  # checked when the project was loaded
     res = RunResult.from_arrays(
         r, features=history[-1]["means"], iterations=int(history[-1]["iteration"]), beta=beta,
-        history=[h["distances"] for h in history if h["stage"] in (Stage.SIMILARITY, Stage.DONE)])
+        history=[],  # filled in by frames_from_project: what the frames' builder keeps
+        k_choice=None if choice is None else KChoice.from_dict(choice), notes=params.get("run_notes", ()))
     k = res.n_clusters
     means = res.cluster_means
     if k > working.shape[0] or means.shape[0] != k or means.shape[1:] != working.shape[1:]:
@@ -521,6 +526,7 @@ def frames_from_project(project, working: np.ndarray) -> tuple[list[Frame], Fram
     final = frames[-1]
     final.order = np.argsort(res.labels, kind="stable")
     prepare_display(final, like=final)
+    res.history = list(builder.history)
     final.curves = _curves(builder.history, res.labels)
     final.distance_history = tuple(builder.history)
     ka = project.ka_labels

@@ -51,6 +51,7 @@ from . import __version__
 from .atomic import atomic_write, remove_stale_temporaries
 from .attention import RESULT_ARRAYS, Stage
 from .clusterbook import UNASSIGNED, ClusterBook
+from .clustering import KChoice
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "Project", "ProjectError", "save_project", "load_project",
            "RECORDED_STAGES", "HISTORY_ARRAYS", "history_entry", "MAX_IMAGES", "MAX_MANIFEST_BYTES",
@@ -170,6 +171,27 @@ class Project:
 
 RECORDED_STAGES = (Stage.SIMILARITY, Stage.ITERATION, Stage.DONE)
 """The snapshots a project's run history keeps (enough to replay the run; not every mean step)."""
+
+
+def run_record(result) -> dict:
+    """What a project's ``parameters`` keep of a finished run besides its arrays.
+
+    Parameters
+    ----------
+    result : RunResult or None
+
+    Returns
+    -------
+    dict
+        ``beta_used`` (the global β used, or its equivalent), ``k_choice``
+        (:meth:`KChoice.as_dict`, or None) and ``run_notes`` (what the run
+        decided on its own, e.g. where it stopped); empty without a result.
+    """
+    if result is None:
+        return {}
+    return {"beta_used": float(result.beta),
+            "k_choice": None if result.k_choice is None else result.k_choice.as_dict(),
+            "run_notes": [str(note) for note in result.notes]}
 
 
 def history_entry(snapshot) -> dict:
@@ -519,6 +541,15 @@ class _Manifest:
         if beta_used is not None and (not isinstance(beta_used, (int, float)) or isinstance(beta_used, bool)
                                       or not (math.isfinite(beta_used) and 0 < beta_used < 1e300)):
             bad("'beta_used' is not a positive number")
+        notes = params.get("run_notes", [])
+        if not isinstance(notes, list) or len(notes) > 100 or not all(isinstance(t, str) and len(t) <= 4000
+                                                                         for t in notes):
+            bad("'run_notes' must be a list of texts")
+        if params.get("k_choice") is not None:
+            try:
+                KChoice.from_dict(params["k_choice"])
+            except ValueError:
+                bad("'k_choice' is malformed")
         edits = m.get("edits", [])
         if not isinstance(edits, list) or not all(isinstance(e, str) for e in edits):
             bad("'edits' must be a list of texts")

@@ -39,7 +39,7 @@ from .filenames import display_name, printable
 from .frames import Frame, FrameBuilder, frames_from_project
 from .imageset import ImageSet, image_files, load_image, load_images, no_usable_images, not_loaded, skip_entry
 from .preprocess import Canvas, apply_transforms, preprocess
-from .project import RECORDED_STAGES, Project, ProjectError, history_entry, load_project, save_project
+from .project import RECORDED_STAGES, Project, ProjectError, history_entry, load_project, run_record, save_project
 from .wording import count_of
 
 log = logging.getLogger(__name__)
@@ -689,7 +689,8 @@ class Session:
         params["sigmas"] = list(params.get("sigmas", []))
         if self.run is not None:
             params["backend"] = self.run.backend.name
-            params["beta_used"] = float(res.beta) if res is not None else None
+            params["beta_used"] = None
+            params.update(run_record(res))
             params["elapsed"] = self.elapsed
         book = None if self.book is None else replace(self.book, names=dict(self.book.names))
         return Project(

@@ -11,6 +11,8 @@ invariant mean use for their gradient steps.
 """
 from __future__ import annotations
 
+import logging
+import os
 import threading
 
 import numpy as np
@@ -23,6 +25,7 @@ KEYS_A = -0.5
 _PAD = 4  # zero border; a tap index is clipped into it when it falls far outside
 _CHUNK_ELEMENTS = 1 << 17  # output pixels per vectorised block when blocks run on several cores
 _SINGLE_CHUNK_ELEMENTS = 1 << 15  # on one core: smaller blocks, whose temporaries stay in the CPU cache
+_KERNEL_ELEMENTS = 1 << 16  # output pixels per call of the compiled loop (no temporaries: small blocks balance cores)
 _GPU_CHUNK_ELEMENTS = 1 << 23  # on a GPU: big blocks, few kernel launches (~0.7 GB of temporaries)
 
 
@@ -144,8 +147,10 @@ def warp(images, params, *, index=None, gradient=False, parallel=True, out=None)
 
     Notes
     -----
-    Each output pixel reads a 4x4 neighbourhood by 16 vectorised gathers; the
-    batch is processed in blocks so memory stays bounded for any ``B``.
+    Each output pixel reads a 4x4 neighbourhood: on NumPy arrays in one
+    compiled loop (:mod:`iastudio.core.warp_kernel`, when Numba is installed),
+    otherwise by 16 vectorised gathers; the batch is processed in blocks (on
+    every core) so memory stays bounded for any ``B``.
     """
     xp = array_module(images)
     images = xp.asarray(images)
@@ -155,41 +160,117 @@ def warp(images, params, *, index=None, gradient=False, parallel=True, out=None)
     params = xp.asarray(params, dtype=np.float64)
     single = params.ndim == 1
     params = params.reshape(-1, 3)
+    b = params.shape[0]
+    index = _source_index(index, images.shape[0], b, xp)
+    out, grad = _outputs(out, gradient, (b,) + images.shape[1:], dtype, xp)
+    kernel = _compiled() if xp is np else None
+    images = images.astype(dtype, copy=False)
+    if kernel is not None and images.ndim == 4:  # colour: each channel as an image of its own
+        _channels_compiled(images, params, index, out, grad, parallel)
+    else:
+        _warp_blocks(images, params, index, out, grad, kernel=kernel, parallel=parallel, xp=xp)
+    return _returned(out, grad, single, gradient)
+
+
+def _warp_blocks(images, params, index, out, grad, *, kernel, parallel, xp):
+    """Fill ``out`` (and ``grad``) block by block, on every core when there are several."""
     n_src, h, w = images.shape[:3]
     b = params.shape[0]
-    index = _source_index(index, n_src, b, xp)
     pad_width = [(0, 0), (_PAD, _PAD), (_PAD, _PAD)] + [(0, 0)] * (images.ndim - 3)
-    padded = xp.pad(images.astype(dtype, copy=False), pad_width)
+    padded = xp.pad(images, pad_width)
     hp, wp = h + 2 * _PAD, w + 2 * _PAD
     flat = padded.reshape((n_src * hp * wp,) + images.shape[3:])
-
-    out, grad = _outputs(out, gradient, (b,) + images.shape[1:], dtype, xp)
     # several cores: big blocks (small NumPy calls would queue on the GIL); one core: cache-sized blocks
     several = xp is np and _pool() is not None  # this call or its callers run on several cores
     threaded = several and parallel and not _in_worker()
     cpu_block = _CHUNK_ELEMENTS if several else _SINGLE_CHUNK_ELEMENTS
-    step = max(1, block_elements(cpu_block, _GPU_CHUNK_ELEMENTS, xp) // (h * w))
-    rr = xp.arange(h, dtype=dtype)[:, None] - (h - 1) / 2.0
-    cc = xp.arange(w, dtype=dtype)[None, :] - (w - 1) / 2.0
+    step = max(1, block_elements(_KERNEL_ELEMENTS if kernel else cpu_block, _GPU_CHUNK_ELEMENTS, xp) // (h * w))
+    rr = xp.arange(h, dtype=images.dtype)[:, None] - (h - 1) / 2.0
+    cc = xp.arange(w, dtype=images.dtype)[None, :] - (w - 1) / 2.0
+    no_grad = xp.empty((0, 3, h, w), dtype=images.dtype)
 
     def block(lo):
         hi = min(b, lo + step)
-        _warp_block(
-            flat, params[lo:hi], index[lo:hi], rr, cc, h, w, hp, wp, dtype, xp,
-            out[lo:hi], grad[lo:hi] if gradient else None,
-        )
+        if kernel is not None:
+            kernel(padded, params[lo:hi], index[lo:hi], out[lo:hi], no_grad if grad is None else grad[lo:hi],
+                   grad is not None)
+            return
+        _warp_block(flat, params[lo:hi], index[lo:hi], rr, cc, h, w, hp, wp, images.dtype, xp, out[lo:hi],
+                    None if grad is None else grad[lo:hi])
 
     starts = range(0, b, step)
     pool = _pool() if threaded and len(starts) > 1 else None
     if pool is None:
         for lo in starts:
             block(lo)
-    else:  # NumPy releases the GIL in its loops: blocks run on every core
+    else:  # NumPy (and the compiled loop) release the GIL: blocks run on every core
         list(pool.map(block, starts))
+
+
+def _returned(out, grad, single, gradient):
     if single:
         out = out[0]
         grad = grad[0] if gradient else None
     return (out, grad) if gradient else out
+
+
+_KERNEL = None  # the compiled loop once looked up; False: not available
+_KERNEL_LOCK = threading.Lock()
+_log = logging.getLogger(__name__)
+
+
+def _compiled():
+    """:func:`iastudio.core.warp_kernel.keys_warp`, or None (no Numba, or ``IASTUDIO_WARP=numpy``).
+
+    Looked up once; the first use compiles it (or loads Numba's cache).  If it
+    cannot be compiled, or disagrees with the array code on a small known
+    case, the array code is used instead and the reason is logged.
+    """
+    global _KERNEL
+    if _KERNEL is None:
+        with _KERNEL_LOCK:  # one look-up, and no call uses the array code while another compiles
+            if _KERNEL is None:
+                on = os.environ.get("IASTUDIO_WARP", "").strip().lower() != "numpy"
+                _KERNEL = (_checked_kernel() if on else None) or False
+    return _KERNEL or None
+
+
+def _checked_kernel():
+    try:
+        from .warp_kernel import PAD, keys_warp
+
+        rng = np.random.default_rng(0)
+        images = rng.random((2, 9, 7), dtype=np.float32)
+        params = np.array([[0.3, 0.7, -1.2], [-2.0, 3.5, 0.25], [0.1, 1e12, 0.0]])
+        index = np.array([0, 1, 1])
+        out = np.empty((3, 9, 7), np.float32)
+        grad = np.empty((3, 3, 9, 7), np.float32)
+        keys_warp(np.pad(images, [(0, 0), (PAD, PAD), (PAD, PAD)]), params, index, out, grad, True)
+        pad = [(0, 0), (_PAD, _PAD), (_PAD, _PAD)]
+        want = np.empty_like(out), np.empty_like(grad)
+        rr, cc = np.arange(9.0, dtype=np.float32)[:, None] - 4.0, np.arange(7.0, dtype=np.float32)[None, :] - 3.0
+        _warp_block(np.pad(images, pad).reshape(-1), params, index, rr, cc, 9, 7, 9 + 2 * _PAD, 7 + 2 * _PAD,
+                    np.float32, np, *want)
+        if PAD != _PAD or not (np.allclose(out, want[0], atol=1e-4) and np.allclose(grad, want[1], atol=1e-3)):
+            raise ValueError("the compiled Keys warp disagrees with the array code")
+        return keys_warp
+    except Exception as exc:  # no Numba, or it cannot compile here: the array code does the work
+        _log.info("warp: the array code is used (%s: %s)", type(exc).__name__, exc)
+        return None
+
+
+def _channels_compiled(images, params, index, out, grad, parallel):
+    """Colour images through the compiled loop: channel ``c`` of source ``i`` is plane ``i * C + c``."""
+    n, h, w, c = images.shape
+    planes = np.ascontiguousarray(np.moveaxis(images, 3, 1)).reshape(n * c, h, w)
+    result = warp(planes, np.repeat(params, c, axis=0), index=(index[:, None] * c + np.arange(c)).reshape(-1),
+                  gradient=grad is not None, parallel=parallel)
+    b = params.shape[0]
+    if grad is None:
+        out[...] = np.moveaxis(result.reshape(b, c, h, w), 1, 3)
+        return
+    out[...] = np.moveaxis(result[0].reshape(b, c, h, w), 1, 3)
+    grad[...] = np.moveaxis(result[1].reshape(b, c, 3, h, w), 1, 4)
 
 
 def _outputs(out, gradient, shape, dtype, xp):
@@ -214,6 +295,8 @@ def _source_index(index, n_src, b, xp):
     index = xp.asarray(index, dtype=np.int64).reshape(-1)
     if index.shape[0] != b:
         raise ValueError("index must have one entry per transform")
+    if xp is np and b and (index.min() < 0 or index.max() >= n_src):  # the compiled loop does not check
+        raise IndexError(f"index must lie in [0, {n_src}): the source images")
     return index
 
 

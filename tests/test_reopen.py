@@ -52,6 +52,53 @@ def test_reopened_curves_equal_the_live_run(finished, tmp_path):
     assert_allclose(t.final.order, finished.final.order)
 
 
+def test_the_run_notes_and_the_k_choice_come_back(finished, tmp_path):
+    live = finished.final.result
+    assert live.notes and live.k_choice is not None  # the run said where it stopped and how it chose k
+    t = _reopen(tmp_path, finished)
+    back = t.final.result
+    assert back.notes == live.notes
+    assert back.k_choice.as_dict() == live.k_choice.as_dict()
+    assert back.k_choice.describe(back.n_clusters) == live.k_choice.describe(live.n_clusters)
+
+
+@pytest.mark.parametrize("key, value, why", [
+    ("k_choice", {"k": "three", "scale": 2, "confidence": 1.0, "method": "given", "candidates": []}, "'k_choice'"),
+    ("k_choice", {"k": 3, "scale": 2, "confidence": 1.0, "method": "guessed", "candidates": []}, "'k_choice'"),
+    ("run_notes", "stopped", "'run_notes'"),
+    ("run_notes", [1, 2], "'run_notes'"),
+])
+def test_a_malformed_run_record_is_refused_by_name(finished, tmp_path, key, value, why):
+    from iastudio.core.project import ProjectError
+
+    proj = finished.to_project()
+    proj.parameters[key] = value
+    path = tmp_path / "bad.iaproj"
+    save_project(path, proj)
+    with pytest.raises(ProjectError, match=why):
+        load_project(path)
+
+
+def test_a_run_whose_iteration_was_undone_has_one_point_per_distance_kept(finished):
+    """The done step's distances replace those of iterations the guard undid (the curves' points)."""
+    from dataclasses import replace
+
+    snaps = [f.snapshot for f in finished.frames]
+    first = snaps[0]
+    assert first.stage == Stage.SIMILARITY
+    builder = FrameBuilder()
+    for snap in snaps[:-1]:
+        builder.frame(snap)
+    kept = builder.history[:1]
+    undone = replace(snaps[-1], iteration=0, distances=first.distances)  # the guard kept the inputs' clusters
+    fr = builder.frame(undone)
+    assert len(fr.distance_history) == 1 and fr.distance_history[0] is first.distances
+    assert len(fr.curves["median"]) == 1 and kept[0] is first.distances
+    builder = FrameBuilder()
+    frames = [builder.frame(snap) for snap in snaps]
+    assert len(frames[-1].curves["median"]) == snaps[-1].iteration + 1
+
+
 def test_older_projects_with_the_last_step_twice_open_with_the_same_curves(finished, tmp_path):
     proj = finished.to_project()
     proj.history = proj.history + [dict(proj.history[-1])]  # as projects saved before the fix hold it

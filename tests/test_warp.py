@@ -1,9 +1,25 @@
+import sys
+
 import numpy as np
 import pytest
 
 from iastudio.core import se2
 from iastudio.core.warp import keys_kernel, keys_kernel_derivative, warp
 from tests.conftest import smooth_blob
+
+WARP = sys.modules["iastudio.core.warp"]
+
+
+@pytest.fixture(params=["compiled", "array"], autouse=True)
+def warp_code(request, monkeypatch):
+    """Every test here runs on both codes of the warp: Numba's compiled loop and the NumPy array code."""
+    if request.param == "compiled":
+        pytest.importorskip("numba")
+        if WARP._compiled() is None:
+            pytest.fail("Numba is installed but the compiled warp was not taken (see the log)")
+    else:
+        monkeypatch.setattr(WARP, "_KERNEL", False)
+    return request.param
 
 
 def test_keys_kernel_interpolates_samples():
@@ -105,11 +121,9 @@ def test_far_outside_is_zero_and_float32_kept():
 
 
 def test_parallel_map_keeps_the_order_nests_and_raises():
-    import sys
-
     from iastudio.core.warp import parallel_map
 
-    wmod = sys.modules["iastudio.core.warp"]
+    wmod = WARP
     assert parallel_map(lambda x: x * x, range(7)) == [0, 1, 4, 9, 16, 25, 36]
     # inside a worker the warp and a nested map run on that thread (no deadlock on the pool)
     img = np.random.default_rng(0).random((2, 16, 16)).astype(np.float32)
@@ -142,3 +156,49 @@ def test_out_receives_the_result_in_place_and_a_wrong_one_is_refused():
         warp(imgs, p, index=idx, out=np.empty((5, 24, 24), np.float64))  # float32 images: float32 out
     with pytest.raises(ValueError, match="out"):
         warp(imgs, p, index=idx, gradient=True, out=(plain, np.empty((5, 2, 24, 24), np.float32)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_compiled_loop_and_the_array_code_agree(dtype, monkeypatch, warp_code):
+    if warp_code != "compiled":
+        pytest.skip("compares the two codes once")
+    rng = np.random.default_rng(5)
+    imgs = np.stack([smooth_blob(40, seed=s) for s in range(6)]).astype(dtype)
+    p = se2.random_transforms(500, rotation_range=180, shift_range=25, seed=2)  # many taps off the image
+    idx = rng.integers(0, 6, 500)
+    got, got_grad = warp(imgs, p, index=idx, gradient=True)  # several blocks, on every core
+    monkeypatch.setattr(WARP, "_KERNEL", False)
+    want, want_grad = warp(imgs, p, index=idx, gradient=True)
+    assert got.dtype == want.dtype == dtype
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
+    np.testing.assert_allclose(got_grad, want_grad, rtol=0, atol=10 * tol * np.abs(want_grad).max())
+    assert (got == 0).any() and (got != 0).sum() > 0.3 * got.size  # shifted off the image and on it
+
+
+def test_an_index_outside_the_images_is_refused_and_nan_stays_nan():
+    imgs = np.stack([smooth_blob(16, seed=s) for s in range(2)])
+    for bad in ([0, 2], [-1, 0]):
+        with pytest.raises(IndexError, match=r"\[0, 2\)"):
+            warp(imgs, np.zeros((2, 3)), index=np.array(bad))
+    out = warp(imgs, np.array([[np.nan, 0.0, 0.0], [0.0, 1e15, -1e15]]), index=np.array([0, 1]))
+    assert np.isnan(out[0]).all() and np.all(out[1] == 0)
+
+
+def test_the_array_code_takes_over_when_the_compiled_loop_is_off_or_wrong(monkeypatch, caplog):
+    pytest.importorskip("numba")
+    kernel_module = sys.modules["iastudio.core.warp_kernel"]
+    img = smooth_blob(24, seed=1)[None]
+    p = np.array([[0.4, 1.5, -0.5]])
+    monkeypatch.setattr(WARP, "_KERNEL", False)
+    want = warp(img, p)
+    monkeypatch.setenv("IASTUDIO_WARP", "numpy")
+    monkeypatch.setattr(WARP, "_KERNEL", None)
+    assert WARP._compiled() is None
+    monkeypatch.delenv("IASTUDIO_WARP")
+    monkeypatch.setattr(WARP, "_KERNEL", None)
+    monkeypatch.setattr(kernel_module, "keys_warp", lambda padded, params, index, out, grad, gradient: out.fill(0))
+    with caplog.at_level("INFO", logger="iastudio.core.warp"):
+        assert WARP._compiled() is None
+    assert "disagrees with the array code" in caplog.text
+    np.testing.assert_allclose(warp(img, p), want, rtol=1e-12)

@@ -1,0 +1,88 @@
+"""The Keys warp as one compiled loop over the output pixels (Numba, CPU).
+
+:func:`iastudio.core.warp.warp` uses this on NumPy arrays when Numba is
+installed; the array code in :mod:`iastudio.core.warp` serves CuPy and is the
+fall-back.  Both evaluate the same sum, ``sum_kl v[k, l] phi(row - k) phi(col -
+l)`` over the 4x4 taps around each sampled point, and the same chain rule for
+the derivative; this loop reads each tap once for the value and both
+derivatives instead of building the 16 gathered arrays, and keeps the
+coordinates and the sums in double precision (the array code rounds them to
+the images' dtype), so the two agree to the images' rounding.
+"""
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+PAD = 4  # the zero border the caller pads the images with (the same as the array code's)
+KEYS_A = -0.5
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _weights(f):
+    """The 4 tap weights for fraction ``f`` (taps ``floor - 1 .. floor + 2``)."""
+    a = KEYS_A
+    g = 1.0 - f
+    return (a * f * g * g, ((a + 2.0) * f - (a + 3.0)) * f * f + 1.0,
+            ((a + 2.0) * g - (a + 3.0)) * g * g + 1.0, a * g * f * f)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _derivatives(f):
+    """d/df of :func:`_weights`."""
+    a = KEYS_A
+    g = 1.0 - f
+    return (a * (g - 2.0 * f) * g, (3.0 * (a + 2.0) * f - 2.0 * (a + 3.0)) * f,
+            -(3.0 * (a + 2.0) * g - 2.0 * (a + 3.0)) * g, a * (2.0 * g - f) * f)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _dot4(row, c0, w):
+    return w[0] * row[c0] + w[1] * row[c0 + 1] + w[2] * row[c0 + 2] + w[3] * row[c0 + 3]
+
+
+@njit(nogil=True, cache=True)
+def keys_warp(padded, params, index, out, grad, gradient):
+    """Warp ``padded[index[b]]`` by ``params[b]`` into ``out[b]`` (and ``grad[b]``).
+
+    Parameters
+    ----------
+    padded : ndarray, shape (N, H + 2 PAD, W + 2 PAD)
+        The source images with a zero border of ``PAD`` pixels.
+    params : ndarray, shape (B, 3)
+        ``(theta, tx, ty)`` per output (see :mod:`iastudio.core.se2`).
+    index : ndarray of int, shape (B,)
+        Source of each output, ``0 <= index < N`` (not checked here).
+    out : ndarray, shape (B, H, W)
+    grad : ndarray, shape (B, 3, H, W)
+        Written only when ``gradient`` is True.
+    """
+    h, w = out.shape[1], out.shape[2]
+    mid_r, mid_c = (h - 1) / 2.0, (w - 1) / 2.0
+    for b in range(params.shape[0]):
+        img = padded[index[b]]
+        cos, sin = math.cos(params[b, 0]), math.sin(params[b, 0])
+        for i in range(h):
+            r = i - mid_r
+            for j in range(w):
+                c = j - mid_c
+                row = cos * r + sin * c + mid_r + params[b, 2]
+                col = -sin * r + cos * c + mid_c + params[b, 1]
+                r_floor, c_floor = math.floor(row), math.floor(col)
+                fr, fc = row - r_floor, col - c_floor
+                # a tap far outside is clipped into the zero border (NaN and huge shifts included)
+                r0 = min(max(int(r_floor) - 1, -PAD), h) + PAD if abs(row) < 1e9 else 0
+                c0 = min(max(int(c_floor) - 1, -PAD), w) + PAD if abs(col) < 1e9 else 0
+                wr, wc = _weights(fr), _weights(fc)
+                s = (_dot4(img[r0], c0, wc), _dot4(img[r0 + 1], c0, wc),
+                     _dot4(img[r0 + 2], c0, wc), _dot4(img[r0 + 3], c0, wc))
+                out[b, i, j] = wr[0] * s[0] + wr[1] * s[1] + wr[2] * s[2] + wr[3] * s[3]
+                if gradient:
+                    dr, dc = _derivatives(fr), _derivatives(fc)
+                    g_r = dr[0] * s[0] + dr[1] * s[1] + dr[2] * s[2] + dr[3] * s[3]
+                    g_c = (wr[0] * _dot4(img[r0], c0, dc) + wr[1] * _dot4(img[r0 + 1], c0, dc)
+                           + wr[2] * _dot4(img[r0 + 2], c0, dc) + wr[3] * _dot4(img[r0 + 3], c0, dc))
+                    grad[b, 0, i, j] = g_r * (-sin * r + cos * c) + g_c * (-cos * r - sin * c)
+                    grad[b, 1, i, j] = g_c
+                    grad[b, 2, i, j] = g_r
