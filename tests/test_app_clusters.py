@@ -244,6 +244,11 @@ def test_save_open_round_trip_through_the_app(fresh, tmp_path, qapp):
         w2.redraw()
         assert np.array_equal(w2.weights_view.image_item.image, w.weights_view.image_item.image)
         assert w2.clusters_panel.list.item(1).text().startswith("sevens")
+        # the run's k read-out and notes come back with it
+        evidence = w.clusters_panel.evidence.text()
+        assert evidence.startswith("Run: ") and m.final.result.notes[0] in evidence
+        assert w2.clusters_panel.evidence.text() == evidence
+        w2.clusters_panel.grab().save(str(tmp_path / "reopened_clusters_panel.png"))
         assert str(path) in w2.projects.recent("recent/projects")
         p = load_project(path)
         assert p.clusters == book and p.edits == edits
