@@ -238,24 +238,25 @@ def _compiled():
 def _checked_kernel():
     try:
         from .warp_kernel import PAD, keys_warp
-
-        rng = np.random.default_rng(0)
-        images = rng.random((2, 9, 7), dtype=np.float32)
-        params = np.array([[0.3, 0.7, -1.2], [-2.0, 3.5, 0.25], [0.1, 1e12, 0.0]])
+    except ImportError as exc:  # no Numba (e.g. the installer's app): the array code does the work
+        _log.info("warp: the array code is used (%s)", exc)
+        return None
+    try:
+        if PAD != _PAD:
+            raise ValueError(f"the compiled loop pads by {PAD} pixels, the array code by {_PAD}")
+        images = np.pad(np.random.default_rng(0).random((2, 9, 7), dtype=np.float32), [(0, 0), (PAD, PAD), (PAD, PAD)])
+        params = np.array([[0.3, 0.7, -1.2], [-2.0, 3.5, 0.25], [0.1, 1e12, 0.0]])  # the last: far outside
         index = np.array([0, 1, 1])
-        out = np.empty((3, 9, 7), np.float32)
-        grad = np.empty((3, 3, 9, 7), np.float32)
-        keys_warp(np.pad(images, [(0, 0), (PAD, PAD), (PAD, PAD)]), params, index, out, grad, True)
-        pad = [(0, 0), (_PAD, _PAD), (_PAD, _PAD)]
-        want = np.empty_like(out), np.empty_like(grad)
+        got = np.empty((3, 9, 7), np.float32), np.empty((3, 3, 9, 7), np.float32)
+        want = np.empty_like(got[0]), np.empty_like(got[1])
+        keys_warp(images, params, index, *got, True)
         rr, cc = np.arange(9.0, dtype=np.float32)[:, None] - 4.0, np.arange(7.0, dtype=np.float32)[None, :] - 3.0
-        _warp_block(np.pad(images, pad).reshape(-1), params, index, rr, cc, 9, 7, 9 + 2 * _PAD, 7 + 2 * _PAD,
-                    np.float32, np, *want)
-        if PAD != _PAD or not (np.allclose(out, want[0], atol=1e-4) and np.allclose(grad, want[1], atol=1e-3)):
+        _warp_block(images.reshape(-1), params, index, rr, cc, 9, 7, 9 + 2 * PAD, 7 + 2 * PAD, np.float32, np, *want)
+        if not (np.allclose(got[0], want[0], atol=1e-4) and np.allclose(got[1], want[1], atol=1e-3)):
             raise ValueError("the compiled Keys warp disagrees with the array code")
         return keys_warp
-    except Exception as exc:  # no Numba, or it cannot compile here: the array code does the work
-        _log.info("warp: the array code is used (%s: %s)", type(exc).__name__, exc)
+    except Exception as exc:  # Numba cannot compile here, or the loop is wrong: the array code does the work
+        _log.warning("warp: the array code is used (%s: %s)", type(exc).__name__, exc)
         return None
 
 

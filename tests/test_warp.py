@@ -198,7 +198,11 @@ def test_the_array_code_takes_over_when_the_compiled_loop_is_off_or_wrong(monkey
     monkeypatch.delenv("IASTUDIO_WARP")
     monkeypatch.setattr(WARP, "_KERNEL", None)
     monkeypatch.setattr(kernel_module, "keys_warp", lambda padded, params, index, out, grad, gradient: out.fill(0))
-    with caplog.at_level("INFO", logger="iastudio.core.warp"):
+    with caplog.at_level("WARNING", logger="iastudio.core.warp"):
         assert WARP._compiled() is None
     assert "disagrees with the array code" in caplog.text
+    np.testing.assert_allclose(warp(img, p), want, rtol=1e-12)
+    monkeypatch.setitem(sys.modules, "iastudio.core.warp_kernel", None)  # as without Numba: the import fails
+    monkeypatch.setattr(WARP, "_KERNEL", None)
+    assert WARP._compiled() is None
     np.testing.assert_allclose(warp(img, p), want, rtol=1e-12)
