@@ -170,6 +170,7 @@ def about_text(model) -> str:
 
     from iastudio.core import __version__
     from iastudio.core.logs import log_dir
+    from iastudio.core.warp import describe_code
 
     from .model import gpu_status
 
@@ -187,6 +188,7 @@ def about_text(model) -> str:
         f"Qt {qVersion()}, PySide6 {PySide6.__version__}",
         f"NumPy {numpy.__version__}",
         f"CuPy {cupy_v}",
+        f"CPU image warps: {describe_code()}",
         f"Backend: {backend}",
         f"GPU: {reason if ok else 'none — running on the CPU (' + reason + ')'}",
         f"Logs: {log_dir()}",

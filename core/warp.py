@@ -19,7 +19,7 @@ import numpy as np
 
 from .backend import array_module, block_elements, cpu_count
 
-__all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp", "parallel_map"]
+__all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp", "parallel_map", "describe_code"]
 
 KEYS_A = -0.5
 _PAD = 4  # zero border; a tap index is clipped into it when it falls far outside
@@ -215,6 +215,10 @@ def _returned(out, grad, single, gradient):
 
 
 _KERNEL = None  # the compiled loop once looked up; False: not available
+_OFF = "IASTUDIO_WARP=numpy"  # why the array code is used ...
+_NO_NUMBA = "Numba is not installed"
+_FAILED = "the compiled loop failed its check: see the log"
+_WHY_NOT = ""  # why the array code is used, once looked up
 _KERNEL_LOCK = threading.Lock()
 _log = logging.getLogger(__name__)
 
@@ -226,20 +230,58 @@ def _compiled():
     cannot be compiled, or disagrees with the array code on a small known
     case, the array code is used instead and the reason is logged.
     """
-    global _KERNEL
+    global _KERNEL, _WHY_NOT
     if _KERNEL is None:
         with _KERNEL_LOCK:  # one look-up, and no call uses the array code while another compiles
-            if _KERNEL is None:
-                on = os.environ.get("IASTUDIO_WARP", "").strip().lower() != "numpy"
-                _KERNEL = (_checked_kernel() if on else None) or False
+            if _KERNEL is None and _switched_off():
+                _KERNEL, _WHY_NOT = False, _OFF
+            elif _KERNEL is None:
+                _KERNEL = _checked_kernel() or False
     return _KERNEL or None
 
 
+def describe_code() -> str:
+    """Which code warps NumPy images, in words (e.g. for an About box); compiles nothing.
+
+    Returns
+    -------
+    str
+        ``"compiled loop (Numba 0.68.1)"`` (``", at the first warp"`` added
+        before it is first used), or ``"NumPy array code (why)"``.
+    """
+    from importlib.util import find_spec
+
+    if _KERNEL is None:  # not looked up yet
+        if _switched_off():
+            return f"NumPy array code ({_OFF})"
+        if find_spec("numba") is None:
+            return f"NumPy array code ({_NO_NUMBA})"
+        return f"compiled loop ({_numba_version()}, at the first warp)"
+    if _KERNEL is False:
+        return f"NumPy array code ({_WHY_NOT})"
+    return f"compiled loop ({_numba_version()})"
+
+
+def _numba_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"Numba {version('numba')}"
+    except PackageNotFoundError:
+        return "Numba"
+
+
+def _switched_off() -> bool:
+    return os.environ.get("IASTUDIO_WARP", "").strip().lower() == "numpy"
+
+
 def _checked_kernel():
+    global _WHY_NOT
     try:
         from .warp_kernel import PAD, keys_warp
     except ImportError as exc:  # no Numba (e.g. the installer's app): the array code does the work
         _log.info("warp: the array code is used (%s)", exc)
+        _WHY_NOT = _NO_NUMBA
         return None
     try:
         if PAD != _PAD:
@@ -257,6 +299,7 @@ def _checked_kernel():
         return keys_warp
     except Exception as exc:  # Numba cannot compile here, or the loop is wrong: the array code does the work
         _log.warning("warp: the array code is used (%s: %s)", type(exc).__name__, exc)
+        _WHY_NOT = _FAILED
         return None
 
 

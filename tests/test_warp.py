@@ -191,18 +191,24 @@ def test_the_array_code_takes_over_when_the_compiled_loop_is_off_or_wrong(monkey
     img = smooth_blob(24, seed=1)[None]
     p = np.array([[0.4, 1.5, -0.5]])
     monkeypatch.setattr(WARP, "_KERNEL", False)
+    monkeypatch.setattr(WARP, "_WHY_NOT", WARP._WHY_NOT)  # put back afterwards
     want = warp(img, p)
-    monkeypatch.setenv("IASTUDIO_WARP", "numpy")
     monkeypatch.setattr(WARP, "_KERNEL", None)
+    assert WARP.describe_code().startswith("compiled loop (Numba ") and "at the first warp" in WARP.describe_code()
+    monkeypatch.setenv("IASTUDIO_WARP", "numpy")
+    assert WARP.describe_code() == "NumPy array code (IASTUDIO_WARP=numpy)"
     assert WARP._compiled() is None
+    assert WARP.describe_code() == "NumPy array code (IASTUDIO_WARP=numpy)"
     monkeypatch.delenv("IASTUDIO_WARP")
     monkeypatch.setattr(WARP, "_KERNEL", None)
     monkeypatch.setattr(kernel_module, "keys_warp", lambda padded, params, index, out, grad, gradient: out.fill(0))
     with caplog.at_level("WARNING", logger="iastudio.core.warp"):
         assert WARP._compiled() is None
     assert "disagrees with the array code" in caplog.text
+    assert WARP.describe_code() == "NumPy array code (the compiled loop failed its check: see the log)"
     np.testing.assert_allclose(warp(img, p), want, rtol=1e-12)
     monkeypatch.setitem(sys.modules, "iastudio.core.warp_kernel", None)  # as without Numba: the import fails
     monkeypatch.setattr(WARP, "_KERNEL", None)
     assert WARP._compiled() is None
+    assert WARP.describe_code() == "NumPy array code (Numba is not installed)"
     np.testing.assert_allclose(warp(img, p), want, rtol=1e-12)
