@@ -152,6 +152,7 @@ class Session:
         self.dirty = False
         self.revision = 0  # grows with every change that makes the session dirty (see mark_saved)
         self.elapsed = 0.0  # seconds the run has been running, over every Resume
+        self._opened_parameters: dict = {}  # an opened project's run parameters (its run is not live)
         self._clients: dict = {}  # Dask clients by address, kept between runs
 
     # ------------------------------------------------------------------ small helpers
@@ -685,8 +686,11 @@ class Session:
         the size of the images is copied.
         """
         res = self.result
-        params = copy.deepcopy(vars(self.run.settings)) if self.run is not None else {}
-        params["sigmas"] = list(params.get("sigmas", []))
+        if self.run is None and res is not None:  # an opened project's result: its saved parameters again
+            params = copy.deepcopy(self._opened_parameters)
+        else:
+            params = copy.deepcopy(vars(self.run.settings)) if self.run is not None else {}
+            params["sigmas"] = list(params.get("sigmas", []))
         if self.run is not None:
             params["backend"] = self.run.backend.name
             params["beta_used"] = None
@@ -770,6 +774,7 @@ class Session:
         self.latest = st["frames"][-1] if st["frames"] else None
         self.final = st["final"]
         self.elapsed = st["elapsed"]
+        self._opened_parameters = st["parameters"]
         self.book = st["book"]
         self.history.clear()
         self.edits = st["edits"]
@@ -814,7 +819,8 @@ def _state_from_project(proj: Project, path) -> dict:
     return {"data": data, "size": int(proj.size), "canvas": canvas, "base": base, "transforms": transforms,
             "working": working, "frames": frames, "final": final, "book": proj.clusters,
             "edits": list(proj.edits), "path": str(path), "missing": missing,
-            "elapsed": float(elapsed) if isinstance(elapsed, (int, float)) else 0.0}
+            "elapsed": float(elapsed) if isinstance(elapsed, (int, float)) else 0.0,
+            "parameters": copy.deepcopy(dict(proj.parameters))}
 
 
 @dataclass

@@ -283,6 +283,10 @@ def _checked_kernel():
         _log.info("warp: the array code is used (%s)", exc)
         _WHY_NOT = _NO_NUMBA
         return None
+    except Exception as exc:  # Numba is there but cannot set the loop up (e.g. a broken llvmlite)
+        _log.warning("warp: the array code is used (%s: %s)", type(exc).__name__, exc)
+        _WHY_NOT = _FAILED
+        return None
     try:
         if PAD != _PAD:
             raise ValueError(f"the compiled loop pads by {PAD} pixels, the array code by {_PAD}")
@@ -304,17 +308,22 @@ def _checked_kernel():
 
 
 def _channels_compiled(images, params, index, out, grad, parallel):
-    """Colour images through the compiled loop: channel ``c`` of source ``i`` is plane ``i * C + c``."""
+    """Colour images through the compiled loop: channel ``c`` of source ``i`` is plane ``i * C + c``.
+
+    The transforms go in chunks, so the channel-first results stay bounded (``_CHUNK_ELEMENTS`` each).
+    """
     n, h, w, c = images.shape
     planes = np.ascontiguousarray(np.moveaxis(images, 3, 1)).reshape(n * c, h, w)
-    result = warp(planes, np.repeat(params, c, axis=0), index=(index[:, None] * c + np.arange(c)).reshape(-1),
-                  gradient=grad is not None, parallel=parallel)
-    b = params.shape[0]
-    if grad is None:
-        out[...] = np.moveaxis(result.reshape(b, c, h, w), 1, 3)
-        return
-    out[...] = np.moveaxis(result[0].reshape(b, c, h, w), 1, 3)
-    grad[...] = np.moveaxis(result[1].reshape(b, c, 3, h, w), 1, 4)
+    chunk = max(1, 8 * _CHUNK_ELEMENTS // (h * w * c))
+    for lo in range(0, params.shape[0], chunk):
+        hi = min(params.shape[0], lo + chunk)
+        result = warp(planes, np.repeat(params[lo:hi], c, axis=0), gradient=grad is not None, parallel=parallel,
+                      index=(index[lo:hi, None] * c + np.arange(c)).reshape(-1))
+        if grad is None:
+            out[lo:hi] = np.moveaxis(result.reshape(hi - lo, c, h, w), 1, 3)
+            continue
+        out[lo:hi] = np.moveaxis(result[0].reshape(hi - lo, c, h, w), 1, 3)
+        grad[lo:hi] = np.moveaxis(result[1].reshape(hi - lo, c, 3, h, w), 1, 4)
 
 
 def _outputs(out, gradient, shape, dtype, xp):

@@ -13,13 +13,23 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
+import numba
 
 PAD = 4  # the zero border the caller pads the images with (the same as the array code's)
 KEYS_A = -0.5
 
 
-@njit(nogil=True, cache=True, inline="always")
+def _compiled(**options):
+    """``numba.njit(nogil=True, cache=True)``; without the on-disk cache where Numba has no folder to write it."""
+    def decorate(fn):
+        try:
+            return numba.njit(nogil=True, cache=True, **options)(fn)
+        except RuntimeError:  # "cannot cache function ...: no locator available": compile in each process
+            return numba.njit(nogil=True, **options)(fn)
+    return decorate
+
+
+@_compiled(inline="always")
 def _weights(f):
     """The 4 tap weights for fraction ``f`` (taps ``floor - 1 .. floor + 2``)."""
     a = KEYS_A
@@ -28,7 +38,7 @@ def _weights(f):
             ((a + 2.0) * g - (a + 3.0)) * g * g + 1.0, a * g * f * f)
 
 
-@njit(nogil=True, cache=True, inline="always")
+@_compiled(inline="always")
 def _derivatives(f):
     """d/df of :func:`_weights`."""
     a = KEYS_A
@@ -37,12 +47,12 @@ def _derivatives(f):
             -(3.0 * (a + 2.0) * g - 2.0 * (a + 3.0)) * g, a * (2.0 * g - f) * f)
 
 
-@njit(nogil=True, cache=True, inline="always")
+@_compiled(inline="always")
 def _dot4(row, c0, w):
     return w[0] * row[c0] + w[1] * row[c0 + 1] + w[2] * row[c0 + 2] + w[3] * row[c0 + 3]
 
 
-@njit(nogil=True, cache=True)
+@_compiled()
 def keys_warp(padded, params, index, out, grad, gradient):
     """Warp ``padded[index[b]]`` by ``params[b]`` into ``out[b]`` (and ``grad[b]``).
 

@@ -331,7 +331,9 @@ def test_autosave_and_crash_recovery(fresh, home, qapp, monkeypatch):
 def test_about_help_and_geometry(fresh, qapp, monkeypatch):
     w = fresh
     text = about_text(w.model)
-    for needle in ("Python", "Qt", "NumPy", "CuPy", "Backend", "GPU", "CPU image warps: compiled loop (Numba"):
+    from iastudio.core.warp import describe_code
+
+    for needle in ("Python", "Qt", "NumPy", "CuPy", "Backend", "GPU", f"CPU image warps: {describe_code()}"):
         assert needle in text
     dlg = w.show_about()
     copy = [b for b in dlg.findChildren(type(w.clusters_panel.rename_btn)) if b.text() == "Copy to clipboard"][0]

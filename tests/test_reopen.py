@@ -60,6 +60,12 @@ def test_the_run_notes_and_the_k_choice_come_back(finished, tmp_path):
     assert back.notes == live.notes
     assert back.k_choice.as_dict() == live.k_choice.as_dict()
     assert back.k_choice.describe(back.n_clusters) == live.k_choice.describe(live.n_clusters)
+    # saved again from the reopened session (e.g. after renaming a cluster): nothing of the run is lost
+    t.save_project(tmp_path / "again.iaproj")
+    assert load_project(tmp_path / "again.iaproj").parameters == load_project(tmp_path / "p.iaproj").parameters
+    u = Session()
+    u.open_project(tmp_path / "again.iaproj")
+    assert u.final.result.notes == live.notes and u.final.result.k_choice.as_dict() == live.k_choice.as_dict()
 
 
 @pytest.mark.parametrize("key, value, why", [

@@ -176,6 +176,36 @@ def test_the_compiled_loop_and_the_array_code_agree(dtype, monkeypatch, warp_cod
     assert (got == 0).any() and (got != 0).sum() > 0.3 * got.size  # shifted off the image and on it
 
 
+def test_colour_in_chunks_agrees_with_the_array_code(monkeypatch, warp_code):
+    if warp_code != "compiled":
+        pytest.skip("compares the two codes once")
+    imgs = np.stack([smooth_blob(40, seed=s) for s in range(6)], axis=-1).reshape(2, 40, 40, 3).astype(np.float32)
+    p = se2.random_transforms(300, rotation_range=180, shift_range=5, seed=3)  # more than one chunk of the loop
+    idx = np.random.default_rng(1).integers(0, 2, 300)
+    got = warp(imgs, p, index=idx, gradient=True)
+    monkeypatch.setattr(WARP, "_KERNEL", False)
+    want = warp(imgs, p, index=idx, gradient=True)
+    for a, b, tol in zip(got, want, (1e-5, 1e-4)):  # d/dtheta: the coordinates' rounding times the lever arm
+        np.testing.assert_allclose(a, b, rtol=0, atol=tol * np.abs(b).max())
+
+
+def test_the_loop_compiles_without_a_writable_cache(warp_code):
+    """A read-only install (no folder for Numba's cache): the loop is compiled in the process instead."""
+    import subprocess
+
+    if warp_code != "compiled":
+        pytest.skip("once")
+    script = (
+        "import numba.core.caching as c, numpy as np, importlib\n"
+        "def read_only(self): raise PermissionError('read-only')\n"
+        "c._CacheLocator.ensure_cache_path = read_only\n"
+        "w = importlib.import_module('iastudio.core.warp')\n"
+        "print(w.warp(np.ones((1, 8, 8)), np.zeros(3)).sum() > 0, w.describe_code())\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().startswith("True compiled loop (Numba"), out.stdout
+
+
 def test_an_index_outside_the_images_is_refused_and_nan_stays_nan():
     imgs = np.stack([smooth_blob(16, seed=s) for s in range(2)])
     for bad in ([0, 2], [-1, 0]):
