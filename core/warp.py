@@ -164,12 +164,29 @@ def warp(images, params, *, index=None, gradient=False, parallel=True, out=None)
     index = _source_index(index, images.shape[0], b, xp)
     out, grad = _outputs(out, gradient, (b,) + images.shape[1:], dtype, xp)
     kernel = _compiled() if xp is np else None
+    images, index = _used_sources(images, index, xp)
     images = images.astype(dtype, copy=False)
     if kernel is not None and images.ndim == 4:  # colour: each channel as an image of its own
         _channels_compiled(images, params, index, out, grad, parallel)
     else:
         _warp_blocks(images, params, index, out, grad, kernel=kernel, parallel=parallel, xp=xp)
     return _returned(out, grad, single, gradient)
+
+
+def _used_sources(images, index, xp):
+    """Only the source images the transforms use, and the index into them.
+
+    The warp pads its sources (a copy): a call that warps a few of many images
+    (a block of pairs out of thousands of images) then copies those few, not
+    all of them, so its cost does not grow with the size of the set.
+    """
+    n_src = images.shape[0]
+    if n_src <= 1 or index.shape[0] >= 4 * n_src:  # most sources are used: nothing to gain
+        return images, index
+    used = xp.unique(index)
+    if 2 * int(used.shape[0]) > n_src:
+        return images, index
+    return images[used], xp.searchsorted(used, index)
 
 
 def _warp_blocks(images, params, index, out, grad, *, kernel, parallel, xp):

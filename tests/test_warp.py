@@ -105,6 +105,19 @@ def test_batch_index_and_broadcast():
     assert single.shape == (24, 24)
 
 
+def test_a_few_of_many_sources_warp_as_alone():
+    imgs = np.stack([smooth_blob(20, seed=s) for s in range(20)]).astype(np.float32)
+    p = se2.random_transforms(3, rotation_range=180, shift_range=2, seed=4)
+    idx = np.array([17, 3, 17])  # 2 of 20 sources: only those are padded
+    out, grad = warp(imgs, p, index=idx, gradient=True)
+    for k in range(3):
+        alone = warp(imgs[idx[k]][None], p[k], gradient=True)
+        np.testing.assert_array_equal(out[k], alone[0])
+        np.testing.assert_array_equal(grad[k], alone[1])
+    colour = np.stack([imgs, imgs[::-1]], axis=-1)
+    np.testing.assert_array_equal(warp(colour, p, index=idx)[..., 1], warp(imgs[::-1], p, index=idx))
+
+
 def test_colour_channels_warp_like_gray():
     imgs = np.stack([smooth_blob(24, seed=s) for s in range(3)], axis=-1)[None]
     p = np.array([[0.5, 1.0, 0.5]])
