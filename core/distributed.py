@@ -66,8 +66,7 @@ def connect(address: str, *, timeout: float = _CONNECT_TIMEOUT_S):
         Dask is not installed, the address is malformed or nothing answers
         there within ``timeout`` seconds (the message names the address).
     """
-    distributed = _import_distributed()
-    address = str(address).strip()
+    address = str(address).strip()  # a malformed address is said to be so, with or without Dask
     if address.startswith("local:") or address == "local":
         text = address.partition(":")[2] or "2"
         try:
@@ -76,6 +75,7 @@ def connect(address: str, *, timeout: float = _CONNECT_TIMEOUT_S):
             raise DaskUnavailableError(f"--dask {address}: local:N needs a whole number of workers") from None
         if n < 1:
             raise DaskUnavailableError(f"--dask {address}: local:N needs at least one worker")
+        distributed = _import_distributed()
         cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                            dashboard_address=None)
         client = distributed.Client(cluster, timeout=timeout)
@@ -85,6 +85,7 @@ def connect(address: str, *, timeout: float = _CONNECT_TIMEOUT_S):
         if ":" not in address:
             raise DaskUnavailableError(f"--dask {address!r}: expected local:N or tcp://host:port")
         address = "tcp://" + address
+    distributed = _import_distributed()
     try:
         return distributed.Client(address, timeout=timeout)
     except (OSError, TimeoutError) as exc:

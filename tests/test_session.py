@@ -230,6 +230,21 @@ def test_a_bad_dask_address_refuses_to_start_and_says_why():
     assert "Cannot start" in messages[-1] and "whole number of workers" in messages[-1]
 
 
+def test_a_malformed_dask_address_is_named_with_or_without_dask(monkeypatch):
+    import sys
+
+    from iastudio.core.distributed import DaskUnavailableError, connect
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as without the [dask] extra
+    with pytest.raises(DaskUnavailableError, match="whole number of workers"):
+        connect("local:many")
+    with pytest.raises(DaskUnavailableError, match="expected local:N or tcp://host:port"):
+        connect("nowhere")
+    for good in ("local:2", "tcp://127.0.0.1:8786"):
+        with pytest.raises(DaskUnavailableError, match=r"Dask is not installed \(pip install"):
+            connect(good)
+
+
 @pytest.mark.slow
 def test_a_run_on_a_local_dask_cluster_equals_the_local_run():
     pytest.importorskip("distributed")
