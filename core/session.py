@@ -693,8 +693,7 @@ class Session:
             params["sigmas"] = list(params.get("sigmas", []))
         if self.run is not None:
             params["backend"] = self.run.backend.name
-            params["beta_used"] = None
-            params.update(run_record(res))
+            params.update(run_record(res) or {"beta_used": None})
             params["elapsed"] = self.elapsed
         book = None if self.book is None else replace(self.book, names=dict(self.book.names))
         return Project(

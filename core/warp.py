@@ -293,35 +293,27 @@ def _switched_off() -> bool:
 
 
 def _checked_kernel():
+    """The compiled loop, once it gives the array code's answer on a small known case; else None (logged)."""
     global _WHY_NOT
     try:
-        from .warp_kernel import PAD, keys_warp
-    except ImportError as exc:  # no Numba (e.g. the installer's app): the array code does the work
-        _log.info("warp: the array code is used (%s)", exc)
-        _WHY_NOT = _NO_NUMBA
-        return None
-    except Exception as exc:  # Numba is there but cannot set the loop up (e.g. a broken llvmlite)
-        _log.warning("warp: the array code is used (%s: %s)", type(exc).__name__, exc)
-        _WHY_NOT = _FAILED
-        return None
-    try:
-        if PAD != _PAD:
-            raise ValueError(f"the compiled loop pads by {PAD} pixels, the array code by {_PAD}")
-        images = np.pad(np.random.default_rng(0).random((2, 9, 7), dtype=np.float32), [(0, 0), (PAD, PAD), (PAD, PAD)])
+        from .warp_kernel import keys_warp
+
+        images = np.random.default_rng(0).random((2, 9, 7), dtype=np.float32)
         params = np.array([[0.3, 0.7, -1.2], [-2.0, 3.5, 0.25], [0.1, 1e12, 0.0]])  # the last: far outside
         index = np.array([0, 1, 1])
-        got = np.empty((3, 9, 7), np.float32), np.empty((3, 3, 9, 7), np.float32)
-        want = np.empty_like(got[0]), np.empty_like(got[1])
-        keys_warp(images, params, index, *got, True)
-        rr, cc = np.arange(9.0, dtype=np.float32)[:, None] - 4.0, np.arange(7.0, dtype=np.float32)[None, :] - 3.0
-        _warp_block(images.reshape(-1), params, index, rr, cc, 9, 7, 9 + 2 * PAD, 7 + 2 * PAD, np.float32, np, *want)
+        got, want = ((np.empty((3, 9, 7), np.float32), np.empty((3, 3, 9, 7), np.float32)) for _ in range(2))
+        for kernel, (out, grad) in ((keys_warp, got), (None, want)):
+            _warp_blocks(images, params, index, out, grad, kernel=kernel, parallel=False, xp=np)
         if not (np.allclose(got[0], want[0], atol=1e-4) and np.allclose(got[1], want[1], atol=1e-3)):
             raise ValueError("the compiled Keys warp disagrees with the array code")
         return keys_warp
-    except Exception as exc:  # Numba cannot compile here, or the loop is wrong: the array code does the work
+    except ImportError as exc:  # no Numba (e.g. the installer's app): the array code does the work
+        _log.info("warp: the array code is used (%s)", exc)
+        _WHY_NOT = _NO_NUMBA
+    except Exception as exc:  # Numba cannot set the loop up or compile it here, or the loop is wrong
         _log.warning("warp: the array code is used (%s: %s)", type(exc).__name__, exc)
         _WHY_NOT = _FAILED
-        return None
+    return None
 
 
 def _channels_compiled(images, params, index, out, grad, parallel):

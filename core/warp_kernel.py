@@ -15,8 +15,8 @@ import math
 
 import numba
 
-PAD = 4  # the zero border the caller pads the images with (the same as the array code's)
-KEYS_A = -0.5
+from .warp import _PAD as PAD  # the zero border the caller pads the images with
+from .warp import KEYS_A
 
 
 def _compiled(**options):

@@ -95,11 +95,10 @@ def test_a_run_whose_iteration_was_undone_has_one_point_per_distance_kept(finish
     builder = FrameBuilder()
     for snap in snaps[:-1]:
         builder.frame(snap)
-    kept = builder.history[:1]
     undone = replace(snaps[-1], iteration=0, distances=first.distances)  # the guard kept the inputs' clusters
     fr = builder.frame(undone)
     assert len(fr.distance_history) == 1 and fr.distance_history[0] is first.distances
-    assert len(fr.curves["median"]) == 1 and kept[0] is first.distances
+    assert len(fr.curves["median"]) == 1
     builder = FrameBuilder()
     frames = [builder.frame(snap) for snap in snaps]
     assert len(frames[-1].curves["median"]) == snaps[-1].iteration + 1
