@@ -103,9 +103,17 @@ def asked():
 
 @pytest.fixture
 def window(qtbot):
-    """A shown main window; its model's threads are stopped afterwards."""
+    """A shown main window; its model's threads are stopped afterwards.
+
+    Earlier tests' Qt objects are collected here, on the GUI thread: left to Python's automatic
+    collection they could be destroyed in another thread (e.g. a Dask client's IO loop), where
+    PySide's destructor and the GUI thread can deadlock on the GIL and a Qt mutex.
+    """
+    import gc
+
     from iastudio.app.main_window import MainWindow
 
+    gc.collect()
     w = MainWindow()
     qtbot.addWidget(w)
     w.show()
