@@ -90,7 +90,7 @@ def _start(args) -> int:
         log.exception("Qt failed to load")
         print(f"ia-studio: cannot start the window: {exc} (details in {log_path})", file=sys.stderr)
         return 1
-    from .main_window import APP_NAME, MainWindow
+    from .main_window import APP_NAME
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName(APP_NAME)
@@ -100,6 +100,18 @@ def _start(args) -> int:
 
     app.setWindowIcon(app_icon())
     install_excepthook()
+    from .collector import GuiThreadCollector
+
+    collector = GuiThreadCollector(app)  # Qt objects in reference cycles die on the GUI thread, not a worker's
+    try:
+        return _show(app, args)
+    finally:
+        collector.stop()
+
+
+def _show(app, args) -> int:
+    from .main_window import MainWindow
+
     window = MainWindow(recover=not (args.selftest or args.quit_after_show))
     window.show()
     if args.quit_after_show:

@@ -598,22 +598,15 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         s = self.settings
         if s.method == "ia":
             k = None if s.group == "e2" else resolve_neighbors(s.neighbors, self.n)
-            pairs = probes = None
-            if k is not None:
-                from .neighbors import candidate_pairs, probe_pairs
-
-                pairs = candidate_pairs(feats, k)
-                probes = probe_pairs(pairs, self.n)
-                key = np.union1d(pairs[0] * self.n + pairs[1], probes[0] * self.n + probes[1])
-                pairs = (key // self.n, key % self.n)  # both aligned together
-            sim = invariant_distances(feats, angle_step=s.angle_step, rotation_range=s.rotation_range, pairs=pairs,
-                                      client=self.client, on_progress=self._stage_progress, group=s.group)
-            if pairs is None:
+            opts = dict(angle_step=s.angle_step, rotation_range=s.rotation_range, client=self.client,
+                        on_progress=self._stage_progress)
+            if k is None:
+                sim = invariant_distances(feats, group=s.group, **opts)
                 out = (sim.distances, sim.transforms, sim.mirrored, None)
             else:
-                from .neighbors import split_probes
+                from .neighbors import pruned_distances
 
-                graph, sample = split_probes(sim.distances, probes)
+                sim, graph, sample = pruned_distances(feats, k, **opts)
                 out = (graph, sim, sim.mirrored, sample)
         else:
             out = (plain_distances(feats), np.zeros((self.n, self.n, 3)), np.zeros((self.n, self.n), dtype=bool),

@@ -137,9 +137,9 @@ class KChoice:
 
     def as_dict(self) -> dict:
         """Plain JSON-able form (``summary.json``)."""
-        return {"k": int(self.k), "scale": int(self.scale), "confidence": round(float(self.confidence), 4),
+        return {"k": int(self.k), "scale": int(self.scale), "confidence": float(self.confidence),
                 "method": self.method,
-                "candidates": [{"k": int(k), "score": round(float(s), 4)} for k, s in self.candidates]}
+                "candidates": [{"k": int(k), "score": float(s)} for k, s in self.candidates]}
 
     @classmethod
     def from_dict(cls, d) -> KChoice:

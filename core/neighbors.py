@@ -16,6 +16,12 @@ rotationally-invariant class averaging:
    rotation (phase along the angle kept), and the top ``K`` are the image's
    candidates.  The union of the candidate lists is the graph on which the
    full alignment (global search + refinement) runs.
+3. **Shared neighbours.**  The features miss a few true neighbours (a
+   digit's nearest image can rank 40th by feature).  Two images that share
+   a near neighbour are often near each other (the step of nearest-neighbour
+   descent), so the pairs of images with a common neighbour among their
+   ``SHARED_NEAREST`` nearest *aligned* images are aligned too
+   (:func:`shared_neighbor_pairs`, about 4 more pairs per image).
 
 On that graph W, its column sums and the affinity of the read-out are sparse
 (:func:`iastudio.core.weights.attention_weights` and
@@ -27,6 +33,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .backend import array_module, fft_module, ndimage_module, to_host
+from .clustering import nearest_pairs
+from .similarity import invariant_distances, join_pair_results
 from .weights import graph_affinity
 
 __all__ = [
@@ -36,6 +44,8 @@ __all__ = [
     "invariant_features",
     "candidate_pairs",
     "probe_pairs",
+    "shared_neighbor_pairs",
+    "pruned_distances",
     "split_probes",
     "graph_map",
     "graph_curves",
@@ -46,6 +56,12 @@ AUTO_ALL_PAIRS_MAX = 300
 AUTO_K = 30
 #: random pairs off the candidate graph aligned per image, for the read-out's silhouette
 PROBES = 5
+#: ... and at least this many in all (every pair off the graph where there are fewer)
+MIN_PROBES = 2000
+#: images sharing one of their this many nearest aligned neighbours are aligned too
+SHARED_NEAREST = 4
+#: share of a pruned similarity stage's progress given to its first pass (the candidates)
+_FIRST_PASS = 0.9
 
 
 def resolve_neighbors(neighbors, n: int) -> int | None:
@@ -189,14 +205,17 @@ def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
     return key // n, key % n
 
 
-def probe_pairs(pairs, n: int, *, per_image: int = PROBES, seed: int = 0):
+def probe_pairs(pairs, n: int, *, per_image: int = PROBES, at_least: int = MIN_PROBES, seed: int = 0):
     """Random pairs off the candidate graph: a sample of the distances it leaves out.
 
     A silhouette needs every image's mean distance to every cluster; the
     graph holds only each image's nearest distances.  Aligning a few random
     other pairs per image gives, pooled over a cluster, an unbiased estimate
     of the mean distance between two clusters beyond the graph
-    (:func:`iastudio.core.clustering.silhouette` uses it).
+    (:func:`iastudio.core.clustering.silhouette` uses it).  The sample has
+    at least about ``at_least`` pairs, so that its precision does not fall
+    with ``n``; where the graph leaves out no more than that, every pair it
+    leaves out is a probe (the silhouette is then exact).
 
     Parameters
     ----------
@@ -206,7 +225,9 @@ def probe_pairs(pairs, n: int, *, per_image: int = PROBES, seed: int = 0):
         Number of images.
     per_image : int
         Random partners drawn per image (pairs already on the graph and
-        repeats are dropped).
+        repeats are dropped), raised to ``ceil(at_least / n)``.
+    at_least : int
+        Pairs wanted in all.
     seed : int
         Seed of the draw (a run is reproducible).
 
@@ -223,13 +244,106 @@ def probe_pairs(pairs, n: int, *, per_image: int = PROBES, seed: int = 0):
     """
     if n < 2 or per_image < 1:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    rng = np.random.default_rng(seed)
-    i = np.repeat(np.arange(n, dtype=np.int64), per_image)
-    j = rng.integers(0, n - 1, i.size)
-    j += j >= i  # never the image itself
-    key = np.unique(np.minimum(i, j) * n + np.maximum(i, j))
-    key = key[~np.isin(key, np.asarray(pairs[0], np.int64) * n + np.asarray(pairs[1], np.int64))]
+    on_graph = np.unique(np.asarray(pairs[0], np.int64) * n + np.asarray(pairs[1], np.int64))
+    if n * (n - 1) // 2 - on_graph.size <= at_least:  # few left out: all of them
+        rows, cols = np.triu_indices(n, 1)
+        key = rows.astype(np.int64) * n + cols
+    else:
+        rng = np.random.default_rng(seed)
+        i = np.repeat(np.arange(n, dtype=np.int64), max(per_image, -(-at_least // n)))
+        j = rng.integers(0, n - 1, i.size)
+        j += j >= i  # never the image itself
+        key = np.unique(np.minimum(i, j) * n + np.maximum(i, j))
+    key = key[~np.isin(key, on_graph)]
     return key // n, key % n
+
+
+def shared_neighbor_pairs(distances, *, nearest: int = SHARED_NEAREST, aligned=None):
+    """The pairs not yet aligned whose two images share a near neighbour.
+
+    ``i`` and ``l`` form such a pair when some image ``j`` is near both,
+    "near" meaning that one of the two is among the other's ``nearest``
+    nearest aligned images (the symmetric graph of
+    :func:`iastudio.core.clustering.nearest_pairs`): two steps on that graph.
+
+    Parameters
+    ----------
+    distances : scipy.sparse matrix, shape (n, n)
+        A pruned run's aligned distances on its candidate graph (symmetric;
+        a stored zero is a real zero distance).
+    nearest : int
+        Nearest aligned neighbours per image that count as near.
+    aligned : scipy.sparse matrix, shape (n, n), optional
+        Pairs already aligned (its stored entries), left out; default: those
+        of ``distances``.
+
+    Returns
+    -------
+    rows, cols : ndarray of int
+        Unique pairs with ``rows < cols``, sorted.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> d = sp.csr_matrix(np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0.]]))
+    >>> [p.tolist() for p in shared_neighbor_pairs(d, nearest=1)]
+    [[0], [2]]
+    """
+    near = nearest_pairs(sp.csr_matrix(distances), nearest=nearest)
+    near.data[:] = 1.0
+    two = sp.triu(near @ near, 1).tocsr()
+    done = sp.csr_matrix(distances if aligned is None else aligned, copy=True)
+    done.data[:] = 1.0  # symmetric: a stored entry is an aligned pair
+    new = (two - two.multiply(done)).tocoo()
+    keep = new.data > 0
+    n = near.shape[0]
+    key = np.unique(new.row[keep].astype(np.int64) * n + new.col[keep])
+    return key // n, key % n
+
+
+def pruned_distances(images, k: int, *, on_progress=None, **options):
+    """The invariant distances of a pruned run: its graph and its probes.
+
+    Aligns each image's ``k`` candidates (:func:`candidate_pairs`), then
+    the pairs of images that share a near neighbour on that graph
+    (:func:`shared_neighbor_pairs`) together with the probes
+    (:func:`probe_pairs`), drawn from the pairs left off the final graph so
+    that they sample exactly those.
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W[, C])
+        Unit-norm images on one canvas (NumPy or CuPy).
+    k : int
+        Candidates per image.
+    on_progress : callable(fraction), optional
+    **options
+        Passed to :func:`iastudio.core.similarity.invariant_distances`
+        (``angle_step``, ``rotation_range``, ``client``, ...).
+
+    Returns
+    -------
+    sim : SimilarityResult
+        Every pair aligned (sparse).
+    graph, sample : scipy.sparse.csr_matrix, shape (n, n)
+        The distances of the graph (candidates and shared-neighbour pairs)
+        and of the probes (see :func:`split_probes`).
+    """
+    n = images.shape[0]
+    progress = on_progress or (lambda f: None)
+    pairs = candidate_pairs(images, k)
+    first = invariant_distances(images, pairs=pairs, on_progress=lambda f: progress(_FIRST_PASS * f), **options)
+    shared = shared_neighbor_pairs(first.distances)
+    key = np.union1d(pairs[0] * n + pairs[1], shared[0] * n + shared[1])
+    probes = probe_pairs((key // n, key % n), n)  # a random sample of the pairs left off the final graph
+    key = np.union1d(shared[0] * n + shared[1], probes[0] * n + probes[1])
+    if key.size:
+        more = invariant_distances(images, pairs=(key // n, key % n),
+                                   on_progress=lambda f: progress(_FIRST_PASS + (1 - _FIRST_PASS) * f), **options)
+        first = join_pair_results(first, more)
+    graph, sample = split_probes(first.distances, probes)
+    progress(1.0)
+    return first, graph, sample
 
 
 def split_probes(distances, probes):

@@ -38,7 +38,7 @@ from .backend import array_module, block_elements, fft_module, in_blocks, ndimag
 from .gauss_newton import gauss_newton_step
 from .warp import parallel_map, warp
 
-__all__ = ["SimilarityResult", "invariant_distances", "plain_distances", "angle_grid"]
+__all__ = ["SimilarityResult", "invariant_distances", "join_pair_results", "plain_distances", "angle_grid"]
 
 _BLOCK = 1 << 22  # elements per temporary block
 _GPU_BLOCK = 1 << 24  # on a GPU: fewer, larger kernel launches
@@ -534,6 +534,32 @@ def _assemble(n, pi_host, pj_host, p_all, d_all, *, sparse):
     trans[pi_host, pj_host] = p_all
     trans[pj_host, pi_host] = se2.invert(p_all)
     return SimilarityResult(dist, trans)
+
+
+def join_pair_results(first: SimilarityResult, second: SimilarityResult) -> SimilarityResult:
+    """Two results on disjoint pairs of the same images as one (both sparse).
+
+    Examples
+    --------
+    >>> x = np.random.default_rng(0).random((3, 8, 8)).astype(np.float32)
+    >>> a = invariant_distances(x, pairs=([0], [1]), refine_steps=0)
+    >>> b = invariant_distances(x, pairs=([1], [2]), refine_steps=0)
+    >>> [p.tolist() for p in join_pair_results(b, a).pairs]
+    [[0, 1], [1, 2]]
+    """
+    if not (first.sparse and second.sparse):
+        raise ValueError("only results on candidate pairs can be joined")
+    n = first.distances.shape[0]
+    rows = np.concatenate([first.pairs[0], second.pairs[0]]).astype(np.int64)
+    cols = np.concatenate([first.pairs[1], second.pairs[1]]).astype(np.int64)
+    key = rows * n + cols
+    order = np.argsort(key, kind="stable")
+    if np.any(np.diff(key[order]) == 0):
+        raise ValueError("the two results share a pair")
+    dist = np.concatenate([np.asarray(r.distances[r.pairs[0], r.pairs[1]], dtype=float).ravel()
+                           for r in (first, second)])
+    params = np.concatenate([first.pair_transforms, second.pair_transforms])
+    return _assemble(n, rows[order], cols[order], params[order], dist[order], sparse=True)
 
 
 def align_pair_chunk(images, rows, cols, *, angle_step=5.0, rotation_range=None, candidates=6, refine_steps=6):

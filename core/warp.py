@@ -343,6 +343,8 @@ def _outputs(out, gradient, shape, dtype, xp):
     wanted = [shape, (shape[0], 3) + shape[1:]][:len(given)]
     if len(given) != (2 if gradient else 1) or any(a.shape != s or a.dtype != dtype for a, s in zip(given, wanted)):
         raise ValueError("out does not match the result's shape and dtype")
+    if not all(getattr(getattr(a, "flags", None), "writeable", True) for a in given):
+        raise ValueError("out is read-only")
     return given[0], given[1] if gradient else None
 
 

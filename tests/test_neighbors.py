@@ -22,11 +22,13 @@ from iastudio.core.neighbors import (
     candidate_pairs,
     invariant_features,
     probe_pairs,
+    pruned_distances,
     resolve_neighbors,
+    shared_neighbor_pairs,
     split_probes,
 )
 from iastudio.core.preprocess import preprocess
-from iastudio.core.similarity import invariant_distances
+from iastudio.core.similarity import invariant_distances, join_pair_results
 from iastudio.core.warp import warp
 from iastudio.core.weights import attention_weights, local_bandwidth
 
@@ -69,6 +71,56 @@ def test_candidates_recall_the_true_ten_nearest_invariant_neighbours(rotated_dig
     adj[rows, cols] = adj[cols, rows] = True
     recall = adj[np.arange(n)[:, None], true].mean()
     assert recall >= 0.95  # measured 0.99 (120 rotated digits, 24 px)
+
+
+def test_shared_neighbor_pairs_known_answer():
+    # each image's nearest: 0 -> 1, 1 -> 2, 2 -> 1, 3 -> 2, 4 -> 3: the near graph is the path 0-1-2-3-4
+    d = sp.csr_matrix(np.array([[0, 1, 5, 0, 0], [1, 0, 0.9, 0, 0], [5, 0.9, 0, 1, 0],
+                                [0, 0, 1, 0, 7], [0, 0, 0, 7, 0.]]))
+    rows, cols = shared_neighbor_pairs(d, nearest=1)
+    # two steps on the near graph: 0-2 (via 1, already aligned), 1-3 (via 2), 2-4 (via 3)
+    assert list(zip(rows.tolist(), cols.tolist())) == [(1, 3), (2, 4)]
+    done = d.toarray()
+    done[1, 3] = done[3, 1] = 2.0
+    rows, cols = shared_neighbor_pairs(d, nearest=1, aligned=sp.csr_matrix(done))
+    assert list(zip(rows.tolist(), cols.tolist())) == [(2, 4)]
+    assert shared_neighbor_pairs(sp.csr_matrix((3, 3)), nearest=2)[0].size == 0  # nothing aligned yet
+
+
+def test_pruned_graph_finds_neighbours_the_candidates_missed(rotated_digits):
+    x, full = rotated_digits
+    n = x.shape[0]
+    true = np.argsort(full.distances + np.diag(np.full(n, np.inf)), axis=1)[:, :8]
+    rows, cols = candidate_pairs(x, 6)  # few candidates: some true neighbours are missed
+    adj = np.zeros((n, n), dtype=bool)
+    adj[rows, cols] = adj[cols, rows] = True
+    sim, graph, sample = pruned_distances(x, 6)
+    on_graph = graph.toarray() > 0
+    assert (on_graph | ~adj).all()  # every candidate is on the graph
+    before, after = adj[np.arange(n)[:, None], true].mean(), on_graph[np.arange(n)[:, None], true].mean()
+    assert after >= before + 0.1  # measured 0.67 -> 0.83
+    # the graph and the probes hold the exhaustive distances of their pairs, and nothing is both
+    for part in (graph, sample):
+        r, c = part.nonzero()
+        assert_allclose(np.asarray(part[r, c]).ravel(), full.distances[r, c], atol=1e-6)
+    assert graph.multiply(sample).nnz == 0
+    assert_allclose(sim.transform(*graph.nonzero()), full.transforms[graph.nonzero()], atol=1e-6)
+
+
+def test_join_pair_results_equals_aligning_the_pairs_together(rotated_digits):
+    x = rotated_digits[0][:12]
+    a = invariant_distances(x, pairs=([0, 3, 5], [1, 7, 9]))
+    b = invariant_distances(x, pairs=([2, 0], [4, 11]))
+    both = invariant_distances(x, pairs=([0, 3, 5, 2, 0], [1, 7, 9, 4, 11]))
+    joined = join_pair_results(b, a)
+    for i in range(2):
+        assert_array_equal(joined.pairs[i], both.pairs[i])
+    assert_allclose(joined.distances.toarray(), both.distances.toarray(), atol=1e-6)
+    assert_allclose(joined.pair_transforms, both.pair_transforms, atol=1e-6)
+    with pytest.raises(ValueError, match="share"):
+        join_pair_results(a, a)
+    with pytest.raises(ValueError, match="candidate pairs"):
+        join_pair_results(a, invariant_distances(x[:3]))
 
 
 def test_pair_list_gives_the_exhaustive_distances_of_those_pairs(rotated_digits):
@@ -266,12 +318,20 @@ def test_sparse_read_out_with_k_given_skips_bandwidths_that_fall_apart():
 def test_probe_pairs_are_random_pairs_off_the_graph():
     rows, cols = candidate_pairs(preprocess(load_demo("shapes", seed=0).images, size=24).images, 3)
     n = 18
-    p_rows, p_cols = probe_pairs((rows, cols), n, per_image=4)
+    p_rows, p_cols = probe_pairs((rows, cols), n, per_image=4, at_least=0)
     assert (p_rows < p_cols).all() and p_rows.size <= 4 * n and p_rows.size > n
     assert not set(zip(p_rows.tolist(), p_cols.tolist())) & set(zip(rows.tolist(), cols.tolist()))
-    again = probe_pairs((rows, cols), n, per_image=4)
+    again = probe_pairs((rows, cols), n, per_image=4, at_least=0)
     assert_array_equal(again[0], p_rows) and assert_array_equal(again[1], p_cols)  # reproducible
     assert probe_pairs((rows, cols), 1)[0].size == 0
+
+
+def test_probe_pairs_keep_a_minimum_sample():
+    graph = (np.array([0, 0, 1]), np.array([1, 2, 2]))
+    rows, cols = probe_pairs(graph, 18, at_least=200)  # 150 pairs off the graph, fewer than 200: all of them
+    assert rows.size == 18 * 17 // 2 - 3 and (0, 1) not in set(zip(rows.tolist(), cols.tolist()))
+    rows, cols = probe_pairs(graph, 400, per_image=2, at_least=4000)  # 10 partners drawn per image
+    assert 3500 < rows.size <= 4000
 
 
 def test_split_probes_known_answer():

@@ -169,6 +169,9 @@ def test_out_receives_the_result_in_place_and_a_wrong_one_is_refused():
         warp(imgs, p, index=idx, out=np.empty((5, 24, 24), np.float64))  # float32 images: float32 out
     with pytest.raises(ValueError, match="out"):
         warp(imgs, p, index=idx, gradient=True, out=(plain, np.empty((5, 2, 24, 24), np.float32)))
+    plain.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):  # on either code, before anything is written
+        warp(imgs, p, index=idx, out=plain)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
@@ -198,3 +200,12 @@ def test_split_labels_splits_only_the_members():
     assert parts.shape == members.shape and sorted(set(parts)) == [0, 1]
     assert relabel_by_appearance(lab[members]).tolist() == parts.tolist()
     assert (split_labels(d, members, k=1) == 0).all()
+
+
+def test_k_choice_round_trips_exactly():
+    # a confidence just under the "unsure" line must stay under it after saving and reopening
+    from iastudio.core.clustering import KChoice
+
+    choice = KChoice(4, 2, 0.39996, "eigengap", [(4, 0.39996), (3, 0.123456789)])
+    back = KChoice.from_dict(json.loads(json.dumps(choice.as_dict())))
+    assert back == choice and back.unsure
