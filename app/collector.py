@@ -26,7 +26,9 @@ class GuiThreadCollector(QObject):
 
     Automatic collection is off while the collector runs (:meth:`stop` turns
     it back on).  A generation is collected when its count exceeds the
-    threshold Python would have used, oldest first.
+    threshold Python would have used, oldest first (without Python's extra
+    rule that delays full collections on a large heap: under steady
+    allocation a full collection runs about once a minute).
 
     Parameters
     ----------
@@ -55,7 +57,10 @@ class GuiThreadCollector(QObject):
         return None
 
     def stop(self) -> None:
-        """Stop the timer and give collection back to Python."""
-        self._timer.stop()
+        """Give collection back to Python and stop the timer (also when Qt already deleted it)."""
         if self._was_enabled:
             gc.enable()
+        try:
+            self._timer.stop()
+        except RuntimeError:  # the application (the timer's owner) is gone already
+            log.debug("collector's timer already deleted")

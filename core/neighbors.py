@@ -60,8 +60,6 @@ PROBES = 5
 MIN_PROBES = 2000
 #: images sharing one of their this many nearest aligned neighbours are aligned too
 SHARED_NEAREST = 4
-#: share of a pruned similarity stage's progress given to its first pass (the candidates)
-_FIRST_PASS = 0.9
 
 
 def resolve_neighbors(neighbors, n: int) -> int | None:
@@ -264,7 +262,10 @@ def shared_neighbor_pairs(distances, *, nearest: int = SHARED_NEAREST, aligned=N
     ``i`` and ``l`` form such a pair when some image ``j`` is near both,
     "near" meaning that one of the two is among the other's ``nearest``
     nearest aligned images (the symmetric graph of
-    :func:`iastudio.core.clustering.nearest_pairs`): two steps on that graph.
+    :func:`iastudio.core.clustering.nearest_pairs`): two steps on that graph,
+    each image keeping its ``2 nearest`` closest near images, so there are at
+    most ``(2 nearest)^2`` new pairs per image (identical images, all at
+    distance 0, would otherwise give nearly every pair among them).
 
     Parameters
     ----------
@@ -289,16 +290,31 @@ def shared_neighbor_pairs(distances, *, nearest: int = SHARED_NEAREST, aligned=N
     >>> [p.tolist() for p in shared_neighbor_pairs(d, nearest=1)]
     [[0], [2]]
     """
-    near = nearest_pairs(sp.csr_matrix(distances), nearest=nearest)
-    near.data[:] = 1.0
-    two = sp.triu(near @ near, 1).tocsr()
+    near = _closest_per_row(nearest_pairs(sp.csr_matrix(distances), nearest=nearest), 2 * nearest)
+    two = near @ near  # i -> j -> l: at most (2 nearest)^2 per image, however many images pick j
     done = sp.csr_matrix(distances if aligned is None else aligned, copy=True)
     done.data[:] = 1.0  # symmetric: a stored entry is an aligned pair
     new = (two - two.multiply(done)).tocoo()
-    keep = new.data > 0
+    keep = (new.data > 0) & (new.row != new.col)
     n = near.shape[0]
-    key = np.unique(new.row[keep].astype(np.int64) * n + new.col[keep])
+    a, b = new.row[keep].astype(np.int64), new.col[keep].astype(np.int64)
+    key = np.unique(np.minimum(a, b) * n + np.maximum(a, b))
     return key // n, key % n
+
+
+def _closest_per_row(g, m: int):
+    """Each row's ``m`` smallest stored entries (ties by column) as a 0/1 matrix.
+
+    Bounds the near graph's degree: among identical images (every distance 0)
+    all pick the same few as their nearest, which would otherwise be near
+    hundreds of images each and make their pairs quadratic in number.
+    """
+    g = sp.coo_matrix(g)
+    order = np.lexsort((g.col, g.data, g.row))
+    rows = g.row[order]
+    first = np.searchsorted(rows, rows, side="left")
+    keep = order[np.arange(order.size) - first < m]
+    return sp.csr_matrix((np.ones(keep.size), (g.row[keep], g.col[keep])), shape=g.shape)
 
 
 def pruned_distances(images, k: int, *, on_progress=None, **options):
@@ -332,14 +348,15 @@ def pruned_distances(images, k: int, *, on_progress=None, **options):
     n = images.shape[0]
     progress = on_progress or (lambda f: None)
     pairs = candidate_pairs(images, k)
-    first = invariant_distances(images, pairs=pairs, on_progress=lambda f: progress(_FIRST_PASS * f), **options)
+    share = pairs[0].size / max(1, pairs[0].size + SHARED_NEAREST * n + max(PROBES * n, MIN_PROBES))  # expected
+    first = invariant_distances(images, pairs=pairs, on_progress=lambda f: progress(share * f), **options)
     shared = shared_neighbor_pairs(first.distances)
     key = np.union1d(pairs[0] * n + pairs[1], shared[0] * n + shared[1])
     probes = probe_pairs((key // n, key % n), n)  # a random sample of the pairs left off the final graph
     key = np.union1d(shared[0] * n + shared[1], probes[0] * n + probes[1])
     if key.size:
         more = invariant_distances(images, pairs=(key // n, key % n),
-                                   on_progress=lambda f: progress(_FIRST_PASS + (1 - _FIRST_PASS) * f), **options)
+                                   on_progress=lambda f: progress(share + (1 - share) * f), **options)
         first = join_pair_results(first, more)
     graph, sample = split_probes(first.distances, probes)
     progress(1.0)

@@ -70,3 +70,19 @@ def test_the_collector_picks_the_oldest_full_generation(qtbot):
         del junk
     finally:
         collector.stop()
+
+
+def test_stop_gives_collection_back_even_after_qt_deleted_the_timer(qtbot):
+    import shiboken6
+    from PySide6.QtCore import QObject
+
+    from iastudio.app.collector import GuiThreadCollector
+
+    owner = QObject()
+    collector = GuiThreadCollector(owner, interval_ms=1000)
+    shiboken6.delete(owner)  # the timer (a child) goes with it
+    try:
+        collector.stop()
+    finally:
+        gc.enable()
+    assert gc.isenabled()
