@@ -63,6 +63,7 @@ __all__ = [
     "KChoice",
     "local_scaling_affinity",
     "nearest_pairs",
+    "closest_in_rows",
     "eigengaps",
     "eigengap_k",
     "select_k",
@@ -238,9 +239,7 @@ def nearest_pairs(distances, *, nearest: int):
         g = sp.coo_matrix(distances)
         off = g.row != g.col
         rows, cols, vals = g.row[off], g.col[off], g.data[off]
-        order = np.lexsort((cols, vals, rows))  # by row, then distance, then index
-        first = np.searchsorted(rows[order], rows[order], side="left")
-        mine = order[np.arange(order.size) - first < k]
+        mine = closest_in_rows(rows, cols, vals, k)
         n = g.shape[0]
         kept = np.minimum(rows[mine], cols[mine]).astype(np.int64) * n + np.maximum(rows[mine], cols[mine])
         both = np.isin(np.minimum(rows, cols).astype(np.int64) * n + np.maximum(rows, cols), kept)
@@ -251,6 +250,21 @@ def nearest_pairs(distances, *, nearest: int):
     mask = np.zeros((n, n), dtype=bool)
     mask[np.repeat(np.arange(n), order.shape[1]), order.ravel()] = True
     return mask | mask.T | np.eye(n, dtype=bool)
+
+
+def closest_in_rows(rows, cols, vals, k: int) -> np.ndarray:
+    """Positions of each row's ``k`` smallest entries of a sparse matrix's ``(rows, cols, vals)``.
+
+    Ties are broken by column index.
+
+    Examples
+    --------
+    >>> closest_in_rows(np.array([0, 0, 0, 1]), np.array([1, 2, 3, 0]), np.array([5.0, 1.0, 1.0, 2.0]), 2)
+    array([1, 2, 3])
+    """
+    order = np.lexsort((cols, vals, rows))  # by row, then value, then column
+    first = np.searchsorted(rows[order], rows[order], side="left")
+    return order[np.arange(order.size) - first < k]
 
 
 def _affinity(d, m):

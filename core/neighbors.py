@@ -33,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .backend import array_module, fft_module, ndimage_module, to_host
-from .clustering import nearest_pairs
+from .clustering import closest_in_rows, nearest_pairs
 from .similarity import invariant_distances, join_pair_results
 from .weights import graph_affinity
 
@@ -310,10 +310,7 @@ def _closest_per_row(g, m: int):
     hundreds of images each and make their pairs quadratic in number.
     """
     g = sp.coo_matrix(g)
-    order = np.lexsort((g.col, g.data, g.row))
-    rows = g.row[order]
-    first = np.searchsorted(rows, rows, side="left")
-    keep = order[np.arange(order.size) - first < m]
+    keep = closest_in_rows(g.row, g.col, g.data, m)
     return sp.csr_matrix((np.ones(keep.size), (g.row[keep], g.col[keep])), shape=g.shape)
 
 

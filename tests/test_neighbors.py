@@ -73,6 +73,17 @@ def test_candidates_recall_the_true_ten_nearest_invariant_neighbours(rotated_dig
     assert recall >= 0.95  # measured 0.99 (120 rotated digits, 24 px)
 
 
+def test_closest_in_rows_known_answer():
+    from iastudio.core.clustering import closest_in_rows
+
+    rows, cols = np.array([1, 0, 0, 0, 1]), np.array([2, 3, 1, 2, 0])
+    vals = np.array([0.5, 1.0, 1.0, 0.2, 0.5])
+    # row 0: column 2 (0.2), then 1 and 3 tie at 1.0 -> column 1; row 1: 0 and 2 tie at 0.5 -> column 0
+    assert sorted(closest_in_rows(rows, cols, vals, 2).tolist()) == [0, 2, 3, 4]
+    assert sorted(closest_in_rows(rows, cols, vals, 1).tolist()) == [3, 4]
+    assert closest_in_rows(rows, cols, vals, 0).size == 0
+
+
 def test_shared_neighbor_pairs_known_answer():
     # each image's nearest: 0 -> 1, 1 -> 2, 2 -> 1, 3 -> 2, 4 -> 3: the near graph is the path 0-1-2-3-4
     d = sp.csr_matrix(np.array([[0, 1, 5, 0, 0], [1, 0, 0.9, 0, 0], [5, 0.9, 0, 1, 0],
