@@ -5,6 +5,7 @@ import argparse
 import logging
 import os
 import sys
+import threading
 
 from iastudio.core import __version__
 from iastudio.core.demos import DEMO_NAMES
@@ -127,7 +128,25 @@ def _show(app, args) -> int:
         return code
     if args.demo:
         window.model.load_demo(args.demo)
+    prepare_warp_later()
     return app.exec()
+
+
+def prepare_warp_later(delay_ms: int = 1500) -> threading.Thread:
+    """Set the warp's compiled loop up on a background thread once the window is up.
+
+    The first warp otherwise pays for it (0.3 to 1.5 s), on the GUI thread
+    when it is the user's first inspected pair.  Started after ``delay_ms``
+    so that it does not compete with the window's first paint; a plain
+    thread, which Python waits for at exit (it does not run on).
+    """
+    from PySide6.QtCore import QTimer
+
+    from iastudio.core.warp import prepare
+
+    thread = threading.Thread(target=prepare, name="ia-prepare-warp")
+    QTimer.singleShot(delay_ms, thread.start)
+    return thread
 
 
 if __name__ == "__main__":

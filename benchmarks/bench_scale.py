@@ -47,7 +47,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from checkout import importable  # noqa: E402
+
+importable()  # a bare checkout (a lent GPU machine): iastudio staged from core/ and app/
 
 
 def make_set(n, size, seed=0):

@@ -2,6 +2,10 @@
 
     python benchmarks/gpu_check.py                 # everything, within --budget seconds
     python benchmarks/gpu_check.py --budget 420 --skip-tests
+    python benchmarks/gpu_check.py --dry-run       # no GPU: the same steps on NumPy, small sizes
+
+Runs from an installed package or from a bare checkout (``iastudio`` is then
+staged from ``core/`` and ``app/``, see ``checkout.py``).
 
 1. ``pytest -m gpu`` on the test files that need no Qt (a GPU machine may have none);
 2. the same runs on NumPy and on CuPy - the shapes demo (every pair) and 60
@@ -11,7 +15,10 @@
    its own process with the time left as its limit.
 
 Needs CuPy, NumPy, SciPy, scikit-image and scikit-learn; prints one line per
-result and a JSON summary at the end.  Nothing here needs a display.
+result and a JSON summary at the end.  Nothing here needs a display.  Without a
+usable GPU it says why and exits with 2.  ``--dry-run`` checks the script
+itself where there is no GPU: NumPy stands in for CuPy, and the timed runs are
+60 and 120 images at 32 px with 10 neighbours (its numbers mean nothing).
 """
 from __future__ import annotations
 
@@ -27,12 +34,17 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
+from checkout import importable  # noqa: E402
+
+importable()  # a bare checkout (a lent GPU machine): iastudio staged from core/ and app/
 
 T0 = time.perf_counter()
 SUMMARY: dict = {}
 PROFILE_DIR = None
+GPU = dict(backend="cupy", sizes=(1000, 10000), px=64, neighbors="auto")  # auto: K = 30 at these sizes
+DRY = dict(backend="numpy", sizes=(60, 120), px=32, neighbors="10")
+PLAN = dict(GPU)
 
 
 def left(budget):
@@ -58,13 +70,21 @@ def gpu_tests(budget):
         say("pytest -m gpu: timed out")
 
 
+def _dense(d):
+    """Host dense array of a run's distances (a pruned run's are a SciPy sparse graph)."""
+    import scipy.sparse as sp
+
+    return d.toarray() if sp.issparse(d) else np.asarray(d)
+
+
 def equality():
     from iastudio.core.attention import AttentionRun
     from iastudio.core.backend import get_backend
     from iastudio.core.demos import load_demo
     from iastudio.core.preprocess import preprocess
 
-    bk = get_backend("cupy")
+    bk = get_backend(PLAN["backend"])
+    other = "CuPy" if PLAN["backend"] == "cupy" else "NumPy2"  # a dry run compares NumPy with itself
     say(f"GPU: {bk.device}")
     SUMMARY["device"] = bk.device
     from bench_scale import make_set
@@ -81,17 +101,17 @@ def equality():
         b = AttentionRun(x, backend=bk, neighbors=nb).run()
         t_cp = time.perf_counter() - t
         same = bool(np.array_equal(a.labels, b.labels))
-        dd = float(np.abs(np.asarray(a.input_distances) - np.asarray(b.input_distances)).max())
-        df = float(np.abs(np.asarray(a.final_distances) - np.asarray(b.final_distances)).max())
+        dd = float(np.abs(_dense(a.input_distances) - _dense(b.input_distances)).max())
+        df = float(np.abs(_dense(a.final_distances) - _dense(b.final_distances)).max())
         ok = same and dd <= 1e-4 and df <= 1e-4
         out[name] = dict(labels_equal=same, input_dist_maxdiff=dd, final_dist_maxdiff=df, ok=ok,
                          numpy_s=round(t_np, 2), cupy_s=round(t_cp, 2))
-        say(f"equality {name}: labels equal {same}, max |d_numpy - d_cupy| input {dd:.2e} final {df:.2e} "
-            f"-> {'OK' if ok else 'DIFFERENT'} (NumPy {t_np:.1f} s, CuPy {t_cp:.1f} s incl. warm-up)")
+        say(f"equality {name}: labels equal {same}, max |d_numpy - d_{other.lower()}| input {dd:.2e} final "
+            f"{df:.2e} -> {'OK' if ok else 'DIFFERENT'} (NumPy {t_np:.1f} s, {other} {t_cp:.1f} s incl. warm-up)")
     SUMMARY["equality"] = out
 
 
-def timing(n, budget, size=64):
+def timing(n, budget):
     from bench_scale import run_child
 
     limit = left(budget) - 5
@@ -103,14 +123,16 @@ def timing(n, budget, size=64):
 
     if PROFILE_DIR:
         os.environ["IA_BENCH_PROFILE"] = str(Path(PROFILE_DIR) / f"profile_n{n}.txt")
-    r = run_child(n, size, "auto", "cupy", timeout=limit)
+    size = PLAN["px"]
+    r = run_child(n, size, PLAN["neighbors"], PLAN["backend"], timeout=limit)
     if r is None:
         say(f"n={n}: did not finish within {limit:.0f} s")
         SUMMARY[f"n{n}"] = f"> {limit:.0f} s"
         return
     r.pop("labels", None)
     SUMMARY[f"n{n}"] = r
-    say(f"n={n} at {size} px, pruned (K=30), {r['backend']}: full default run {r['wall_s']:.1f} s "
+    k = 30 if PLAN["neighbors"] == "auto" else PLAN["neighbors"]
+    say(f"n={n} at {size} px, pruned (K={k}), {r['backend']}: full default run {r['wall_s']:.1f} s "
         f"(similarity {r['similarity_s']:.1f} s, means {r['mean_s']:.1f} s), first IA iteration "
         f"{r['first_iteration_s']:.1f} s (process start-up and CUDA warm-up included), peak host "
         f"{r['peak_mb']:.0f} MB, {r['clusters']} clusters, ARI {r['ari']:.3f}")
@@ -121,12 +143,22 @@ def main(argv=None):
     p.add_argument("--budget", type=float, default=460.0, help="seconds for everything (default 460)")
     p.add_argument("--skip-tests", action="store_true")
     p.add_argument("--profile-dir", default=None, help="write a profile of each timed run here")
+    p.add_argument("--dry-run", action="store_true", help="no GPU: NumPy stands in for CuPy, small sizes")
     a = p.parse_args(argv)
     global PROFILE_DIR
     PROFILE_DIR = a.profile_dir
+    PLAN.update(DRY if a.dry_run else GPU)
+    SUMMARY["dry_run"] = a.dry_run
+    if not a.dry_run:
+        from iastudio.core.backend import BackendUnavailableError, get_backend
+
+        try:
+            get_backend("cupy")
+        except BackendUnavailableError as exc:
+            say(f"no GPU check here: {exc} (--dry-run checks this script on NumPy)")
+            return 2
     steps = [] if a.skip_tests else [("tests", lambda: gpu_tests(a.budget))]
-    steps += [("equality", equality), ("n1000", lambda: timing(1000, a.budget)),
-              ("n10000", lambda: timing(10000, a.budget))]
+    steps += [("equality", equality)] + [(f"n{n}", lambda n=n: timing(n, a.budget)) for n in PLAN["sizes"]]
     for name, fn in steps:
         try:
             fn()
@@ -134,7 +166,8 @@ def main(argv=None):
             SUMMARY[name] = f"failed: {exc!r}"
             say(f"{name} FAILED:\n{traceback.format_exc()}")
     say("summary " + json.dumps(SUMMARY, default=str))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

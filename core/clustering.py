@@ -41,11 +41,15 @@ or where no probe joins two clusters at ``max(r_i, r_j)``, ``r_i`` being
 image ``i``'s farthest computed distance; on a complete graph the sparse
 path gives exactly the dense one.  What differs: the "same" check is skipped (a
 graph holds only each image's nearest distances), and when the first scales
-show no gap of even ``FLAT_GAP`` (0.05) -- a set of near-duplicates falls
-apart into tiny groups there, and a graph's eigengaps see only ``k <= 20`` --
-the scales ``5, 10, 20`` (``GRAPH_SCALES``, up to the fewest neighbours any
-image has) are tried too, ignoring their gap after the first eigenvalue, and
-the scale with the largest gap decides.  With ``k`` given, a bandwidth at
+show no gap of even ``FLAT_GAP`` (0.05) *because* the graph falls apart into
+tiny groups there -- more than ``max_k`` nearly separate parts even at the
+widest first scale (its ``max_k + 1``-th eigenvalue within ``APART`` of 1),
+as a set of near-duplicates does, and a graph's eigengaps see only ``k <=
+20`` -- the scales ``5, 10, 20`` (``GRAPH_SCALES``, up to the fewest
+neighbours any image has) are tried too, ignoring their gap after the first
+eigenvalue, and the scale with the largest gap decides.  A graph that holds
+together but shows no clear gap goes to the silhouette, as dense distances
+do.  With ``k`` given, a bandwidth at
 which the graph holds more than ``k`` nearly separate parts (its ``k+1``-th
 eigenvalue within ``APART`` of 1) is skipped, the wider scales standing in.
 """
@@ -78,7 +82,7 @@ __all__ = [
 
 SCALES = (1, 2, 3)  # neighbour ranks m tried for the local bandwidth, smallest first
 NEAREST = 8  # the read-out's affinity keeps each image's 8 nearest images (or its m nearest, if more)
-GRAPH_SCALES = (5, 10, 20)  # further ranks a K-neighbour graph tries when the first show no structure at all
+GRAPH_SCALES = (5, 10, 20)  # further ranks a graph tries when it falls apart at the first (near-duplicates)
 APART = 1e-3  # a graph whose (k+1)-th eigenvalue is this close to 1 has more than k separate parts
 FLAT_GAP = 0.05  # ... i.e. no gap of even this size (near-duplicates: the graph falls apart into tiny groups)
 MIN_GAP = 0.4  # an eigengap at least this large is a clear block structure
@@ -400,6 +404,41 @@ def _spectral(affinity, k):
     return relabel_by_appearance(model.fit_predict(a + 1e-12))
 
 
+def _partitions(affinity, ks) -> dict:
+    """:func:`_spectral`'s partitions for several ``k`` at once: one spectral embedding, cut at each ``k``.
+
+    ``SpectralClustering(assign_labels="cluster_qr")`` embeds the images on
+    the ``k`` leading eigenvectors and assigns them with scikit-learn's
+    ``cluster_qr``, which depends only on the subspace the vectors span; the
+    leading ``k`` of one embedding with ``max(ks)`` vectors span the same
+    one.  So one eigen-decomposition serves every ``k`` (the silhouette
+    fallback tries 19; on a 4,000-image graph each took ARPACK ~20 s).
+    Where scikit-learn no longer has ``cluster_qr`` where it is looked for,
+    each ``k`` is fitted on its own (the same partitions, slower).
+    """
+    from sklearn.manifold import spectral_embedding
+
+    ks = list(ks)
+    n = affinity.shape[0]
+    try:
+        from sklearn.cluster._spectral import cluster_qr  # SpectralClustering's own assignment step
+    except ImportError:
+        cluster_qr = None
+    inside = [k for k in ks if 1 < k < n]
+    if cluster_qr is None or not inside:
+        return {k: _spectral(affinity, k) for k in ks}
+    a = 0.5 * (affinity + affinity.T)
+    with warnings.catch_warnings():  # well-separated classes are separate components of the graph: expected
+        warnings.filterwarnings("ignore", message="Graph is not fully connected")
+        if sp.issparse(a):  # the options _spectral gives SpectralClustering
+            maps = spectral_embedding(sp.csr_matrix(a), n_components=max(inside), eigen_solver="arpack",
+                                      eigen_tol=1e-8, random_state=0, drop_first=False)
+        else:
+            maps = spectral_embedding(a + 1e-12, n_components=max(inside), random_state=0, drop_first=False)
+    return {k: relabel_by_appearance(cluster_qr(maps[:, :k])) if k in inside else _spectral(affinity, k)
+            for k in ks}
+
+
 def silhouette(distances, labels, *, probes=None) -> float | None:
     """Mean silhouette of a partition on precomputed distances; None for 1 cluster or n clusters.
 
@@ -516,43 +555,53 @@ def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int =
     -------
     KChoice
     """
+    return _select(distances, scales=scales, min_gap=min_gap, max_k=max_k, probes=probes)[0]
+
+
+def _select(distances, *, scales, min_gap, max_k, probes):
+    """:func:`select_k`, and the partition its silhouette scored (None where k came from elsewhere)."""
     sparse = sp.issparse(distances)
     d = sp.csr_matrix(distances, dtype=float) if sparse else np.asarray(distances, dtype=float)
     n = d.shape[0]
     if n == 1:
-        return KChoice(1, 1, 1.0, "trivial", [(1, 1.0)])
+        return KChoice(1, 1, 1.0, "trivial", [(1, 1.0)]), None
     off = d.data if sparse else d[~np.eye(n, dtype=bool)]
     if off.size == 0:
-        return KChoice(n, 1, 1.0, "distinct", [(n, float("inf"))])
+        return KChoice(n, 1, 1.0, "distinct", [(n, float("inf"))]), None
     if not sparse and np.percentile(off, 90) < SAME:
-        return KChoice(1, 1, 1.0, "same", [(1, float(np.percentile(off, 90)))])
+        return KChoice(1, 1, 1.0, "same", [(1, float(np.percentile(off, 90)))]), None
     if off.min() > DISTINCT:
-        return KChoice(n, 1, 1.0, "distinct", [(n, float(off.min()))])
+        return KChoice(n, 1, 1.0, "distinct", [(n, float(off.min()))]), None
     if n == 2:
-        return KChoice(1, 1, 1.0, "distinct", [(1, float(off.min()))])
-    strongest, flat = None, False
+        return KChoice(1, 1, 1.0, "distinct", [(1, float(off.min()))]), None
+    strongest, flat, apart = None, False, False
     for m in tuple(scales) + (GRAPH_SCALES if sparse else ()):
-        if m >= n or (m > scales[-1] and (strongest.confidence >= FLAT_GAP or m > np.diff(d.indptr).min())):
+        if m >= n or (m > scales[-1] and (not apart or strongest.confidence >= FLAT_GAP
+                                          or m > np.diff(d.indptr).min())):
             break
         g = eigengaps(_affinity(d, m), max_k=max_k)
+        if m == scales[-1]:  # 1 - lambda_{max_k+1}: more than max_k near-separate parts even at this scale?
+            apart = sparse and g.size == max_k and g.sum() < APART
         flat = flat or m > scales[-1]
         if m > scales[-1]:  # a wide bandwidth always shows a gap after the first eigenvalue: not evidence of k = 1
             g = np.concatenate([[0.0], g[1:]])
         top = np.argsort(-g)[:3]
         choice = KChoice(int(top[0]) + 1, m, float(g[top[0]]), "eigengap", [(int(t) + 1, float(g[t])) for t in top])
         if choice.confidence >= min_gap:
-            return choice
+            return choice, None
         if strongest is None or choice.confidence > strongest.confidence:
             strongest = choice
     if flat:  # a graph of near-duplicates: its wider scales decide (the silhouette would only see the copies)
-        return strongest
+        return strongest, None
     m = min(2, n - 1)
-    aff = _affinity(d, m)
-    sil = {k: _silhouette(d, _spectral(aff, k), probes) for k in range(2, min(n - 1, max_k) + 1)}
+    parts = _partitions(_affinity(d, m), range(2, min(n - 1, max_k) + 1))
+    sil = {k: _silhouette(d, labels, probes) for k, labels in parts.items()}
     if not sil or max(sil.values()) <= 0:
-        return KChoice(1, m, strongest.confidence, "silhouette", [(1, 0.0)])
+        return KChoice(1, m, strongest.confidence, "silhouette", [(1, 0.0)]), np.zeros(n, dtype=int)
     ranked = sorted(sil.items(), key=lambda t: -t[1])[:3]
-    return KChoice(int(ranked[0][0]), m, strongest.confidence, "silhouette", [(int(k), float(s)) for k, s in ranked])
+    choice = KChoice(int(ranked[0][0]), m, strongest.confidence, "silhouette",
+                     [(int(k), float(s)) for k, s in ranked])
+    return choice, parts[choice.k]
 
 
 def read_clusters(distances, *, k="auto", scales=SCALES, probes=None) -> tuple[np.ndarray, KChoice]:
@@ -579,10 +628,10 @@ def read_clusters(distances, *, k="auto", scales=SCALES, probes=None) -> tuple[n
     d = sp.csr_matrix(distances, dtype=float) if sparse else np.asarray(distances, dtype=float)
     n = d.shape[0]
     if k == "auto":
-        choice = select_k(d, scales=scales, probes=probes)
+        choice, labels = _select(d, scales=scales, min_gap=MIN_GAP, max_k=MAX_K, probes=probes)
         if choice.method in ("same", "distinct", "trivial"):
             return (np.arange(n) if choice.k == n else np.zeros(n, dtype=int)), choice
-        return _spectral(_affinity(d, choice.scale), choice.k), choice
+        return (_spectral(_affinity(d, choice.scale), choice.k) if labels is None else labels), choice
     k = int(k)
     if not 1 <= k <= n:
         raise ValueError(f"k must be between 1 and {n}")

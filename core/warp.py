@@ -19,7 +19,7 @@ import numpy as np
 
 from .backend import array_module, block_elements, cpu_count
 
-__all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp", "parallel_map", "describe_code"]
+__all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp", "parallel_map", "describe_code", "prepare"]
 
 KEYS_A = -0.5
 _PAD = 4  # zero border; a tap index is clipped into it when it falls far outside
@@ -255,6 +255,25 @@ def _compiled():
             elif _KERNEL is None:
                 _KERNEL = _checked_kernel() or False
     return _KERNEL or None
+
+
+def prepare() -> str:
+    """Set up the code that warps NumPy images now, rather than at the first warp.
+
+    The first warp compiles the loop of :mod:`iastudio.core.warp_kernel`
+    (or loads it from Numba's cache: 0.3 to 1.5 s) and checks it; any other
+    warp that starts meanwhile waits for it.  An application calls this on a
+    background thread when it starts, so that the first warp it makes in
+    front of the user (e.g. aligning two images the user clicked) does not
+    pause.  Safe to call from any thread, any number of times.
+
+    Returns
+    -------
+    str
+        :func:`describe_code` once it is set up.
+    """
+    _compiled()
+    return describe_code()
 
 
 def describe_code() -> str:

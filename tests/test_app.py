@@ -1,5 +1,6 @@
 """GUI tests (pytest-qt, offscreen): what is drawn and emitted, not only that nothing crashed."""
 import os
+import threading
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -216,6 +217,23 @@ def test_selftest_entry_point(qtbot, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "FAIL" not in out and "W heatmap = result W" in out
     assert Image.open(shot).size[0] >= 700
+
+
+def test_the_warp_is_set_up_on_a_background_thread_after_start(qtbot, monkeypatch):
+    import importlib
+
+    from iastudio.app.__main__ import prepare_warp_later
+
+    warp_module = importlib.import_module("iastudio.core.warp")  # the module (the package exports the function)
+    monkeypatch.setattr(warp_module, "_KERNEL", None)  # as in a fresh process
+    seen = []
+    real = warp_module._compiled
+    monkeypatch.setattr(warp_module, "_compiled", lambda: seen.append(threading.current_thread().name) or real())
+    thread = prepare_warp_later(50)
+    assert thread.ident is None and warp_module._KERNEL is None  # nothing yet: the window paints first
+    qtbot.waitUntil(lambda: thread.ident is not None, timeout=5000)
+    thread.join(60)
+    assert seen == ["ia-prepare-warp"] and warp_module._KERNEL is not None
 
 
 def test_missing_system_library_gives_a_readable_message(monkeypatch, capsys, tmp_path):

@@ -258,3 +258,21 @@ def test_the_array_code_takes_over_when_the_compiled_loop_is_off_or_wrong(monkey
     assert WARP._compiled() is None
     assert WARP.describe_code() == "NumPy array code (Numba is not installed)"
     np.testing.assert_allclose(warp(img, p), want, rtol=1e-12)
+
+
+def test_prepare_sets_the_loop_up_before_the_first_warp(warp_code):
+    """``prepare`` does the first warp's set-up (compile or cache load, and the check) ahead of it."""
+    import subprocess
+
+    if warp_code != "compiled":
+        pytest.skip("once")
+    script = (
+        "import importlib\n"
+        "w = importlib.import_module('iastudio.core.warp')\n"
+        "before = w.describe_code()\n"
+        "print(before, '|', w.prepare(), '|', callable(w._KERNEL))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, after, ready = (part.strip() for part in out.stdout.split("|"))
+    assert before.endswith("at the first warp)") and after.startswith("compiled loop (Numba ")
+    assert "first warp" not in after and ready == "True"

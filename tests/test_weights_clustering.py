@@ -209,3 +209,36 @@ def test_k_choice_round_trips_exactly():
     choice = KChoice(4, 2, 0.39996, "eigengap", [(4, 0.39996), (3, 0.123456789)])
     back = KChoice.from_dict(json.loads(json.dumps(choice.as_dict())))
     assert back == choice and back.unsure
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_one_embedding_gives_every_ks_partition_of_its_own_fit(graph, monkeypatch):
+    """The silhouette fallback cuts one spectral embedding at each k: the partitions of a fit per k."""
+    import sys
+
+    import scipy.sparse as sp
+
+    from iastudio.core import clustering
+
+    rng = np.random.default_rng(0)  # 6 overlapping clouds (one connected graph: no degenerate eigenvalues)
+    truth = np.repeat(np.arange(6), 25)
+    pts = rng.standard_normal((6, 5))[truth] * 0.9 + rng.standard_normal((150, 5)) * 0.5
+    d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
+    if graph:  # each point's 30 nearest, as a pruned run keeps
+        near = np.argsort(d + np.diag(np.full(150, np.inf)), axis=1)[:, :30]
+        g = sp.csr_matrix((d[np.arange(150)[:, None], near].ravel(), (np.repeat(np.arange(150), 30), near.ravel())),
+                          shape=d.shape)
+        d = g.maximum(g.T).tocsr()
+    aff = clustering._affinity(d, 2)
+    ks = range(1, 21)
+    shared = clustering._partitions(aff, ks)
+    assert sorted(shared) == list(ks)
+    for k in ks:
+        own = clustering._spectral(aff, k)
+        assert_allclose(shared[k], own, err_msg=f"k = {k}")
+        assert len(np.unique(own)) == k
+    calls = []  # where scikit-learn has no cluster_qr where it is looked for: a fit per k
+    monkeypatch.setitem(sys.modules, "sklearn.cluster._spectral", None)
+    monkeypatch.setattr(clustering, "_spectral", lambda a, k: calls.append(k) or np.full(150, k))
+    fitted = clustering._partitions(aff, [2, 5])
+    assert calls == [2, 5] and all((fitted[k] == k).all() for k in (2, 5))
