@@ -26,7 +26,7 @@ def stage(folder, root=ROOT) -> Path:
     package.mkdir(parents=True, exist_ok=True)
     for name in PACKAGES:
         target = package / name
-        if not target.exists():
+        if not (target.is_symlink() or target.exists()):
             try:
                 target.symlink_to(Path(root) / name, target_is_directory=True)
             except OSError:  # no symlinks here (Windows without the privilege)

@@ -85,8 +85,11 @@ def equality():
 
     bk = get_backend(PLAN["backend"])
     other = "CuPy" if PLAN["backend"] == "cupy" else "NumPy2"  # a dry run compares NumPy with itself
-    say(f"GPU: {bk.device}")
+    import iastudio.core
+
+    say(f"device: {bk.device}; iastudio from {Path(iastudio.core.__file__).parent}")
     SUMMARY["device"] = bk.device
+    SUMMARY["iastudio"] = str(Path(iastudio.core.__file__).parent)  # the code measured (installed or staged)
     from bench_scale import make_set
 
     s = load_demo("shapes", seed=0)
@@ -132,9 +135,10 @@ def timing(n, budget):
     r.pop("labels", None)
     SUMMARY[f"n{n}"] = r
     k = 30 if PLAN["neighbors"] == "auto" else PLAN["neighbors"]
+    warm = " and CUDA warm-up" if PLAN["backend"] == "cupy" else ""
     say(f"n={n} at {size} px, pruned (K={k}), {r['backend']}: full default run {r['wall_s']:.1f} s "
         f"(similarity {r['similarity_s']:.1f} s, means {r['mean_s']:.1f} s), first IA iteration "
-        f"{r['first_iteration_s']:.1f} s (process start-up and CUDA warm-up included), peak host "
+        f"{r['first_iteration_s']:.1f} s (process start-up{warm} included), peak host "
         f"{r['peak_mb']:.0f} MB, {r['clusters']} clusters, ARI {r['ari']:.3f}")
 
 

@@ -237,8 +237,12 @@ def test_one_embedding_gives_every_ks_partition_of_its_own_fit(graph, monkeypatc
         own = clustering._spectral(aff, k)
         assert_allclose(shared[k], own, err_msg=f"k = {k}")
         assert len(np.unique(own)) == k
-    calls = []  # where scikit-learn has no cluster_qr where it is looked for: a fit per k
+    calls = []  # a graph in two separate parts (eigenvalue 1 twice: k = 1 .. 2 arbitrary): a fit per k, as before
+    monkeypatch.setattr(clustering, "_spectral", lambda a, k: calls.append(k) or np.full(a.shape[0], k))
+    if graph:
+        parts = clustering._partitions(sp.block_diag([aff, aff]).tocsr(), [2, 5])
+        assert calls == [2, 5] and all((parts[k] == k).all() for k in (2, 5))
+    calls.clear()  # where scikit-learn has no cluster_qr where it is looked for: a fit per k
     monkeypatch.setitem(sys.modules, "sklearn.cluster._spectral", None)
-    monkeypatch.setattr(clustering, "_spectral", lambda a, k: calls.append(k) or np.full(150, k))
     fitted = clustering._partitions(aff, [2, 5])
     assert calls == [2, 5] and all((fitted[k] == k).all() for k in (2, 5))
