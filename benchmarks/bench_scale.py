@@ -393,12 +393,14 @@ def recall(n, size, queries=20, k=30):
         true = np.argsort(d)[:10]
         cand = set(cols[rows == q]) | set(rows[cols == q])
         hits += sum(int(t in cand) for t in true)
-        on_graph += sum(int(t in set(graph[q].indices)) for t in true)
+        aligned = set(graph[q].indices)
+        on_graph += sum(int(t in aligned) for t in true)
     print(f"n={n}, {size} px: recall of the true 10 nearest invariant neighbours (exact distances to all "
           f"{n - 1} others, {queries} queries): among the K={k} candidates {hits / (10 * queries):.3f} "
           f"(found for all {n} images in {t_cand:.1f} s); on the aligned graph with the shared-neighbour "
           f"pairs {on_graph / (10 * queries):.3f} ({graph.nnz / n:.1f} aligned neighbours per image; "
           f"the pruned similarity stage took {t_graph:.1f} s)")
+
 
 if __name__ == "__main__":
     main()

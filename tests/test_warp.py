@@ -207,19 +207,24 @@ def test_colour_in_chunks_agrees_with_the_array_code(monkeypatch, warp_code):
 
 def test_the_loop_compiles_without_a_writable_cache(warp_code):
     """A read-only install (no folder for Numba's cache): the loop is compiled in the process instead."""
-    import subprocess
-
     if warp_code != "compiled":
         pytest.skip("once")
-    script = (
+    out = _fresh_python(
         "import numba.core.caching as c, numpy as np, importlib\n"
         "def read_only(self): raise PermissionError('read-only')\n"
         "c._CacheLocator.ensure_cache_path = read_only\n"
         "w = importlib.import_module('iastudio.core.warp')\n"
         "print(w.warp(np.ones((1, 8, 8)), np.zeros(3)).sum() > 0, w.describe_code())\n")
+    assert out.strip().startswith("True compiled loop (Numba"), out
+
+
+def _fresh_python(script: str) -> str:
+    """Standard output of ``script`` run in a new interpreter (nothing set up yet); fails the test if it fails."""
+    import subprocess
+
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().startswith("True compiled loop (Numba"), out.stdout
+    return out.stdout
 
 
 def test_an_index_outside_the_images_is_refused_and_nan_stays_nan():
@@ -262,17 +267,13 @@ def test_the_array_code_takes_over_when_the_compiled_loop_is_off_or_wrong(monkey
 
 def test_prepare_sets_the_loop_up_before_the_first_warp(warp_code):
     """``prepare`` does the first warp's set-up (compile or cache load, and the check) ahead of it."""
-    import subprocess
-
     if warp_code != "compiled":
         pytest.skip("once")
-    script = (
+    out = _fresh_python(
         "import importlib\n"
         "w = importlib.import_module('iastudio.core.warp')\n"
         "before = w.describe_code()\n"
         "print(before, '|', w.prepare(), '|', callable(w._KERNEL))\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    before, after, ready = (part.strip() for part in out.stdout.split("|"))
+    before, after, ready = (part.strip() for part in out.split("|"))
     assert before.endswith("at the first warp)") and after.startswith("compiled loop (Numba ")
     assert "first warp" not in after and ready == "True"
