@@ -87,7 +87,7 @@ def _default_sizes(window) -> None:
                        Qt.Orientation.Vertical)
     window.resizeDocks([d["convergence"]], [int(h * BOTTOM_SHARE)], Qt.Orientation.Vertical)
     if getattr(window, "central_splitter", None) is not None:
-        window.central_splitter.setSizes([1, 1])  # W and the means share the middle evenly
+        window.central_splitter.share_evenly()  # W and the means share the middle evenly
 
 
 def reset_layout(window) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from PySide6.QtCore import QRect, QSize, Qt
 from PySide6.QtGui import QAction, QFont, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import QSplitter
 
-__all__ = ["PREFERRED_SIZE", "add_view_menu", "fit_to_screen", "fitted_size", "is_presentation_mode",
+__all__ = ["PREFERRED_SIZE", "EvenSplitter", "add_view_menu", "fit_to_screen", "fitted_size", "is_presentation_mode",
            "set_presentation_mode"]
 
 PREFERRED_SIZE = QSize(1280, 800)
@@ -112,15 +113,38 @@ def insert_menu(window, menu, before=None) -> None:
         bar.insertMenu(before, menu)
 
 
+class EvenSplitter(QSplitter):
+    """A QSplitter that shares its room evenly when told to (:meth:`share_evenly`).
+
+    Told before it has a width (the window not laid out yet), it does so at its first resize: sizes set
+    earlier would be skewed by the panels' size hints (W got 40 % of the middle, too little at 800 px).
+    """
+
+    pending = False
+
+    def share_evenly(self) -> None:
+        room = (self.width() if self.orientation() == Qt.Orientation.Horizontal else self.height())
+        room = room if self.isVisible() else 0
+        self.pending = room <= 0
+        if room > 0:
+            part = room // self.count()
+            self.setSizes([part] * (self.count() - 1) + [room - part * (self.count() - 1)])
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        if self.pending:
+            self.share_evenly()
+
+
 def build_central(window) -> None:
     """W and the means (with the iteration scrubber) in the middle; every other panel a dock (:mod:`.docks`)."""
-    from PySide6.QtWidgets import QSplitter, QVBoxLayout, QWidget
+    from PySide6.QtWidgets import QVBoxLayout, QWidget
 
     from .docks import add_docks
     from .nets_panel import NetsPanel  # the Networks panel (PyTorch optional)
     from .scrubber import IterationScrubber
 
-    window.central_splitter = QSplitter(Qt.Orientation.Horizontal)
+    window.central_splitter = EvenSplitter(Qt.Orientation.Horizontal)
     window.central_splitter.addWidget(window.weights_view)
     window.central_splitter.addWidget(window.means_view)
     window.scrubber = IterationScrubber()  # step back through the run's W, means and map

@@ -36,6 +36,7 @@ CLUSTER_COLOURS = [
 
 
 UNASSIGNED_COLOUR = (190, 190, 190)
+COLORBAR_WIDTH = 18  # px: the colour bar's thickness beside or below W
 
 
 def colour(k: int):
@@ -162,8 +163,9 @@ class WeightsView(_Titled):
         self.plot.setLabel("left", "image i (row)")
         self.image_item = pg.ImageItem(np.zeros((2, 2), np.float32))
         self.plot.addItem(self.image_item)
-        self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get("viridis"), label="W_ij")
-        self.colorbar.setImageItem(self.image_item, insert_in=self.plot.getPlotItem())
+        self.colorbar = None
+        self._place_colorbar("vertical")
+        self.plot.installEventFilter(self)  # the bar's place follows the plot's size
         self.hover = QElidingLabel("Hover over W to see i, j, W_ij and the two images.")
         self.set_body(_body(self.plot, self.hover))
         self.weights = np.zeros((0, 0))
@@ -185,8 +187,47 @@ class WeightsView(_Titled):
 
     def restyle(self):
         super().restyle()
-        if hasattr(self, "colorbar"):
+        if getattr(self, "colorbar", None) is not None:
             theme.style_axis(self.colorbar.axis, self.palette(), self.font())
+            self._place_colorbar(self._colorbar_orientation())
+
+    def _colorbar_orientation(self) -> str:
+        """Where the colour bar leaves the larger square for W: beside it ("vertical") or below it.
+
+        Read from the plot's size, which does not depend on the bar's place (no flip-flop): a narrow
+        panel (a small window, or W given little of the middle) puts the bar below W.
+        """
+        from PySide6.QtGui import QFontMetrics
+
+        fm = QFontMetrics(self.font())
+        item = self.plot.getPlotItem()
+        width = self.plot.width() - item.getAxis("left").width()
+        height = self.plot.height() - item.getAxis("bottom").height()
+        beside = COLORBAR_WIDTH + fm.horizontalAdvance("0.000") + 2 * fm.height()  # bar, tick labels, title
+        below = COLORBAR_WIDTH + 3 * fm.height()
+        return "horizontal" if min(width, height - below) > min(width - beside, height) else "vertical"
+
+    def _place_colorbar(self, orientation: str) -> None:
+        """Put the colour bar beside W ("vertical") or below it, keeping its levels."""
+        old = self.colorbar
+        if old is not None and old.horizontal == (orientation == "horizontal"):
+            return
+        item = self.plot.getPlotItem()
+        levels = (0.0, 1.0)
+        if old is not None:
+            levels = tuple(old.levels())
+            item.layout.removeItem(old)
+            old.scene().removeItem(old)
+        self.colorbar = pg.ColorBarItem(values=levels, width=COLORBAR_WIDTH, colorMap=pg.colormap.get("viridis"),
+                                        label="W_ij", orientation=orientation)
+        self.colorbar.axis.enableAutoSIPrefix(False)  # 0.05, not "50 (x0.001)"
+        self.colorbar.setImageItem(self.image_item, insert_in=item)
+        theme.style_axis(self.colorbar.axis, self.palette(), self.font())
+
+    def eventFilter(self, watched, event):
+        if watched is self.plot and event.type() == QEvent.Type.Resize:
+            self._place_colorbar(self._colorbar_orientation())
+        return super().eventFilter(watched, event)
 
     def clear(self):
         self.weights, self.order = np.zeros((0, 0)), np.zeros(0, int)

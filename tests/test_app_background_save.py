@@ -129,7 +129,7 @@ def test_a_failed_autosave_is_logged_and_does_not_disturb_the_user(window, qtbot
     with caplog.at_level(logging.INFO, logger="iastudio.app.projects"):
         assert w.projects.autosave()
         qtbot.waitUntil(lambda: not w.projects.writing, timeout=WAIT_S * 1000)
-    assert threads == [False]  # written (and failed) in the worker
+    assert threads and not any(threads)  # written (and failed) in the worker (the 1.5 s timer may add one under load)
     failed = [r for r in caplog.records if r.getMessage() == "autosave failed"]
     assert failed and failed[0].levelno == logging.ERROR and "No space left" in caplog.text
     assert w.last_dialog is None and not _visible_boxes()  # no dialog for an autosave

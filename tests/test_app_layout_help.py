@@ -103,6 +103,53 @@ def test_window_size_fits_the_screen_and_restored_geometry_is_clamped(qtbot):
     assert avail.contains(w2.frameGeometry().topLeft())
 
 
+def _square(view):
+    """The side of the largest square (W) the weight view's plot area holds."""
+    vb = view.plot.getPlotItem().vb
+    return min(vb.width(), vb.height())
+
+
+def test_w_and_the_means_share_the_middle_and_the_colour_bar_leaves_w_room(qtbot, home):
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.resize(1280, 800)
+    w.show()
+    qtbot.waitUntil(lambda: w.central_splitter.width() > 0)
+    left, right = w.central_splitter.sizes()
+    assert abs(left - right) <= 2 and left > 400  # evenly, although the means ask for more room
+    w.resize(792, 568)  # an 800 x 600 screen
+    qtbot.wait(50)
+    left, right = w.central_splitter.sizes()
+    assert abs(left - right) <= 2
+    w.model.load_demo("shapes")
+    w.run_panel.size.setValue(24)
+    w.run_panel.iterations.setValue(1)
+    w.start_run()
+    qtbot.waitUntil(lambda: w.model.state == "finished", timeout=60000)
+    w.redraw()
+    view = w.weights_view
+    assert not view.colorbar.horizontal and _square(view) > 50  # beside W, which stays readable
+    levels = tuple(view.colorbar.levels())
+    w.resize(1280, 800)
+    w.central_splitter.setSizes([200, 700])  # W given a narrow, tall panel: the bar goes below it
+    qtbot.wait(50)
+    assert view.colorbar.horizontal
+    np.testing.assert_allclose(view.colorbar.levels(), levels)  # the same colour scale
+    np.testing.assert_allclose(view.image_item.levels, levels)
+    below = _square(view)
+    view._place_colorbar("vertical")
+    qtbot.wait(50)
+    assert _square(view) < below - 20  # the bar beside W would have left a smaller square
+    w.central_splitter.setSizes([450, 450])
+    qtbot.wait(50)
+    assert not view.colorbar.horizontal
+    tick_text = view.colorbar.axis.labelString()
+    assert "x0.0" not in tick_text  # plain W values on the bar, no SI multiplier
+    w.central_splitter.setSizes([200, 700])
+    qtbot.wait(50)
+    assert "x0.0" not in view.colorbar.axis.labelString()
+
+
 # ------------------------------------------------------------------ empty states, palette, exports, wording
 def test_views_say_what_to_do_until_they_have_data(window, qtbot):
     views = [window.weights_view, window.means_view, window.convergence_view, window.compare_view,
