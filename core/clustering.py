@@ -300,26 +300,38 @@ def _top_eigenvalues(m, k: int) -> np.ndarray:
     fast as the others.  Never raises: when ARPACK does not converge the
     eigenvalues it has are used, the rest repeat the last one (no false gap).
     """
+    ev = _top_eigen(m, k)[0]
+    if ev.size == 0:
+        ev = np.ones(1)
+    return np.concatenate([ev, np.full(k - ev.size, ev[-1])])[:k]
+
+
+def _top_eigen(m, k: int, *, vectors: bool = False):
+    """Up to ``k`` largest eigenvalues (descending) of a part ``m``, and their eigenvectors when asked.
+
+    Dense for small parts, else :func:`_top_eigenvalues`' shift-invert Lanczos;
+    where ARPACK does not converge, the pairs it has (possibly fewer than ``k``).
+    """
     n = m.shape[0]
     if n <= max(_DENSE_PART, k + 2):
-        return np.sort(np.linalg.eigvalsh(m.toarray()))[::-1][:k]
+        w, v = np.linalg.eigh(m.toarray())
+        return w[::-1][:k], (v[:, ::-1][:, :k] if vectors else None)
     from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, cg, eigsh
 
     shifted = (2.0 * sp.identity(n) - m).tocsr()
     inverse = LinearOperator((n, n), matvec=lambda b: cg(shifted, b, rtol=1e-8, atol=0.0)[0], dtype=float)
     try:
-        mu = eigsh((sp.identity(n) - m).tocsr(), k=k, sigma=-1.0, which="LM", OPinv=inverse, tol=_EIGEN_TOL,
-                   maxiter=_EIGEN_MAXITER, return_eigenvectors=False, v0=np.ones(n) / np.sqrt(n))
+        out = eigsh((sp.identity(n) - m).tocsr(), k=k, sigma=-1.0, which="LM", OPinv=inverse, tol=_EIGEN_TOL,
+                    maxiter=_EIGEN_MAXITER, return_eigenvectors=vectors, v0=np.ones(n) / np.sqrt(n))
+        mu, v = out if vectors else (out, None)
     except ArpackNoConvergence as exc:
         import logging
 
         logging.getLogger(__name__).warning("eigengaps: ARPACK converged on %d of %d eigenvalues",
                                             len(exc.eigenvalues), k)
-        mu = np.asarray(exc.eigenvalues, dtype=float)
-    ev = np.sort(1.0 - np.real(mu))[::-1]
-    if ev.size == 0:
-        ev = np.ones(1)
-    return np.concatenate([ev, np.full(k - ev.size, ev[-1])])[:k]
+        mu, v = np.asarray(exc.eigenvalues, dtype=float), exc.eigenvectors
+    order = np.argsort(np.real(mu), kind="stable")
+    return 1.0 - np.real(np.asarray(mu))[order], (np.real(v[:, order]) if vectors else None)
 
 
 def _sparse_top_eigenvalues(affinity, k: int) -> np.ndarray:
@@ -394,7 +406,10 @@ def _spectral(affinity, k):
     if k >= n:
         return np.arange(n)
     a = 0.5 * (affinity + affinity.T)
-    if sp.issparse(a):  # a K-neighbour graph: ARPACK on the sparse matrix
+    if sp.issparse(a):  # a K-neighbour graph: part by part where it falls apart, else ARPACK on the sparse matrix
+        by_parts = _by_parts(a, [k])
+        if k in by_parts:
+            return by_parts[k]
         model = SpectralClustering(n_clusters=k, affinity="precomputed", assign_labels="cluster_qr", random_state=0,
                                    eigen_solver="arpack", eigen_tol=1e-8)
         with warnings.catch_warnings():  # well-separated classes are separate components of the graph: expected
@@ -402,6 +417,81 @@ def _spectral(affinity, k):
             return relabel_by_appearance(model.fit_predict(sp.csr_matrix(a)))
     model = SpectralClustering(n_clusters=k, affinity="precomputed", assign_labels="cluster_qr", random_state=0)
     return relabel_by_appearance(model.fit_predict(a + 1e-12))
+
+
+def _cluster_qr():
+    """scikit-learn's ``cluster_qr`` (SpectralClustering's own assignment step; private), or None."""
+    try:
+        from sklearn.cluster._spectral import cluster_qr
+    except ImportError:
+        return None
+    return cluster_qr
+
+
+def _part_embedding(a, n_vectors: int) -> np.ndarray:
+    """The spectral embedding of a sparse affinity in separate parts, found part by part.
+
+    What :func:`sklearn.manifold.spectral_embedding` computes (the leading
+    eigenvectors of the normalised affinity, self-loops left out, divided by
+    the square root of the degree), one connected part at a time, the
+    vectors of all parts ranked by their eigenvalues.  A graph in ``c``
+    separate parts has the eigenvalue 1 ``c`` times, and one Lanczos run
+    over the whole graph misses some of those repeated ones: its subspace,
+    and the partitions cut from it, are then wrong (a 281-image set whose
+    K-neighbour graph fell into 9 parts: at k = 12 a class of 50 was split
+    instead of the three parts that each held two classes, ARI 0.88; the
+    dense distances gave 1.0, as this does).
+
+    Returns
+    -------
+    ndarray, shape (n, n_vectors)
+        Columns by descending eigenvalue.
+    """
+    from scipy.sparse.csgraph import connected_components
+
+    a = sp.csr_matrix(a, dtype=float, copy=True)
+    a.setdiag(0.0)
+    a.eliminate_zeros()
+    n = a.shape[0]
+    _, part = connected_components(a, directed=False)
+    degree = np.asarray(a.sum(axis=1)).ravel()
+    root = np.sqrt(np.where(degree > 0, degree, 1.0))
+    order = np.argsort(part, kind="stable")
+    found = []  # (eigenvalue, part's images, vector on them)
+    for idx in np.split(order, np.flatnonzero(np.diff(part[order])) + 1):
+        if idx.size == 1:
+            found.append((1.0, idx, np.ones(1)))
+            continue
+        scale = sp.diags(1.0 / root[idx])
+        values, vecs = _top_eigen((scale @ a[idx][:, idx] @ scale).tocsr(), min(n_vectors, idx.size), vectors=True)
+        found += [(values[j], idx, vecs[:, j] / root[idx]) for j in range(values.size)]
+    found.sort(key=lambda t: -t[0])  # stable: ties keep the parts' order
+    maps = np.zeros((n, min(n_vectors, len(found))))
+    for col, (_, idx, vec) in enumerate(found[:n_vectors]):
+        maps[idx, col] = vec
+    return maps
+
+
+def _by_parts(a, ks) -> dict:
+    """Partitions of a sparse symmetric affinity that falls apart, for each ``k`` of ``ks`` it can be cut at.
+
+    With ``c`` separate parts and ``k >= c`` the ``k`` leading vectors of
+    :func:`_part_embedding` span a well-defined subspace (the parts, then
+    their best inner splits), cut by ``cluster_qr`` as SpectralClustering
+    does.  For ``k < c`` (fewer clusters than parts) no subspace is better
+    than another: those ``k`` are left out (the caller fits them one by
+    one), as is everything on a connected graph or without ``cluster_qr``.
+    """
+    from scipy.sparse.csgraph import connected_components
+
+    n = a.shape[0]
+    cluster_qr = _cluster_qr()
+    n_parts = connected_components(a, directed=False)[0]
+    ks = [k for k in ks if max(n_parts, 2) <= k < n]
+    if cluster_qr is None or n_parts == 1 or not ks:
+        return {}
+    maps = _part_embedding(a, max(ks))
+    return {k: relabel_by_appearance(cluster_qr(maps[:, :k])) for k in ks if k <= maps.shape[1]}
 
 
 def _partitions(affinity, ks) -> dict:
@@ -413,25 +503,25 @@ def _partitions(affinity, ks) -> dict:
     leading ``k`` of one embedding with ``max(ks)`` vectors span the same
     one wherever ``lambda_k > lambda_{k+1}``.  So one eigen-decomposition
     serves every ``k`` (the silhouette fallback tries 19; on a 4,000-image
-    graph one fit took 5.4 s).  A graph in several separate parts has the
-    eigenvalue 1 once per part, and for fewer clusters than parts any
-    subspace of those vectors is as good as another: there, and where
-    scikit-learn no longer has ``cluster_qr`` where it is looked for, each
-    ``k`` is fitted on its own (as before; slower).
+    graph one fit took 5.4 s).  A graph in several separate parts is
+    embedded part by part (:func:`_part_embedding`); for fewer clusters
+    than parts any subspace of their vectors is as good as another: there,
+    and where scikit-learn no longer has ``cluster_qr`` where it is looked
+    for, each ``k`` is fitted on its own (as before; slower).
     """
     from scipy.sparse.csgraph import connected_components
     from sklearn.manifold import spectral_embedding
 
     ks = list(ks)
     n = affinity.shape[0]
-    try:
-        from sklearn.cluster._spectral import cluster_qr  # SpectralClustering's own assignment step
-    except ImportError:
-        cluster_qr = None
+    cluster_qr = _cluster_qr()
     inside = [k for k in ks if 1 < k < n]
     a = 0.5 * (affinity + affinity.T)
-    if cluster_qr is None or not inside or (sp.issparse(a) and connected_components(a, directed=False)[0] > 1):
+    if cluster_qr is None or not inside:
         return {k: _spectral(affinity, k) for k in ks}
+    if sp.issparse(a) and connected_components(a, directed=False)[0] > 1:
+        done = _by_parts(a, inside)
+        return {k: done[k] if k in done else _spectral(affinity, k) for k in ks}
     with warnings.catch_warnings():  # well-separated classes are separate components of the graph: expected
         warnings.filterwarnings("ignore", message="Graph is not fully connected")
         if sp.issparse(a):  # the options _spectral gives SpectralClustering

@@ -237,12 +237,50 @@ def test_one_embedding_gives_every_ks_partition_of_its_own_fit(graph, monkeypatc
         own = clustering._spectral(aff, k)
         assert_allclose(shared[k], own, err_msg=f"k = {k}")
         assert len(np.unique(own)) == k
-    calls = []  # a graph in two separate parts (eigenvalue 1 twice: k = 1 .. 2 arbitrary): a fit per k, as before
+    if graph:  # a graph in three separate parts: cut part by part from k = 3 (the parts) on
+        three = sp.block_diag([aff, aff, aff]).tocsr()
+        parts = clustering._partitions(three, [3, 5])
+        assert_allclose(parts[3], np.repeat(np.arange(3), 150))
+        assert len(np.unique(parts[5])) == 5
+        assert all(len(np.unique(parts[5][p * 150:(p + 1) * 150])) < 5 for p in range(3))  # no cluster across parts
+        assert all(len(np.unique(np.repeat(np.arange(3), 150)[parts[5] == c])) == 1 for c in range(5))
+    calls = []  # fewer clusters than parts (eigenvalue 1 thrice: any 2 of them as good): a fit per k, as before
     monkeypatch.setattr(clustering, "_spectral", lambda a, k: calls.append(k) or np.full(a.shape[0], k))
     if graph:
-        parts = clustering._partitions(sp.block_diag([aff, aff]).tocsr(), [2, 5])
-        assert calls == [2, 5] and all((parts[k] == k).all() for k in (2, 5))
+        parts = clustering._partitions(three, [2, 5])
+        assert calls == [2] and (parts[2] == 2).all() and len(np.unique(parts[5])) == 5
     calls.clear()  # where scikit-learn has no cluster_qr where it is looked for: a fit per k
     monkeypatch.setitem(sys.modules, "sklearn.cluster._spectral", None)
     fitted = clustering._partitions(aff, [2, 5])
     assert calls == [2, 5] and all((fitted[k] == k).all() for k in (2, 5))
+
+
+def test_a_graph_in_parts_is_embedded_part_by_part_as_the_whole_eigenproblem_says():
+    """Known answer: the leading vectors of the normalised affinity (self-loops left out), over sqrt(degree)."""
+    import scipy.sparse as sp
+
+    from iastudio.core import clustering
+
+    rng = np.random.default_rng(1)
+    blocks = []
+    for size in (40, 25, 1, 30):  # three parts and one lone image
+        pts = rng.standard_normal((size, 3)) + (rng.standard_normal(3) * 0.8 if size > 1 else 0)
+        blocks.append(np.exp(-np.linalg.norm(pts[:, None] - pts[None], axis=-1) ** 2))
+    a = sp.block_diag(blocks).tocsr()
+    maps = clustering._part_embedding(a, 9)
+    assert maps.shape == (96, 9)
+    dense = a.toarray()
+    np.fill_diagonal(dense, 0.0)
+    degree = dense.sum(axis=1)
+    root = np.sqrt(np.where(degree > 0, degree, 1.0))
+    values, vectors = np.linalg.eigh(dense / root[:, None] / root[None, :] + np.diag(degree == 0))
+    values, vectors = values[::-1], vectors[:, ::-1]
+    assert values[3] > 0.999 and values[8] - values[9] > 1e-3  # 4 parts: eigenvalue 1 four times; a gap after 9
+    for k in (4, 9):  # where lambda_k > lambda_{k+1} the subspace is the whole eigenproblem's
+        ours = np.linalg.qr(maps[:, :k] * root[:, None])[0]
+        assert_allclose(ours @ ours.T, vectors[:, :k] @ vectors[:, :k].T, atol=1e-8)
+    starts = np.cumsum([0, 40, 25, 1, 30])
+    for col in range(4):  # eigenvalue 1: constant on one part (u = x / sqrt(degree)), zero elsewhere
+        on = np.flatnonzero(maps[:, col])
+        assert any(on.tolist() == list(range(lo, hi)) for lo, hi in zip(starts, starts[1:]))
+        assert_allclose(maps[on, col], maps[on[0], col])
