@@ -11,6 +11,13 @@ own subprocess so its peak resident memory (``ru_maxrss``) is its own.
     python benchmarks/bench_scale.py recall 1000         # recall of the true 10 nearest invariant neighbours
     python benchmarks/bench_scale.py project 4000        # save / open a project of a pruned run (sparse W)
     QT_QPA_PLATFORM=offscreen python benchmarks/bench_scale.py autosave 4000  # the window during its autosave
+    python benchmarks/bench_scale.py agree               # pruned vs every pair on held-out mid-size sets
+
+``agree`` builds six sets of 280-400 images from the quality suite's holdout
+material (letters, photo crops, mixed, odd-numbered digit samples; sizes and
+mixes the suite does not have; seed 7) and runs each with every pair and with
+K = 30 (3 iterations, 48 px), printing k, ARI, time and the ARI between the
+two runs (about 8 minutes on 2 cores).
 
 ``project`` builds the project a finished pruned run of n images leaves
 (embedded images, ``--frames`` recorded steps each with its per-image means
@@ -162,7 +169,7 @@ def bench_means(size=64, n=60):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("means", "run60", "sizes", "recall", "project", "autosave", "_one"))
+    p.add_argument("what", choices=("means", "run60", "sizes", "recall", "project", "autosave", "agree", "_one"))
     p.add_argument("n", nargs="*", type=int)
     p.add_argument("--size", type=int, default=48)
     p.add_argument("--neighbors", default="auto")
@@ -187,6 +194,8 @@ def main(argv=None):
         bench_project(a.n[0] if a.n else 4000, a.size, frames=a.frames)
     elif a.what == "autosave":
         bench_autosave(a.n[0] if a.n else 4000, a.size, frames=a.frames)
+    elif a.what == "agree":
+        agree(a.size, a.iterations)
     else:
         sizes(a.n or [250, 1000, 4000], a)
 
@@ -400,6 +409,38 @@ def recall(n, size, queries=20, k=30):
           f"(found for all {n} images in {t_cand:.1f} s); on the aligned graph with the shared-neighbour "
           f"pairs {on_graph / (10 * queries):.3f} ({graph.nnz / n:.1f} aligned neighbours per image; "
           f"the pruned similarity stage took {t_graph:.1f} s)")
+
+
+
+def agree(size=48, iterations=3, k=30):
+    """Pruned (K = ``k``) against every pair on held-out sets of a few hundred images."""
+    from quality_suite import SetSpec, make_set
+    from sklearn.metrics import adjusted_rand_score
+
+    from iastudio.core.attention import AttentionRun
+    from iastudio.core.preprocess import preprocess
+
+    full = 180.0  # (the names seed the sets)
+    specs = [SetSpec("mid-letters-7", "letters", (45,) * 7, rotation=full, shift=6, noise=0.3),
+             SetSpec("mid-photos-5", "photos", (70,) * 5, rotation=full, noise=0.5),
+             SetSpec("mid-mixed-8", "mixed", (40,) * 8, rotation=full, noise=0.3),
+             SetSpec("mid-mixed-12-unequal", "mixed", (60, 50, 40, 30, 25, 20, 15, 12, 10, 8, 6, 5),
+                     rotation=full, noise=0.2),
+             SetSpec("mid-digits-6-unequal", "digits", (85, 70, 55, 40, 20, 10), rotation=full),
+             SetSpec("mid-digits-10", "digits", (40,) * 10, rotation=full)]
+    print(f"every pair against K = {k} ({iterations} iterations, {size} px, holdout material, seed 7)")
+    for spec in specs:
+        images, truth = make_set(spec, split="holdout", seed=7)
+        x = preprocess(images, size=size).images
+        row, labels = [], {}
+        for nb in ("all", k):
+            t = time.perf_counter()
+            res = AttentionRun(x, backend="numpy", iterations=iterations, neighbors=nb).run()
+            labels[nb] = res.labels
+            row.append(f"{res.n_clusters} / {adjusted_rand_score(truth, res.labels):.3f} / "
+                       f"{time.perf_counter() - t:.0f} s")
+        print(f"  {spec.name} (n = {len(truth)}): every pair {row[0]}; K = {k} {row[1]}; between "
+              f"{adjusted_rand_score(labels['all'], labels[k]):.3f}", flush=True)
 
 
 if __name__ == "__main__":
