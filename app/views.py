@@ -220,8 +220,11 @@ class WeightsView(_Titled):
             old.scene().removeItem(old)
         self.colorbar = pg.ColorBarItem(values=levels, width=COLORBAR_WIDTH, colorMap=pg.colormap.get("viridis"),
                                         label="W_ij", orientation=orientation)
-        self.colorbar.axis.enableAutoSIPrefix(False)  # 0.05, not "50 (x0.001)"
         self.colorbar.setImageItem(self.image_item, insert_in=item)
+        axis = self.colorbar.axis
+        axis.enableAutoSIPrefix(False)  # 0.05, never "50 (x0.001)": no prefix, and the scale it left reset
+        axis.autoSIPrefixScale, axis.labelUnitPrefix = 1.0, ""
+        axis.setLabel("W_ij")
         theme.style_axis(self.colorbar.axis, self.palette(), self.font())
 
     def eventFilter(self, watched, event):

@@ -148,6 +148,7 @@ def test_w_and_the_means_share_the_middle_and_the_colour_bar_leaves_w_room(qtbot
     w.central_splitter.setSizes([200, 700])
     qtbot.wait(50)
     assert "x0.0" not in view.colorbar.axis.labelString()
+    assert view.colorbar.axis.autoSIPrefixScale == 1.0  # the ticks read 0.05, not 50
 
 
 # ------------------------------------------------------------------ empty states, palette, exports, wording
