@@ -340,18 +340,23 @@ def _sparse_top_eigenvalues(affinity, k: int) -> np.ndarray:
     A graph of well-separated classes falls apart into parts, each with an
     eigenvalue 1; one Lanczos run would miss some of those repeated ones.
     """
-    from scipy.sparse.csgraph import connected_components
-
     m = _normalised(sp.csr_matrix(affinity, dtype=float))
-    n_parts, part = connected_components(m, directed=False)
-    if n_parts == 1:
+    parts = _connected_parts(m)
+    if len(parts) == 1:
         return _top_eigenvalues(m, k)
-    order = np.argsort(part, kind="stable")
-    bounds = np.flatnonzero(np.diff(part[order])) + 1
     values = []
-    for idx in np.split(order, bounds):
+    for idx in parts:
         values.append(np.ones(1) if idx.size == 1 else _top_eigenvalues(m[idx][:, idx], min(k, idx.size)))
     return np.sort(np.concatenate(values))[::-1][:k]
+
+
+def _connected_parts(a) -> list:
+    """The images of each connected part of a sparse graph (index arrays, in the order of the parts)."""
+    from scipy.sparse.csgraph import connected_components
+
+    _, part = connected_components(a, directed=False)
+    order = np.argsort(part, kind="stable")
+    return np.split(order, np.flatnonzero(np.diff(part[order])) + 1)
 
 
 def eigengaps(affinity, *, max_k: int = MAX_K) -> np.ndarray:
@@ -447,18 +452,14 @@ def _part_embedding(a, n_vectors: int) -> np.ndarray:
     ndarray, shape (n, n_vectors)
         Columns by descending eigenvalue.
     """
-    from scipy.sparse.csgraph import connected_components
-
     a = sp.csr_matrix(a, dtype=float, copy=True)
     a.setdiag(0.0)
     a.eliminate_zeros()
     n = a.shape[0]
-    _, part = connected_components(a, directed=False)
     degree = np.asarray(a.sum(axis=1)).ravel()
     root = np.sqrt(np.where(degree > 0, degree, 1.0))
-    order = np.argsort(part, kind="stable")
     found = []  # (eigenvalue, part's images, vector on them)
-    for idx in np.split(order, np.flatnonzero(np.diff(part[order])) + 1):
+    for idx in _connected_parts(a):
         if idx.size == 1:
             found.append((1.0, idx, np.ones(1)))
             continue

@@ -205,10 +205,8 @@ def test_colour_in_chunks_agrees_with_the_array_code(monkeypatch, warp_code):
         np.testing.assert_allclose(a, b, rtol=0, atol=tol * np.abs(b).max())
 
 
-def test_the_loop_compiles_without_a_writable_cache(warp_code):
+def test_the_loop_compiles_without_a_writable_cache(compiled_once):
     """A read-only install (no folder for Numba's cache): the loop is compiled in the process instead."""
-    if warp_code != "compiled":
-        pytest.skip("once")
     out = _fresh_python(
         "import numba.core.caching as c, numpy as np, importlib\n"
         "def read_only(self): raise PermissionError('read-only')\n"
@@ -216,6 +214,13 @@ def test_the_loop_compiles_without_a_writable_cache(warp_code):
         "w = importlib.import_module('iastudio.core.warp')\n"
         "print(w.warp(np.ones((1, 8, 8)), np.zeros(3)).sum() > 0, w.describe_code())\n")
     assert out.strip().startswith("True compiled loop (Numba"), out
+
+
+@pytest.fixture
+def compiled_once(warp_code):
+    """Run a fresh-interpreter test once (under the compiled loop), not once per warp code."""
+    if warp_code != "compiled":
+        pytest.skip("once")
 
 
 def _fresh_python(script: str) -> str:
@@ -265,10 +270,8 @@ def test_the_array_code_takes_over_when_the_compiled_loop_is_off_or_wrong(monkey
     np.testing.assert_allclose(warp(img, p), want, rtol=1e-12)
 
 
-def test_prepare_sets_the_loop_up_before_the_first_warp(warp_code):
+def test_prepare_sets_the_loop_up_before_the_first_warp(compiled_once):
     """``prepare`` does the first warp's set-up (compile or cache load, and the check) ahead of it."""
-    if warp_code != "compiled":
-        pytest.skip("once")
     out = _fresh_python(
         "import importlib\n"
         "w = importlib.import_module('iastudio.core.warp')\n"
