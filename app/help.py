@@ -170,7 +170,7 @@ def about_text(model) -> str:
 
     from iastudio.core import __version__
     from iastudio.core.logs import log_dir
-    from iastudio.core.warp import describe_code
+    from iastudio.core.warp import describe_code, describe_gpu_code
 
     from .model import gpu_status
 
@@ -189,6 +189,7 @@ def about_text(model) -> str:
         f"NumPy {numpy.__version__}",
         f"CuPy {cupy_v}",
         f"CPU image warps: {describe_code()}",
+        *([f"GPU image warps: {describe_gpu_code()}"] if ok else []),
         f"Backend: {backend}",
         f"GPU: {reason if ok else 'none — running on the CPU (' + reason + ')'}",
         f"Logs: {log_dir()}",

@@ -85,8 +85,14 @@ def make_set(n, size, seed=0):
     return preprocess(list(moved), size=size).images, data.target[pick]
 
 
-def _one(n, size, neighbors, backend, iterations):
-    """Child process: one full run, JSON on stdout."""
+def _one(n, size, neighbors, backend, iterations, warmup=False):
+    """Child process: one full run, JSON on stdout.
+
+    ``warmup``: first a small run of 40 other images on the same backend (pruned, one
+    iteration), so that compiling the GPU kernels is not timed.  ``iteration_s`` holds the
+    seconds of each IA iteration (distances, W and the invariant means: from the start, or
+    from the end of the previous iteration, to the end of this one's means).
+    """
     import os
 
     from sklearn.metrics import adjusted_rand_score
@@ -94,9 +100,11 @@ def _one(n, size, neighbors, backend, iterations):
     from iastudio.core.attention import AttentionRun, Stage
 
     x, y = make_set(n, size)
+    if warmup:
+        AttentionRun(make_set(40, size, seed=5)[0], backend=backend, neighbors=10, iterations=1).run()
     t0, c0 = time.perf_counter(), time.process_time()
     run = AttentionRun(x, backend=backend, neighbors=neighbors, iterations=iterations)
-    first_iteration = None
+    marks = [0.0]
     prof_path = os.environ.get("IA_BENCH_PROFILE")  # write the top functions of a profile of the run here
     if prof_path:
         import cProfile
@@ -104,8 +112,8 @@ def _one(n, size, neighbors, backend, iterations):
         prof = cProfile.Profile()
         prof.enable()
     for snap in run.steps():
-        if snap.stage == Stage.ITERATION and snap.iteration == 1 and first_iteration is None:
-            first_iteration = time.perf_counter() - t0
+        if snap.stage == Stage.ITERATION:
+            marks.append(time.perf_counter() - t0)
     res = run.result()
     if prof_path:
         import io
@@ -113,10 +121,17 @@ def _one(n, size, neighbors, backend, iterations):
 
         prof.disable()
         text = io.StringIO()
-        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+        stats = pstats.Stats(prof, stream=text)
+        stats.sort_stats("tottime").print_stats(30)
+        stats.sort_stats("cumulative").print_stats(40)
         Path(prof_path).write_text(text.getvalue())
+    from iastudio.core.warp import describe_code, describe_gpu_code
+
     out = dict(n=n, size=size, neighbors=neighbors, backend=run.backend.describe(),
-               wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0, first_iteration_s=first_iteration,
+               warp=describe_code() if backend == "numpy" else describe_gpu_code(), warmed_up=warmup,
+               wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0,
+               first_iteration_s=marks[1] if len(marks) > 1 else None,
+               iteration_s=[round(b - a, 3) for a, b in zip(marks, marks[1:])],
                peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
                clusters=int(res.n_clusters), ari=float(adjusted_rand_score(y, res.labels)),
                similarity_s=res.timings["similarity_s"], mean_s=res.timings["mean_s"],
@@ -124,12 +139,18 @@ def _one(n, size, neighbors, backend, iterations):
     print("RESULT " + json.dumps(out))
 
 
-def run_child(n, size, neighbors, backend="numpy", iterations=3, timeout=None):
-    """Run :func:`_one` in a fresh process; ``None`` when it did not finish in ``timeout`` seconds."""
+def run_child(n, size, neighbors, backend="numpy", iterations=3, timeout=None, warmup=False, env=None):
+    """Run :func:`_one` in a fresh process; ``None`` when it did not finish in ``timeout`` seconds.
+
+    ``env``: variables set for that process (e.g. ``IASTUDIO_CUDA_WARP=off``).
+    """
+    import os
+
     cmd = [sys.executable, __file__, "_one", str(n), "--size", str(size), "--neighbors", str(neighbors),
-           "--backend", backend, "--iterations", str(iterations)]
+           "--backend", backend, "--iterations", str(iterations)] + (["--warmup"] if warmup else [])
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              env=None if env is None else {**os.environ, **env})
     except subprocess.TimeoutExpired:
         return None
     for line in proc.stdout.splitlines():
@@ -175,13 +196,14 @@ def main(argv=None):
     p.add_argument("--neighbors", default="auto")
     p.add_argument("--backend", default="numpy")
     p.add_argument("--iterations", type=int, default=3)
+    p.add_argument("--warmup", action="store_true", help="_one: a small untimed run first (GPU kernels compiled)")
     p.add_argument("--exhaustive-max", type=int, default=250, help="also run every pair up to this n")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--frames", type=int, default=7, help="project: recorded steps (7: a 3-iteration run)")
     a = p.parse_args(argv)
     nb = a.neighbors if a.neighbors in ("all", "auto") else int(a.neighbors)
     if a.what == "_one":
-        _one(a.n[0], a.size, nb, a.backend, a.iterations)
+        _one(a.n[0], a.size, nb, a.backend, a.iterations, warmup=a.warmup)
     elif a.what == "means":
         bench_means()
     elif a.what == "run60":

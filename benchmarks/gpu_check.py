@@ -10,9 +10,13 @@ staged from ``core/`` and ``app/``, see ``checkout.py``).
 1. ``pytest -m gpu`` on the test files that need no Qt (a GPU machine may have none);
 2. the same runs on NumPy and on CuPy - the shapes demo (every pair) and 60
    rotated digits (pruned, 10 neighbours): identical labels, distances within 1e-4;
-3. timings of full default runs on CuPy at 64 px: n = 1,000 (pruned, K = 30;
-   also the time of the first IA iteration) and n = 10,000 (pruned), each in
-   its own process with the time left as its limit.
+3. timings of full default runs on CuPy at 64 px, each in its own process
+   after an untimed warm-up run (the GPU kernels compiled), with the time left
+   as its limit: n = 1,000 (pruned, K = 30; also the seconds of each IA
+   iteration), the same with the CUDA warp switched off (the CuPy array code:
+   the speed-up of the kernel, measured in the same call), and n = 10,000
+   (pruned);
+4. with ``--profile-dir``: the n = 10,000 run again under cProfile, if time is left.
 
 Needs CuPy, NumPy, SciPy, scikit-image and scikit-learn; prints one line per
 result and a JSON summary at the end.  Nothing here needs a display.  Without a
@@ -86,6 +90,7 @@ def equality():
     bk = get_backend(PLAN["backend"])
     other = "CuPy" if PLAN["backend"] == "cupy" else "NumPy2"  # a dry run compares NumPy with itself
     import iastudio.core
+    from iastudio.core.warp import describe_code, describe_gpu_code
 
     say(f"device: {bk.device}; iastudio from {Path(iastudio.core.__file__).parent}")
     SUMMARY["device"] = bk.device
@@ -109,44 +114,55 @@ def equality():
         ok = same and dd <= 1e-4 and df <= 1e-4
         out[name] = dict(labels_equal=same, input_dist_maxdiff=dd, final_dist_maxdiff=df, ok=ok,
                          numpy_s=round(t_np, 2), cupy_s=round(t_cp, 2))
+        SUMMARY["warp_code"] = {"numpy": describe_code(), "cupy": describe_gpu_code()}
         say(f"equality {name}: labels equal {same}, max |d_numpy - d_{other.lower()}| input {dd:.2e} final "
             f"{df:.2e} -> {'OK' if ok else 'DIFFERENT'} (NumPy {t_np:.1f} s, {other} {t_cp:.1f} s incl. warm-up)")
     SUMMARY["equality"] = out
 
 
-def timing(n, budget):
+def timing(n, budget, label=None, env=None, profile=False):
+    """A full default run of ``n`` images in its own process (warmed up), within the time left."""
     from bench_scale import run_child
 
+    label = label or f"n{n}"
     limit = left(budget) - 5
     if limit < 20:
-        say(f"n={n}: skipped, {limit:.0f} s left")
-        SUMMARY[f"n{n}"] = "skipped (no time left)"
+        say(f"{label}: skipped, {limit:.0f} s left")
+        SUMMARY[label] = "skipped (no time left)"
         return
     import os
 
-    if PROFILE_DIR:
+    if profile:
+        Path(PROFILE_DIR).mkdir(parents=True, exist_ok=True)
         os.environ["IA_BENCH_PROFILE"] = str(Path(PROFILE_DIR) / f"profile_n{n}.txt")
-    size = PLAN["px"]
-    r = run_child(n, size, PLAN["neighbors"], PLAN["backend"], timeout=limit)
+    try:
+        r = run_child(n, PLAN["px"], PLAN["neighbors"], PLAN["backend"], timeout=limit, warmup=True, env=env)
+    finally:
+        os.environ.pop("IA_BENCH_PROFILE", None)
     if r is None:
-        say(f"n={n}: did not finish within {limit:.0f} s")
-        SUMMARY[f"n{n}"] = f"> {limit:.0f} s"
+        say(f"{label}: did not finish within {limit:.0f} s")
+        SUMMARY[label] = f"> {limit:.0f} s"
         return
     r.pop("labels", None)
-    SUMMARY[f"n{n}"] = r
+    SUMMARY[label] = r
     k = 30 if PLAN["neighbors"] == "auto" else PLAN["neighbors"]
-    warm = " and CUDA warm-up" if PLAN["backend"] == "cupy" else ""
-    say(f"n={n} at {size} px, pruned (K={k}), {r['backend']}: full default run {r['wall_s']:.1f} s "
-        f"(similarity {r['similarity_s']:.1f} s, means {r['mean_s']:.1f} s), first IA iteration "
-        f"{r['first_iteration_s']:.1f} s (process start-up{warm} included), peak host "
-        f"{r['peak_mb']:.0f} MB, {r['clusters']} clusters, ARI {r['ari']:.3f}")
+    say(f"{label}: n={n} at {PLAN['px']} px, pruned (K={k}), {r['backend']}, warp: {r['warp']}"
+        f"{' (profiled)' if profile else ''}: full default run {r['wall_s']:.1f} s (similarity "
+        f"{r['similarity_s']:.1f} s, means {r['mean_s']:.1f} s), IA iterations "
+        f"{', '.join(f'{t:.2f}' for t in r['iteration_s'])} s (warmed up), peak host {r['peak_mb']:.0f} MB, "
+        f"{r['clusters']} clusters, ARI {r['ari']:.3f}")
+    base = SUMMARY.get(f"n{n}")
+    if label != f"n{n}" and isinstance(base, dict) and not profile:
+        say(f"  without the CUDA warp the full run took {r['wall_s'] / base['wall_s']:.2f}x as long, the first IA "
+            f"iteration {r['first_iteration_s'] / base['first_iteration_s']:.2f}x")
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--budget", type=float, default=460.0, help="seconds for everything (default 460)")
     p.add_argument("--skip-tests", action="store_true")
-    p.add_argument("--profile-dir", default=None, help="write a profile of each timed run here")
+    p.add_argument("--profile-dir", default=None,
+                   help="profile the largest run once more and write its top functions here")
     p.add_argument("--dry-run", action="store_true", help="no GPU: NumPy stands in for CuPy, small sizes")
     a = p.parse_args(argv)
     global PROFILE_DIR
@@ -162,7 +178,14 @@ def main(argv=None):
             say(f"no GPU check here: {exc} (--dry-run checks this script on NumPy)")
             return 2
     steps = [] if a.skip_tests else [("tests", lambda: gpu_tests(a.budget))]
-    steps += [("equality", equality)] + [(f"n{n}", lambda n=n: timing(n, a.budget)) for n in PLAN["sizes"]]
+    small, large = PLAN["sizes"]
+    steps += [("equality", equality),
+              (f"n{small}", lambda: timing(small, a.budget)),
+              (f"n{small}_array", lambda: timing(small, a.budget, label=f"n{small}_array",
+                                                 env={"IASTUDIO_CUDA_WARP": "off"})),
+              (f"n{large}", lambda: timing(large, a.budget))]
+    if PROFILE_DIR:
+        steps.append(("profile", lambda: timing(large, a.budget, label="profile", profile=True)))
     for name, fn in steps:
         try:
             fn()

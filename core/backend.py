@@ -233,9 +233,29 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return any(s in text for s in ("MemoryAllocation", "ALLOC_FAILED", "out of memory", "OUT_OF_MEMORY"))
 
 
+_GPU_REFERENCE_BYTES = 20 << 30  # a card of this much memory (or less) takes the stages' ``gpu`` block sizes
+_GPU_MAX_SCALE = 4
+_GPU_SCALE = None
+
+
+def _gpu_scale(xp) -> float:
+    """How many times the stages' ``gpu`` block sizes this card takes: its memory over 20 GB, from 1 to 4."""
+    global _GPU_SCALE
+    if _GPU_SCALE is None:
+        try:
+            total = xp.cuda.Device().mem_info[1]
+        except Exception:  # noqa: BLE001 - no figure: the plain sizes
+            total = 0
+        _GPU_SCALE = float(min(_GPU_MAX_SCALE, max(1.0, total / _GPU_REFERENCE_BYTES)))
+    return _GPU_SCALE
+
+
 def block_elements(cpu: int, gpu: int, xp) -> int:
-    """Elements per temporary block: ``cpu`` or ``gpu``, scaled down inside a retry of :func:`in_blocks`."""
-    base = cpu if xp is np else gpu
+    """Elements per temporary block: ``cpu``, or ``gpu`` times :func:`_gpu_scale` (a larger card, fewer launches).
+
+    Scaled down inside a retry of :func:`in_blocks` after running out of GPU memory.
+    """
+    base = cpu if xp is np else gpu * _gpu_scale(xp)
     return max(1, int(base * _SCALE.get()))
 
 

@@ -32,9 +32,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .backend import array_module, fft_module, ndimage_module, to_host
+from .backend import array_module, fft_module, to_host
 from .clustering import closest_in_rows, nearest_pairs
-from .similarity import invariant_distances, join_pair_results
+from .similarity import invariant_distances, join_pair_results, sample_polar
 from .weights import graph_affinity
 
 __all__ = [
@@ -97,15 +97,13 @@ def _polar_magnitudes(images, n_rings, n_angles):
     """``|F(v)|`` on a polar grid, ``sqrt(radius)``-weighted and unit-norm: (n, rings, angles), on the device."""
     xp = array_module(images)
     fft = fft_module(xp)
-    ndi = ndimage_module(xp)
     n, h, w = images.shape[:3]
     p = 2 * max(h, w)
     n_rings = n_rings or max(8, max(h, w) // 2)
     radii = np.linspace(1.0, 0.45 * p, n_rings)
     phi = 2 * np.pi * np.arange(n_angles) / n_angles
     centre = p // 2
-    coords = xp.asarray(np.stack([(centre + radii[:, None] * np.cos(phi)).ravel(),
-                                  (centre + radii[:, None] * np.sin(phi)).ravel()]))
+    rows, cols = centre + radii[:, None] * np.cos(phi), centre + radii[:, None] * np.sin(phi)
     weight = xp.asarray(np.sqrt(radii), dtype=np.float32)[:, None]
     out = xp.empty((n, n_rings, n_angles), dtype=np.float32)
     step = max(1, (1 << 22) // (p * p))
@@ -114,7 +112,7 @@ def _polar_magnitudes(images, n_rings, n_angles):
         spec = xp.abs(fft.fftshift(fft.fft2(blk, s=(p, p), axes=(1, 2)), axes=(1, 2)))
         if spec.ndim == 4:
             spec = spec.sum(axis=-1)
-        polar = xp.stack([ndi.map_coordinates(s, coords, order=1, mode="constant") for s in spec])
+        polar = sample_polar(spec, rows, cols)
         out[lo:lo + step] = polar.reshape(-1, n_rings, n_angles) * weight
     out /= xp.maximum(xp.sqrt((out * out).sum(axis=(1, 2))), 1e-12)[:, None, None]
     return out

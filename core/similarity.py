@@ -145,10 +145,48 @@ def _fast_len(n: int) -> int:
     return scipy.fft.next_fast_len(int(n), real=True)
 
 
+def sample_polar(spec, rows, cols):
+    """Each of ``spec``'s 2-D planes read at the points ``(rows, cols)`` (bilinear, 0 outside).
+
+    Parameters
+    ----------
+    spec : ndarray, shape (n, P, Q)
+        Planes (NumPy or CuPy), e.g. Fourier magnitudes.
+    rows, cols : ndarray
+        Host coordinates of the points, any shape (flattened).
+
+    Returns
+    -------
+    ndarray, shape (n, rows.size), float32, on ``spec``'s device
+
+    Notes
+    -----
+    On NumPy one :func:`scipy.ndimage.map_coordinates` call per plane; on a GPU
+    many planes per call (the plane's index an exact coordinate, so the values
+    are the same), not one kernel launch per plane.
+    """
+    xp = array_module(spec)
+    ndi = ndimage_module(xp)
+    rows, cols = np.ravel(rows), np.ravel(cols)
+    n = spec.shape[0]
+    out = xp.empty((n, rows.size), dtype=np.float32)
+    if xp is np:
+        coords = np.stack([rows, cols])
+        for i in range(n):
+            out[i] = ndi.map_coordinates(spec[i], coords, order=1, mode="constant")
+        return out
+    step = max(1, _block(xp) // rows.size)
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        coords = xp.asarray(np.stack([np.repeat(np.arange(hi - lo, dtype=float), rows.size),
+                                      np.tile(rows, hi - lo), np.tile(cols, hi - lo)]))
+        out[lo:hi] = ndi.map_coordinates(spec[lo:hi], coords, order=1, mode="constant").reshape(hi - lo, -1)
+    return out
+
+
 def _polar_spectra(images, n_angles, xp):
     """Ring-normalised ``|F|`` on a polar grid, rFFT'd along the angle."""
     fft = fft_module(xp)
-    ndi = ndimage_module(xp)
     n, h, w = images.shape[:3]
     p = _fast_len(2 * max(h, w))
     spec = xp.abs(fft.fftshift(fft.fft2(images, s=(p, p), axes=(1, 2)), axes=(1, 2)))
@@ -160,11 +198,7 @@ def _polar_spectra(images, n_angles, xp):
     # k = rho (cos phi, sin phi) in (row, col): then |F(v o tau)|(phi) = |F(v)|(phi - theta)
     rr = centre + radii[:, None] * np.cos(phi)[None, :]
     cc = centre + radii[:, None] * np.sin(phi)[None, :]
-    coords = xp.asarray(np.stack([rr.ravel(), cc.ravel()]))
-    out = xp.empty((n, radii.size, n_angles), dtype=np.float32)
-    for i in range(n):
-        vals = ndi.map_coordinates(spec[i], coords, order=1, mode="constant")
-        out[i] = vals.reshape(radii.size, n_angles)
+    out = sample_polar(spec, rr, cc).reshape(n, radii.size, n_angles)
     out *= xp.asarray(np.sqrt(radii), dtype=np.float32)[None, :, None]  # emphasise detail
     out -= out.mean(axis=2, keepdims=True)  # only the angular structure counts
     norm = xp.sqrt((out * out).sum(axis=(1, 2), keepdims=True))
@@ -193,9 +227,10 @@ def _pick_candidates(scores, allowed, k, xp):
         return xp.broadcast_to(idx, (m, s.shape[1]))
     peak = (s >= xp.roll(s, 1, axis=0)) & (s >= xp.roll(s, -1, axis=0))
     s = xp.where(peak, s, -xp.inf)
-    # where fewer than k peaks exist the rest are arbitrary grid angles,
-    # evaluated but harmless (disallowed ones are discarded by the caller)
-    return xp.argsort(-s, axis=0)[:k]
+    # where fewer than k peaks exist the rest are the lowest grid angles that are not peaks, evaluated
+    # but harmless (disallowed ones are discarded by the caller); a stable sort picks the same ones on
+    # every device (NumPy's default sort picked arbitrary ones, CuPy's others: different alignments)
+    return xp.argsort(-s, axis=0, kind="stable")[:k]
 
 
 def _translation_search(fv_conj, images, pairs_i, pairs_j, angle_idx, angles, p, xp, progress):

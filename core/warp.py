@@ -19,7 +19,8 @@ import numpy as np
 
 from .backend import array_module, block_elements, cpu_count
 
-__all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp", "parallel_map", "describe_code", "prepare"]
+__all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp", "parallel_map", "describe_code",
+           "describe_gpu_code", "prepare"]
 
 KEYS_A = -0.5
 _PAD = 4  # zero border; a tap index is clipped into it when it falls far outside
@@ -149,6 +150,7 @@ def warp(images, params, *, index=None, gradient=False, parallel=True, out=None)
     -----
     Each output pixel reads a 4x4 neighbourhood: on NumPy arrays in one
     compiled loop (:mod:`iastudio.core.warp_kernel`, when Numba is installed),
+    on CuPy arrays in one CUDA kernel (:mod:`iastudio.core.warp_cuda`),
     otherwise by 16 vectorised gathers; the batch is processed in blocks (on
     every core) so memory stays bounded for any ``B``.
     """
@@ -163,7 +165,14 @@ def warp(images, params, *, index=None, gradient=False, parallel=True, out=None)
     b = params.shape[0]
     index = _source_index(index, images.shape[0], b, xp)
     out, grad = _outputs(out, gradient, (b,) + images.shape[1:], dtype, xp)
-    kernel = _compiled() if xp is np else None
+    kernel = _compiled() if xp is np else _cuda()
+    if kernel is not None and xp is not np:  # the CUDA kernel reads the sources as they are: no padded copy
+        images = images.astype(dtype, copy=False)
+        if images.ndim == 4:
+            _channels_compiled(images, params, index, out, grad, parallel)
+        else:
+            _cuda_warp(kernel, images, params, index, out, grad)
+        return _returned(out, grad, single, gradient)
     images, index = _used_sources(images, index, xp)
     images = images.astype(dtype, copy=False)
     if kernel is not None and images.ndim == 4:  # colour: each channel as an image of its own
@@ -311,20 +320,26 @@ def _switched_off() -> bool:
     return os.environ.get("IASTUDIO_WARP", "").strip().lower() == "numpy"
 
 
+def _check(run, xp, what):
+    """Raise unless ``run(images, params, index, out, grad)`` gives the array code's answer on a small known case."""
+    rng = np.random.default_rng(0)
+    images = xp.asarray(rng.random((2, 9, 7), dtype=np.float32))
+    params = xp.asarray([[0.3, 0.7, -1.2], [-2.0, 3.5, 0.25], [0.1, 1e12, 0.0]])  # the last: far outside
+    index = xp.asarray([0, 1, 1])
+    got, want = ((xp.empty((3, 9, 7), np.float32), xp.empty((3, 3, 9, 7), np.float32)) for _ in range(2))
+    run(images, params, index, *got)
+    _warp_blocks(images, params, index, *want, kernel=None, parallel=False, xp=xp)
+    if not (bool(xp.allclose(got[0], want[0], atol=1e-4)) and bool(xp.allclose(got[1], want[1], atol=1e-3))):
+        raise ValueError(f"the {what} disagrees with the array code")
+
+
 def _checked_kernel():
     """The compiled loop, once it gives the array code's answer on a small known case; else None (logged)."""
     global _WHY_NOT
     try:
         from .warp_kernel import keys_warp
 
-        images = np.random.default_rng(0).random((2, 9, 7), dtype=np.float32)
-        params = np.array([[0.3, 0.7, -1.2], [-2.0, 3.5, 0.25], [0.1, 1e12, 0.0]])  # the last: far outside
-        index = np.array([0, 1, 1])
-        got, want = ((np.empty((3, 9, 7), np.float32), np.empty((3, 3, 9, 7), np.float32)) for _ in range(2))
-        for kernel, (out, grad) in ((keys_warp, got), (None, want)):
-            _warp_blocks(images, params, index, out, grad, kernel=kernel, parallel=False, xp=np)
-        if not (np.allclose(got[0], want[0], atol=1e-4) and np.allclose(got[1], want[1], atol=1e-3)):
-            raise ValueError("the compiled Keys warp disagrees with the array code")
+        _check(lambda *a: _warp_blocks(*a, kernel=keys_warp, parallel=False, xp=np), np, "compiled Keys warp")
         return keys_warp
     except ImportError as exc:  # no Numba (e.g. the installer's app): the array code does the work
         _log.info("warp: the array code is used (%s)", exc)
@@ -336,22 +351,94 @@ def _checked_kernel():
 
 
 def _channels_compiled(images, params, index, out, grad, parallel):
-    """Colour images through the compiled loop: channel ``c`` of source ``i`` is plane ``i * C + c``.
+    """Colour images through the compiled loop or the CUDA kernel: channel ``c`` of source ``i`` is plane ``i * C + c``.
 
     The transforms go in chunks, so the channel-first results stay bounded (``_CHUNK_ELEMENTS`` each).
     """
+    xp = array_module(images)
     n, h, w, c = images.shape
-    planes = np.ascontiguousarray(np.moveaxis(images, 3, 1)).reshape(n * c, h, w)
-    chunk = max(1, 8 * _CHUNK_ELEMENTS // (h * w * c))
+    planes = xp.ascontiguousarray(xp.moveaxis(images, 3, 1)).reshape(n * c, h, w)
+    chunk = max(1, 8 * block_elements(_CHUNK_ELEMENTS, _GPU_CHUNK_ELEMENTS, xp) // (h * w * c))
     for lo in range(0, params.shape[0], chunk):
         hi = min(params.shape[0], lo + chunk)
-        result = warp(planes, np.repeat(params[lo:hi], c, axis=0), gradient=grad is not None, parallel=parallel,
-                      index=(index[lo:hi, None] * c + np.arange(c)).reshape(-1))
+        result = warp(planes, xp.repeat(params[lo:hi], c, axis=0), gradient=grad is not None, parallel=parallel,
+                      index=(index[lo:hi, None] * c + xp.arange(c)).reshape(-1))
         if grad is None:
-            out[lo:hi] = np.moveaxis(result.reshape(hi - lo, c, h, w), 1, 3)
+            out[lo:hi] = xp.moveaxis(result.reshape(hi - lo, c, h, w), 1, 3)
             continue
-        out[lo:hi] = np.moveaxis(result[0].reshape(hi - lo, c, h, w), 1, 3)
-        grad[lo:hi] = np.moveaxis(result[1].reshape(hi - lo, c, 3, h, w), 1, 4)
+        out[lo:hi] = xp.moveaxis(result[0].reshape(hi - lo, c, h, w), 1, 3)
+        grad[lo:hi] = xp.moveaxis(result[1].reshape(hi - lo, c, 3, h, w), 1, 4)
+
+
+_CUDA = None  # the CUDA kernel once looked up; False: not available
+_CUDA_OFF = "IASTUDIO_CUDA_WARP=off"
+_CUDA_WHY_NOT = ""
+
+
+def _cuda():
+    """:func:`iastudio.core.warp_cuda.keys_warp`, or None (``IASTUDIO_CUDA_WARP=off``, or it failed its check).
+
+    Looked up once, at the first warp of CuPy arrays: the kernel is compiled
+    (NVRTC; CuPy caches it on disk) and must give the array code's answer on
+    a small known case on the device; otherwise the array code is used and
+    the reason is logged.
+    """
+    global _CUDA, _CUDA_WHY_NOT
+    if _CUDA is None:
+        with _KERNEL_LOCK:
+            if _CUDA is None and _cuda_switched_off():
+                _CUDA, _CUDA_WHY_NOT = False, _CUDA_OFF
+            elif _CUDA is None:
+                _CUDA = _checked_cuda() or False
+    return _CUDA or None
+
+
+def _cuda_switched_off() -> bool:
+    return os.environ.get("IASTUDIO_CUDA_WARP", "").strip().lower() in ("off", "0", "no")
+
+
+def _checked_cuda():
+    """The CUDA kernel, once it gives the array code's answer on a small known case; else None (logged)."""
+    global _CUDA_WHY_NOT
+    try:
+        import cupy
+
+        from .warp_cuda import keys_warp
+
+        _check(keys_warp, cupy, "CUDA Keys warp")
+        return keys_warp
+    except Exception as exc:  # no compiler for this card, a driver too old, or the kernel is wrong
+        _log.warning("warp: the CuPy array code is used (%s: %s)", type(exc).__name__, exc)
+        _CUDA_WHY_NOT = "the CUDA kernel failed its check: see the log"
+    return None
+
+
+def _cuda_warp(kernel, images, params, index, out, grad):
+    """The CUDA kernel into ``out`` / ``grad`` (through contiguous temporaries where they are views with gaps)."""
+    xp = array_module(images)
+    o = out if out.flags.c_contiguous else xp.empty(out.shape, out.dtype)
+    g = None if grad is None else grad if grad.flags.c_contiguous else xp.empty(grad.shape, grad.dtype)
+    kernel(images, params, index, o, g)
+    if o is not out:
+        out[...] = o
+    if g is not None and g is not grad:
+        grad[...] = g
+
+
+def describe_gpu_code() -> str:
+    """Which code warps CuPy images, in words; compiles nothing.
+
+    Returns
+    -------
+    str
+        ``"CUDA kernel"`` (``", at the first warp"`` added before it is first
+        used), or ``"CuPy array code (why)"``.
+    """
+    if _CUDA is None:
+        if _cuda_switched_off():
+            return f"CuPy array code ({_CUDA_OFF})"
+        return "CUDA kernel, at the first warp"
+    return "CUDA kernel" if _CUDA else f"CuPy array code ({_CUDA_WHY_NOT})"
 
 
 def _outputs(out, gradient, shape, dtype, xp):

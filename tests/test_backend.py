@@ -88,3 +88,30 @@ def test_cupy_distances_match_numpy(shape_images):
     d_np = invariant_distances(imgs).distances
     d_cp = invariant_distances(b.asarray(imgs)).distances
     np.testing.assert_allclose(d_cp, d_np, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_cupy_polar_spectra_match_numpy(shape_images):
+    from iastudio.core.similarity import _polar_spectra
+
+    b = _gpu()
+    imgs = np.concatenate([shape_images, shape_images[:, ::-1]]).astype(np.float32)
+    q_np = _polar_spectra(imgs, 72, np)
+    q_cp = bk.to_host(_polar_spectra(b.asarray(imgs), 72, b.xp))  # many images per call on a GPU
+    np.testing.assert_allclose(q_cp, q_np, rtol=1e-4, atol=1e-5 * np.abs(q_np).max())
+
+
+@pytest.mark.parametrize("gib, scale", [(8, 1.0), (24, 1.2), (40, 2.0), (80, 4.0), (141, 4.0), (None, 1.0)])
+def test_gpu_blocks_grow_with_the_cards_memory(monkeypatch, gib, scale):
+    from types import SimpleNamespace
+
+    def device():
+        if gib is None:
+            raise RuntimeError("no figure")
+        return SimpleNamespace(mem_info=(0, gib << 30))
+
+    fake = SimpleNamespace(cuda=SimpleNamespace(Device=device))
+    monkeypatch.setattr(bk, "_GPU_SCALE", None)
+    assert bk.block_elements(1000, 1 << 20, fake) == int((1 << 20) * scale)
+    assert bk.block_elements(1000, 1 << 20, np) == 1000  # the CPU's sizes do not depend on a card
+    monkeypatch.setattr(bk, "_GPU_SCALE", None)  # the next test looks its card up again
