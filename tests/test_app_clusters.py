@@ -335,20 +335,22 @@ def test_about_help_and_geometry(fresh, qapp, monkeypatch):
 
     for needle in ("Python", "Qt", "NumPy", "CuPy", "Backend", "GPU", f"CPU image warps: {describe_code()}"):
         assert needle in text
-    # with a working GPU the box also says which code warps on it
-    monkeypatch.setattr("iastudio.core.warp._CUDA", None)
-    monkeypatch.setattr("iastudio.app.model.gpu_status", lambda: (False, "no CUDA device"))
-    assert "GPU image warps" not in about_text(w.model)
-    monkeypatch.setattr("iastudio.app.model.gpu_status", lambda: (True, "Test GPU"))
-    assert "GPU image warps: CUDA kernel" in about_text(w.model)
-    monkeypatch.setenv("IASTUDIO_CUDA_WARP", "off")
-    monkeypatch.setattr("iastudio.core.warp._CUDA", None)
-    assert "GPU image warps: CuPy array code (IASTUDIO_CUDA_WARP=off)" in about_text(w.model)
     dlg = w.show_about()
     copy = [b for b in dlg.findChildren(type(w.clusters_panel.rename_btn)) if b.text() == "Copy to clipboard"][0]
     copy.click()
     assert QApplication.clipboard().text() == text
     dlg.close()
+    # with a working GPU the box also says which code warps on it
+    import sys
+
+    warp_module = sys.modules["iastudio.core.warp"]  # (the package's attribute `warp` is the function)
+    monkeypatch.setattr(warp_module, "_CUDA", None)
+    monkeypatch.setattr("iastudio.app.model.gpu_status", lambda: (False, "no CUDA device"))
+    assert "GPU image warps" not in about_text(w.model)
+    monkeypatch.setattr("iastudio.app.model.gpu_status", lambda: (True, "Test GPU"))
+    assert "GPU image warps: CUDA kernel" in about_text(w.model)
+    monkeypatch.setenv("IASTUDIO_CUDA_WARP", "off")
+    assert "GPU image warps: CuPy array code (IASTUDIO_CUDA_WARP=off)" in about_text(w.model)
     menus = {a.text(): a for a in w.menuBar().actions()}
     assert {"&File", "&Edit", "&Run", "&Help"} <= set(menus)
     saved_at_close = []
