@@ -64,7 +64,7 @@ def gpu_tests(budget):
              if not any(s in f.read_text() for s in ("PySide6", "qtbot", "iastudio.app"))]
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *files]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(30, min(150, left(budget) - 300)),
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(90, min(150, left(budget) - 300)),
                               cwd=ROOT)
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
         SUMMARY["pytest_gpu"] = {"rc": proc.returncode, "tail": tail[-1] if tail else ""}

@@ -128,7 +128,9 @@ def warp(images, params, *, index=None, gradient=False, parallel=True, out=None)
         Which source image each transform applies to.  Defaults to
         ``arange(B)`` when ``N == B`` and to image 0 for every transform when
         ``N == 1``.  Lets one image be warped by many transforms without
-        copying it.
+        copying it.  An index outside ``[0, N)`` raises ``IndexError`` on
+        NumPy; on CuPy the CUDA kernel makes that output NaN instead (a check
+        on the host would wait for the GPU at every warp).
     gradient : bool
         Also return the derivative with respect to ``(theta, tx, ty)``.
     parallel : bool
@@ -358,7 +360,7 @@ def _channels_compiled(images, params, index, out, grad, parallel):
     xp = array_module(images)
     n, h, w, c = images.shape
     planes = xp.ascontiguousarray(xp.moveaxis(images, 3, 1)).reshape(n * c, h, w)
-    chunk = max(1, 8 * block_elements(_CHUNK_ELEMENTS, _GPU_CHUNK_ELEMENTS, xp) // (h * w * c))
+    chunk = max(1, block_elements(8 * _CHUNK_ELEMENTS, _GPU_CHUNK_ELEMENTS, xp) // (h * w * c))
     for lo in range(0, params.shape[0], chunk):
         hi = min(params.shape[0], lo + chunk)
         result = warp(planes, xp.repeat(params[lo:hi], c, axis=0), gradient=grad is not None, parallel=parallel,
@@ -466,6 +468,7 @@ def _source_index(index, n_src, b, xp):
     if index.shape[0] != b:
         raise ValueError("index must have one entry per transform")
     if xp is np and b and (index.min() < 0 or index.max() >= n_src):  # the compiled loop does not check
+        # (a check on a GPU would wait for it at every warp: the CUDA kernel writes NaN for such an index)
         raise IndexError(f"index must lie in [0, {n_src}): the source images")
     return index
 

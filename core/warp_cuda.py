@@ -59,8 +59,8 @@ __device__ __forceinline__ double dot4(const T* __restrict__ img, long long k, l
 template <typename T>
 __device__ void keys_warp(const T* __restrict__ images, const double* __restrict__ params,
                           const double* __restrict__ trig, const long long* __restrict__ index,
-                          T* __restrict__ out, T* __restrict__ grad, long long total, int h, int w,
-                          int gradient) {
+                          T* __restrict__ out, T* __restrict__ grad, long long total, long long n_src,
+                          int h, int w, int gradient) {
     const long long hw = (long long)h * w;
     const double mid_r = (h - 1) / 2.0, mid_c = (w - 1) / 2.0;
     const long long stride = (long long)gridDim.x * blockDim.x;
@@ -68,7 +68,14 @@ __device__ void keys_warp(const T* __restrict__ images, const double* __restrict
         const long long b = i / hw;
         const long long pix = i - b * hw;
         const int y = (int)(pix / w), x = (int)(pix - (long long)y * w);
-        const T* __restrict__ img = images + index[b] * hw;
+        const long long src = index[b];
+        T* g = grad + 3 * b * hw + pix;
+        if (src < 0 || src >= n_src) {  /* no such image: NaN, never a read outside the images */
+            out[i] = (T)nan("");
+            if (gradient) g[0] = g[hw] = g[2 * hw] = (T)nan("");
+            continue;
+        }
+        const T* __restrict__ img = images + src * hw;
         const double cs = trig[2 * b], sn = trig[2 * b + 1];
         const double r = y - mid_r, c = x - mid_c;
         const double row = cs * r + sn * c + mid_r + params[3 * b + 2];
@@ -90,7 +97,6 @@ __device__ void keys_warp(const T* __restrict__ images, const double* __restrict
             const double g_r = dr[0] * s[0] + dr[1] * s[1] + dr[2] * s[2] + dr[3] * s[3];
             const double g_c = wr[0] * dot4(img, r0, c0, dc, h, w) + wr[1] * dot4(img, r0 + 1, c0, dc, h, w)
                                + wr[2] * dot4(img, r0 + 2, c0, dc, h, w) + wr[3] * dot4(img, r0 + 3, c0, dc, h, w);
-            T* g = grad + 3 * b * hw + pix;
             g[0] = (T)(g_r * (-sn * r + cs * c) + g_c * (-cs * r - sn * c));
             g[hw] = (T)g_c;
             g[2 * hw] = (T)g_r;
@@ -100,14 +106,14 @@ __device__ void keys_warp(const T* __restrict__ images, const double* __restrict
 
 extern "C" __global__ void keys_warp_f32(const float* images, const double* params, const double* trig,
                                          const long long* index, float* out, float* grad, long long total,
-                                         int h, int w, int gradient) {
-    keys_warp<float>(images, params, trig, index, out, grad, total, h, w, gradient);
+                                         long long n_src, int h, int w, int gradient) {
+    keys_warp<float>(images, params, trig, index, out, grad, total, n_src, h, w, gradient);
 }
 
 extern "C" __global__ void keys_warp_f64(const double* images, const double* params, const double* trig,
                                          const long long* index, double* out, double* grad, long long total,
-                                         int h, int w, int gradient) {
-    keys_warp<double>(images, params, trig, index, out, grad, total, h, w, gradient);
+                                         long long n_src, int h, int w, int gradient) {
+    keys_warp<double>(images, params, trig, index, out, grad, total, n_src, h, w, gradient);
 }
 """.replace("KEYS_A_VALUE", repr(KEYS_A))
 
@@ -136,7 +142,8 @@ def keys_warp(images, params, index, out, grad):
     params : cupy.ndarray, shape (B, 3)
         ``(theta, tx, ty)`` per output (see :mod:`iastudio.core.se2`).
     index : cupy.ndarray of int, shape (B,)
-        Source of each output, ``0 <= index < N`` (not checked here).
+        Source of each output; an output whose index is not in ``[0, N)`` is
+        NaN (checked on the device: no synchronisation, no read outside the images).
     out : cupy.ndarray, shape (B, H, W), C-contiguous, the dtype of ``images``
     grad : cupy.ndarray, shape (B, 3, H, W), C-contiguous, or None
         Written when given.
@@ -155,5 +162,5 @@ def keys_warp(images, params, index, out, grad):
     total = b * h * w
     blocks = min(_MAX_BLOCKS, -(-total // _THREADS))
     _module().get_function(name)((blocks,), (_THREADS,), (
-        images, params, trig, index, out, out if grad is None else grad, np.int64(total), np.int32(h),
-        np.int32(w), np.int32(grad is not None)))
+        images, params, trig, index, out, out if grad is None else grad, np.int64(total), np.int64(images.shape[0]),
+        np.int32(h), np.int32(w), np.int32(grad is not None)))

@@ -29,6 +29,7 @@ static const ia_dim blockIdx = {0}, blockDim = {1}, threadIdx = {0}, gridDim = {
 #define __global__
 using std::floor;
 using std::fabs;
+using std::nan;
 """
 
 
@@ -57,7 +58,8 @@ def _on_cpu(lib, images, params, index, gradient=True):
     grad = np.full((b, 3, h, w), np.nan, images.dtype)
     fn = lib.keys_warp_f32 if images.dtype == np.float32 else lib.keys_warp_f64
     ptr = [a.ctypes.data_as(ctypes.c_void_p) for a in (images, params, trig, index, out, grad)]
-    fn(*ptr, ctypes.c_longlong(b * h * w), ctypes.c_int(h), ctypes.c_int(w), ctypes.c_int(int(gradient)))
+    fn(*ptr, ctypes.c_longlong(b * h * w), ctypes.c_longlong(images.shape[0]), ctypes.c_int(h), ctypes.c_int(w),
+       ctypes.c_int(int(gradient)))
     return out, grad
 
 
@@ -96,6 +98,15 @@ def test_cuda_source_gives_the_compiled_loops_answer(cpu_build, dtype):
     assert_allclose(got[1], grad, atol=2e-3 * np.abs(grad).max())
 
 
+def test_cuda_source_writes_nan_for_an_index_outside_the_images(cpu_build):
+    images, params, _ = _case(np.random.default_rng(4), n=2, b=4)
+    out, grad = _on_cpu(cpu_build, images, params, np.array([0, 2, -1, 1]))
+    assert np.isnan(out[[1, 2]]).all() and np.isnan(grad[[1, 2]]).all()
+    want = _numba(images, params[[0, 3]], np.array([0, 1]))
+    assert_allclose(out[[0, 3]], want[0], rtol=1e-6)
+    assert_allclose(grad[[0, 3]], want[1], rtol=1e-6, atol=1e-6 * np.abs(want[1]).max())
+
+
 def test_cuda_source_warps_a_quarter_turn_exactly(cpu_build):
     img = np.arange(7 * 7, dtype=np.float32).reshape(1, 7, 7)
     out, grad = _on_cpu(cpu_build, img, np.array([[np.pi / 2, 0.0, 0.0]]), np.array([0]))
@@ -125,6 +136,8 @@ def test_cuda_kernel_gives_the_compiled_loops_answer(dtype):
     want = _numba(images, params, index)
     for g, x in zip((out.get(), grad.get()), want):
         assert_allclose(g, x, rtol=1e-6, atol=1e-6 * np.abs(x).max())
+    bad = warp(b.asarray(images), b.asarray(params[:2]), index=b.asarray([0, images.shape[0]])).get()
+    assert np.isfinite(bad[0]).all() and np.isnan(bad[1]).all()  # no such image: NaN, no read outside
     # colour: each channel as an image of its own; a strided out is written too
     rgb = np.stack([images, 2 * images, images[:, ::-1]], axis=-1)
     o = b.xp.empty((params.shape[0] * 2,) + rgb.shape[1:], dtype)[::2]

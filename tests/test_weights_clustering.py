@@ -284,3 +284,43 @@ def test_a_graph_in_parts_is_embedded_part_by_part_as_the_whole_eigenproblem_say
         on = np.flatnonzero(maps[:, col])
         assert any(on.tolist() == list(range(lo, hi)) for lo, hi in zip(starts, starts[1:]))
         assert_allclose(maps[on, col], maps[on[0], col])
+
+
+def _knn_affinity(rng, sizes, k=10):
+    """A k-nearest-neighbour affinity of separate point clouds, ones on the diagonal (as the read-out's)."""
+    import scipy.sparse as sp
+
+    blocks = []
+    for size in sizes:
+        pts = rng.standard_normal((size, 3))
+        d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
+        kk = min(k, size - 1)
+        near = np.argsort(d, axis=1)[:, 1:kk + 1]
+        rows, cols = np.repeat(np.arange(size), kk), near.ravel()
+        g = sp.csr_matrix((np.exp(-d[rows, cols] ** 2), (rows, cols)), shape=(size, size))
+        blocks.append(g.maximum(g.T) + sp.identity(size))
+    return sp.block_diag(blocks).tocsr()
+
+
+def test_sparse_top_eigenvalues_match_the_whole_dense_spectrum(monkeypatch):
+    """Known answer: the k largest eigenvalues of the normalised affinity, parts above 400 images by Lanczos."""
+    from iastudio.core import clustering
+
+    rng = np.random.default_rng(3)
+    a = _knn_affinity(rng, (650, 450, 30, 12, 1))  # two parts for Lanczos, two dense ones, a lone image
+    asked = []
+    real = clustering._top_eigenvalues
+    monkeypatch.setattr(clustering, "_top_eigenvalues", lambda m, k: asked.append((m.shape[0], k)) or real(m, k))
+    got = clustering._sparse_top_eigenvalues(a, 21)
+    dense = np.sort(np.linalg.eigvalsh(clustering._normalised(a).toarray()))[::-1][:21]
+    assert_allclose(got, dense, atol=1e-4)
+    assert_allclose(got[:5], 1.0)
+    assert got[5] < 1 - 1e-3  # five parts (the lone image one of them): eigenvalue 1 five times, then the spectra
+    # each part is asked only for what can reach the top: 21 - 5 parts + 1 of its own
+    assert sorted(asked) == [(12, 12), (30, 17), (450, 17), (650, 17)]
+    # 21 parts or more: the 21 largest are their eigenvalues 1, and nothing is computed
+    asked.clear()
+    many = _knn_affinity(rng, (8,) * 21 + (500,), k=5)
+    assert_allclose(clustering._sparse_top_eigenvalues(many, 21), 1.0)
+    assert asked == []
+    assert_allclose(np.sort(np.linalg.eigvalsh(clustering._normalised(many).toarray()))[::-1][:21], 1.0, atol=1e-10)
