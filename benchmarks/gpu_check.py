@@ -114,10 +114,10 @@ def equality():
         ok = same and dd <= 1e-4 and df <= 1e-4
         out[name] = dict(labels_equal=same, input_dist_maxdiff=dd, final_dist_maxdiff=df, ok=ok,
                          numpy_s=round(t_np, 2), cupy_s=round(t_cp, 2))
-        SUMMARY["warp_code"] = {"numpy": describe_code(), "cupy": describe_gpu_code()}
         say(f"equality {name}: labels equal {same}, max |d_numpy - d_{other.lower()}| input {dd:.2e} final "
             f"{df:.2e} -> {'OK' if ok else 'DIFFERENT'} (NumPy {t_np:.1f} s, {other} {t_cp:.1f} s incl. warm-up)")
     SUMMARY["equality"] = out
+    SUMMARY["warp_code"] = {"numpy": describe_code(), "cupy": describe_gpu_code()}  # as the runs above used
 
 
 def timing(n, budget, label=None, env=None, profile=False):
