@@ -12,12 +12,22 @@ own subprocess so its peak resident memory (``ru_maxrss``) is its own.
     python benchmarks/bench_scale.py project 4000        # save / open a project of a pruned run (sparse W)
     QT_QPA_PLATFORM=offscreen python benchmarks/bench_scale.py autosave 4000  # the window during its autosave
     python benchmarks/bench_scale.py agree               # pruned vs every pair on held-out mid-size sets
+    python benchmarks/bench_scale.py readout             # the two read-outs on 22 mid-size sets, two k rules
 
 ``agree`` builds six sets of 280-400 images from the quality suite's holdout
 material (letters, photo crops, mixed, odd-numbered digit samples; sizes and
 mixes the suite does not have; seed 7) and runs each with every pair and with
 K = 30 (3 iterations, 48 px), printing k, ARI, time and the ARI between the
 two runs (about 8 minutes on 2 cores).
+
+``readout`` builds 22 sets of 260-400 images (``READOUT_SETS``: 12 from the quality suite's
+*tune* material, the 8 ``h-`` and the 2 ``mid-`` sets from its *holdout* material; mostly rotated
+digits, whose silhouette curves are flat, and four clearly separated controls), aligns every pair
+and, separately, the K = 30 graph with its probes, and reads clusters out of both *input*
+distances (the read-out the guard keeps on digit sets) with this version's rule for near-tied
+silhouettes and with the plain best silhouette (``NEAR_TIE = 0``: the previous version's rule, on
+this version's graph silhouette), printing k / ARI on both paths and whether they agree within
+0.01 (about 20 minutes).
 
 ``project`` builds the project a finished pruned run of n images leaves
 (embedded images, ``--frames`` recorded steps each with its per-image means
@@ -83,6 +93,78 @@ def make_set(n, size, seed=0):
     tau = se2.random_transforms(n, rotation_range=180, shift_range=3, seed=rng)
     moved = np.clip(warp(canvas, tau), 0, None).astype(np.float32)
     return preprocess(list(moved), size=size).images, data.target[pick]
+
+
+def _readout_sets():
+    """(name, SetSpec, split, seed) of ``readout``: tune material to choose on, holdout to report."""
+    from quality_suite import SetSpec
+
+    full = 180.0
+    tune = {"t-digits-10": (1, (35,) * 10, full, 0.0), "t-digits-8": (2, (40,) * 8, full, 0.0),
+            "t-digits-10u": (3, (60, 50, 45, 40, 35, 30, 25, 20, 15, 10), full, 0.0),
+            "t-digits-6": (4, (50,) * 6, 45.0, 0.0), "t-digits-5": (5, (60,) * 5, full, 0.0),
+            "t-digits-7u": (6, (80, 60, 45, 35, 25, 15, 10), full, 0.0),
+            "t-digits-10-45": (7, (30,) * 10, 45.0, 0.0), "t-digits-4": (8, (70,) * 4, full, 0.0),
+            "t-digits-6u": (9, (85, 70, 55, 40, 20, 10), full, 0.0), "t-digits-8n": (12, (35,) * 8, full, 0.2)}
+    holdout = {"h-digits-8": (21, (40,) * 8, full, 0.0),
+               "h-digits-10u": (22, (55, 50, 45, 40, 35, 30, 25, 20, 15, 10), full, 0.0),
+               "h-digits-7-45": (23, (40,) * 7, 45.0, 0.0), "h-digits-5n": (24, (60,) * 5, full, 0.2),
+               "h-digits-9": (25, (35,) * 9, full, 0.0), "h-digits-6u": (26, (85, 60, 50, 30, 20, 15), full, 0.0)}
+    out = [(name, SetSpec(name, "digits", sizes, rotation=rot, noise=noise), "tune", seed)
+           for name, (seed, sizes, rot, noise) in tune.items()]
+    out += [("t-letters-7n", SetSpec("t-letters-7n", "letters", (40,) * 7, rotation=full, shift=6, noise=0.8),
+             "tune", 10),
+            ("t-mixed-10n", SetSpec("t-mixed-10n", "mixed", (30,) * 10, rotation=full, noise=0.6), "tune", 11)]
+    out += [(name, SetSpec(name, "digits", sizes, rotation=rot, noise=noise), "holdout", seed)
+            for name, (seed, sizes, rot, noise) in holdout.items()]
+    out += [("h-mixed-12u", SetSpec("h-mixed-12u", "mixed", (50, 45, 40, 30, 25, 20, 15, 12, 10, 8, 6, 5),
+                                    rotation=full, noise=0.4), "holdout", 27),
+            ("h-letters-7n", SetSpec("h-letters-7n", "letters", (40,) * 7, rotation=full, shift=6, noise=0.8),
+             "holdout", 28),
+            ("mid-digits-10", SetSpec("mid-digits-10", "digits", (40,) * 10, rotation=full), "holdout", 7),
+            ("mid-digits-6-unequal", SetSpec("mid-digits-6-unequal", "digits", (85, 70, 55, 40, 20, 10),
+                                             rotation=full), "holdout", 7)]
+    return out
+
+
+def readout(size=48, k=30, only=()):
+    """Exhaustive against pruned read-outs of the input distances, this rule and the previous one."""
+    from quality_suite import make_set as make_suite_set
+    from sklearn.metrics import adjusted_rand_score
+
+    from iastudio.core import clustering
+    from iastudio.core.neighbors import pruned_distances
+    from iastudio.core.preprocess import preprocess
+    from iastudio.core.similarity import invariant_distances
+
+    rules = {"this version": clustering.NEAR_TIE, "best silhouette (NEAR_TIE = 0)": 0.0}
+    totals = {}
+    print(f"every pair against K = {k}, input distances, {size} px; per rule: k every pair / K = {k}, "
+          "ARI every pair / K, '=' when the ARIs agree within 0.01")
+    for name, spec, split, seed in _readout_sets():
+        if only and name not in only:
+            continue
+        images, truth = make_suite_set(spec, split=split, seed=seed)
+        x = preprocess(images, size=size).images
+        _, graph, probes = pruned_distances(x, k)
+        dense = invariant_distances(x).distances
+        cells = []
+        for rule, near_tie in rules.items():
+            clustering.NEAR_TIE = near_tie
+            try:
+                ld, cd = clustering.read_clusters(dense)
+                lp, cp = clustering.read_clusters(graph, probes=probes)
+            finally:
+                clustering.NEAR_TIE = rules["this version"]
+            a, b = adjusted_rand_score(truth, ld), adjusted_rand_score(truth, lp)
+            same = abs(a - b) <= 0.01
+            totals.setdefault((split, rule), []).append((a, b, same))
+            cells.append(f"{rule}: {cd.k}/{cp.k} {a:.3f}/{b:.3f} {'=' if same else 'x'}")
+        print(f"  {name} ({split}, n = {len(truth)}): " + "; ".join(cells), flush=True)
+    for (split, rule), v in sorted(totals.items()):
+        v = np.array(v, dtype=float)
+        print(f"{split}, {rule}: mean ARI every pair {v[:, 0].mean():.3f}, K = {k} {v[:, 1].mean():.3f}; "
+              f"agree on {int(v[:, 2].sum())} of {len(v)}")
 
 
 def _one(n, size, neighbors, backend, iterations, warmup=False):
@@ -190,7 +272,8 @@ def bench_means(size=64, n=60):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("means", "run60", "sizes", "recall", "project", "autosave", "agree", "_one"))
+    p.add_argument("what", choices=("means", "run60", "sizes", "recall", "project", "autosave", "agree", "readout",
+                                    "_one"))
     p.add_argument("n", nargs="*", type=int)
     p.add_argument("--size", type=int, default=48)
     p.add_argument("--neighbors", default="auto")
@@ -199,6 +282,7 @@ def main(argv=None):
     p.add_argument("--warmup", action="store_true", help="_one: a small untimed run first (GPU kernels compiled)")
     p.add_argument("--exhaustive-max", type=int, default=250, help="also run every pair up to this n")
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--only", nargs="*", default=(), help="readout: these sets only")
     p.add_argument("--frames", type=int, default=7, help="project: recorded steps (7: a 3-iteration run)")
     a = p.parse_args(argv)
     nb = a.neighbors if a.neighbors in ("all", "auto") else int(a.neighbors)
@@ -218,6 +302,8 @@ def main(argv=None):
         bench_autosave(a.n[0] if a.n else 4000, a.size, frames=a.frames)
     elif a.what == "agree":
         agree(a.size, a.iterations)
+    elif a.what == "readout":
+        readout(a.size, only=a.only)
     else:
         sizes(a.n or [250, 1000, 4000], a)
 

@@ -12,9 +12,17 @@ first: when the data holds ``k`` well-separated groups, ``k`` eigenvalues are
 close to 1 and the next ones are not.  The first scale whose largest gap is at
 least ``min_gap`` (0.4) decides ``k``; the smallest scale comes first so that
 classes of two or three images are not swallowed by their neighbours.  When no
-scale shows a clear gap the data is ambiguous: ``k`` is then the one with the
-best silhouette (on the distances, k = 2 .. 20) and the choice is reported as
-unsure (``confidence`` below ``min_gap``).  A spectrum with an appended zero
+scale shows a clear gap the data is ambiguous: ``k`` then comes from the
+silhouette (on the distances, of the partitions at ``m = 2``, k = 2 .. 20) and
+the choice is reported as unsure (``confidence`` below ``min_gap``).  Of the
+``k`` whose silhouette is within ``NEAR_TIE`` (0.02) of the best, the one with
+the largest eigengap at ``m = 2`` is taken: on such data the silhouette curve
+is flat at the top (its best three ``k`` often within 0.005), so which of those
+wins is chance, and a pruned run's silhouette, estimated off its graph, led
+to another k than the exhaustive run's on 4 of 12 tune and 3 of 10 holdout
+sets of a few hundred images (with this rule 2 and 3, and better ARI on both
+paths; ``bench_scale.py readout``); the eigengap is read off each image's
+nearest images, which both runs have.  A spectrum with an appended zero
 lets the gap sit after the last eigenvalue, so ``k = n`` is possible.  Two
 absolute checks on unit-norm images come first: when 90 % of the invariant
 distances are below 0.1 (cosine above 0.995: copies that differ only by
@@ -87,6 +95,7 @@ APART = 1e-3  # a graph whose (k+1)-th eigenvalue is this close to 1 has more th
 FLAT_GAP = 0.05  # ... i.e. no gap of even this size (near-duplicates: the graph falls apart into tiny groups)
 MIN_GAP = 0.4  # an eigengap at least this large is a clear block structure
 MAX_K = 20  # largest k considered by the silhouette fallback
+NEAR_TIE = 0.02  # silhouettes within this of the best are a tie, broken by the eigengap (module docstring)
 DISTINCT = 0.5  # invariant distance (unit-norm images) above which two images are not alike
 SAME = 0.1  # invariant distance below which two images show the same thing (resampling differences)
 
@@ -110,8 +119,9 @@ class KChoice:
     method : {"given", "eigengap", "silhouette", "same", "distinct", "trivial"}
     candidates : list of (int, float)
         The best three ``k`` with their scores (eigengaps, or silhouettes for
-        the ``"silhouette"`` method), best first; with ``k`` given, ``k`` and
-        its silhouette (a pruned run: its eigengap).
+        the ``"silhouette"`` method), best first (``"silhouette"``: the chosen
+        ``k`` first, which may be up to ``NEAR_TIE`` below the best); with
+        ``k`` given, ``k`` and its silhouette (a pruned run: its eigengap).
     """
 
     k: int
@@ -593,9 +603,11 @@ def _graph_silhouette(g, labels, probes=None) -> float:
     """Silhouette on a K-neighbour graph, the pairs off it estimated.
 
     Image ``i``'s summed distance to cluster ``c`` is its computed distances
-    to ``c`` plus, for each member it has none to, an estimate: the mean
-    ``probes`` distance between ``i``'s cluster and ``c`` when some probe
-    joins them (a random sample of exactly those pairs: unbiased), else
+    to ``c`` (on the graph, and its own probes) plus, for each member it has
+    none to, an estimate: the mean ``probes`` distance between ``i``'s cluster
+    and ``c`` when some probe joins them (a random sample of exactly those
+    pairs: unbiased; with every pair off the graph a probe, the silhouette is
+    exact), else
     ``max(r_i, r_j)`` with ``r_i`` image ``i``'s farthest computed distance (a
     pair neither image counted among its nearest is at least about that far;
     a lower bound, so partitions into many small clusters look better than
@@ -619,9 +631,10 @@ def _graph_silhouette(g, labels, probes=None) -> float:
     np.add.at(sums, (rows, lab[cols]), dist - np.maximum(r[rows], r[cols]))  # computed pairs as they are
     if probes is not None and probes.nnz:
         near, hits = np.zeros_like(sums), np.zeros_like(sums)
-        np.add.at(near, (rows, lab[cols]), dist)
-        np.add.at(hits, (rows, lab[cols]), 1.0)
         p_rows, p_cols, p_dist = _edges(probes)
+        for r_, c_, d_ in ((rows, cols, dist), (p_rows, p_cols, p_dist)):  # every distance known, as it is
+            np.add.at(near, (r_, lab[c_]), d_)
+            np.add.at(hits, (r_, lab[c_]), 1.0)
         total, seen = np.zeros((counts.size,) * 2), np.zeros((counts.size,) * 2)
         np.add.at(total, (lab[p_rows], lab[p_cols]), p_dist)
         np.add.at(seen, (lab[p_rows], lab[p_cols]), 1.0)
@@ -644,8 +657,12 @@ def _silhouette(distances, labels, probes=None):
     return -1.0 if s is None else s
 
 
-def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int = MAX_K, probes=None) -> KChoice:
+def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int = MAX_K, probes=None,
+             near_tie: float = NEAR_TIE) -> KChoice:
     """Choose the number of clusters from invariant distances (see the module docstring).
+
+    Without a clear eigengap the silhouette decides: of the k within
+    ``near_tie`` of its best, the one with the largest eigengap.
 
     Parameters
     ----------
@@ -660,15 +677,17 @@ def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int =
         Largest k the silhouette fallback tries (on a graph: also the eigengaps).
     probes : scipy.sparse matrix, optional
         A pruned run's random sample of distances off the graph (for the silhouette).
+    near_tie : float
+        Silhouettes this close to the best count as a tie (0: the best silhouette decides).
 
     Returns
     -------
     KChoice
     """
-    return _select(distances, scales=scales, min_gap=min_gap, max_k=max_k, probes=probes)[0]
+    return _select(distances, scales=scales, min_gap=min_gap, max_k=max_k, probes=probes, near_tie=near_tie)[0]
 
 
-def _select(distances, *, scales, min_gap, max_k, probes):
+def _select(distances, *, scales, min_gap, max_k, probes, near_tie):
     """:func:`select_k`, and the partition its silhouette scored (None where k came from elsewhere)."""
     sparse = sp.issparse(distances)
     d = sp.csr_matrix(distances, dtype=float) if sparse else np.asarray(distances, dtype=float)
@@ -684,12 +703,12 @@ def _select(distances, *, scales, min_gap, max_k, probes):
         return KChoice(n, 1, 1.0, "distinct", [(n, float(off.min()))]), None
     if n == 2:
         return KChoice(1, 1, 1.0, "distinct", [(1, float(off.min()))]), None
-    strongest, flat, apart = None, False, False
+    strongest, flat, apart, gaps = None, False, False, {}
     for m in tuple(scales) + (GRAPH_SCALES if sparse else ()):
         if m >= n or (m > scales[-1] and (not apart or strongest.confidence >= FLAT_GAP
                                           or m > np.diff(d.indptr).min())):
             break
-        g = eigengaps(_affinity(d, m), max_k=max_k)
+        g = gaps[m] = eigengaps(_affinity(d, m), max_k=max_k)
         if m == scales[-1]:  # 1 - lambda_{max_k+1}: more than max_k near-separate parts even at this scale?
             apart = sparse and g.size == max_k and g.sum() < APART
         flat = flat or m > scales[-1]
@@ -708,10 +727,23 @@ def _select(distances, *, scales, min_gap, max_k, probes):
     sil = {k: _silhouette(d, labels, probes) for k, labels in parts.items()}
     if not sil or max(sil.values()) <= 0:
         return KChoice(1, m, strongest.confidence, "silhouette", [(1, 0.0)]), np.zeros(n, dtype=int)
-    ranked = sorted(sil.items(), key=lambda t: -t[1])[:3]
-    choice = KChoice(int(ranked[0][0]), m, strongest.confidence, "silhouette",
-                     [(int(k), float(s)) for k, s in ranked])
+    k = _near_tie_k(sil, gaps[m] if m in gaps else eigengaps(_affinity(d, m), max_k=max_k), near_tie)
+    ranked = [(k, sil[k])] + sorted(((j, s) for j, s in sil.items() if j != k), key=lambda t: -t[1])[:2]
+    choice = KChoice(int(k), m, strongest.confidence, "silhouette", [(int(j), float(s)) for j, s in ranked])
     return choice, parts[choice.k]
+
+
+def _near_tie_k(sil: dict, gaps: np.ndarray, near_tie: float = NEAR_TIE) -> int:
+    """The silhouette fallback's k: of those within ``near_tie`` of the best silhouette, the largest eigengap.
+
+    ``sil`` maps k to the silhouette of its partition (the best one above 0),
+    ``gaps[k - 1]`` is ``lambda_k - lambda_{k+1}`` of the affinity those
+    partitions were cut from; only positive silhouettes count, and equal gaps
+    go to the better silhouette.
+    """
+    best = max(sil.values())
+    near = [k for k, s in sil.items() if s >= best - near_tie and s > 0]
+    return max(near, key=lambda k: (gaps[k - 1] if k <= gaps.size else -np.inf, sil[k]))
 
 
 def read_clusters(distances, *, k="auto", scales=SCALES, probes=None) -> tuple[np.ndarray, KChoice]:
@@ -738,7 +770,7 @@ def read_clusters(distances, *, k="auto", scales=SCALES, probes=None) -> tuple[n
     d = sp.csr_matrix(distances, dtype=float) if sparse else np.asarray(distances, dtype=float)
     n = d.shape[0]
     if k == "auto":
-        choice, labels = _select(d, scales=scales, min_gap=MIN_GAP, max_k=MAX_K, probes=probes)
+        choice, labels = _select(d, scales=scales, min_gap=MIN_GAP, max_k=MAX_K, probes=probes, near_tie=NEAR_TIE)
         if choice.method in ("same", "distinct", "trivial"):
             return (np.arange(n) if choice.k == n else np.zeros(n, dtype=int)), choice
         return (_spectral(_affinity(d, choice.scale), choice.k) if labels is None else labels), choice

@@ -361,6 +361,8 @@ def test_graph_silhouette_fills_the_missing_pairs_known_answer():
     filled = np.where(on, d, np.maximum(r[:, None], r[None, :]))
     np.fill_diagonal(filled, 0.0)
     assert_allclose(silhouette(g, labels), silhouette_score(filled, labels, metric="precomputed"))
+    every_other = sp.csr_matrix(np.where(on, 0.0, d))  # every pair off the graph probed: exact
+    assert_allclose(silhouette(g, labels, probes=every_other), silhouette_score(d, labels, metric="precomputed"))
 
 
 def test_ambiguous_sparse_read_out_follows_the_dense_rules():

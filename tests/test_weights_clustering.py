@@ -173,6 +173,52 @@ def test_select_k_ambiguous_data_says_it_is_unsure():
     assert choice.as_dict()["candidates"][0]["k"] == choice.k
 
 
+def test_near_tie_goes_to_the_largest_eigengap():
+    from iastudio.core.clustering import NEAR_TIE, _near_tie_k
+
+    sil = {2: 0.300, 3: 0.300 - NEAR_TIE / 2, 4: 0.300 - 2 * NEAR_TIE, 5: 0.290}
+    gaps = np.array([0.5, 0.01, 0.03, 0.9, 0.02])  # gaps[k - 1]: after eigenvalue k
+    assert _near_tie_k(sil, gaps) == 3  # 2, 3 and 5 tie, 3 has their largest gap; 4 (largest of all) is not near
+    assert _near_tie_k(sil, np.array([0.5, 0.04, 0.03, 0.9])) == 2
+    assert _near_tie_k(sil, np.array([0.5, 0.03, 0.03, 0.9])) == 2  # equal gaps: the better silhouette
+    assert _near_tie_k({2: 0.1, 7: 0.1}, np.array([0.5, 0.01])) == 2  # no gap known past the spectrum's end
+    assert _near_tie_k({2: 0.01, 3: -0.005}, np.array([0.5, 0.01, 0.9])) == 2  # a k below 0 never wins
+    assert _near_tie_k(sil, gaps, near_tie=0.0) == 2  # no tolerance: the best silhouette
+
+
+def test_near_tied_silhouettes_are_settled_by_the_eigengap(monkeypatch):
+    """Overlapping clouds (flat silhouette curves): the k taken is within NEAR_TIE of the best silhouette
+    with the largest gap there, it differs from the best silhouette's on some sets, and here (6 classes,
+    the best silhouette often at 2) it reads the classes better than the best silhouette alone."""
+    from sklearn.metrics import adjusted_rand_score
+
+    from iastudio.core import clustering
+
+    scores, changed, default = {}, 0, clustering.NEAR_TIE
+    for near_tie in (default, 0.0):
+        monkeypatch.setattr(clustering, "NEAR_TIE", near_tie)
+        aris = []
+        for seed in range(24):
+            rng = np.random.default_rng(seed)
+            d, lab = _points(rng.standard_normal((6, 6)) * 0.6, [12] * 6, spread=0.5, seed=seed)
+            d *= 0.45 / np.median(d)
+            got, choice = read_clusters(d)
+            aris.append(adjusted_rand_score(lab, got))
+            assert select_k(d, near_tie=near_tie) == choice
+            if near_tie and choice.method == "silhouette":
+                best = max(s for _, s in choice.candidates)
+                assert choice.candidates[0][0] == choice.k and choice.candidates[0][1] >= best - near_tie
+                gaps = clustering.eigengaps(clustering._affinity(d, choice.scale))
+                rivals = [k for k, s in choice.candidates[1:] if s >= best - near_tie]
+                assert all(gaps[choice.k - 1] >= gaps[k - 1] for k in rivals)
+                changed += choice.k != max(choice.candidates, key=lambda t: t[1])[0]
+                # the gaps at m = 2 are found even when the scales tried for a clear gap leave 2 out
+                assert select_k(d, scales=(1,)).k == choice.k
+        scores[near_tie] = np.mean(aris)
+    assert changed >= 5  # the rule decided some of these sets (9 of 24)
+    assert scores[default] > scores[0.0] + 0.03  # measured: 0.45 against 0.38
+
+
 def test_read_clusters_with_k_given():
     d, lab = _points(np.eye(6)[:3] * 5, [4, 4, 4], spread=0.2)
     got, choice = read_clusters(d, k=3)
