@@ -20,7 +20,7 @@ mixes the suite does not have; seed 7) and runs each with every pair and with
 K = 30 (3 iterations, 48 px), printing k, ARI, time and the ARI between the
 two runs (about 8 minutes on 2 cores).
 
-``readout`` builds 22 sets of 260-400 images (``READOUT_SETS``: 12 from the quality suite's
+``readout`` builds 22 sets of 260-400 images (``_readout_sets``: 12 from the quality suite's
 *tune* material, the 8 ``h-`` and the 2 ``mid-`` sets from its *holdout* material; mostly rotated
 digits, whose silhouette curves are flat, and four clearly separated controls), aligns every pair
 and, separately, the K = 30 graph with its probes, and reads clusters out of both *input*
@@ -150,12 +150,8 @@ def readout(size=48, k=30, only=()):
         dense = invariant_distances(x).distances
         cells = []
         for rule, near_tie in rules.items():
-            clustering.NEAR_TIE = near_tie
-            try:
-                ld, cd = clustering.read_clusters(dense)
-                lp, cp = clustering.read_clusters(graph, probes=probes)
-            finally:
-                clustering.NEAR_TIE = rules["this version"]
+            ld, cd = clustering.read_clusters(dense, near_tie=near_tie)
+            lp, cp = clustering.read_clusters(graph, probes=probes, near_tie=near_tie)
             a, b = adjusted_rand_score(truth, ld), adjusted_rand_score(truth, lp)
             same = abs(a - b) <= 0.01
             totals.setdefault((split, rule), []).append((a, b, same))

@@ -746,7 +746,8 @@ def _near_tie_k(sil: dict, gaps: np.ndarray, near_tie: float = NEAR_TIE) -> int:
     return max(near, key=lambda k: (gaps[k - 1] if k <= gaps.size else -np.inf, sil[k]))
 
 
-def read_clusters(distances, *, k="auto", scales=SCALES, probes=None) -> tuple[np.ndarray, KChoice]:
+def read_clusters(distances, *, k="auto", scales=SCALES, probes=None,
+                  near_tie: float = NEAR_TIE) -> tuple[np.ndarray, KChoice]:
     """Labels and the :class:`KChoice` from invariant distances.
 
     Parameters
@@ -760,6 +761,9 @@ def read_clusters(distances, *, k="auto", scales=SCALES, probes=None) -> tuple[n
     probes : scipy.sparse matrix, optional
         A pruned run's random sample of distances off the graph
         (:func:`iastudio.core.neighbors.probe_pairs`), for the silhouette.
+    near_tie : float
+        ``k="auto"``: silhouettes this close to the best count as a tie, settled
+        by the eigengap (0: the best silhouette decides; see :func:`select_k`).
 
     Returns
     -------
@@ -770,7 +774,7 @@ def read_clusters(distances, *, k="auto", scales=SCALES, probes=None) -> tuple[n
     d = sp.csr_matrix(distances, dtype=float) if sparse else np.asarray(distances, dtype=float)
     n = d.shape[0]
     if k == "auto":
-        choice, labels = _select(d, scales=scales, min_gap=MIN_GAP, max_k=MAX_K, probes=probes, near_tie=NEAR_TIE)
+        choice, labels = _select(d, scales=scales, min_gap=MIN_GAP, max_k=MAX_K, probes=probes, near_tie=near_tie)
         if choice.method in ("same", "distinct", "trivial"):
             return (np.arange(n) if choice.k == n else np.zeros(n, dtype=int)), choice
         return (_spectral(_affinity(d, choice.scale), choice.k) if labels is None else labels), choice
