@@ -12,7 +12,7 @@ own subprocess so its peak resident memory (``ru_maxrss``) is its own.
     python benchmarks/bench_scale.py project 4000        # save / open a project of a pruned run (sparse W)
     QT_QPA_PLATFORM=offscreen python benchmarks/bench_scale.py autosave 4000  # the window during its autosave
     python benchmarks/bench_scale.py agree               # pruned vs every pair on held-out mid-size sets
-    python benchmarks/bench_scale.py readout             # the two read-outs on 22 mid-size sets, two k rules
+    python benchmarks/bench_scale.py readout --draws 5   # the two read-outs on 22 mid-size sets, two k rules
 
 ``agree`` builds six sets of 280-400 images from the quality suite's holdout
 material (letters, photo crops, mixed, odd-numbered digit samples; sizes and
@@ -27,7 +27,9 @@ and, separately, the K = 30 graph with its probes, and reads clusters out of bot
 distances (the read-out the guard keeps on digit sets) with this version's rule for near-tied
 silhouettes and with the plain best silhouette (``NEAR_TIE = 0``: the previous version's rule, on
 this version's graph silhouette), printing k / ARI on both paths and whether they agree within
-0.01 (about 20 minutes).
+0.01 (about 20 minutes).  ``--draws N`` repeats the pruned read-out with N - 1 other random
+probe samples (their distances read from the every-pair run) and averages over the draws: on flat
+silhouette curves which k the pruned run takes depends on its probe draw.
 
 ``project`` builds the project a finished pruned run of n images leaves
 (embedded images, ``--frames`` recorded steps each with its per-image means
@@ -127,20 +129,26 @@ def _readout_sets():
     return out
 
 
-def readout(size=48, k=30, only=()):
-    """Exhaustive against pruned read-outs of the input distances, this rule and the previous one."""
+def readout(size=48, k=30, only=(), draws=1):
+    """Exhaustive against pruned read-outs of the input distances, this rule and the previous one.
+
+    ``draws`` > 1: the pruned read-out is repeated with other random probes (seeds 1, 2, ...: the
+    pairs a run with that seed would probe, their distances read from the every-pair run, which
+    aligns those pairs with the same code), and agreement and ARI are averaged over the draws.
+    """
+    import scipy.sparse as sp
     from quality_suite import make_set as make_suite_set
     from sklearn.metrics import adjusted_rand_score
 
     from iastudio.core import clustering
-    from iastudio.core.neighbors import pruned_distances
+    from iastudio.core.neighbors import probe_pairs, pruned_distances
     from iastudio.core.preprocess import preprocess
     from iastudio.core.similarity import invariant_distances
 
     rules = {"this version": clustering.NEAR_TIE, "best silhouette (NEAR_TIE = 0)": 0.0}
     totals = {}
-    print(f"every pair against K = {k}, input distances, {size} px; per rule: k every pair / K = {k}, "
-          "ARI every pair / K, '=' when the ARIs agree within 0.01")
+    print(f"every pair against K = {k}, input distances, {size} px, {draws} probe draw(s); per rule: k every "
+          f"pair / K = {k}, ARI every pair / K, '=' when the ARIs agree within 0.01")
     for name, spec, split, seed in _readout_sets():
         if only and name not in only:
             continue
@@ -148,19 +156,31 @@ def readout(size=48, k=30, only=()):
         x = preprocess(images, size=size).images
         _, graph, probes = pruned_distances(x, k)
         dense = invariant_distances(x).distances
+        n = dense.shape[0]
+        on_graph = sp.triu(graph, 1).tocoo()
+        samples = [probes]
+        for draw in range(1, draws):
+            r, c = probe_pairs((on_graph.row, on_graph.col), n, seed=draw)
+            sample = sp.coo_matrix((dense[r, c], (r, c)), shape=(n, n))
+            samples.append((sample + sample.T).tocsr())
         cells = []
         for rule, near_tie in rules.items():
             ld, cd = clustering.read_clusters(dense, near_tie=near_tie)
-            lp, cp = clustering.read_clusters(graph, probes=probes, near_tie=near_tie)
-            a, b = adjusted_rand_score(truth, ld), adjusted_rand_score(truth, lp)
-            same = abs(a - b) <= 0.01
-            totals.setdefault((split, rule), []).append((a, b, same))
-            cells.append(f"{rule}: {cd.k}/{cp.k} {a:.3f}/{b:.3f} {'=' if same else 'x'}")
+            a = adjusted_rand_score(truth, ld)
+            reads = []
+            for sample in samples:
+                lp, cp = clustering.read_clusters(graph, probes=sample, near_tie=near_tie)
+                b = adjusted_rand_score(truth, lp)
+                reads.append((cp.k, b, abs(a - b) <= 0.01))
+            totals.setdefault((split, rule), []).append(
+                (a, np.mean([r[1] for r in reads]), np.mean([r[2] for r in reads])))
+            cells.append(f"{rule}: {cd.k}/" + ",".join(str(r[0]) for r in reads) + f" {a:.3f}/"
+                         + ",".join(f"{r[1]:.3f}" for r in reads) + " " + "".join("=" if r[2] else "x" for r in reads))
         print(f"  {name} ({split}, n = {len(truth)}): " + "; ".join(cells), flush=True)
     for (split, rule), v in sorted(totals.items()):
         v = np.array(v, dtype=float)
         print(f"{split}, {rule}: mean ARI every pair {v[:, 0].mean():.3f}, K = {k} {v[:, 1].mean():.3f}; "
-              f"agree on {int(v[:, 2].sum())} of {len(v)}")
+              f"agree on {v[:, 2].sum():.1f} of {len(v)}" + (" (mean over the draws)" if draws > 1 else ""))
 
 
 def _one(n, size, neighbors, backend, iterations, warmup=False):
@@ -300,6 +320,7 @@ def main(argv=None):
     p.add_argument("--exhaustive-max", type=int, default=250, help="also run every pair up to this n")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--only", nargs="*", default=(), help="readout: these sets only")
+    p.add_argument("--draws", type=int, default=1, help="readout: probe draws per set (agreement averaged)")
     p.add_argument("--frames", type=int, default=7, help="project: recorded steps (7: a 3-iteration run)")
     a = p.parse_args(argv)
     nb = a.neighbors if a.neighbors in ("all", "auto") else int(a.neighbors)
@@ -320,7 +341,7 @@ def main(argv=None):
     elif a.what == "agree":
         agree(a.size, a.iterations)
     elif a.what == "readout":
-        readout(a.size, only=a.only)
+        readout(a.size, only=a.only, draws=a.draws)
     else:
         sizes(a.n or [250, 1000, 4000], a)
 
