@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QMenu
 
-from iastudio.core.demos import PAPER_DEMO
+from iastudio.core.demos import PAPER_DEMO, PAPER_MODE
 
 from .actions import add_action
 from .docks import show_view
@@ -21,6 +21,11 @@ __all__ = ["SHOW_ME", "add_demo_menu", "show_me"]
 
 SHOW_ME = PAPER_DEMO  # the demo's inputs: the set paper mode is tuned for, its seed, size and cluster count
 TABS_SHARE = 0.7  # the share of the right-hand side the comparison gets at the end
+# The Run panel's settings Show me runs with (besides paper mode and its cluster count): IA, the full
+# circle, 5° steps, no mirrors; β and the iterations are paper mode's.
+DEMO_SETTINGS = {"method": 0, "beta_auto": False, "beta": PAPER_MODE["beta"], "iterations": PAPER_MODE["iterations"],
+                 "clusters_auto": False, "clusters": PAPER_DEMO["clusters"], "rotation_range": 180.0,
+                 "angle_step": 5.0, "mirror": False, "paper_mode": True}
 
 
 def add_demo_menu(window, before=None) -> QMenu:
@@ -34,6 +39,7 @@ def add_demo_menu(window, before=None) -> QMenu:
     menu.setToolTipsVisible(True)
     window.show_me_action = act
     window.show_me_pending = False
+    window.settings_before_demo = None  # the Run panel as the user left it, while Show me's run goes
     insert_menu(window, menu, before)
     window.demo_menu = menu
     window.model.runFinished.connect(lambda _frame: _finished(window))
@@ -51,27 +57,41 @@ def show_me(window) -> bool:
         return False
     if not window.projects.confirm_discard("Showing the demo"):
         return False
-    if not m.load_demo(SHOW_ME["demo"], seed=SHOW_ME["seed"]):  # turned and shifted at random already
+    user_size = window.size_after_demo or m.size  # a second Show me keeps the size from before the first
+    # turned and shifted at random already; at the demo's own working size
+    if not m.load_demo(SHOW_ME["demo"], seed=SHOW_ME["seed"], size=SHOW_ME["size"]):
         return False
-    rp.size.setValue(SHOW_ME["size"])  # the window's own handler resizes the set (nothing left to ask)
-    rp.clusters_auto.setChecked(False)
-    rp.clusters.setValue(SHOW_ME["clusters"])
-    rp.paper_mode.setChecked(True)
+    window.size_after_demo = user_size  # the user's next folder or demo is read at their own size again
+    if window.settings_before_demo is None:
+        window.settings_before_demo = rp.settings_state()  # put back when the demo's run ends
+    # The same picture every time, whatever the panel showed before: every setting the run reads is set.
+    rp.restore_settings(DEMO_SETTINGS)
     window.scrubber.go_live()
     show_view(window, window.convergence_view, reopen=True)  # the map gathers while it runs
     window.show_me_pending = window.start_run()
+    if not window.show_me_pending:
+        _put_back_settings(window)
     return window.show_me_pending
 
 
+def _put_back_settings(window) -> None:
+    """The user's own Run settings again, as before Show me (the demo's run keeps its own, saved with it)."""
+    if window.settings_before_demo is not None:
+        window.run_panel.restore_settings(window.settings_before_demo)
+        window.settings_before_demo = None
+
+
 def _state_changed(window, state: str) -> None:
-    if state in ("failed", "stopped", "idle"):
+    if state in ("failed", "stopped", "idle") and window.show_me_pending:
         window.show_me_pending = False
+        _put_back_settings(window)
 
 
 def _finished(window) -> None:
     if not window.show_me_pending:
         return
     window.show_me_pending = False
+    _put_back_settings(window)
     show_comparison(window)
 
 

@@ -43,9 +43,11 @@ class MainWindow(QMainWindow):
         self.model = model or StudioModel(self)
         self.last_dialog: QMessageBox | None = None
         self.loading_dialog = None  # the progress dialog while images load
+        self.size_after_demo: int | None = None  # the user's working size, while Show me's demo set is loaded
         self._make_widgets()
         build_central(self)
         self.projects = ProjectController(self)
+        self.model.confirm = self.projects.confirm_discard  # asked after reading, only when images come in
         self.exports = ExportActions(self)
         build_menus(self)
         self.sync = ViewSync(self)
@@ -88,7 +90,7 @@ class MainWindow(QMainWindow):
         rp.startRequested.connect(self.start_run)
         rp.stopRequested.connect(m.stop)
         rp.resumeRequested.connect(m.resume)
-        rp.size.valueChanged.connect(self._set_size)
+        rp.size.valueChanged.connect(self._set_size)  # once typing is finished (keyboard tracking is off)
         cp.list.imagesDropped.connect(m.move_images)
         cp.renameRequested.connect(self.rename_cluster)
         cp.mergeRequested.connect(m.merge_clusters)
@@ -133,16 +135,22 @@ class MainWindow(QMainWindow):
         return change() is not False
 
     def load_demo(self, name: str) -> bool:
-        return self._changing_inputs("Loading the demo", lambda: self.model.load_demo(name))
+        return self._changing_inputs(
+            "Loading the demo", lambda: self.model.load_demo(name, size=self.take_size_after_demo()))
 
-    def load_paths(self, paths, *, replace: bool = False) -> bool:
+    def take_size_after_demo(self) -> int | None:
+        """The working size the user had before *Show me* (its demo runs at its own size); once."""
+        size, self.size_after_demo = self.size_after_demo, None
+        return size
+
+    def load_paths(self, paths, *, replace: bool = False, size: int | None = None) -> bool:
         """Load files/folders in a worker thread behind a progress dialog; False when refused.
 
         Returns at once; the images are in when ``model.imagesLoaded`` is emitted.  The window stays
         responsive meanwhile, and Cancel stops after the file being read, keeping what was read.
         """
         m = self.model
-        if not m.load_paths(paths, replace=replace):
+        if not m.load_paths(paths, replace=replace, size=size):
             return False
         dlg, _ = progress_dialog(self, "Loading images…", 0)
         dlg.canceled.connect(m.cancel_loading)
@@ -166,14 +174,17 @@ class MainWindow(QMainWindow):
 
     def open_folder(self, folder=None) -> None:
         folder = folder or QFileDialog.getExistingDirectory(self, "Open a folder of images")
-        if folder and self._changing_inputs("Opening a folder", lambda: self.load_paths([folder], replace=True)):
+        # Read first: the question whether to discard a run comes only once images were found
+        # (StudioModel.confirm); a folder without images changes nothing.
+        if folder and self.load_paths([folder], replace=True, size=self.size_after_demo):
+            self.size_after_demo = None
             self.projects.remember("recent/folders", folder)
 
     def add_files(self) -> None:
         files, _ = QFileDialog.getOpenFileNames(
             self, "Add images", "", "Images (*.png *.jpg *.jpeg *.tif *.tiff *.bmp);;All files (*)")
         if files:
-            self._changing_inputs("Adding images", lambda: self.load_paths(files))
+            self.load_paths(files)
 
     def dragEnterEvent(self, event):
         if event.mimeData().hasUrls():
@@ -181,7 +192,7 @@ class MainWindow(QMainWindow):
 
     def dropEvent(self, event):
         paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
-        if paths and self._changing_inputs("Adding images", lambda: self.load_paths(paths)):
+        if paths and self.load_paths(paths):
             event.acceptProposedAction()
 
     def _set_size(self, size: int) -> None:

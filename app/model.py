@@ -82,7 +82,11 @@ class StudioModel(QObject):
         self.worker = None
         self.loader = None  # the worker reading images, while it does
         self._load_replace = False
+        self._load_size = None
         self._load_cancel = threading.Event()
+        # Asked on the GUI thread once images were read and before they replace a run or its edits:
+        # ``confirm(action) -> bool`` (the window asks the user; None: no one to ask, go on).
+        self.confirm = None
         self._t_launch = 0.0
         app = QCoreApplication.instance()
         if app is not None:
@@ -109,7 +113,7 @@ class StudioModel(QObject):
             self.message.emit("Wait for the images to load, or cancel the loading.")
         return self.loading
 
-    def load_paths(self, paths, *, replace: bool = False) -> bool:
+    def load_paths(self, paths, *, replace: bool = False, size: int | None = None) -> bool:
         """Read and preprocess files/folders in a worker thread; the session takes them on the GUI thread.
 
         Returns at once: False (with a message) when refused, a run or another loading going on.
@@ -120,13 +124,15 @@ class StudioModel(QObject):
         if not self.session.begin_adding():
             return False
         self._load_replace = replace
+        self._load_size = size if replace else None  # the new set's working size (None: the session's)
         self._load_cancel = cancel = threading.Event()
 
         def progress(done, total, path):  # worker thread: only a queued signal and the flag cross
             self._reading.emit(done, total, path)
             return not cancel.is_set()
 
-        self.loader = create_worker(read_images, list(paths), size=self.session.size, progress=progress,
+        self.loader = create_worker(read_images, list(paths), size=self._load_size or self.session.size,
+                                    progress=progress,
                                     _start_thread=False,
                                     _connect={"returned": self._loaded, "errored": self._load_failed})
         self.loader.start()
@@ -141,8 +147,14 @@ class StudioModel(QObject):
     def _loaded(self, loaded) -> None:
         if self.loader is None:  # abandoned (the window closed)
             return
+        action = "Opening a folder" if self._load_replace else "Adding images"
+        if len(loaded.data) and self.confirm is not None and not self.confirm(action):
+            self.loader = None  # the user kept their work: nothing read is added
+            self.message.emit(f"Nothing {'opened' if self._load_replace else 'added'}: your work is kept as it was.")
+            self.imagesLoaded.emit([])
+            return
         try:
-            skipped = self.session.add_loaded(loaded, replace=self._load_replace)
+            skipped = self.session.add_loaded(loaded, replace=self._load_replace, size=self._load_size)
         except Exception as exc:  # noqa: BLE001 -- shown in the error window; the window must leave its loading state
             self._load_failed(exc)
             return

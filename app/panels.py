@@ -389,9 +389,12 @@ class RunPanel(QGroupBox):
         self.rotation_range = QDoubleSpinBox(minimum=1, maximum=180, value=180, suffix=" °")
         self.angle_step = QDoubleSpinBox(minimum=0.5, maximum=45, value=5, suffix=" °")
         self.size = QSpinBox(minimum=8, maximum=256, value=64, suffix=" px")
+        # Applied once the user has finished typing (Enter, leaving the field, the arrows): "96" is never 9 first.
+        self.size.setKeyboardTracking(False)
         self.mirror = QCheckBox("mirror images match")
         self.paper_mode = QCheckBox("as in the paper")
         self.paper_mode.toggled.connect(self._paper_mode_toggled)
+        self.beta_auto.toggled.connect(self._beta_auto_toggled)
         self.backend = QComboBox()
         self.backend.addItem("Auto", "auto")
         self.backend.addItem("CPU", "numpy")
@@ -427,6 +430,48 @@ class RunPanel(QGroupBox):
             self.beta.setValue(PAPER_BETA)
             self.iterations.setValue(max(self.iterations.value(), PAPER_ITERATIONS))
 
+    def _beta_auto_toggled(self, on: bool) -> None:
+        """An automatic β is not the paper's iteration: paper mode is never shown next to "β auto"."""
+        if on and self.paper_mode.isChecked():
+            self.paper_mode.blockSignals(True)
+            self.paper_mode.setChecked(False)
+            self.paper_mode.blockSignals(False)
+
+    def set_paper_mode(self, on: bool) -> None:
+        """Tick or untick paper mode, putting its settings in the form even when it was ticked already."""
+        self.paper_mode.blockSignals(True)
+        self.paper_mode.setChecked(on)
+        self.paper_mode.blockSignals(False)
+        self._paper_mode_toggled(on)
+
+    # the fields a run reads, by name (what :meth:`settings_state` saves and :meth:`restore_settings` puts back)
+    _FIELDS = ("method", "beta_auto", "beta", "iterations", "clusters_auto", "clusters", "rotation_range",
+               "angle_step", "mirror", "paper_mode")
+
+    def settings_state(self) -> dict:
+        """The Run panel's settings as they are shown (the working size and backend excepted)."""
+        state = {}
+        for name in self._FIELDS:
+            box = getattr(self, name)
+            state[name] = (box.currentIndex() if isinstance(box, QComboBox)
+                           else box.isChecked() if isinstance(box, QCheckBox) else box.value())
+        return state
+
+    def restore_settings(self, state: dict) -> None:
+        """Show the settings :meth:`settings_state` returned (paper mode's own choices do not interfere)."""
+        for name in self._FIELDS:
+            box = getattr(self, name)
+            box.blockSignals(True)
+            if isinstance(box, QComboBox):
+                box.setCurrentIndex(state[name])
+            elif isinstance(box, QCheckBox):
+                box.setChecked(state[name])
+            else:
+                box.setValue(state[name])
+            box.blockSignals(False)
+        self.beta.setEnabled(not self.beta_auto.isChecked())
+        self.clusters.setEnabled(not self.clusters_auto.isChecked())
+
     def options(self) -> dict:
         rr = self.rotation_range.value()
         paper = {"init": PAPER_MODE["init"]} if self.paper_mode.isChecked() else {}
@@ -450,6 +495,8 @@ class RunPanel(QGroupBox):
             ok = isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
             return kind(v) if ok else None
 
+        # paper mode first (it fills β and the iterations), then the saved values over it
+        self.set_paper_mode(params.get("init") == PAPER_MODE["init"] and params.get("beta") != "auto")
         method = params.get("method")
         idx = self.method.findData(method) if isinstance(method, str) else -1
         if idx >= 0:

@@ -147,6 +147,7 @@ class ViewSync:
 
     def project_opened(self, project) -> None:
         """The Run panel shows the opened project's run settings (none saved: left as they are)."""
+        self.w.size_after_demo = None  # the project has its own working size
         if project.parameters:
             self.w.run_panel.set_options(project.parameters)
 

@@ -225,10 +225,13 @@ class Session:
         return True
 
     # ------------------------------------------------------------------ images
-    def load_demo(self, name: str, *, seed: int = 0) -> bool:
+    def load_demo(self, name: str, *, seed: int = 0, size: int | None = None) -> bool:
+        """Replace the set by the demo ``name`` (a new, untitled set), at working ``size`` if given."""
         if not self._inputs_may_change("loading other images"):
             return False
-        self._set_data(load_demo(name, seed=seed))
+        if size is not None:
+            self.size = int(size)
+        self._set_data(load_demo(name, seed=seed), untitled=True)
         self.message(f"Loaded demo '{name}': {self.data.summary()}")
         return True
 
@@ -244,32 +247,41 @@ class Session:
         return self.add_loaded(read_images(paths, size=self.size, progress=progress), replace=replace)
 
     def begin_adding(self) -> bool:
-        """Ready the session for images about to be read: False (with a message) while a run works on the
-        inputs; otherwise the run they would no longer match is discarded now, before reading."""
-        return self._inputs_may_change("adding images")
+        """May images be read for this session now?  False (with a message) while a run works on the inputs.
 
-    def add_loaded(self, loaded: LoadedImages, *, replace: bool = False) -> list[dict]:
+        Nothing is discarded here: the run they would no longer match goes only when :meth:`add_loaded`
+        actually adds something (a file that holds no image changes nothing).
+        """
+        if self.busy:
+            self.message("Stop the run before adding images.")
+            return False
+        return True
+
+    def add_loaded(self, loaded: LoadedImages, *, replace: bool = False, size: int | None = None) -> list[dict]:
         """Add images read by :func:`read_images` (or replace the set with them); returns the skipped list.
 
         Call it on the thread that owns the session.  Refused (returning ``[]``) while a run works on
         the inputs; images preprocessed at another working size than the session's are done again.
+        Nothing read (no file held an image): nothing changes but the list of skipped files.
+        ``size`` (with ``replace``): the new set's working size.
         """
         if not self.begin_adding():
             return []
         new = loaded.data
-        if not len(new):
+        if not len(new):  # nothing to add: the set, the run and the project stay exactly as they were
             exc = no_usable_images(new.skipped)
-            if replace:
-                self._set_data(ImageSet([], [], [], list(exc.skipped)))
-            else:
-                self.data.skipped.extend(exc.skipped)
-                self._emit("images")
-            self.message(f"Nothing added: {exc}")
+            self.data.skipped.extend(exc.skipped)
+            self._emit("images")
+            self.message(f"Nothing {'opened' if replace else 'added'}: {exc}")
             return exc.skipped
+        if not self._inputs_may_change("adding images"):
+            return []
+        if replace and size is not None:
+            self.size = int(size)
         canvas = loaded.canvas if loaded.size == self.size else preprocess(new.images, size=self.size)
         kept = None if replace or not self.n else self.transforms.copy()
         if kept is None:
-            self._set_data(new, canvas)
+            self._set_data(new, canvas, untitled=replace)
         else:
             old = self.canvas  # None when its side differs: the whole set is preprocessed again
             same = old is not None and old.images.shape[1:] == canvas.images.shape[1:]
@@ -288,13 +300,13 @@ class Session:
         """Replace the image set by ``data`` (an :class:`~iastudio.core.imageset.ImageSet`)."""
         if not self._inputs_may_change("replacing the images"):
             return False
-        self._set_data(data)
+        self._set_data(data, untitled=True)
         return True
 
     def clear(self) -> bool:
         if not self._inputs_may_change("clearing the images"):
             return False
-        self._set_data(ImageSet([], [], [], []))
+        self._set_data(ImageSet([], [], [], []), untitled=True)
         return True
 
     def set_size(self, size: int) -> bool:
@@ -315,8 +327,14 @@ class Session:
             self._emit("images")
         return True
 
-    def _set_data(self, data: ImageSet, canvas: Canvas | None = None) -> None:
-        """Install ``data``, with ``canvas`` as its preprocessed images (None: preprocess them here)."""
+    def _set_data(self, data: ImageSet, canvas: Canvas | None = None, *, untitled: bool = False) -> None:
+        """Install ``data``, with ``canvas`` as its preprocessed images (None: preprocess them here).
+
+        ``untitled``: ``data`` is a new set, not the opened project's (a demo, another folder): the
+        session is no longer that project's, and saving it asks for a file (as after *New*).
+        """
+        if untitled:
+            self.project_path = None
         self.data = data
         if canvas is None:
             self._preprocess()

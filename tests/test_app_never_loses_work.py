@@ -4,7 +4,9 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from PIL import Image  # noqa: E402
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDropEvent  # noqa: E402
 
@@ -41,17 +43,20 @@ def test_start_again_asks_and_cancel_keeps_the_result_and_edits(edited, asked):
     assert m.final is final and m.book == book and m.state == "finished"
 
 
-def test_loading_a_demo_or_dropping_files_asks_first(edited, asked, tmp_path):
+def test_loading_a_demo_or_dropping_files_asks_first(edited, asked, tmp_path, qtbot):
     w, m = edited, edited.model
     asked.answer = "cancel"
     w.images_panel.demoChosen.emit("digits")
     assert m.n == 18 and m.final is not None and len(asked) == 1
+    for i in range(2):
+        Image.fromarray(np.full((12, 12), 40 * (i + 1), np.uint8)).save(tmp_path / f"new{i}.png")
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(tmp_path))])
     w.dropEvent(QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
                            Qt.KeyboardModifier.NoModifier))
-    assert not m.loading  # refused: no loading started that could still change the set
-    assert m.n == 18 and m.final is not None and len(asked) == 2
+    qtbot.waitUntil(lambda: not m.loading, timeout=30000)  # read first, then asked: images were found
+    assert len(asked) == 2 and asked[-1][1].startswith("Adding images discards")
+    assert m.n == 18 and m.final is not None and m.edits == ["Merge 2 clusters"]  # Cancel kept everything
     asked.answer = "discard"
     w.images_panel.demoChosen.emit("digits")
     assert m.n == 40 and m.final is None and m.book is None

@@ -1,0 +1,217 @@
+"""Issue #29: the four ways the window lost work or showed the wrong thing (pytest-qt, real key events).
+
+1. a new set (demo, Show me, another folder) is untitled: Save never overwrites the project it replaced;
+2. the working size applies once typing is finished ("96" is never 9 first);
+3. adding files that hold no image changes nothing (and the question comes only when images are found);
+4. Demo → Show me gives the same picture every time and puts the user's settings back; paper mode is
+   saved with a project and is never shown next to "β auto".
+"""
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from numpy.testing import assert_allclose  # noqa: E402
+from PIL import Image  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtTest import QTest  # noqa: E402
+from PySide6.QtWidgets import QFileDialog  # noqa: E402
+
+from iastudio.app.main_window import MainWindow  # noqa: E402
+from iastudio.core.demos import PAPER_DEMO, PAPER_MODE  # noqa: E402
+
+RUN = dict(iterations=1, mean_steps=2)
+
+
+@pytest.fixture
+def win(qtbot, home):
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.resize(1280, 800)
+    w.show()
+    yield w
+    w.projects.ask = lambda *a, **k: "discard"
+    w.model.stop()
+    w.model.shutdown(5000)
+
+
+def _run(w, qtbot, **options):
+    m = w.model
+    assert m.start(backend="numpy", **(RUN | options))
+    qtbot.waitUntil(lambda: m.state == "finished", timeout=120000)
+
+
+def _saved_project(w, qtbot, path):
+    """The shapes demo at 24 px, run, saved to ``path`` (the window's project, clean)."""
+    w.model.load_demo("shapes")
+    w.model.set_size(24)
+    _run(w, qtbot)
+    assert w.projects.save_to(str(path))
+    assert w.model.project_path == str(path) and not w.model.dirty
+    return path.read_bytes()
+
+
+def _title(w) -> str:
+    return w.windowTitle().split("—")[-1].strip()
+
+
+# ------------------------------------------------------------------ 1. Save never overwrites another project
+@pytest.mark.parametrize("how", ["demo", "folder", "show me"])
+def test_a_new_set_is_untitled_and_save_asks_for_a_file(win, qtbot, tmp_path, monkeypatch, how):
+    project = tmp_path / "P.iaproj"
+    before = _saved_project(win, qtbot, project)
+    assert _title(win) == "P.iaproj"
+    m = win.model
+    if how == "demo":
+        win.images_panel.demoChosen.emit("digits")
+    elif how == "folder":
+        folder = tmp_path / "other"
+        folder.mkdir()
+        for i in range(3):
+            Image.fromarray(np.full((10, 10), 60 * (i + 1), np.uint8)).save(folder / f"o{i}.png")
+        win.open_folder(str(folder))
+        qtbot.waitUntil(lambda: not m.loading and m.n == 3, timeout=30000)
+    else:
+        win.show_me_action.trigger()
+        qtbot.waitUntil(lambda: m.state == "finished", timeout=180000)
+    assert m.project_path is None and _title(win).startswith("untitled")
+    chosen = tmp_path / "new.iaproj"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(chosen), ""))
+    QTest.keyClick(win, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier)  # Ctrl+S: asks for a file ...
+    qtbot.waitUntil(lambda: chosen.exists() and not win.projects.writing, timeout=30000)
+    assert project.read_bytes() == before  # ... and P is untouched
+    assert m.project_path == str(chosen)
+
+
+def test_adding_images_to_a_project_keeps_it_the_projects(win, qtbot, tmp_path):
+    project = tmp_path / "P.iaproj"
+    _saved_project(win, qtbot, project)
+    extra = tmp_path / "extra.png"
+    Image.fromarray(np.full((10, 10), 90, np.uint8)).save(extra)
+    assert win.load_paths([str(extra)])
+    qtbot.waitUntil(lambda: not win.model.loading, timeout=30000)
+    assert win.model.n == 19 and win.model.project_path == str(project)  # the same project, grown by one
+
+
+# ------------------------------------------------------------------ 2. the size field
+def _type_into(spin, text):
+    spin.setFocus()
+    spin.lineEdit().selectAll()
+    QTest.keyClicks(spin.lineEdit(), text)
+
+
+def test_the_working_size_applies_once_typing_is_finished(win, qtbot, asked):
+    m, size = win.model, win.run_panel.size
+    m.load_demo("shapes")
+    m.set_size(24)
+    _run(win, qtbot)
+    final = m.final
+    _type_into(size, "96")
+    assert asked == [] and m.size == 24 and m.final is final  # typing: nothing asked, nothing applied
+    asked.answer = "cancel"
+    QTest.keyClick(size.lineEdit(), Qt.Key.Key_Return)
+    assert len(asked) == 1 and "working size" in asked[0][1]
+    assert m.size == 24 and m.final is final and size.value() == 24  # Cancel: the field shows 24 again
+    asked.answer = "discard"
+    _type_into(size, "128")
+    QTest.keyClick(size.lineEdit(), Qt.Key.Key_Return)
+    assert len(asked) == 2 and m.size == 128 and m.working.shape[1:] == (128, 128)
+    assert m.final is None  # the run on the 24 px images was discarded, as agreed
+
+
+# ------------------------------------------------------------------ 3. Add files that hold no image
+def test_adding_a_file_with_no_image_changes_nothing(win, qtbot, tmp_path, asked, monkeypatch):
+    m = win.model
+    _saved_project(win, qtbot, tmp_path / "P.iaproj")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not an image")
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(notes)], ""))
+    final, book = m.final, m.book
+    win.images_panel.addFiles.emit()
+    qtbot.waitUntil(lambda: not m.loading, timeout=30000)
+    assert m.final is final and m.book is book and not m.dirty and asked == []
+    assert "Nothing added" in win.statusBar().currentMessage()
+    assert any(s["path"].endswith("notes.txt") for s in m.data.skipped)  # listed under "details"
+    assert m.merge_clusters([0, 1])  # unsaved edits: still nothing asked, nothing lost
+    win.images_panel.addFiles.emit()
+    qtbot.waitUntil(lambda: not m.loading, timeout=30000)
+    assert asked == [] and m.edits == ["Merge 2 clusters"] and m.final is final
+
+
+def test_adding_real_images_asks_after_reading_and_cancel_keeps_the_edits(win, qtbot, tmp_path, asked):
+    m = win.model
+    m.load_demo("shapes")
+    m.set_size(24)
+    _run(win, qtbot)
+    assert m.merge_clusters([0, 1])
+    img = tmp_path / "one.png"
+    Image.fromarray(np.full((10, 10), 90, np.uint8)).save(img)
+    asked.answer = "cancel"
+    assert win.load_paths([str(img)])
+    assert asked == []  # not before reading
+    qtbot.waitUntil(lambda: not m.loading, timeout=30000)
+    assert len(asked) == 1 and m.n == 18 and m.edits == ["Merge 2 clusters"] and m.final is not None
+    asked.answer = "discard"
+    assert win.load_paths([str(img)])
+    qtbot.waitUntil(lambda: not m.loading, timeout=30000)
+    assert len(asked) == 2 and m.n == 19 and m.final is None
+
+
+# ------------------------------------------------------------------ 4. Show me, paper mode
+def test_paper_mode_is_never_shown_next_to_beta_auto(win):
+    rp = win.run_panel
+    rp.paper_mode.setChecked(True)
+    assert not rp.beta_auto.isChecked() and rp.beta.value() == PAPER_MODE["beta"]
+    rp.set_options({"beta": "auto", "iterations": 3})  # an opened project's settings
+    assert rp.beta_auto.isChecked() and not rp.paper_mode.isChecked()
+    rp.paper_mode.setChecked(True)
+    rp.beta_auto.setChecked(True)  # clicked by the user
+    assert not rp.paper_mode.isChecked() and "init" not in rp.options()
+
+
+def _show_me(win, qtbot):
+    m = win.model
+    win.show_me_action.trigger()
+    assert m.state == "running"
+    qtbot.waitUntil(lambda: m.state == "finished", timeout=180000)
+    qtbot.waitUntil(lambda: "ARI" in win.compare_view.caption.text(), timeout=30000)
+    return m.final, len({f.snapshot.iteration for f in m.history_frames}), win.compare_view.caption.text()
+
+
+@pytest.mark.slow
+def test_show_me_is_the_same_every_time_and_puts_the_users_settings_back(win, qtbot, tmp_path):
+    rp, m = win.run_panel, win.model
+    rp.paper_mode.setChecked(True)  # left ticked ...
+    rp.set_options({"beta": "auto"})  # ... when a project set β to auto (the issue's case)
+    rp.iterations.setValue(3)
+    rp.angle_step.setValue(10)
+    m.set_size(40)
+    mine = rp.settings_state()
+    first, iterations, caption = _show_me(win, qtbot)
+    assert iterations >= PAPER_MODE["iterations"] and "IA ARI 1.00" in caption
+    assert rp.settings_state() == mine  # the user's settings are back ...
+    assert m.size == PAPER_DEMO["size"] and rp.size.value() == PAPER_DEMO["size"]  # ... the demo set keeps its size
+    second, iterations_again, caption_again = _show_me(win, qtbot)
+    assert iterations_again == iterations and caption_again == caption
+    assert_allclose(second.snapshot.weights, first.snapshot.weights, atol=1e-6)
+    assert rp.settings_state() == mine
+    win.images_panel.demoChosen.emit("shapes")  # the next set is read at the user's own size again
+    assert m.size == 40 and rp.size.value() == 40
+
+
+def test_paper_mode_is_saved_and_restored_with_a_project(win, qtbot, tmp_path):
+    rp, m = win.run_panel, win.model
+    m.load_demo("shapes")
+    m.set_size(24)
+    rp.paper_mode.setChecked(True)
+    rp.iterations.setValue(1)
+    assert m.start(backend="numpy", mean_steps=2, **rp.options())
+    qtbot.waitUntil(lambda: m.state == "finished", timeout=120000)
+    path = tmp_path / "paper.iaproj"
+    assert win.projects.save_to(str(path))
+    rp.paper_mode.setChecked(False)
+    assert rp.beta_auto.isChecked()
+    assert win.projects.open_project(str(path))
+    assert rp.paper_mode.isChecked() and not rp.beta_auto.isChecked() and rp.beta.value() == PAPER_MODE["beta"]
+    assert rp.iterations.value() == 1  # the project's own iterations, not paper mode's 6
