@@ -77,7 +77,7 @@ def test_an_autosave_is_written_in_a_worker_while_the_window_goes_on(window, qtb
     timer = QTimer()
     timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
     timer.start(10)
-    qtbot.waitUntil(lambda: len(ticks) >= 5, timeout=3000)  # the event loop runs while the file is written
+    qtbot.waitUntil(lambda: len(ticks) >= 5, timeout=30000)  # the event loop runs while the file is written
     timer.stop()
     assert held.log == [("start", "first", False, False)]  # in a worker thread, still held
     assert m.rename_cluster(0, "second")  # an edit while the first write is in flight

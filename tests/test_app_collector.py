@@ -30,7 +30,7 @@ def _collected_in(qtbot, collector) -> list:
     worker.join()
     seen_in_worker = list(died)
     if collector is not None:
-        qtbot.waitUntil(lambda: bool(died), timeout=5000)
+        qtbot.waitUntil(lambda: bool(died), timeout=30000)
     else:
         gc.collect()
     return seen_in_worker + [f"then:{name}" for name in died[len(seen_in_worker):]]

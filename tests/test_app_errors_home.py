@@ -38,7 +38,7 @@ def test_uncaught_exception_in_a_slot_shows_a_visible_top_level_window(window, q
     window.model.message.connect(broken_slot)
     window.model.message.emit("hello")  # the slot raises; PySide hands it to sys.excepthook
     window.model.message.disconnect(broken_slot)
-    qtbot.waitUntil(lambda: errors.current_error_dialog() is not None, timeout=2000)
+    qtbot.waitUntil(lambda: errors.current_error_dialog() is not None, timeout=30000)
     box = errors.current_error_dialog()
     assert box.isVisible() and box.isWindow()  # the old hook made it an invisible child of the window
     assert str(log_dir()) in box.informativeText()
@@ -82,12 +82,12 @@ def test_an_error_in_a_worker_thread_reaches_the_gui_thread(window, qtbot, monke
     thread.start()
     try:
         obj.go.emit()
-        qtbot.waitUntil(lambda: errors.current_error_dialog() is not None, timeout=5000)
+        qtbot.waitUntil(lambda: errors.current_error_dialog() is not None, timeout=30000)
         box = errors.current_error_dialog()
         assert box.thread() is QApplication.instance().thread() and "worker thread" in box.text()
     finally:
         thread.quit()
-        thread.wait(5000)
+        thread.wait(30000)
 
 
 def test_a_failed_run_shows_the_error_window(window, qtbot, monkeypatch):

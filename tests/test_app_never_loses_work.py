@@ -86,9 +86,9 @@ def test_close_asks_to_save_changes_and_cancel_keeps_the_window(edited, asked, t
 def test_each_edit_is_autosaved_and_the_lock_outlives_the_closing_autosave(edited, qtbot, monkeypatch):
     w, m = edited, edited.model
     auto = w.projects.autosave_path()
-    qtbot.waitUntil(lambda: auto.exists() and load_project(auto).edits == ["Merge 2 clusters"], timeout=5000)
+    qtbot.waitUntil(lambda: auto.exists() and load_project(auto).edits == ["Merge 2 clusters"], timeout=30000)
     assert m.rename_cluster(m.book.cluster_ids()[0], "round ones")
-    qtbot.waitUntil(lambda: len(load_project(auto).edits) == 2, timeout=5000)
+    qtbot.waitUntil(lambda: len(load_project(auto).edits) == 2, timeout=30000)
     lock = w.projects.lock
     seen = []
     real = m.session.autosave

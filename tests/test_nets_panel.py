@@ -46,7 +46,7 @@ def test_panel_trains_one_epoch_and_attention_turns(qtbot, tmp_path):
     panel.epochs.setValue(1)
     with qtbot.waitSignal(panel.worker.finished, timeout=120000):
         panel.train_button.click()
-    qtbot.waitUntil(lambda: panel.state.model is not None, timeout=5000)
+    qtbot.waitUntil(lambda: panel.state.model is not None, timeout=30000)
     # the live curve got the epoch, the status reports the result
     x, _ = panel.acc_curve.getData()
     assert list(x) == [1]
