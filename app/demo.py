@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QMenu
 
-from iastudio.core.demos import PAPER_DEMO, PAPER_MODE
+from iastudio.core.demos import DEMO_NAMES, PAPER_DEMO, PAPER_MODE
 
 from .actions import add_action
 from .docks import show_view
@@ -20,6 +20,10 @@ from .layout import insert_menu
 __all__ = ["SHOW_ME", "add_demo_menu", "show_me"]
 
 SHOW_ME = PAPER_DEMO  # the demo's inputs: the set paper mode is tuned for, its seed, size and cluster count
+DEMO_TIPS = {"shapes": "The paper's Experiment 1: a horse, a 7 and a key, six copies each, turned and shifted.",
+             "digits": "40 real handwritten digits (0, 1, 3, 4) from scikit-learn, turned ±45°.",
+             "threes": "The paper's Experiment 2: ten handwritten 3s, turned 0–90° and shifted.",
+             "sketches": "The three shapes, each redrawn six times a little differently, turned and shifted."}
 TABS_SHARE = 0.7  # the share of the right-hand side the comparison gets at the end
 # The Run panel's settings Show me runs with (besides paper mode and its cluster count): IA, the full
 # circle, 5° steps, no mirrors; β and the iterations are paper mode's.
@@ -36,6 +40,12 @@ def add_demo_menu(window, before=None) -> QMenu:
                    "random, run as in the paper (paper mode: W's blocks fill in, iteration by iteration; "
                    "the slider under W replays them) and end on the comparison of plain kernel attention "
                    "with Invariant Attention.")
+    menu.addSection("Image sets")
+    window.demo_actions = {}
+    for name in DEMO_NAMES:  # the same sets as the image panel's Demo… list
+        demo = add_action(window, menu, name.capitalize(), lambda _=False, n=name: window.load_demo(n))
+        demo.setToolTip(DEMO_TIPS.get(name, ""))
+        window.demo_actions[name] = demo
     menu.setToolTipsVisible(True)
     window.show_me_action = act
     window.show_me_pending = False

@@ -12,6 +12,7 @@ __all__ = ["PREFERRED_SIZE", "EvenSplitter", "add_view_menu", "fit_to_screen", "
 PREFERRED_SIZE = QSize(1280, 800)
 DECORATION = QSize(8, 32)  # a window frame's likely size before the window manager reports it
 PRESENTATION_SCALE = 1.5
+CENTRAL_MIN_HEIGHT = 280  # px: W and the means, with their titles and the iteration slider
 
 
 def _decoration(window) -> QSize:
@@ -149,6 +150,7 @@ def build_central(window) -> None:
     window.central_splitter.addWidget(window.means_view)
     window.scrubber = IterationScrubber()  # step back through the run's W, means and map
     central = QWidget()
+    central.setMinimumHeight(CENTRAL_MIN_HEIGHT)  # W and the means stay readable under a large bottom panel
     lay = QVBoxLayout(central)
     lay.setContentsMargins(0, 0, 0, 0)
     lay.addWidget(window.central_splitter, 1)

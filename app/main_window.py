@@ -108,6 +108,8 @@ class MainWindow(QMainWindow):
         m.projectChanged.connect(self.update_title)
         m.message.connect(lambda text: self.statusBar().showMessage(text, 15000))
         m.runFinished.connect(lambda _f: self.projects.autosave())
+        # a stopped run too (its frames and settings; a run resumes only in the session that stopped it)
+        m.runStateChanged.connect(lambda state: state == "stopped" and self.projects.autosave())
         m.runFailed.connect(self._failed)
         m.loadFailed.connect(lambda message, tb: self._failed(message, tb, "Loading the images failed"))
 

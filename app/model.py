@@ -17,6 +17,7 @@ from PySide6.QtCore import QCoreApplication, QObject, Qt, QThreadPool, Signal
 from superqt.utils import create_worker
 
 from iastudio.core.backend import BackendUnavailableError, get_backend
+from iastudio.core.cluster_means import cluster_invariant_means
 from iastudio.core.frames import FrameBuilder
 from iastudio.core.session import Session, read_images, run_subset, stream_run
 
@@ -88,6 +89,9 @@ class StudioModel(QObject):
         # ``confirm(action) -> bool`` (the window asks the user; None: no one to ask, go on).
         self.confirm = None
         self._t_launch = 0.0
+        self.means_worker = None  # computing the invariant means of edited clusters, while it does
+        self._means_again = False
+        self.clustersChanged.connect(self._update_cluster_means)
         app = QCoreApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)
@@ -219,6 +223,39 @@ class StudioModel(QObject):
         el = time.perf_counter() - self._t_launch
         eta = el * (1 - fraction) / fraction if fraction > 0.02 else -1.0
         self.session.on_progress(fraction, text, eta)
+
+    # ---------------------------------------------------------------- edited clusters' means
+    def _update_cluster_means(self) -> None:
+        """Compute the invariant means of clusters the edits made, in a worker (the views show each
+        cluster's medoid mean meanwhile); one computation at a time, the latest edits last."""
+        if self.means_worker is not None:
+            self._means_again = True
+            return
+        missing = self.session.missing_cluster_means()
+        if not missing:
+            return
+        final = self.session.final
+        distances = final.result.input_distances if final.result is not None else final.snapshot.distances
+        worker = create_worker(cluster_invariant_means, self.session.working, missing, distances=distances,
+                               **self.session.alignment_options(), _start_thread=False,
+                               _connect={"returned": lambda means: self._cluster_means_done(final, missing, means),
+                                         "errored": self._cluster_means_failed})
+        self.means_worker = worker
+        worker.start()
+
+    def _cluster_means_done(self, final, members, means) -> None:
+        self.means_worker = None
+        if self.session.final is final:  # the same run: its edited clusters' means
+            self.session.set_cluster_means(members, means)
+        if self._means_again or self.session.final is not final:
+            self._means_again = False
+            self._update_cluster_means()
+
+    def _cluster_means_failed(self, exc: BaseException) -> None:
+        self.means_worker = None
+        self._means_again = False
+        log.error("computing the means of edited clusters failed (their medoids' means are shown)\n%s",
+                  "".join(traceback.format_exception(exc)))
 
     def split_by_rerun(self, cluster: int) -> bool:
         """Split a cluster by running Invariant Attention on its images alone (in a worker thread)."""

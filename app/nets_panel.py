@@ -28,15 +28,13 @@ from PySide6.QtWidgets import (
 )
 
 from . import theme
+from .edition import nets_hint
 from .tooltips import apply_tooltips
 
 log = logging.getLogger(__name__)
 
 CURRENT_SET = "Current image set (labelled)"
 ROT_DIGITS = "rot-digits (offline demo)"
-
-
-INSTALL_HINT = 'pip install "invariant-attention-studio[nets]"'
 
 
 def torch_available() -> bool:
@@ -107,9 +105,7 @@ class NetsPanel(QWidget):
         self.status = QLabel()
         self.status.setWordWrap(True)
         if not self.available:
-            self.status.setText("<b>Networks need PyTorch</b>, which is not installed here.<br>"
-                                f"Add it with <code>{INSTALL_HINT}</code> and restart the studio. "
-                                "Everything else in the studio works without it.")
+            self.status.setText(nets_hint())
             self.status.setTextFormat(Qt.TextFormat.RichText)
             lay.addWidget(self.status)
             lay.addStretch(1)

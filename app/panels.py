@@ -1,6 +1,8 @@
 """The control panels: image set, transforms and run settings."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from PySide6.QtCore import QAbstractListModel, QMimeData, QPoint, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPalette, QPen, QPixmap
@@ -10,6 +12,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
@@ -20,6 +23,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSlider,
     QSpinBox,
     QVBoxLayout,
@@ -33,13 +37,20 @@ from iastudio.core.filenames import display_name
 from iastudio.core.pose import canonical_pose
 from iastudio.core.wording import count_of
 
+from .edition import gpu_note_text
 from .tooltips import apply_tooltips
 
 MIME_IMAGES = "application/x-ia-images"
 
 THUMB = 56
 THUMB_MIN, THUMB_MAX = 32, 192
+NO_IMAGE = "Select a thumbnail to transform one image."
 PREVIEW = 104  # the per-image preview (small enough for a 768-px-high screen)
+
+
+def _duration(seconds: float) -> str:
+    """"45 s", "3 min" (a progress bar's estimate needs no more precision)."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def muted(label: QLabel) -> QLabel:
@@ -266,7 +277,7 @@ class TransformPanel(QGroupBox):
         row.addWidget(self.apply_btn)
         row.addWidget(self.reset_btn)
         lay.addLayout(row)
-        self.image_label = QElidingLabel("Select a thumbnail to transform one image.")
+        self.image_label = QElidingLabel(NO_IMAGE)
         lay.addWidget(self.image_label)
         per = QFormLayout()
         self.theta = QDoubleSpinBox(minimum=-180, maximum=180, decimals=1, suffix=" °", singleStep=5)
@@ -304,6 +315,13 @@ class TransformPanel(QGroupBox):
     def _emit(self, *_):
         if not self._loading:
             self.imageTransformChanged.emit(self.theta.value(), self.tx.value(), self.ty.value())
+
+    def clear_image(self) -> None:
+        """No image chosen (a new set): no name, no preview of an image of another set."""
+        self.image_label.setText(NO_IMAGE)
+        self.image_label.setToolTip("")
+        self.preview.clear()
+        self.set_enabled_image(False)
 
     def set_enabled_image(self, on: bool):
         for w in (self.theta, self.theta_slider, self.tx, self.ty, self.show_original):
@@ -346,10 +364,18 @@ class RunPanel(QGroupBox):
         lay = QVBoxLayout(self)
         self.settings = QWidget()  # everything a run reads when it starts
         self.settings.setLayout(self._build_form(gpu_ok, gpu_reason))
-        self.settings.layout().setContentsMargins(0, 0, 0, 0)
-        lay.addWidget(self.settings)
-        self.gpu_note = muted(QLabel("" if gpu_ok else f"GPU unavailable: {gpu_reason}"))
+        self.settings.layout().setContentsMargins(0, 0, 4, 0)
+        # The settings scroll in a short window; Start, Stop, Resume and the progress bar stay in view.
+        self.settings_area = QScrollArea()
+        self.settings_area.setWidget(self.settings)
+        self.settings_area.setWidgetResizable(True)
+        self.settings_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.settings_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.settings_area.setMinimumHeight(80)
+        lay.addWidget(self.settings_area, 1)
+        self.gpu_note = muted(QLabel("" if gpu_ok else gpu_note_text(gpu_reason)))
         self.gpu_note.setWordWrap(True)
+        self.gpu_note.setVisible(not gpu_ok)
         lay.addWidget(self.gpu_note)
         row = QHBoxLayout()
         self.start_btn = QPushButton("Start")
@@ -457,17 +483,24 @@ class RunPanel(QGroupBox):
                            else box.isChecked() if isinstance(box, QCheckBox) else box.value())
         return state
 
-    def restore_settings(self, state: dict) -> None:
-        """Show the settings :meth:`settings_state` returned (paper mode's own choices do not interfere)."""
+    def restore_settings(self, state: dict, *, partial: bool = False) -> None:
+        """Show the settings :meth:`settings_state` returned (paper mode's own choices do not interfere).
+
+        ``partial`` (a state read from a file): entries missing or of the wrong type are left as they are.
+        """
         for name in self._FIELDS:
-            box = getattr(self, name)
+            box, value = getattr(self, name), state.get(name)
+            kind = int if isinstance(box, (QComboBox, QSpinBox)) else bool if isinstance(box, QCheckBox) else float
+            if partial and (isinstance(value, bool) != (kind is bool) or not isinstance(value, (int, float))
+                            or not math.isfinite(value)):
+                continue
             box.blockSignals(True)
             if isinstance(box, QComboBox):
-                box.setCurrentIndex(state[name])
+                box.setCurrentIndex(min(max(int(value), 0), box.count() - 1))
             elif isinstance(box, QCheckBox):
-                box.setChecked(state[name])
+                box.setChecked(bool(value))
             else:
-                box.setValue(state[name])
+                box.setValue(kind(value))  # clamped to the field's range
             box.blockSignals(False)
         self.beta.setEnabled(not self.beta_auto.isChecked())
         self.clusters.setEnabled(not self.clusters_auto.isChecked())
@@ -531,15 +564,19 @@ class RunPanel(QGroupBox):
         self.resume_btn.setEnabled(can["resume"])
         self.settings.setEnabled(can["start"])  # a run reads its settings once, when it starts
         if state in ("idle", "stopped", "failed", "finished"):
-            self.progress.setFormat({"idle": "idle", "stopped": "stopped — Resume continues",
+            self.progress.setFormat({"idle": "idle — press Start", "stopped": "stopped — Resume continues",
                                      "failed": "failed", "finished": "done"}[state])
+        if state == "idle":
+            self.progress.setValue(0)  # an empty bar: nothing is done (a full one read as "complete")
         if state == "finished":
             self.progress.setValue(1000)
 
     def set_progress(self, fraction: float, text: str, eta: float):
+        """The stage's own text (with its share done, e.g. "invariant similarity 60 %") and the whole run's."""
         self.progress.setValue(int(1000 * fraction))
-        eta_text = f" · ETA {eta:.0f} s" if eta >= 0 else ""
-        self.progress.setFormat(f"{text} · {100 * fraction:.0f} %{eta_text}")
+        # the guard may end a run early, so the time left is an upper estimate
+        eta_text = f" · at most ~{_duration(eta)} left" if eta >= 0 else ""
+        self.progress.setFormat(f"{text} — run {100 * fraction:.0f} %{eta_text}")
 
 
 class ClusterList(QListWidget):

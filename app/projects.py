@@ -150,7 +150,7 @@ class ProjectController(QObject):
         if not risk or not self.model.dirty:
             return True
         answer = self.ask(self.window, "Discard your work?",
-                          f"{action} discards {risk}, which are not saved. Save the project first?")
+                          f"{action} discards {risk} (not saved yet). Save the project first?")
         if answer == SAVE:
             return self.save(wait=True)
         return answer == DISCARD
@@ -204,6 +204,7 @@ class ProjectController(QObject):
                 self._ended(self._autosaving)
             self.wait_for(self._autosaving)
             try:
+                self.window.sync.remember_view()
                 if self.model.autosave(self.autosave_path()):
                     log.info("autosaved to %s", self.autosave_path())
                     return True
@@ -216,7 +217,8 @@ class ProjectController(QObject):
         if not self.model.n:
             return False
         try:
-            project = self.model.to_project()
+            self.window.sync.remember_view()
+            project = self.model.session.to_project(autosave=True)
         except Exception:  # noqa: BLE001 - autosave must never disturb the user
             log.exception("autosave failed")
             return False
@@ -289,7 +291,7 @@ class ProjectController(QObject):
         self.window.last_dialog = box
         if box.exec() == QMessageBox.StandardButton.Yes and self.open_project(self.autosave_path(),
                                                                              remember=False, ask=False):
-            self.model.session.adopt_as_untitled()
+            self.model.session.adopt_recovered()
 
     # ------------------------------------------------------------ open and save
     def open_project_dialog(self) -> None:
@@ -345,6 +347,7 @@ class ProjectController(QObject):
         """
         self.wait_for(self._saving)
         try:
+            self.window.sync.remember_view()
             project, revision = self.model.to_project(), self.model.session.revision
         except Exception as exc:  # noqa: BLE001 - shown, the session goes on
             log.exception("saving %s failed", path)

@@ -9,6 +9,11 @@ from iastudio.core.frames import book_frame, weight_range
 
 from .docks import show_view
 
+WAITING = {"weights_view": "Computing the invariant similarity of every pair… W appears when it is done.",
+           "means_view": "The invariant means appear after the similarity stage.",
+           "convergence_view": "The curves and the map appear after the similarity stage.",
+           "compare_view": "The comparison appears when the run is done."}
+
 
 class ViewSync:
     """Connects the model's signals to the window's panels and views."""
@@ -31,13 +36,16 @@ class ViewSync:
         window.scrubber.positionChanged.connect(self.redraw)
         window.images_panel.view.selectionModel().selectionChanged.connect(self.thumb_selection)
         window.transform_panel.show_original.toggled.connect(lambda _: self.update_preview())
+        window.means_view.per_cluster.toggled.connect(lambda _: self.remember_view())
+        window.clusters_panel.k_auto.toggled.connect(lambda _: self.remember_view())
+        window.clusters_panel.k.valueChanged.connect(lambda _: self.remember_view())
 
     def images_changed(self) -> None:
         w, m = self.w, self.m
         w.images_panel.thumbs.set_images(m.working, m.data.paths)
         w.images_panel.set_summary(m.data.summary() if m.n else "No images.", len(m.data.skipped))
         w.weights_view.set_names(m.data.paths)
-        w.transform_panel.set_enabled_image(False)
+        w.transform_panel.clear_image()
         w.run_panel.clusters.setMaximum(max(1, m.n))
         if w.run_panel.size.value() != m.size:
             w.run_panel.size.blockSignals(True)
@@ -97,6 +105,8 @@ class ViewSync:
         if book is not None and shown is not None and shown.cluster_means is not None:
             means = dict(zip(shown.cluster_ids, shown.cluster_means))  # the same means the views draw
         self.w.clusters_panel.set_book(book, means)
+        if m.final is None:
+            self.w.clusters_panel.show_evidence(None)  # no "Run: 4 clusters …" of a run that was discarded
         self.w.update_title()
         self.drawn = None  # the views draw the edited clusters
         self.redraw()
@@ -109,7 +119,7 @@ class ViewSync:
         if (frame is None or book is None or book.n != len(frame.snapshot.labels)
                 or len(m.working) != book.n):
             return frame
-        return book_frame(frame, book.labels, book.names, images=m.working)
+        return book_frame(frame, book.labels, book.names, images=m.working, means=m.session.cluster_means)
 
     def redraw(self) -> None:
         """Draw the latest frame if it is new, or the frame the scrubber picks (the timer calls this at <= 30 fps)."""
@@ -124,6 +134,8 @@ class ViewSync:
         if frame is None:  # the data changed: stale views go back to their hints
             for view in (w.weights_view, w.means_view, w.convergence_view, w.compare_view):
                 view.clear()
+            if self.m.busy:
+                self.show_waiting()
             return
         frame = self.with_book(frame)
         w.weights_view.show_frame(frame, levels=None if picked is None else self.run_levels(frames))
@@ -131,6 +143,11 @@ class ViewSync:
         w.convergence_view.show_frame(frame)
         w.convergence_view.select(self.m.selection)
         self.redraws += 1
+
+    def show_waiting(self) -> None:
+        """While a run computes its first frame, the views say what is coming (not "open a folder")."""
+        for name, text in WAITING.items():
+            getattr(self.w, name).show_waiting(text)
 
     def run_levels(self, frames) -> tuple[float, float]:
         """W's colour scale fixed over the whole run (computed once per set of recorded frames)."""
@@ -150,6 +167,25 @@ class ViewSync:
         self.w.size_after_demo = None  # the project has its own working size
         if project.parameters:
             self.w.run_panel.set_options(project.parameters)
+        view = project.parameters.get("view")  # the window as it was saved: one mean per cluster, the k to read
+        view = view if isinstance(view, dict) else {}
+        if isinstance(view.get("run_panel"), dict):
+            self.w.run_panel.restore_settings(view["run_panel"], partial=True)
+        if isinstance(view.get("per_cluster"), bool):
+            self.w.means_view.per_cluster.setChecked(view["per_cluster"])
+        cp, k = self.w.clusters_panel, view.get("k")
+        if k == "auto" or (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= cp.k.maximum()):
+            cp.k_auto.setChecked(k == "auto")
+            if k != "auto":
+                cp.k.setValue(k)
+
+    def remember_view(self) -> None:
+        """Keep how the window shows the work in the session (saved with the project): one mean per
+        cluster or per image, the Clusters tab's k, and the Run panel's settings as the user left them."""
+        cp = self.w.clusters_panel
+        self.m.session.view_state.update(per_cluster=self.w.means_view.per_cluster.isChecked(),
+                                         k="auto" if cp.k_auto.isChecked() else cp.k.value(),
+                                         run_panel=self.w.run_panel.settings_state())
 
     def show_inspect(self, info) -> None:
         self.w.inspect_view.show_pair(info)

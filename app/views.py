@@ -67,6 +67,9 @@ def _body(*widgets, stretch_index=0):
     return w
 
 
+HOVER_HINT = "Hover over W to see i, j, W_ij and the two images."
+
+
 class _Titled(QWidget):
     """A titled view that shows a short hint ("Run to see …") until it has something to draw.
 
@@ -83,6 +86,7 @@ class _Titled(QWidget):
         self.title.setFont(bold)
         self.title.setToolTip(title)
         self.layout_.addWidget(self.title)
+        self.idle_hint = hint  # what the view says before any run ("Run to see …")
         self.hint = QLabel(hint)
         self.hint.setWordWrap(True)
         self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -107,7 +111,13 @@ class _Titled(QWidget):
 
     def clear(self) -> None:
         """Back to the hint (new images, nothing run yet)."""
+        self.hint.setText(self.idle_hint)
         self.set_empty(True)
+
+    def show_waiting(self, text: str) -> None:
+        """The hint replaced by ``text`` while a run computes what the view will draw."""
+        self.set_empty(True)
+        self.hint.setText(text)
 
     def plot_widgets(self) -> list:
         """The pg.PlotWidgets to style from the palette."""
@@ -166,7 +176,7 @@ class WeightsView(_Titled):
         self.colorbar = None
         self._place_colorbar("vertical")
         self.plot.installEventFilter(self)  # the bar's place follows the plot's size
-        self.hover = QElidingLabel("Hover over W to see i, j, W_ij and the two images.")
+        self.hover = QElidingLabel(HOVER_HINT)
         self.set_body(_body(self.plot, self.hover))
         self.weights = np.zeros((0, 0))
         self.order = np.zeros(0, int)
@@ -234,6 +244,7 @@ class WeightsView(_Titled):
 
     def clear(self):
         self.weights, self.order = np.zeros((0, 0)), np.zeros(0, int)
+        self.hover.setText(HOVER_HINT)  # not the last set's pair
         super().clear()
 
     def _cell(self, pos):

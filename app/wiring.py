@@ -39,6 +39,8 @@ def _run_state(window, state: str) -> None:
     update_run_actions(window, state)
     if state == "running" and window.model.final is None:
         window.compare_view.clear()  # the last comparison is about another run
+        if window.model.latest is None:  # nothing drawn yet: say what is being computed, not "open a folder"
+            window.sync.show_waiting()
 
 
 def install_ui_extras(window) -> None:

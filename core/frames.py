@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .attention import AttentionRun, RunResult, Snapshot, Stage
+from .cluster_means import cluster_key, medoid
 from .clustering import KChoice, grouping_order
 from .display import TILES_MAX, W_SAMPLE, even_sample, mosaic, sample_with, upright_tiles, weight_block
 from .embedding import classical_mds
@@ -544,27 +545,48 @@ def book_order(labels) -> np.ndarray:
     return grouping_order(key)
 
 
-def _book_means(frame: Frame, labels: np.ndarray, ids: list) -> np.ndarray | None:
-    """One mean per edited cluster: the run's invariant mean where the cluster is exactly the run's.
-
-    A cluster the edits changed (merged, split, moved into) gets the plain
-    average of its members' per-image means of the frame (the invariant
-    means of the last step), since no invariant mean of that set was computed.
-    """
-    if frame.snapshot.means is None or not ids:
-        return None
+def edited_clusters(frame: Frame, labels, ids) -> dict:
+    """The clusters of ``labels`` that are not the run's own: ``{cluster id: member indices}``."""
+    labels = np.asarray(labels, dtype=int)
     run_labels = frame.result.labels if frame.result is not None else None
     means = frame.cluster_means
-    out = np.zeros((len(ids),) + frame.snapshot.means.shape[1:], dtype=np.float32)
-    for row, c in enumerate(ids):
+    changed = {}
+    for c in ids:
         members = labels == c
         same = (run_labels is not None and means is not None and c < len(means)
                 and np.array_equal(members, np.asarray(run_labels) == c))
-        out[row] = means[c] if same else frame.snapshot.means[members].mean(axis=0)
+        if not same:
+            changed[c] = np.flatnonzero(members)
+    return changed
+
+
+def _book_means(frame: Frame, labels: np.ndarray, ids: list, known: dict | None = None) -> np.ndarray | None:
+    """One mean per edited cluster: the run's invariant mean where the cluster is exactly the run's.
+
+    A cluster the edits changed (merged, split, moved into) gets its own invariant mean from ``known``
+    (``{cluster_key(members): mean}``, computed by :func:`~iastudio.core.cluster_means.cluster_invariant_means`)
+    and, until that is computed, the per-image invariant mean of its medoid: one member's mean, never
+    an average of means in different poses (a smear).
+    """
+    if frame.snapshot.means is None or not ids:
+        return None
+    known = known or {}
+    means = frame.cluster_means
+    changed = edited_clusters(frame, labels, ids)
+    out = np.zeros((len(ids),) + frame.snapshot.means.shape[1:], dtype=np.float32)
+    for row, c in enumerate(ids):
+        if c not in changed:
+            out[row] = means[c]
+            continue
+        members = changed[c]
+        mean = known.get(cluster_key(members))
+        if mean is None:
+            mean = frame.snapshot.means[medoid(members, frame.snapshot.distances)]
+        out[row] = mean
     return out
 
 
-def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray) -> Frame:
+def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray, means: dict | None = None) -> Frame:
     """The frame redrawn with a person's edited clusters instead of the run's read-out.
 
     Parameters
@@ -577,6 +599,9 @@ def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray) -> Fram
         ``{cluster id: name}`` (:attr:`ClusterBook.names`).
     images : ndarray, shape (n, H, W[, C])
         The images the run was made on (for the plain averages).
+    means : dict, optional
+        Invariant means of edited clusters, by :func:`~iastudio.core.cluster_means.cluster_key` of
+        their members (see :func:`_book_means`).
 
     Returns
     -------
@@ -602,7 +627,8 @@ def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray) -> Fram
     if frame.plain_means is not None:
         plain = plain_means(images, dense, n_clusters=len(ids) + 1)[:len(ids)]
     booked = replace(frame, snapshot=replace(frame.snapshot, labels=labels), order=book_order(labels),
-                     cluster_means=_book_means(frame, labels, ids) if frame.cluster_means is not None else None,
+                     cluster_means=(_book_means(frame, labels, ids, means)
+                                    if frame.cluster_means is not None else None),
                      plain_means=plain, cluster_ids=ids, curves=_book_curves(frame, labels),
                      cluster_names=[str(names.get(c, f"Cluster {c + 1}")) for c in ids])
     return prepare_display(booked, like=frame)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,12 +32,13 @@ import scipy.sparse as sp
 from . import se2
 from .attention import AttentionRun, RunState
 from .backend import BackendUnavailableError
+from .cluster_means import cluster_key
 from .clusterbook import UNASSIGNED, ClusterBook
 from .clustering import labels_at_threshold, read_clusters, split_labels
 from .demos import load_demo
 from .distributed import DaskUnavailableError
 from .filenames import display_name, printable
-from .frames import Frame, FrameBuilder, frames_from_project
+from .frames import Frame, FrameBuilder, edited_clusters, frames_from_project
 from .imageset import ImageSet, image_files, load_image, load_images, no_usable_images, not_loaded, skip_entry
 from .preprocess import Canvas, apply_transforms, preprocess
 from .project import RECORDED_STAGES, Project, ProjectError, history_entry, load_project, run_record, save_project
@@ -153,6 +155,11 @@ class Session:
         self.revision = 0  # grows with every change that makes the session dirty (see mark_saved)
         self.elapsed = 0.0  # seconds the run has been running, over every Resume
         self._opened_parameters: dict = {}  # an opened project's run parameters (its run is not live)
+        # How the window shows the work (e.g. {"per_cluster": True, "k": 4}): plain values a front end sets,
+        # saved with the project as its parameters' "view" and given back by open_project.
+        self.view_state: dict = {}
+        # Invariant means of clusters the edits made, by cluster_key(members) (see missing_cluster_means)
+        self.cluster_means: dict = {}
         self._clients: dict = {}  # Dask clients by address, kept between runs
 
     # ------------------------------------------------------------------ small helpers
@@ -208,6 +215,7 @@ class Session:
         self.book = None
         self.history.clear()
         self.edits = []
+        self.cluster_means = {}
         self.elapsed = 0.0
         if not self.busy:
             self._set_state(RunState.IDLE)
@@ -508,6 +516,35 @@ class Session:
             return True
         return self.edit_clusters(text, ClusterBook.from_labels(labels))
 
+    def missing_cluster_means(self) -> list[np.ndarray]:
+        """The member lists of edited clusters whose invariant mean is not computed yet (none: ``[]``).
+
+        A front end computes them (:func:`~iastudio.core.cluster_means.cluster_invariant_means`, in a
+        worker) and gives them to :meth:`set_cluster_means`; until then the views show each such
+        cluster's medoid mean.
+        """
+        if self.final is None or self.book is None or self.book.n != self.n:
+            return []
+        changed = edited_clusters(self.final, self.book.labels, self.book.cluster_ids())
+        return [m for m in changed.values() if cluster_key(m) not in self.cluster_means]
+
+    def alignment_options(self) -> dict:
+        """The run's alignment search (``angle_step``, ``rotation_range``), live or saved; ``{}``: the defaults."""
+        params = vars(self.run.settings) if self.run is not None else self._opened_parameters
+        opts = {}
+        step, rr = params.get("angle_step"), params.get("rotation_range")
+        if isinstance(step, (int, float)) and not isinstance(step, bool) and 0 < step <= 90:
+            opts["angle_step"] = float(step)
+        if rr is None or (isinstance(rr, (int, float)) and not isinstance(rr, bool) and 0 < rr <= 180):
+            opts["rotation_range"] = rr
+        return opts
+
+    def set_cluster_means(self, members: list, means) -> None:
+        """Keep the invariant means of edited clusters (``means[i]`` of ``members[i]``) and redraw."""
+        for idx, mean in zip(members, means):
+            self.cluster_means[cluster_key(idx)] = np.asarray(mean, dtype=np.float32)
+        self._emit("clusters")
+
     def cluster_images(self, cluster: int) -> np.ndarray:
         """The working images of one cluster."""
         return self.working[self.book.members(cluster)]
@@ -596,6 +633,7 @@ class Session:
         if not self.can_resume():
             return None
         self._set_state(RunState.RUNNING)
+        self.message("Resumed.")  # not "Stopped. Resume continues …" while it runs
         return self.run
 
     def stop(self) -> None:
@@ -685,16 +723,13 @@ class Session:
 
         if not (0 <= i < self.n and 0 <= j < self.n):
             return None
-        opts = {}
-        if self.run is not None:
-            opts = dict(angle_step=self.run.settings.angle_step, rotation_range=self.run.settings.rotation_range)
-        info = inspect_pair(self.working[i], self.working[j], **opts)
+        info = inspect_pair(self.working[i], self.working[j], **self.alignment_options())
         info.update(i=i, j=j, name_i=self.data.paths[i], name_j=self.data.paths[j])
         self._emit("inspect", info)
         return info
 
     # ------------------------------------------------------------------ projects
-    def to_project(self) -> Project:
+    def to_project(self, *, autosave: bool = False) -> Project:
         """The session as a :class:`~iastudio.core.project.Project`: a snapshot that later changes do not touch.
 
         Its lists, dicts, parameters, transforms and cluster book are copies; its arrays (the working
@@ -713,6 +748,12 @@ class Session:
             params["backend"] = self.run.backend.name
             params.update(run_record(res) or {"beta_used": None})
             params["elapsed"] = self.elapsed
+        view = copy.deepcopy(self.view_state)
+        view.pop("recover_to", None)
+        if autosave:  # the project it came from, to link a recovered session to it again
+            view["recover_to"] = self.project_path
+        if view:
+            params["view"] = view
         book = None if self.book is None else replace(self.book, names=dict(self.book.names))
         return Project(
             paths=list(self.data.paths), labels=list(self.data.labels),
@@ -729,6 +770,15 @@ class Session:
         """Keep what was opened (a recovered autosave) as unsaved work of its own, with no file yet."""
         self.project_path = None
         self._mark_dirty(True)
+
+    def adopt_recovered(self) -> None:
+        """Keep an opened autosave as unsaved work of the project it was autosaved from (if that file is
+        still there; otherwise untitled), with a plain message instead of the autosave's path."""
+        origin = self.view_state.pop("recover_to", None)
+        self.project_path = origin if isinstance(origin, str) and os.path.isfile(origin) else None
+        self._mark_dirty(True)
+        name = os.path.basename(self.project_path) if self.project_path else "an untitled session"
+        self.message(f"Recovered the last session ({name}, {count_of(self.n, 'image')}): not saved yet.")
 
     def save_project(self, path, *, embed: bool = True) -> None:
         """Write the session to ``path``, which becomes the project's own file (see :meth:`mark_saved`)."""
@@ -751,7 +801,7 @@ class Session:
         """Write the session to ``path`` (not changing the project's own path or dirty flag)."""
         if not self.n:
             return False
-        save_project(path, self.to_project())
+        save_project(path, self.to_project(autosave=True))
         return True
 
     def open_project(self, path) -> Project:
@@ -792,6 +842,8 @@ class Session:
         self.final = st["final"]
         self.elapsed = st["elapsed"]
         self._opened_parameters = st["parameters"]
+        view = st["parameters"].get("view")
+        self.view_state = dict(view) if isinstance(view, dict) else {}
         self.book = st["book"]
         self.history.clear()
         self.edits = st["edits"]

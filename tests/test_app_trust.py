@@ -215,3 +215,90 @@ def test_paper_mode_is_saved_and_restored_with_a_project(win, qtbot, tmp_path):
     assert win.projects.open_project(str(path))
     assert rp.paper_mode.isChecked() and not rp.beta_auto.isChecked() and rp.beta.value() == PAPER_MODE["beta"]
     assert rp.iterations.value() == 1  # the project's own iterations, not paper mode's 6
+
+
+# ------------------------------------------------------------------ minors
+def test_an_edited_clusters_mean_is_recomputed_in_a_worker_not_averaged(win, qtbot):
+    from iastudio.core.cluster_means import cluster_key
+
+    m = win.model
+    m.load_demo("shapes")
+    m.set_size(24)
+    _run(win, qtbot, clusters=3)
+    labels = np.asarray(m.book.labels)
+    target = int(labels[0])
+    moved = int(np.flatnonzero(labels != target)[0])
+    m.move_images([moved], target)
+    qtbot.waitUntil(lambda: m.means_worker is None and not m.session.missing_cluster_means(), timeout=60000)
+    joined = cluster_key(np.flatnonzero(np.asarray(m.book.labels) == target))
+    shown = win.sync.with_book(m.final)
+    row = shown.cluster_ids.index(target)
+    assert_allclose(shown.cluster_means[row], m.session.cluster_means[joined])  # what the views draw
+
+
+def test_views_never_show_stale_text(win, qtbot):
+    m, rp = win.model, win.run_panel
+    m.load_demo("shapes")
+    m.set_size(24)
+    _run(win, qtbot)
+    win.weights_view.hover.setText("i=1, j=2 of the old set")
+    m.select([0])
+    assert "Image:" in win.transform_panel.image_label.text()
+    assert win.clusters_panel.evidence.text().startswith("Run:")
+    win.images_panel.demoChosen.emit("digits")  # another set
+    assert win.weights_view.hover.text().startswith("Hover over W")
+    assert win.transform_panel.image_label.text().startswith("Select a thumbnail")
+    assert win.transform_panel.preview.pixmap().isNull()
+    assert win.clusters_panel.evidence.text() == ""
+    assert rp.progress.value() == 0 and "idle" in rp.progress.format()  # not a full bar
+    assert m.start(backend="numpy", iterations=1, mean_steps=2)
+    win.redraw()
+    assert "Open a folder" not in win.weights_view.hint.text()  # says what is being computed
+    qtbot.waitUntil(lambda: m.state == "finished", timeout=120000)
+    assert rp.progress.format() == "done"
+
+
+def test_a_recovered_session_is_its_projects_with_its_settings(win, qtbot, tmp_path, home, monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
+    project = tmp_path / "P.iaproj"
+    _saved_project(win, qtbot, project)
+    win.run_panel.iterations.setValue(5)
+    win.run_panel.angle_step.setValue(10)
+    win.means_view.per_cluster.setChecked(True)
+    assert win.model.merge_clusters([0, 1])  # unsaved work, then the app "crashes"
+    assert win.projects.autosave(wait=True)
+    (home / "session.lock").write_text("4242")
+    monkeypatch.setattr(QMessageBox, "exec", lambda self: QMessageBox.StandardButton.Yes)
+    w2 = MainWindow(recover=True)
+    qtbot.addWidget(w2)
+    try:
+        qtbot.waitUntil(lambda: w2.model.n == 18, timeout=30000)
+        m2 = w2.model
+        assert m2.project_path == str(project) and m2.dirty and w2.windowTitle().endswith("P.iaproj*")
+        assert m2.edits == ["Merge 2 clusters"]
+        assert w2.run_panel.iterations.value() == 5 and w2.run_panel.angle_step.value() == 10
+        assert w2.means_view.per_cluster.isChecked()
+        message = w2.statusBar().currentMessage()
+        assert message.startswith("Recovered the last session (P.iaproj") and "autosave" not in message
+    finally:
+        w2.projects.ask = lambda *a, **k: "discard"
+        w2.close()
+
+
+def test_a_stopped_run_is_autosaved(win, qtbot):
+    from iastudio.core.project import load_project
+
+    m = win.model
+    m.load_demo("digits")
+    m.set_size(24)
+    assert m.start(backend="numpy", iterations=3, mean_steps=4)
+    qtbot.waitUntil(lambda: m.latest is not None, timeout=120000)
+    m.stop()
+    qtbot.waitUntil(lambda: m.state in ("stopped", "finished"), timeout=120000)
+    if m.state == "finished":
+        pytest.skip("the run ended before it could be stopped")
+    auto = win.projects.autosave_path()
+    qtbot.waitUntil(lambda: not win.projects.writing and auto.exists(), timeout=30000)
+    saved = load_project(auto)
+    assert saved.n == 40 and len(saved.history) >= 1 and saved.parameters.get("iterations") == 3

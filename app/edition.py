@@ -1,0 +1,37 @@
+"""What this edition of the studio can do, in words for its user: the pip install or the packaged app.
+
+The packaged app (PyInstaller) cannot install anything, so it never tells its user to ``pip install``:
+it says what it does without the optional parts and where the edition with them comes from.
+"""
+from __future__ import annotations
+
+import sys
+
+__all__ = ["gpu_note_text", "is_packaged", "nets_hint"]
+
+_PREFIX = "the GPU backend is not available: "
+
+
+def is_packaged() -> bool:
+    """True in the installer's app (a PyInstaller bundle), False in a Python install."""
+    return bool(getattr(sys, "frozen", False))
+
+
+def gpu_note_text(reason: str) -> str:
+    """The Run panel's one line on why the GPU is not used (``reason`` from the backend probe)."""
+    if is_packaged():
+        return ("Runs on the CPU: this installed edition has no GPU support. For an NVIDIA GPU, install the "
+                "studio with Python and its GPU extra (see the README, “GPU”).")
+    reason = reason[len(_PREFIX):] if reason.startswith(_PREFIX) else reason
+    return f"GPU unavailable: {reason}"
+
+
+def nets_hint() -> str:
+    """How to get the Networks panel's PyTorch, as rich text."""
+    if is_packaged():
+        return ("<b>Networks need PyTorch</b>, which this installed edition leaves out (it would add about "
+                "1 GB). Install the studio with Python and its networks extra to train them (see the README, "
+                "“Equivariant attention networks”). Everything else in the studio works without it.")
+    return ("<b>Networks need PyTorch</b>, which is not installed here.<br>"
+            'Add it with <code>pip install "invariant-attention-studio[nets]"</code> and restart the studio. '
+            "Everything else in the studio works without it.")
