@@ -27,7 +27,8 @@ def test_weight_entries_keeps_a_fraction_of_each_columns_mass():
     assert_array_equal(weight_entries(w * 1e-4, mass=0.999)[0], src)
     # a sparse W gives the same entries
     s_src, s_col, s_wt = weight_entries(sp.csr_matrix(w), mass=0.999)
-    assert_array_equal(s_src, src) and assert_array_equal(s_col, col)
+    assert_array_equal(s_src, src)
+    assert_array_equal(s_col, col)
     assert_allclose(s_wt, wt)
     with pytest.raises(ValueError):
         weight_entries(w, mass=0.0)

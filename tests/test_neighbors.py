@@ -399,7 +399,8 @@ def test_probe_pairs_are_random_pairs_off_the_graph():
     assert (p_rows < p_cols).all() and p_rows.size <= 4 * n and p_rows.size > n
     assert not set(zip(p_rows.tolist(), p_cols.tolist())) & set(zip(rows.tolist(), cols.tolist()))
     again = probe_pairs((rows, cols), n, per_image=4, at_least=0)
-    assert_array_equal(again[0], p_rows) and assert_array_equal(again[1], p_cols)  # reproducible
+    assert_array_equal(again[0], p_rows)  # reproducible
+    assert_array_equal(again[1], p_cols)
     assert probe_pairs((rows, cols), 1)[0].size == 0
 
 
@@ -416,7 +417,8 @@ def test_split_probes_known_answer():
     vals = np.array([0.5, 0.5, 0.0, 0.0, 0.7, 0.7, 2.0, 2.0, 0.9, 0.9])  # 0 -- 2: a stored zero, a real 0 distance
     d = sp.csr_matrix((vals, (rows, cols)), shape=(4, 4))
     graph, sample = split_probes(d, (np.array([0]), np.array([3])))
-    assert_allclose(sample.toarray()[[0, 3], [3, 0]], [2.0, 2.0]) and sample.nnz == 2
+    assert_allclose(sample.toarray()[[0, 3], [3, 0]], [2.0, 2.0])
+    assert sample.nnz == 2
     assert graph.nnz == d.nnz - 2 == 8 and graph[0, 3] == 0
     assert_allclose((graph + sample).toarray(), d.toarray())
 
