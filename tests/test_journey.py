@@ -52,8 +52,7 @@ def _make_folder(root: Path) -> Path:
     from skimage.transform import rotate
 
     root.mkdir()
-    for k, (kind, angles) in enumerate((("square", (0, 30, 75)), ("triangle", (10, 100, 200)),
-                                        ("bar", (0, 60, 140)))):
+    for kind, angles in (("square", (0, 30, 75)), ("triangle", (10, 100, 200)), ("bar", (0, 60, 140))):
         for j, a in enumerate(angles):
             img = np.zeros((48, 48))
             if kind == "square":
