@@ -29,11 +29,14 @@ page at a time (TIFF): a stack is never held twice.
 """
 from __future__ import annotations
 
+import logging
 import math
 import mmap
 import os
 import re
 import stat
+import struct
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -183,6 +186,7 @@ class MrcStack(Stack):
         size = _check_file(path)
         if size < _MRC_HEADER:
             raise ImageLoadError(f"truncated file: {size} bytes, shorter than an MRC header ({_MRC_HEADER})")
+        _check_mrc_extended_header(path, size)  # before mrcfile, which reads (allocates) it whole
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -233,6 +237,24 @@ class MrcStack(Stack):
         self._mrc.close()
 
 
+def _check_mrc_extended_header(path: Path, size: int) -> None:
+    """Refuse an extended header (``nsymbt``, bytes 92-95) that is negative or runs past the end of the file."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_MRC_HEADER)
+    except OSError as exc:
+        raise ImageLoadError(os_reason(exc, path)) from exc
+    if head[208:212] != b"MAP ":
+        raise ImageLoadError("not an MRC file (no 'MAP ' identifier in its header)")
+    order = ">" if head[212:213] == b"\x11" else "<"  # the machine stamp: 0x11 big-endian, else little
+    (ext,) = struct.unpack(order + "i", head[92:96])
+    if ext < 0:
+        raise ImageLoadError(f"corrupt MRC header: extended header of {ext} bytes")
+    if _MRC_HEADER + ext > size:
+        raise ImageLoadError(f"truncated file: the MRC header describes an extended header of {ext} bytes, "
+                             f"the file holds {size}")
+
+
 class NpyStack(Stack):
     """A ``.npy`` array, memory-mapped after its header is checked (``allow_pickle=False``)."""
 
@@ -262,7 +284,7 @@ class NpyStack(Stack):
             raise ImageLoadError(f"unsupported pixel type {dtype}")
         shape = tuple(int(d) for d in shape)
         if any(d <= 0 for d in shape):
-            raise ImageLoadError(f"empty array of shape {shape}")
+            raise ImageLoadError(f"empty or invalid array shape {shape}")
         colour = shape[-1] in (3, 4) and len(shape) in (3, 4)
         if len(shape) == 2 or (len(shape) == 3 and colour):
             n, h, w = 1, shape[0], shape[1]
@@ -309,20 +331,24 @@ class TiffStack(Stack):
 
         self.path = path
         size = _check_file(path)
-        try:
-            self._tf = tifffile.TiffFile(path)
-        except (tifffile.TiffFileError, ValueError, OSError, KeyError, IndexError, RuntimeError, TypeError,
-                NotImplementedError, EOFError) as exc:
-            raise ImageLoadError(_tiff_reason(exc)) from None
-        try:
-            self._pages = self._check_pages(tifffile, size)
-        except ImageLoadError:
-            self._tf.close()
-            raise
-        except (tifffile.TiffFileError, ValueError, OSError, KeyError, IndexError, RuntimeError, TypeError,
-                NotImplementedError, EOFError) as exc:
-            self._tf.close()
-            raise ImageLoadError(_tiff_reason(exc)) from None
+        errors = (tifffile.TiffFileError, ValueError, OSError, KeyError, IndexError, RuntimeError, TypeError,
+                  NotImplementedError, EOFError)
+        with _TiffComplaints() as complaints:
+            try:
+                self._tf = tifffile.TiffFile(path)
+            except errors as exc:
+                raise ImageLoadError(_tiff_reason(exc)) from None
+            try:
+                self._pages = self._check_pages(tifffile, size)
+                if complaints.errors:  # tifffile stops at a page offset beyond the end, and says so only in its log
+                    said = re.sub(r"<[^>]*>\s*", "", complaints.errors[0])[:120]
+                    raise ImageLoadError(f"truncated or corrupt file (tifffile: {said})")
+            except ImageLoadError:
+                self._tf.close()
+                raise
+            except errors as exc:
+                self._tf.close()
+                raise ImageLoadError(_tiff_reason(exc)) from None
         self.length = len(self._pages)
 
     def _check_pages(self, tifffile, size):
@@ -344,6 +370,11 @@ class TiffStack(Stack):
                 raise ImageLoadError(f"unsupported: {samples} samples per pixel")
             if depth > 1:
                 raise ImageLoadError(f"unsupported: a page holding a volume of {depth} sections")
+            ends = [int(o) + int(c) for o, c in zip(getattr(page, "dataoffsets", ()) or (),
+                                                    getattr(page, "databytecounts", ()) or ())]
+            if ends and max(ends) > size:
+                raise ImageLoadError(f"truncated file: page {len(pages) + 1}'s data ends at byte {max(ends)}, "
+                                     f"the file holds {size}")
             total += w * h
             first = first or (w, h)
             pages.append(k)
@@ -378,6 +409,26 @@ class TiffStack(Stack):
 
     def close(self):
         self._tf.close()
+
+
+class _TiffComplaints(logging.Handler):
+    """Collects what tifffile logs as errors, on this thread, while a file is opened."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.errors: list[str] = []
+        self._thread = threading.get_ident()
+
+    def emit(self, record):
+        if record.thread == self._thread:
+            self.errors.append(record.getMessage())
+
+    def __enter__(self):
+        logging.getLogger("tifffile").addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger("tifffile").removeHandler(self)
 
 
 def _too_big(w, h):
