@@ -450,7 +450,7 @@ RELEASE_EVERY = 256
 """Images read from a memory-mapped stack before its pages read so far are handed back to the system."""
 
 
-def read_entries(jobs, *, progress=None):
+def read_entries(jobs, *, progress=None, load=None):
     """Read files one image at a time: a stack's images one by one, a STAR file's list in order.
 
     Parameters
@@ -463,6 +463,8 @@ def read_entries(jobs, *, progress=None):
         opened) and ``name`` is next.  Returning ``False`` stops: the rest is
         yielded as skipped, "not loaded: cancelled" (one entry per file; the
         unread part of a stack as one entry).
+    load : callable(path) -> ndarray, optional
+        Reads a file holding one image (default :func:`load_image`); stacks are read here.
 
     Yields
     ------
@@ -524,7 +526,7 @@ def read_entries(jobs, *, progress=None):
                         continue
                     members = [StackMember(Path(item), k) for k in range(len(st))]
                 else:
-                    yield Entry(name, label, load_image(item))
+                    yield Entry(name, label, (load or load_image)(item))
                     continue
                 done -= 1  # the file is not an image: its images are
                 queue.extendleft((m, label) for m in reversed(members))

@@ -37,7 +37,7 @@ from .demos import load_demo
 from .distributed import DaskUnavailableError
 from .filenames import display_name, printable
 from .frames import Frame, FrameBuilder, frames_from_project
-from .imageset import ImageSet, image_files, load_images, no_usable_images, read_entries, skip_entry
+from .imageset import ImageSet, image_files, load_image, load_images, no_usable_images, read_entries, skip_entry
 from .preprocess import Canvas, apply_transforms, preprocess
 from .project import RECORDED_STAGES, Project, ProjectError, history_entry, load_project, run_record, save_project
 from .wording import count_of
@@ -866,7 +866,7 @@ def read_images(paths, *, size: int, progress=None) -> LoadedImages:
     """
     files, skipped = image_files(paths)
     images, names, labels, canvases = [], [], [], []
-    for entry in read_entries(files, progress=progress):
+    for entry in read_entries(files, progress=progress, load=load_image):
         if entry.error is None:
             try:
                 canvases.append(preprocess([entry.image], size=size))  # per image: the same as all at once

@@ -196,3 +196,35 @@ def test_the_cli_names_stack_images_in_the_csv(tmp_path):
         rows = list(csv.DictReader(fh))
     assert [r["path"] for r in rows] == [f"{f}#{k}" for k in range(1, 5)]
     assert rows[0]["cluster"] == rows[1]["cluster"] != rows[2]["cluster"] == rows[3]["cluster"]
+
+
+@pytest.mark.slow
+def test_a_particle_stack_and_its_star_cluster_like_the_same_images_as_pngs(tmp_path):
+    """Known answer: the same pixels as .mrcs + .star and as PNG files give the same labels from the CLI."""
+    from PIL import Image
+
+    from iastudio.core import se2
+    from iastudio.core.cli import main
+    from iastudio.core.demos import base_shapes
+    from iastudio.core.warp import warp
+
+    bases, _ = base_shapes()
+    tau = se2.random_transforms(12, rotation_range=180, shift_range=4, seed=7)
+    imgs = (np.clip(warp(np.repeat(bases, 4, axis=0), tau), 0, 1) * 255).astype(np.uint8)
+    order = np.random.default_rng(3).permutation(12)  # classes interleaved in the stack
+    (tmp_path / "png").mkdir()
+    for k, i in enumerate(order):
+        Image.fromarray(imgs[i]).save(tmp_path / "png" / f"{k:02d}.png")
+    _mrcs(tmp_path / "particles.mrcs", imgs[order].astype(np.float32))
+    _star(tmp_path / "particles.star", [f"{k + 1:06d}@particles.mrcs" for k in range(12)])
+    labels = {}
+    for name, inputs in (("png", [str(tmp_path / "png")]), ("star", [str(tmp_path / "particles.star")])):
+        out = tmp_path / f"out-{name}"
+        assert main([*inputs, "--out", str(out), "--size", "24", "--quiet"]) == 0
+        with open(out / "assignments.csv", newline="") as fh:
+            labels[name] = [int(r["cluster"]) for r in csv.DictReader(fh)]
+    assert labels["star"] == labels["png"]
+    truth = np.repeat(np.arange(3), 4)[order]
+    from sklearn.metrics import adjusted_rand_score
+
+    assert adjusted_rand_score(truth, labels["star"]) == 1.0  # and they are right
