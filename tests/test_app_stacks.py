@@ -55,3 +55,16 @@ def test_add_files_offers_stacks_and_reads_them(window, qtbot, tmp_path, monkeyp
     first = asked[0].split(";;")[0]
     assert all(f"*.{ext}" in first for ext in ("mrcs", "mrc", "star", "npy", "tif", "png"))
     assert [Path(p).name for p in window.model.data.paths] == ["s.mrcs#1", "s.mrcs#2", "s.mrcs#3"]
+
+
+def test_cluster_folders_name_each_stack_image_apart(tmp_path):
+    from types import SimpleNamespace
+
+    from iastudio.app.export import export_cluster_folders
+    from iastudio.core.clusterbook import ClusterBook
+
+    stack = _particles(tmp_path / "s.mrcs", n=3)
+    model = SimpleNamespace(data=SimpleNamespace(paths=[f"{stack}#{k}" for k in (1, 2, 3)]), n=3,
+                            book=ClusterBook.from_labels([0, 0, 1]), working=np.ones((3, 8, 8), np.float32))
+    out = export_cluster_folders(model, tmp_path / "out", aligned=False)
+    assert sorted(p.name for p in out.rglob("*.png")) == ["s_1.png", "s_2.png", "s_3.png"]
