@@ -12,6 +12,7 @@ from iastudio.core import alignment
 from iastudio.core.atomic import atomic_write_bytes
 from iastudio.core.report import assignment_rows as _rows
 from iastudio.core.report import write_assignments
+from iastudio.core.stacks import split_member
 
 
 def assignment_rows(model) -> list[dict]:
@@ -66,7 +67,9 @@ def export_cluster_folders(model, folder, *, aligned: bool, progress=None) -> Pa
             break
         sub = folder / _safe(book.name_of(book.labels[i]))
         sub.mkdir(exist_ok=True)
-        stem = _safe(Path(path).stem if not path.startswith("demo:") else path.replace("demo:", "").replace("/", "_"))
+        member = split_member(path)  # image N of a stack, "stack.mrcs#N": "stack_N"
+        stem = _safe(f"{member.path.stem}_{member.index + 1}" if member is not None else Path(path).stem
+                     if not path.startswith("demo:") else path.replace("demo:", "").replace("/", "_"))
         src = Path(path)
         if not aligned and src.exists():
             shutil.copy2(src, sub / src.name)

@@ -184,7 +184,8 @@ class MainWindow(QMainWindow):
 
     def add_files(self) -> None:
         files, _ = QFileDialog.getOpenFileNames(
-            self, "Add images", "", "Images (*.png *.jpg *.jpeg *.tif *.tiff *.bmp);;All files (*)")
+            self, "Add images", "",
+            "Images and stacks (*.png *.jpg *.jpeg *.tif *.tiff *.bmp *.mrcs *.mrc *.npy *.star);;All files (*)")
         if files:
             self.load_paths(files)
 

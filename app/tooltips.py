@@ -11,7 +11,8 @@ TOOLTIPS: dict[str, dict[str, str]] = {
     "ImageSetPanel": {
         "open_btn": "Open a folder of images (PNG, JPEG, TIFF, BMP) and start over with them. "
                     "Images in sub-folders are read too; a sub-folder's name becomes the image's label.",
-        "add_btn": "Add more image files to the ones already open.",
+        "add_btn": "Add more image files to the ones already open: images, stacks (.mrcs/.mrc, multi-page TIFF, "
+                   ".npy; each image of a stack is one image, named stack.mrcs#N) or a RELION STAR file.",
         "demo_box": "Try the studio without your own images: pick a ready-made set (shapes, digits…). "
                     "Nothing is downloaded.",
         "thumb_size": "Make the thumbnails bigger or smaller. Only the display changes, not the images.",

@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "tcp://host:8786 (a running 'dask scheduler'); needs the [dask] extra")
     p.add_argument("--transform", type=_transform, default=None, metavar="ROT_DEG,SHIFT_FRAC",
                    help="first apply random transforms: rotation in [-ROT, ROT], shift up to SHIFT_FRAC of the size")
+    p.add_argument("--export", choices=("relion",), default=None,
+                   help="relion: also write particles.star (class, psi, origin in Angstrom, score) and "
+                        "class_averages.mrcs for RELION/cryoSPARC; needs MRC inputs and --pixel-size")
+    p.add_argument("--pixel-size", type=_positive_float("--pixel-size"), default=None, metavar="A",
+                   help="the particles' pixel size in Angstrom (for --export relion)")
     p.add_argument("--seed", type=int, default=0, help="seed for demos and --transform")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--save-project", metavar="P.iaproj", default=None,
@@ -225,6 +230,11 @@ def check_options(args) -> str | None:
         return f"--seed must be between 0 and {2**32 - 1}, got {seed}"
     if getattr(args, "transform", None) is not None and args.transform[0] > 360:
         return "--transform ROT_DEG must be at most 360"
+    if getattr(args, "export", None) == "relion":
+        if getattr(args, "pixel_size", None) is None:
+            return "--export relion needs --pixel-size (the particles' pixel size in Angstrom)"
+        if getattr(args, "group", "se2") == "e2":
+            return "--export relion cannot write mirrored images (RELION's 2-D poses have no mirror): use --group se2"
     return None
 
 
@@ -370,6 +380,7 @@ def _run_body(args, client) -> int:
 
     t_start = time.perf_counter()
     data = _usable_inputs(args)
+    relion_names = _relion_inputs(args, data)
     canvas, images, tau = _working_images(args, data)
     run = AttentionRun(images, backend=args.backend, method=args.method, beta=args.beta,
                        iterations=args.iterations, clusters=args.clusters,
@@ -379,6 +390,8 @@ def _run_body(args, client) -> int:
     res = run.result()
     out = args.results.open()  # a hidden folder beside --out; moved into place when complete
     _write_results(out, args, data, canvas, res)
+    if relion_names is not None:
+        _write_relion(out, args, data, canvas, res, tau, relion_names)
     summary = _summary(args, data, canvas, run, res, time.perf_counter() - t_start)
     write_json(out / "summary.json", summary)
     if args.save_project:
@@ -416,6 +429,42 @@ def _usable_inputs(args) -> ImageSet:
     if args.clusters != "auto" and args.clusters > n:
         raise _UsageError(f"--clusters {args.clusters} is more than the {n} usable images")
     return data
+
+
+def _relion_inputs(args, data) -> list[str] | None:
+    """With ``--export relion``: each image's ``rlnImageName``, checked before the run (MRC files, one box size)."""
+    if args.export != "relion":
+        return None
+    from .relion import relion_image_name
+
+    names = [relion_image_name(p) for p in data.paths]
+    other = [p for p, n in zip(data.paths, names) if n is None]
+    if other:
+        raise _UsageError(f"--export relion needs images from MRC files (.mrcs, .mrc or a STAR file listing them); "
+                          f"{len(other)} of {len(names)} are not, e.g. {printable(other[0])}")
+    shapes = {tuple(img.shape[:2]) for img in data.images}
+    if len(shapes) > 1 or any(h != w for h, w in shapes):
+        listed = ", ".join(f"{w}x{h}" for h, w in sorted(shapes)[:4])
+        raise _UsageError(f"--export relion needs square particles of one box size; found {listed}")
+    return names
+
+
+def _write_relion(out, args, data, canvas, res, tau, names) -> None:
+    """``particles.star`` and ``class_averages.mrcs`` (see :mod:`iastudio.core.relion` for the conventions)."""
+    from .preprocess import canvas_to_original
+    from .relion import relion_pose, write_class_averages, write_particles_star
+
+    box = int(data.images[0].shape[0])
+    poses = np.zeros((len(data), 3))
+    for i in range(len(data)):
+        t = se2.compose(tau[i], res.image_transforms[i])  # the file's image, through --transform, onto the mean
+        o = canvas_to_original(t, canvas, i)
+        poses[i] = relion_pose([np.deg2rad(o["theta_deg"]), o["tx_px"], o["ty_px"]],
+                               center=(o["center_row"], o["center_col"]), box=(box, box))
+    write_particles_star(out / "particles.star", names=names, clusters=res.labels, poses=poses, scores=res.scores,
+                         pixel_size=args.pixel_size, box=box)
+    write_class_averages(out / "class_averages.mrcs", res.cluster_means,
+                         pixel_size=args.pixel_size / float(np.mean(canvas.scale)))
 
 
 def _working_images(args, data):
@@ -485,6 +534,7 @@ def _summary(args, data, canvas, run, res, seconds: float) -> dict:
             "angle_step": args.angle_step, "size": args.size, "scale": args.scale, "group": args.group,
             "canvas": canvas.size, "neighbors": args.neighbors, "dask": args.dask,
             "transform": list(args.transform) if args.transform else None, "seed": args.seed,
+            "export": args.export, "pixel_size": args.pixel_size,
         },
         "timings": {
             "total_s": round(seconds, 3),

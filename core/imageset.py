@@ -3,18 +3,22 @@
 A file that cannot be used is never fatal: it is skipped and reported as
 ``{"path": ..., "reason": ...}``, and the rest of the set loads.
 
+A file holding several images (an MRC stack, a multi-page TIFF, an ``.npy``
+stack) is a set of images, each named ``file#N``, and a RELION STAR file
+stands for the images it lists (:mod:`~iastudio.core.stacks`).
+
 Files may come from anyone, so nothing is decoded before its size is known:
-the pixel count of every frame (PIL's header) or of the whole first TIFF
-series (tifffile's header, all pages) is checked against :data:`MAX_PIXELS`
-first; a file that is not a regular file (a FIFO would block) is refused
-before it is opened; running out of memory while decoding skips that file
-only.  CMYK images are converted to RGB.
+the pixel count of every frame (PIL's header, every TIFF page's header, an
+MRC or NumPy header checked against the file's size) is checked against
+:data:`MAX_PIXELS` first, and a stack against the limits of
+:mod:`~iastudio.core.stacks`; a file that is not a regular file (a FIFO would
+block) is refused before it is opened; running out of memory while decoding
+skips that file only.  CMYK images are converted to RGB.
 """
 from __future__ import annotations
 
 import errno
 import logging
-import math
 import os
 import stat
 import warnings
@@ -31,13 +35,18 @@ __all__ = [
     "load_image",
     "image_files",
     "load_images",
+    "read_entries",
+    "Entry",
     "ImageLoadError",
     "no_usable_images",
     "not_loaded",
     "skip_entry",
 ]
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".mrc", ".mrcs", ".npy", ".star")
+"""Every extension read: single images, stacks (:mod:`~iastudio.core.stacks`) and STAR lists."""
+STACK_FILE_EXTENSIONS = (".tif", ".tiff", ".mrc", ".mrcs", ".npy")
+"""Files that may hold several images, each read as one image of the set."""
 MAX_PIXELS = 50_000_000
 MAX_FLOAT = 1e15
 """Largest magnitude accepted in a float image: beyond it sums of squares overflow (treated like inf)."""
@@ -46,6 +55,10 @@ log = logging.getLogger(__name__)
 
 class ImageLoadError(ValueError):
     """A file could not be used; the message is the reason shown to the user."""
+
+
+class Cancelled(ImageLoadError):
+    """The loading was stopped before this file (or this part of a stack) was read."""
 
 
 class NoUsableImagesError(ValueError):
@@ -197,49 +210,15 @@ def _cmyk_to_rgb(cmyk: np.ndarray) -> np.ndarray:
     return np.stack([(1 - c) * (1 - k), (1 - m) * (1 - k), (1 - y) * (1 - k)], axis=-1)
 
 
-def _read_tiff(path: Path) -> np.ndarray:
-    """The first TIFF series, after checking its full size in the header (every page)."""
-    import tifffile
-
-    try:
-        with tifffile.TiffFile(path) as tf:
-            pages = len(tf.pages)
-            if not tf.series:
-                raise ImageLoadError("not an image (no image data in the TIFF)")
-            s0 = tf.series[0]
-            shape = tuple(int(x) for x in s0.shape)
-            axes = s0.axes
-            spatial = [d for d, a in zip(shape, axes) if a in "YX"]
-            h, w = (spatial + [1, 1])[:2]
-            samples = math.prod(d for d, a in zip(shape, axes) if a == "S")
-            frames = math.prod(d for d, a in zip(shape, axes) if a not in "YXS")
-            if frames * h * w > MAX_PIXELS or samples > 4:
-                raise _too_big(w, h, frames)
-            for page in tf.pages[: min(pages, 1024)]:  # other pages are not decoded, but say what is there
-                pw, ph = int(getattr(page, "imagewidth", 0)), int(getattr(page, "imagelength", 0))
-                if pw * ph > MAX_PIXELS:
-                    raise _too_big(pw, ph)
-            if frames > 1:
-                raise ImageLoadError(f"unsupported: a stack of {frames} pages")
-            cmyk = getattr(tf.pages[0], "photometric", None) == tifffile.PHOTOMETRIC.SEPARATED and samples == 4
-            img = s0.asarray()
-    except ImageLoadError:
-        raise
-    except (tifffile.TiffFileError, ValueError, OSError, KeyError, IndexError, RuntimeError, TypeError,
-            NotImplementedError) as exc:
-        text = str(exc).lower()
-        if "truncat" in text or "end of file" in text or "eof" in text:
-            raise ImageLoadError("truncated file (the image data ends early)") from exc
-        raise ImageLoadError(f"not an image ({_short(exc)})") from exc
-    return _cmyk_to_rgb(img) if cmyk else img
-
-
 def load_image(path) -> np.ndarray:
-    """Read one image file as float32, ``(H, W)`` or ``(H, W, 3)``.
+    """Read one image file, or one image of a stack, as float32, ``(H, W)`` or ``(H, W, 3)``.
 
     Parameters
     ----------
-    path : str or Path
+    path : str, Path or StackMember
+        An image file, a stack file holding one image, or one image of a
+        stack named ``"stack.mrcs#N"`` (``N`` counted from 1; see
+        :mod:`~iastudio.core.stacks`).
 
     Returns
     -------
@@ -251,9 +230,19 @@ def load_image(path) -> np.ndarray:
         With the reason the file cannot be used: does not exist, permission
         denied, a symbolic link loop, not a regular file, empty, truncated,
         not an image, unsupported, over :data:`MAX_PIXELS` pixels (checked on
-        every frame before decoding), NaN/infinite/overflowing values, or
-        too large for the memory available.
+        every frame before decoding), NaN/infinite/overflowing values, a stack
+        of several images (read those with :func:`load_images`), or too large
+        for the memory available.
     """
+    from .stacks import open_stack, split_member
+
+    member = split_member(path)
+    if member is not None:
+        try:
+            with open_stack(member.path) as stack:
+                return _to_float(stack.read(member.index), member.path)
+        except MemoryError:
+            raise ImageLoadError("too large to decode in the memory available") from None
     path = Path(path)
     try:
         st = os.stat(path)
@@ -266,13 +255,22 @@ def load_image(path) -> np.ndarray:
     ext = path.suffix.lower()
     if ext not in IMAGE_EXTENSIONS:
         raise ImageLoadError(f"unsupported file type '{ext or path.name}'")
+    if ext == ".star":
+        raise ImageLoadError("a STAR file lists images: read it with load_images")
     try:
         with open(path, "rb") as fh:
             fh.read(1)
     except OSError as exc:
         raise ImageLoadError(os_reason(exc, path)) from exc
     try:
-        img = _decode(path, ext)
+        if ext in STACK_FILE_EXTENSIONS:
+            with open_stack(path) as stack:
+                if len(stack) > 1:
+                    raise ImageLoadError(f"a stack of {len(stack)} images (read it with load_images, or name "
+                                         f"one image as {path.name}#1)")
+                img = stack.read(0)
+        else:
+            img = _decode(path, ext)
         img = np.asarray(img)
         if img.ndim >= 2 and img.shape[0] * img.shape[1] > MAX_PIXELS:
             raise _too_big(img.shape[1], img.shape[0])
@@ -284,8 +282,6 @@ def load_image(path) -> np.ndarray:
 def _decode(path: Path, ext: str) -> np.ndarray:
     from PIL import Image
 
-    if ext in (".tif", ".tiff"):
-        return _read_tiff(path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -350,22 +346,30 @@ def image_files(inputs) -> tuple[list[tuple[Path, str | None]], list[dict]]:
     Parameters
     ----------
     inputs : str, Path or sequence of them
-        Image files and folders (searched recursively in sorted order; see
-        :func:`load_images` for the labels).
+        Image files, stack files, STAR files, images of stacks named
+        ``stack.mrcs#N`` and folders (searched recursively in sorted order;
+        see :func:`load_images` for the labels).
 
     Returns
     -------
-    files : list of (Path, str or None)
-        Each file to read and its label.
+    files : list of (Path or StackMember, str or None)
+        Each file (or stack image) to read and its label; a stack or STAR file
+        is one entry here, its images are listed by :func:`read_entries`.
     skipped : list of dict
-        ``{"path", "reason"}`` for inputs that do not exist, empty folders and
-        folders that cannot be read.
+        ``{"path", "reason"}`` for inputs that do not exist, empty folders,
+        folders that cannot be read and STAR files found in folders.
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
+    from .stacks import split_member
+
     jobs: list[tuple[Path, str | None]] = []
     skipped: list[dict] = []
     for item in inputs:
+        member = split_member(item)
+        if member is not None:  # "stack.mrcs#17": one image of a stack
+            jobs.append((member, None))
+            continue
         p = Path(item)
         try:
             is_dir = stat.S_ISDIR(os.stat(p).st_mode)
@@ -379,6 +383,10 @@ def image_files(inputs) -> tuple[list[tuple[Path, str | None]], list[dict]]:
             if not files and not errors:
                 skipped.append({"path": str(p), "reason": "folder contains no files"})
             for f in files:
+                if f.suffix.lower() == ".star":  # its stacks are in the folder: they are read themselves
+                    skipped.append({"path": str(f), "reason": "a STAR file inside a folder is not read (the "
+                                    "stacks beside it are; give the STAR file by name to read its list)"})
+                    continue
                 rel = f.relative_to(p).parts
                 jobs.append((f, rel[0] if len(rel) > 1 else None))
         else:
@@ -416,19 +424,169 @@ def no_usable_images(skipped) -> NoUsableImagesError:
                                skipped)
 
 
+@dataclass
+class Entry:
+    """One image read by :func:`read_entries`, or why it could not be.
+
+    Attributes
+    ----------
+    name : str
+        The file path, or ``"stack.mrcs#N"`` for image ``N`` of a stack.
+    label : str or None
+        The true label (the subfolder's name).
+    image : ndarray or None
+        The image (:func:`load_image`'s float32), or None when ``error`` is set.
+    error : BaseException or None
+        What stopped it (:func:`skip_entry` turns it into a reason).
+    """
+
+    name: str
+    label: str | None
+    image: np.ndarray | None = None
+    error: BaseException | None = None
+
+
+RELEASE_EVERY = 256
+"""Images read from a memory-mapped stack before its pages read so far are handed back to the system."""
+
+
+def read_entries(jobs, *, progress=None, load=None):
+    """Read files one image at a time: a stack's images one by one, a STAR file's list in order.
+
+    Parameters
+    ----------
+    jobs : list of (Path or StackMember, str or None)
+        What :func:`image_files` returns.
+    progress : callable(done, total, name), optional
+        Called before each image: ``done`` images (or skipped entries) are done,
+        ``total`` are known so far (a stack's images become known when it is
+        opened) and ``name`` is next.  Returning ``False`` stops: the rest is
+        yielded as skipped, "not loaded: cancelled" (one entry per file; the
+        unread part of a stack as one entry).
+    load : callable(path) -> ndarray, optional
+        Reads a file holding one image (default :func:`load_image`); stacks are read here.
+
+    Yields
+    ------
+    Entry
+        In order.  A stack file that cannot be opened is one entry with its
+        error; a member that cannot be read is one entry; the rest loads.
+        At most a few stacks are open at once (a STAR file may interleave
+        them); a stack's memory-mapped pages are released as it is read, so
+        a stack is never held twice.
+    """
+    from collections import OrderedDict, deque
+
+    from .stacks import StackMember, open_stack, star_members
+
+    queue = deque(jobs)
+    stacks: OrderedDict = OrderedDict()
+    reads = 0
+    done = 0
+
+    def stack_of(path):
+        key = str(path)
+        if key in stacks:
+            stacks.move_to_end(key)
+            return stacks[key]
+        st = open_stack(path)
+        stacks[key] = st
+        if len(stacks) > 4:
+            stacks.popitem(last=False)[1].close()
+        return st
+
+    try:
+        while queue:
+            item, label = queue[0]
+            name = str(item)
+            if progress is not None and progress(done, done + len(queue), name) is False:
+                yield from _cancelled(queue)
+                return
+            queue.popleft()
+            done += 1
+            try:
+                if isinstance(item, StackMember):
+                    st = stack_of(item.path)
+                    img = _to_float(st.read(item.index), item.path)
+                    reads += 1
+                    if reads % RELEASE_EVERY == 0:
+                        st.release()
+                    yield Entry(name, label, img)
+                    continue
+                ext = Path(item).suffix.lower()
+                if ext == ".star":
+                    members = star_members(item)
+                elif ext in STACK_FILE_EXTENSIONS and _is_file(item):
+                    st = stack_of(item)
+                    if len(st) == 1:
+                        img = _to_float(st.read(0), item)
+                        if img.shape[0] * img.shape[1] > MAX_PIXELS:
+                            raise _too_big(img.shape[1], img.shape[0])
+                        yield Entry(name, label, img)
+                        continue
+                    members = [StackMember(Path(item), k) for k in range(len(st))]
+                else:
+                    yield Entry(name, label, (load or load_image)(item))
+                    continue
+                done -= 1  # the file is not an image: its images are
+                queue.extendleft((m, label) for m in reversed(members))
+            except Exception as exc:  # noqa: BLE001 - a decoder's bug on one file never ends the set
+                if isinstance(exc, MemoryError):
+                    exc = ImageLoadError("too large to decode in the memory available")
+                yield Entry(name, label, error=exc)
+    finally:
+        for st in stacks.values():
+            st.close()
+
+
+def _is_file(path) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _cancelled(queue):
+    """The cancelled entries for what is left in ``queue``: one per file, a stack's rest as one."""
+    from .stacks import StackMember
+
+    items = list(queue)
+    k = 0
+    while k < len(items):
+        item, label = items[k]
+        if isinstance(item, StackMember):
+            j = k
+            while j + 1 < len(items) and isinstance(items[j + 1][0], StackMember) \
+                    and items[j + 1][0].path == item.path:
+                j += 1
+            last = items[j][0]
+            what = "" if j == k else f" (images {item.index + 1} to {last.index + 1})"
+            yield Entry(str(item) if j == k else str(item.path), label,
+                        error=Cancelled(f"not loaded: cancelled{what}"))
+            k = j + 1
+        else:
+            yield Entry(str(item), label, error=Cancelled("not loaded: cancelled"))
+            k += 1
+
+
 def load_images(inputs, *, on_progress=None) -> ImageSet:
-    """Load image files and folders.
+    """Load image files, stacks and folders.
 
     Parameters
     ----------
     inputs : str, Path or sequence of them
-        Image files and folders.  Folders are searched recursively in sorted
-        order; the name of a file's immediate subfolder (below the folder
-        given) becomes its true label.  Files directly in the folder, and
-        files given by name, have no label.
+        Image files, stack files (``.mrcs``, ``.mrc``, multi-page TIFF,
+        ``.npy``: each image of the stack becomes one image of the set, named
+        ``stack.mrcs#N``), RELION STAR files (their ``rlnImageName`` list),
+        single images of stacks named ``stack.mrcs#N``, and folders.  Folders
+        are searched recursively in sorted order; the name of a file's
+        immediate subfolder (below the folder given) becomes its true label.
+        Files directly in the folder, and files given by name, have no label.
+        See :mod:`~iastudio.core.stacks` for the formats and their limits.
     on_progress : callable(done, total), optional
-        Called after each file; returning ``False`` stops the loading (the
+        Called after each image; returning ``False`` stops the loading (the
         files not read yet are listed as skipped, "not loaded: cancelled").
+        ``total`` grows as stacks are opened.
 
     Returns
     -------
@@ -442,16 +600,23 @@ def load_images(inputs, *, on_progress=None) -> ImageSet:
     """
     jobs, skipped = image_files(inputs)
     images, paths, labels = [], [], []
-    for k, (f, label) in enumerate(jobs):
-        try:
-            images.append(load_image(f))
-            paths.append(str(f))
-            labels.append(label)
-        except Exception as exc:  # noqa: BLE001 - a decoder's bug on one file never ends the set
-            skipped.append(skip_entry(f, exc))
-        if on_progress is not None and on_progress(k + 1, len(jobs)) is False:
-            skipped += not_loaded(jobs[k + 1:])
-            break
+    seen = {"total": len(jobs)}
+
+    def before(done, total, name):
+        seen["total"] = total
+        return done == 0 or on_progress(done, total) is not False
+
+    stopped = False
+    for entry in read_entries(jobs, progress=None if on_progress is None else before):
+        if entry.error is not None:
+            skipped.append(skip_entry(entry.name, entry.error))
+            stopped = stopped or isinstance(entry.error, Cancelled)
+            continue
+        images.append(entry.image)
+        paths.append(entry.name)
+        labels.append(entry.label)
+    if on_progress is not None and not stopped:
+        on_progress(seen["total"], seen["total"])
     if not images:
         raise no_usable_images(skipped)
     return ImageSet(images, paths, labels, skipped)

@@ -166,7 +166,9 @@ class Project:
 
     def missing_originals(self) -> list[str]:
         """Original files that are no longer where they were (demo images never are)."""
-        return [p for p in self.paths if not str(p).startswith("demo:") and not Path(p).exists()]
+        from .stacks import source_file  # an image of a stack, "stack.mrcs#17": the stack's file
+
+        return [p for p in self.paths if not str(p).startswith("demo:") and not source_file(p).exists()]
 
 
 RECORDED_STAGES = (Stage.SIMILARITY, Stage.ITERATION, Stage.DONE)

@@ -39,7 +39,7 @@ from .demos import load_demo
 from .distributed import DaskUnavailableError
 from .filenames import display_name, printable
 from .frames import Frame, FrameBuilder, edited_clusters, frames_from_project
-from .imageset import ImageSet, image_files, load_image, load_images, no_usable_images, not_loaded, skip_entry
+from .imageset import ImageSet, image_files, load_image, load_images, no_usable_images, read_entries, skip_entry
 from .preprocess import Canvas, apply_transforms, preprocess
 from .project import RECORDED_STAGES, Project, ProjectError, history_entry, load_project, run_record, save_project
 from .wording import count_of
@@ -921,11 +921,13 @@ def read_images(paths, *, size: int, progress=None) -> LoadedImages:
     Parameters
     ----------
     paths : str, Path or sequence of them
-        Image files and folders (folders searched recursively; subfolder names become labels).
+        Image files, stacks, STAR files and folders (folders searched recursively; subfolder names become
+        labels); a stack's images are read one at a time (:func:`~iastudio.core.imageset.read_entries`).
     size : int
         The working size to preprocess at (:func:`~iastudio.core.preprocess.preprocess`).
     progress : callable(done, total, path), optional
-        Called before each file is read: ``done`` files are done and ``path`` is next.  Returning
+        Called before each image is read: ``done`` images are done and ``path`` is next (``total`` grows as
+        stacks are opened).  Returning
         ``False`` stops there; what was read is kept and the rest is skipped ("not loaded: cancelled").
 
     Returns
@@ -934,19 +936,18 @@ def read_images(paths, *, size: int, progress=None) -> LoadedImages:
     """
     files, skipped = image_files(paths)
     images, names, labels, canvases = [], [], [], []
-    for k, (f, label) in enumerate(files):
-        if progress is not None and progress(k, len(files), str(f)) is False:
-            skipped += not_loaded(files[k:])
-            break
-        try:
-            img = load_image(f)
-            canvases.append(preprocess([img], size=size))  # per image: the same as all at once
-        except Exception as exc:  # noqa: BLE001 - one file never ends the set
-            skipped.append(skip_entry(f, exc))
+    for entry in read_entries(files, progress=progress, load=load_image):
+        if entry.error is None:
+            try:
+                canvases.append(preprocess([entry.image], size=size))  # per image: the same as all at once
+            except Exception as exc:  # noqa: BLE001 - one file never ends the set
+                entry.error = exc
+        if entry.error is not None:
+            skipped.append(skip_entry(entry.name, entry.error))
             continue
-        images.append(img)
-        names.append(str(f))
-        labels.append(label)
+        images.append(entry.image)
+        names.append(entry.name)
+        labels.append(entry.label)
     return LoadedImages(ImageSet(images, names, labels, skipped), stack_canvases(canvases), int(size))
 
 

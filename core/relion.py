@@ -1,0 +1,149 @@
+"""Writing a run for RELION and cryoSPARC: ``particles.star`` and ``class_averages.mrcs``.
+
+Both are written in place; ``ia-cluster`` writes them into its hidden result
+folder, moved into place only when complete.
+
+Conventions (RELION's, checked by ``tests/test_relion.py`` against a known transform):
+
+* an image's pixel ``(x, y)`` is (column, row) of the MRC data, counted from
+  its centre ``(W // 2, H // 2)``;
+* RELION aligns a particle ``X`` onto its class with the in-plane angle
+  ``psi`` (degrees) and the origin ``o = (rlnOriginX, rlnOriginY)``:
+  ``aligned(p) = X(R(-psi) p - o)``, ``R(a) = [[cos a, -sin a], [sin a, cos a]]``
+  — the particle is shifted by ``+o`` (its centre lies at ``-o`` from the box
+  centre), then rotated by ``psi`` counter-clockwise in ``(x, y)``
+  (``relion_stack_create --apply_transformation`` does exactly this);
+* this package's ``tau = (theta, tx, ty)`` about the centre ``C`` aligns the
+  particle as ``aligned = X o tau``; written about the box centre, ``tau``'s
+  matrix in ``(x, y)`` is ``R(theta)`` and its translation ``b``, so
+  ``psi = -theta`` and ``o = -b`` (``rlnOriginXAngst = -b_x * pixel size``).
+
+``rlnClassNumber`` counts from 1 (cluster 0 is class 1); ``class_averages.mrcs``
+holds the invariant means in class order (image ``N`` is class ``N``), on the
+working canvas.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from . import se2
+
+__all__ = ["relion_pose", "relion_image_name", "write_particles_star", "write_class_averages", "RELION_COLUMNS"]
+
+RELION_COLUMNS = ["rlnImageName", "rlnClassNumber", "rlnAnglePsi", "rlnOriginXAngst", "rlnOriginYAngst",
+                  "rlnOpticsGroup", "iaScore"]
+"""The ``particles`` block's columns; ``iaScore`` (the alignment's cosine score) is kept but not read by RELION."""
+
+
+def relion_pose(params, *, center, box) -> tuple[float, float, float]:
+    """RELION's ``(psi_deg, origin_x_px, origin_y_px)`` for a transform in original pixels.
+
+    Parameters
+    ----------
+    params : array_like, shape (3,)
+        ``(theta, tx, ty)`` (radians, original pixels) aligning the image:
+        ``aligned = image o tau`` with ``tau(p) = A(theta)(p - center) + center + (ty, tx)``
+        (see :mod:`~iastudio.core.se2`).
+    center : (float, float)
+        ``tau``'s rotation centre ``(row, col)`` in the image's pixels
+        (:func:`~iastudio.core.preprocess.canvas_to_original`'s ``center_row``, ``center_col``).
+    box : (int, int)
+        The image's ``(H, W)``; RELION rotates about ``(H // 2, W // 2)``.
+
+    Returns
+    -------
+    psi_deg, origin_x, origin_y : float
+        ``rlnAnglePsi`` and the origin in pixels (multiply by the pixel size for ``rlnOriginXAngst``).
+
+    Examples
+    --------
+    A pure shift of 2 columns (the aligned image samples 2 columns to the right, so
+    the particle sat 2 columns right of the centre) is RELION's origin ``(-2, 0)``:
+
+    >>> relion_pose([0.0, 2.0, 0.0], center=(32, 32), box=(64, 64))
+    (0.0, -2.0, 0.0)
+    """
+    theta, tx, ty = (float(v) for v in np.asarray(params, dtype=float))
+    a = se2.rotation_matrix(theta)
+    c_rel = np.array([box[0] // 2, box[1] // 2], dtype=float)
+    d = np.asarray(center, dtype=float) - c_rel
+    b = np.array([ty, tx]) + d - a @ d  # the same map written about RELION's centre, (row, col)
+    psi = -float(np.rad2deg(se2.wrap_angle(theta)))
+    return psi + 0.0, -float(b[1]) + 0.0, -float(b[0]) + 0.0  # + 0.0: no negative zeros
+
+
+def relion_image_name(name: str) -> str | None:
+    """``"N@/abs/stack.mrcs"`` for ``"stack.mrcs#N"``, ``"/abs/image.mrc"`` for an MRC file; None otherwise."""
+    from .stacks import split_member
+
+    member = split_member(name)
+    if member is not None:
+        if member.path.suffix.lower() not in (".mrcs", ".mrc"):
+            return None
+        return f"{member.index + 1:06d}@{os.path.abspath(member.path)}"
+    if Path(name).suffix.lower() in (".mrcs", ".mrc") and os.path.isfile(name):
+        return os.path.abspath(name)
+    return None
+
+
+def write_particles_star(path, *, names, clusters, poses, scores, pixel_size: float, box: int) -> None:
+    """Write RELION 3.1's ``particles.star`` (blocks ``optics`` and ``particles``) with ``starfile``.
+
+    Parameters
+    ----------
+    path : str or Path
+    names : sequence of str
+        ``rlnImageName`` of each image (:func:`relion_image_name`).
+    clusters : sequence of int
+        Cluster of each image, from 0 (written as ``rlnClassNumber`` = cluster + 1).
+    poses : ndarray, shape (n, 3)
+        ``(psi_deg, origin_x_px, origin_y_px)`` per image (:func:`relion_pose`).
+    scores : sequence of float
+        Written as ``iaScore``.
+    pixel_size : float
+        Å per pixel of the particles (``rlnImagePixelSize``; origins are written in Å).
+    box : int
+        The particles' side (``rlnImageSize``).
+    """
+    import pandas as pd
+    import starfile
+
+    poses = np.asarray(poses, dtype=float).reshape(-1, 3)
+    particles = pd.DataFrame({
+        "rlnImageName": list(names),
+        "rlnClassNumber": np.asarray(clusters, dtype=int) + 1,
+        "rlnAnglePsi": poses[:, 0],
+        "rlnOriginXAngst": poses[:, 1] * pixel_size,
+        "rlnOriginYAngst": poses[:, 2] * pixel_size,
+        "rlnOpticsGroup": np.ones(len(poses), dtype=int),
+        "iaScore": np.asarray(scores, dtype=float),
+    })
+    optics = pd.DataFrame({"rlnOpticsGroup": [1], "rlnOpticsGroupName": ["opticsGroup1"],
+                           "rlnImagePixelSize": [float(pixel_size)], "rlnImageSize": [int(box)],
+                           "rlnImageDimensionality": [2]})
+    starfile.write({"optics": optics, "particles": particles}, Path(path), overwrite=True, float_format="%.6f")
+
+
+def write_class_averages(path, means, *, pixel_size: float | None = None) -> None:
+    """Write the invariant means as an MRC image stack (mode 2, float32; image ``N`` is class ``N``).
+
+    Parameters
+    ----------
+    path : str or Path
+    means : ndarray, shape (k, S, S)
+    pixel_size : float, optional
+        Å per pixel of the means, recorded in the header.
+    """
+    import mrcfile
+
+    means = np.ascontiguousarray(np.asarray(means, dtype=np.float32))
+    if means.ndim == 4:  # colour means: their gray level (MRC holds one channel)
+        means = np.ascontiguousarray(means.mean(axis=-1))
+    with mrcfile.new(Path(path), overwrite=True) as mrc:
+        mrc.set_data(means)
+        mrc.set_image_stack()
+        if pixel_size:
+            mrc.voxel_size = float(pixel_size)

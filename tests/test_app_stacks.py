@@ -1,0 +1,70 @@
+"""Stacks in the app: a dropped .mrcs or STAR file, and the Add files dialog, give one image per particle."""
+import os
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import mrcfile  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
+from PySide6.QtGui import QDropEvent  # noqa: E402
+
+import iastudio.app.main_window  # noqa: E402, F401 - imported first, so conftest answers the app's questions
+
+WAIT_MS = 30000
+
+
+def _particles(path, n=5):
+    img = np.zeros((n, 20, 20), np.float32)
+    for k in range(n):
+        img[k, 5:12, 3 + k:10 + k] = 1.0
+    with mrcfile.new(path) as m:
+        m.set_data(img)
+    return path
+
+
+def test_a_dropped_stack_and_star_file_become_images_named_by_number(window, qtbot, tmp_path):
+    starfile = pytest.importorskip("starfile")
+    pd = pytest.importorskip("pandas")
+    stack = _particles(tmp_path / "s.mrcs")
+    starfile.write(pd.DataFrame({"rlnImageName": ["2@s.mrcs", "4@s.mrcs"]}), tmp_path / "p.star")
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(stack)), QUrl.fromLocalFile(str(tmp_path / "p.star"))])
+    event = QDropEvent(QPointF(10, 10), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+    with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS):
+        window.dropEvent(event)
+    names = [Path(p).name for p in window.model.data.paths]
+    assert names == ["s.mrcs#1", "s.mrcs#2", "s.mrcs#3", "s.mrcs#4", "s.mrcs#5", "s.mrcs#2", "s.mrcs#4"]
+    assert window.images_panel.thumbs.rowCount() == 7 and "7 images" in window.images_panel.summary.text()
+
+
+def test_add_files_offers_stacks_and_reads_them(window, qtbot, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+
+    stack = _particles(tmp_path / "s.mrcs", n=3)
+    asked = []
+
+    def fake_dialog(parent, title, folder, filters):
+        asked.append(filters)
+        return [str(stack)], filters.split(";;")[0]
+
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", staticmethod(fake_dialog))
+    with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS):
+        window.add_files()
+    first = asked[0].split(";;")[0]
+    assert all(f"*.{ext}" in first for ext in ("mrcs", "mrc", "star", "npy", "tif", "png"))
+    assert [Path(p).name for p in window.model.data.paths] == ["s.mrcs#1", "s.mrcs#2", "s.mrcs#3"]
+
+
+def test_cluster_folders_name_each_stack_image_apart(tmp_path):
+    from types import SimpleNamespace
+
+    from iastudio.app.export import export_cluster_folders
+    from iastudio.core.clusterbook import ClusterBook
+
+    stack = _particles(tmp_path / "s.mrcs", n=3)
+    model = SimpleNamespace(data=SimpleNamespace(paths=[f"{stack}#{k}" for k in (1, 2, 3)]), n=3,
+                            book=ClusterBook.from_labels([0, 0, 1]), working=np.ones((3, 8, 8), np.float32))
+    out = export_cluster_folders(model, tmp_path / "out", aligned=False)
+    assert sorted(p.name for p in out.rglob("*.png")) == ["s_1.png", "s_2.png", "s_3.png"]
