@@ -11,7 +11,7 @@ import pytest
 napari = pytest.importorskip("napari")
 npe2 = pytest.importorskip("npe2")
 
-MANIFEST = Path(__file__).resolve().parents[1] / "napari_plugin" / "napari.yaml"
+MANIFEST = Path(__file__).resolve().parents[1] / "app" / "napari" / "napari.yaml"
 
 
 def test_the_manifest_validates_and_names_the_widget():
@@ -58,7 +58,7 @@ def test_the_widget_clusters_a_stack_layer_offscreen(qtbot, shapes_stack):
     """On napari's viewer model (no canvas, so no OpenGL: runs with the offscreen Qt platform)."""
     from napari.components import ViewerModel
 
-    from iastudio.napari._widget import ClusterWidget
+    from iastudio.app.napari.widget import ClusterWidget
 
     stack, truth = shapes_stack
     viewer = ViewerModel()
@@ -71,7 +71,7 @@ def test_the_widget_clusters_a_stack_layer_offscreen(qtbot, shapes_stack):
 def test_the_widget_refuses_a_layer_that_is_not_a_stack(qtbot):
     from napari.components import ViewerModel
 
-    from iastudio.napari._widget import ClusterWidget
+    from iastudio.app.napari.widget import ClusterWidget
 
     viewer = ViewerModel()
     viewer.add_image(np.zeros((2, 3, 8, 8), np.float32), name="volume")
@@ -83,7 +83,7 @@ def test_the_widget_refuses_a_layer_that_is_not_a_stack(qtbot):
 @pytest.mark.skipif(os.environ.get("QT_QPA_PLATFORM") == "offscreen",
                     reason="napari's canvas needs OpenGL: run under xvfb-run with QT_QPA_PLATFORM=xcb")
 def test_the_widget_docked_in_a_napari_window(make_napari_viewer, qtbot, shapes_stack):
-    from iastudio.napari._widget import ClusterWidget
+    from iastudio.app.napari.widget import ClusterWidget
 
     stack, truth = shapes_stack
     viewer = make_napari_viewer()
