@@ -287,7 +287,7 @@ def main(argv=None) -> int:
     for item in args.inputs:
         if item.startswith("demo:") and item[5:] not in DEMO_NAMES:
             parser.error(f"unknown demo {item!r}; choose one of {', '.join('demo:' + d for d in DEMO_NAMES)}")
-    from .logs import setup_file_logging
+    from .logs import setup_file_logging, where_details
 
     log_path = setup_file_logging("ia-cluster")
     args.results = ResultFolder(args.out)
@@ -318,7 +318,7 @@ def main(argv=None) -> int:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else (
             "not enough memory" if isinstance(exc, MemoryError) else type(exc).__name__)
         text = printable(text)
-        print(f"ia-cluster: failed: {text} (details in {log_path})", file=sys.stderr)
+        print(f"ia-cluster: failed: {text} ({where_details(log_path)})", file=sys.stderr)
         return 1
     finally:
         args.results.discard()  # nothing after a commit; the partial folder after a failure
