@@ -9,8 +9,10 @@ beside ``--out`` and moved into place only when complete.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import math
+import os
 import signal
 import sys
 import time
@@ -197,15 +199,24 @@ def check_options(args) -> str | None:
     if getattr(args, "out", None) is not None:
         if not str(args.out).strip():
             return "--out must name a folder (it is empty)"
+        problem = _path_problem("--out", args.out)
+        if problem:
+            return problem
         out = Path(args.out)
         if out.exists() and not out.is_dir():
-            return f"--out {printable(args.out)} exists and is not a folder"
+            return f"--out {_short(args.out)} exists and is not a folder"
     for opt in ("save_project", "project"):
         v = getattr(args, opt, None)
         if v is not None and not str(v).strip():
             return f"--{opt.replace('_', '-')} needs a file name"
+        problem = v is not None and _path_problem(f"--{opt.replace('_', '-')}", v)
+        if problem:
+            return problem
     if getattr(args, "save_project", None) and Path(args.save_project).is_dir():
-        return f"--save-project {printable(args.save_project)} is a folder"
+        return f"--save-project {_short(args.save_project)} is a folder"
+    dask = getattr(args, "dask", None)
+    if dask is not None and not str(dask).strip():
+        return "--dask needs a scheduler address: local:N or tcp://host:port (it is empty)"
     if getattr(args, "size", None) is not None and args.size > MAX_SIZE:
         return f"--size must be at most {MAX_SIZE} px, got {args.size}"
     step = getattr(args, "angle_step", None)
@@ -225,6 +236,34 @@ def check_options(args) -> str | None:
         return f"--seed must be between 0 and {2**32 - 1}, got {seed}"
     if getattr(args, "transform", None) is not None and args.transform[0] > 360:
         return "--transform ROT_DEG must be at most 360"
+    return None
+
+
+_TEMP_EXTRA = 32  # what a temporary name beside a result adds to its name (".NAME.PID.HEX.partial")
+
+
+def _short(name, limit: int = 80) -> str:
+    """``name`` printable, and at most ``limit`` characters (the middle elided)."""
+    text = printable(name)
+    return text if len(text) <= limit else text[:limit // 2 - 1] + "…" + text[-(limit // 2 - 1):]
+
+
+def _path_problem(option: str, name) -> str | None:
+    """Why the path ``name`` cannot be written (a name too long for the file system, with the
+    temporary name beside it), or None."""
+    path = Path(name)
+    try:
+        path.exists()
+        anchor = next((a for a in (path, *path.parents) if a.exists()), Path("."))
+        name_max = os.pathconf(anchor if anchor.is_dir() else anchor.parent, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError) as exc:
+        if isinstance(exc, OSError) and exc.errno not in (errno.ENAMETOOLONG, None):
+            return None  # another reason (permission, a loop): said where the path is used
+        name_max = 255
+    longest = max((len(os.fsencode(part)) for part in path.parts), default=0)
+    if longest > name_max or len(os.fsencode(path.name)) + _TEMP_EXTRA > name_max:
+        return (f"{option} {_short(name)}: the name is too long (a file or folder name may have at most "
+                f"{name_max - _TEMP_EXTRA} bytes here)")
     return None
 
 

@@ -131,6 +131,9 @@ def train_model(name: str, data, *, epochs: int = 10, batch: int = 64, lr: float
     -------
     model, TrainResult
     """
+    from .data import check_dataset
+
+    check_dataset(data, source=data.name or "the data")  # NaN images or an empty set: refused before training
     dev = pick_device(device)
     set_seed(seed)
     model = build_model(name, n_classes=len(data.classes), **(model_options or {})).to(dev)

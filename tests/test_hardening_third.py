@@ -1,0 +1,100 @@
+"""Hardening, third pass (issue 32): the last bad inputs of the CLIs and the library."""
+import os
+import sys
+import time
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from iastudio.core.cli import main  # noqa: E402
+
+FAST = ["--size", "24", "--iterations", "1", "--quiet"]
+
+
+@pytest.fixture(autouse=True)
+def _logs(tmp_path, monkeypatch):
+    monkeypatch.setenv("IA_STUDIO_LOG_DIR", str(tmp_path / "logs"))
+
+
+def _usage_error(capsys, argv):
+    t = time.perf_counter()
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and time.perf_counter() - t < 5, err
+    assert "Traceback" not in err
+    ours = [line for line in err.splitlines() if "error:" in line]
+    assert len(ours) == 1
+    return ours[0]
+
+
+# ------------------------------------------------------------------------------------------ #4: long names
+@pytest.mark.parametrize("option", ["--out", "--save-project"])
+@pytest.mark.parametrize("length", [300, 250])
+def test_a_name_too_long_is_one_line_and_exit_2(tmp_path, capsys, option, length):
+    """A 300-character --out was a traceback (File name too long); 250 failed at the temporary name."""
+    name = str(tmp_path / ("n" * length))
+    more = [option, name] if option == "--out" else ["--out", str(tmp_path / "o"), option, name]
+    argv = ["demo:shapes", *FAST, *more]
+    line = _usage_error(capsys, argv)
+    assert "too long" in line and option in line and len(line) < 300
+    assert sorted(os.listdir(tmp_path)) in ([], ["logs"])
+
+
+def test_a_long_name_that_fits_is_used(tmp_path):
+    out = tmp_path / ("n" * 200)
+    assert main(["demo:shapes", "--out", str(out), *FAST]) == 0
+    assert (out / "assignments.csv").is_file()
+
+
+# ------------------------------------------------------------------------------------------ #11: --dask ""
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_dask_address_is_a_usage_error(tmp_path, capsys, value):
+    """--dask "" ran locally with exit 0, where an empty --out is a usage error: one rule."""
+    line = _usage_error(capsys, ["demo:shapes", "--out", str(tmp_path / "o"), "--dask", value, *FAST])
+    assert "--dask" in line and "empty" in line
+    assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------------------------ #5: ia-nets data
+def _npz(path, *, n_train=12, n_test=6, side=28, poison=None):
+    from iastudio.core.nets.data import Dataset, save_npz
+
+    rng = np.random.default_rng(0)
+    x = rng.random((n_train + n_test, side, side)).astype(np.float32)
+    y = np.arange(n_train + n_test) % 2
+    if poison is not None:
+        x[1, 3, 3] = poison
+    save_npz(Dataset(x[:n_train], y[:n_train], x[n_train:], y[n_train:], ["a", "b"], "t"), path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf", "no training images", "no test images", "huge"])
+def test_ia_nets_refuses_data_it_cannot_learn_from(tmp_path, capsys, kind):
+    """NaN images or zero training images trained anyway: exit 0 and results written."""
+    pytest.importorskip("torch")
+    from iastudio.core.nets.cli import main as nets_main
+
+    options = {"nan": dict(poison=np.nan), "inf": dict(poison=np.inf), "huge": dict(poison=1e30),
+               "no training images": dict(n_train=0), "no test images": dict(n_test=0)}[kind]
+    data = _npz(tmp_path / "d.npz", **options)
+    out = tmp_path / "out"
+    rc = nets_main(["train", "--model", "cnn", "--data", f"npz:{data}", "--epochs", "1", "--quiet",
+                    "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and str(data) in lines[0], err
+    assert not out.exists()
+
+
+def test_check_dataset_accepts_good_data_and_names_the_first_bad_image(tmp_path):
+    from iastudio.core.nets.data import check_dataset, load_npz
+
+    ds = load_npz(_npz(tmp_path / "ok.npz"))
+    assert check_dataset(ds) is ds and ds.x_train.shape == (12, 28, 28)
+    ds.x_test[4, 0, 0] = np.nan
+    with pytest.raises(ValueError, match=r"1 test image\(s\) hold NaN or infinite values \(the first: number 4\)"):
+        check_dataset(ds, source="mine")
