@@ -367,6 +367,13 @@ def open_regular(path, *, what: str = "a project file", error: type = ProjectErr
     return os.fdopen(fd, "rb"), st.st_size
 
 
+def _cluster_key(key, limit: int) -> bool:
+    """A cluster name's key is a cluster id in ASCII decimal, as written ("3"; not "03", "٣", "+3" or "-1"),
+    below ``limit``."""
+    return (isinstance(key, str) and 0 < len(key) <= 12 and key.isascii() and key.isdigit()
+            and key == str(int(key)) and int(key) < limit)
+
+
 def _require_regular(path, mode, what="a project file", error=ProjectError):
     if stat.S_ISREG(mode):
         return
@@ -611,8 +618,7 @@ class _Manifest:
                 bad("a cluster id is out of range")
             nm = c.get("names", {})
             if not isinstance(nm, dict) or not all(
-                    isinstance(v, str) and len(v) <= 1000 and k.lstrip("-").isdigit() and 0 <= int(k) < limit
-                    for k, v in nm.items()):
+                    isinstance(v, str) and len(v) <= 1000 and _cluster_key(k, limit) for k, v in nm.items()):
                 bad("the cluster names are malformed")
         self.n, self.paths, self.labels, self.skipped, self.size = n, paths, labels, skipped, size
         self.params, self.edits, self.frames, self.names = params, edits, frames, names

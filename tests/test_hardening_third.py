@@ -98,3 +98,37 @@ def test_check_dataset_accepts_good_data_and_names_the_first_bad_image(tmp_path)
     ds.x_test[4, 0, 0] = np.nan
     with pytest.raises(ValueError, match=r"1 test image\(s\) hold NaN or infinite values \(the first: number 4\)"):
         check_dataset(ds, source="mine")
+
+
+# ------------------------------------------------------------------------------------------ #6: cluster name keys
+def _named(tmp_path, names):
+    from _malicious import read_members, save_good, write_project
+
+    good = save_good(tmp_path / "good.iaproj")
+    manifest, members = read_members(good)
+    manifest["clusters"]["names"] = names
+    return write_project(tmp_path / "named.iaproj", manifest, members)
+
+
+@pytest.mark.parametrize("key", ["٣", "３", "²", "03", "+1", " 1", "-1", "1e3", "99999999999999999999"])
+def test_cluster_names_keyed_by_anything_but_an_ascii_id_are_refused(tmp_path, capsys, key):
+    """"٣" (an Arabic-Indic three) passed str.isdigit(); the export then counted a third cluster."""
+    from iastudio.core.project import ProjectError, load_project
+
+    path = _named(tmp_path, {"0": "a", "1": "b", key: "ghost"})
+    with pytest.raises(ProjectError, match="cluster names are malformed"):
+        load_project(path)
+    assert main(["--project", str(path), "--out", str(tmp_path / "o"), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "malformed" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_name_of_a_cluster_without_images_is_no_cluster(tmp_path, capsys):
+    from iastudio.core.project import load_project
+
+    path = _named(tmp_path, {"0": "a", "1": "b", "3": "ghost"})
+    book = load_project(path).clusters
+    assert book.cluster_ids() == [0, 1] and book.name_of(1) == "b"
+    assert main(["--project", str(path), "--out", str(tmp_path / "o")]) == 0
+    assert "4 images in 2 clusters" in capsys.readouterr().err
