@@ -132,3 +132,63 @@ def test_a_name_of_a_cluster_without_images_is_no_cluster(tmp_path, capsys):
     assert book.cluster_ids() == [0, 1] and book.name_of(1) == "b"
     assert main(["--project", str(path), "--out", str(tmp_path / "o")]) == 0
     assert "4 images in 2 clusters" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------- #7, #8: the library's inputs
+def _three(scale=1.0, dtype=np.float64):
+    from iastudio.core.demos import base_shapes
+
+    b = base_shapes()[0][:, ::2, ::2].astype(np.float64)
+    b /= np.linalg.norm(b.reshape(3, -1), axis=1)[:, None, None]
+    return (b * scale).astype(dtype)
+
+
+@pytest.mark.parametrize("scale, dtype", [(1e30, np.float64), (1e300, np.float64), (1e30, np.float32),
+                                          (3e38, np.float32), (1e13, np.float32)])
+def test_values_that_overflow_are_refused_naming_the_image(scale, dtype):
+    """1e30, 3e38 (float32) or 1e300 gave NaN/inf distances and scores."""
+    from iastudio.core.attention import AttentionRun
+    from iastudio.core.similarity import invariant_distances
+
+    images = _three(dtype=np.float64)
+    images[1] *= scale
+    images = images.astype(dtype)
+    assert np.isfinite(images).all()
+    with pytest.raises(ValueError, match="image 1 holds values beyond"):
+        invariant_distances(images, angle_step=30)
+    with pytest.raises(ValueError, match="image 1 holds values beyond"):
+        AttentionRun(images, angle_step=30)
+
+
+def test_large_values_within_bounds_give_the_same_scores_and_finite_distances():
+    from iastudio.core.attention import AttentionRun
+    from iastudio.core.similarity import invariant_distances
+
+    small, large = _three(), _three(1e12)
+    d = invariant_distances(large, angle_step=30).distances
+    assert np.isfinite(d).all()
+    np.testing.assert_allclose(d / 1e12, invariant_distances(small, angle_step=30).distances, rtol=1e-4, atol=1e-6)
+    scores = []
+    for images in (small, large):
+        run = AttentionRun(images, iterations=1, clusters=2, angle_step=30)
+        for _ in run.steps():
+            pass
+        scores.append(run.result().scores)
+    assert np.isfinite(scores[1]).all()
+    np.testing.assert_allclose(scores[1], scores[0], rtol=1e-4)  # the overflowing norm product gave 0 before
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 8, 8, 8), (1, 1, 2, 8, 8), (8, 8), (64,), (), (3, 1, 8)])
+def test_only_stacks_of_images_are_taken(shape):
+    """A 6-D array was taken as one image (a 1x1 result)."""
+    from iastudio.core.similarity import invariant_distances
+
+    with pytest.raises(ValueError, match=r"\(n, H, W\)"):
+        invariant_distances(np.ones(shape, np.float32))
+
+
+def test_complex_images_are_refused():
+    from iastudio.core.similarity import invariant_distances
+
+    with pytest.raises(ValueError, match="real numbers"):
+        invariant_distances(_three().astype(np.complex64))
