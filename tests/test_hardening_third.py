@@ -192,3 +192,59 @@ def test_complex_images_are_refused():
 
     with pytest.raises(ValueError, match="real numbers"):
         invariant_distances(_three().astype(np.complex64))
+
+
+# ------------------------------------------------------------------------------------------ #13: --dask at a stranger
+def _stranger(payload):
+    """A TCP port that answers ``payload`` to whoever connects (then waits a little and hangs up)."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer():
+        server.settimeout(30)
+        try:
+            while True:
+                conn, _ = server.accept()
+                with conn:
+                    conn.sendall(payload)
+                    time.sleep(0.5)
+        except OSError:
+            pass
+
+    threading.Thread(target=answer, daemon=True).start()
+    return server, f"tcp://127.0.0.1:{server.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("payload", [b"\xff" * 64, (2**40).to_bytes(8, "little") + b"x" * 64,
+                                     b"SSH-2.0-OpenSSH_9.2\r\n" + bytes(64)])
+def test_a_port_that_answers_arbitrary_bytes_is_refused_before_any_allocation(tmp_path, capsys, payload):
+    """Dask sized a buffer from the peer's length bytes ("Unable to allocate 3.07 EiB")."""
+    pytest.importorskip("distributed")
+    from iastudio.core.distributed import DaskUnavailableError, connect
+
+    server, address = _stranger(payload)
+    try:
+        t0 = time.perf_counter()
+        with pytest.raises(DaskUnavailableError, match="is not a Dask scheduler"):
+            connect(address, timeout=5)
+        assert time.perf_counter() - t0 < 5
+        assert main(["demo:shapes", "--out", str(tmp_path / "o"), "--dask", address, *FAST]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and address in err[0] and "not a Dask scheduler" in err[0]
+        assert not (tmp_path / "o").exists()
+    finally:
+        server.close()
+
+
+def test_a_real_scheduler_passes_the_probe():
+    distributed = pytest.importorskip("distributed")
+    from iastudio.core.distributed import close, connect, probe_scheduler
+
+    with distributed.LocalCluster(n_workers=0, processes=False, protocol="tcp", host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        probe_scheduler(cluster.scheduler_address, timeout=10)
+        client = connect(cluster.scheduler_address, timeout=10)
+        assert client.scheduler_info()["address"] == cluster.scheduler_address
+        close(client)
