@@ -135,3 +135,14 @@ def test_a_full_disk_under_the_home_puts_no_traceback_on_stderr(window, tmp_path
             if h not in before:
                 root.removeHandler(h)
                 h.close()
+
+
+def test_the_cli_runs_with_its_logs_off(tmp_path, monkeypatch, capsys):
+    """ia-cluster died in setup_file_logging (log_dir().mkdir) when the log folder could not be made."""
+    from iastudio.core.cli import main
+
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("IA_STUDIO_HOME", str(tmp_path / "a-file"))
+    monkeypatch.delenv("IA_STUDIO_LOG_DIR", raising=False)
+    assert main(["demo:shapes", "--size", "24", "--iterations", "1", "--quiet", "--out", str(tmp_path / "o")]) == 0
+    assert "Traceback" not in capsys.readouterr().err and (tmp_path / "o" / "assignments.csv").is_file()

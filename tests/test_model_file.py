@@ -118,6 +118,7 @@ def test_a_fifo_is_refused_without_blocking(tmp_path, which):
     ({"model": "p4cnn", "n_classes": 2, "options": {"dropout": float("nan")}}, "'dropout'"),
     ({"model": "p4cnn", "n_classes": 2, "options": {"dropout": 1.5}}, "'dropout'"),
     ({"model": "p4cnn", "n_classes": 2, "extra": 1}, "unknown field"),
+    ({"model": "z2sa", "n_classes": 2, "options": {"size": 4}}, "odd"),
 ])
 def test_every_field_of_model_json_is_checked(tmp_path, info, words):
     """#3: these raised TypeError, KeyError or RuntimeError (or were used) before."""
@@ -165,10 +166,28 @@ def test_sizes_are_bounded_before_anything_is_allocated(tmp_path):
     assert all(line.startswith("refused:") and "model.json" in line for line in lines), lines
 
 
-def test_the_parameter_bound_is_the_model_s_own_count():
-    with pytest.raises(ValueError, match="weights"):
-        load_model("nowhere.pt", name="gsa-r16", n_classes=2, options={"heads": 32, "head_dim": 256, "blocks": 16})
+def test_the_parameter_bound_is_the_model_s_own_count(tmp_path):
+    path, _ = _saved(tmp_path)
+    with pytest.raises(ValueError, match=r"model.pt: the model would have 44,467,842 weights"):  # counted on meta
+        load_model(path, name="gsa-r16", n_classes=2, options={"heads": 32, "head_dim": 256, "blocks": 16})
     assert MAX_PARAMETERS >= 1000 * sum(v.numel() for v in build_model("a-p4mcnn").state_dict().values())
+
+
+@pytest.mark.parametrize("name", ["cnn", "a-p4cnn", "aF-p4cnn", "a-p4mcnn", "z2sa", "gsa-r8", "gsa-r4m"])
+@pytest.mark.parametrize("options", [{}, {"channels": 1}, {"channels": 3, "layers": 1, "blocks": 1},
+                                     {"channels": 24, "layers": 2, "blocks": 3, "heads": 1, "head_dim": 9}])
+def test_the_cheap_bound_is_above_every_real_count(name, options):
+    """Below MAX_PARAMETERS the model is built without the meta count: the bound must hold."""
+    from iastudio.core.nets.modelfile import OPTION_LIMITS, weights_bound
+    from iastudio.core.nets.models import _SPECS
+
+    family = _SPECS[name][0]
+    own = {k: v for k, v in options.items() if k in ("channels", "layers" if family == "cnn" else "blocks")
+           or (family == "gsa" and k in ("heads", "head_dim"))}
+    assert all(OPTION_LIMITS[k][0] <= v <= OPTION_LIMITS[k][1] for k, v in own.items())
+    info = check_model_info(name, 7, own)
+    real = sum(v.numel() for v in build_model(name, n_classes=7, **own).state_dict().values())
+    assert real <= weights_bound(info) <= 40 * real + 2000
 
 
 @pytest.mark.parametrize("change, words", [

@@ -2,12 +2,13 @@
 
 Reading one runs no code and allocates nothing the file merely claims: ``model.json`` is read only
 if it is a regular file of at most :data:`MAX_INFO_BYTES`, every field is checked against its type
-and range (:func:`check_model_info`), the model is built first on PyTorch's ``meta`` device (no
-memory) and refused over :data:`MAX_PARAMETERS`; ``model.pt`` is opened only if it is a regular file
-(a FIFO would block), must be PyTorch's zip format whose members add up to no more than the
-model's own tensors (a decompression bomb is refused from the zip directory), is unpickled with
-``weights_only=True``, and each tensor must have the model's own name, shape and dtype and finite
-values.  Every refusal is a ``ValueError`` naming the file and the reason.
+and range (:func:`check_model_info`), and the model is built only once its size is known to be
+within :data:`MAX_PARAMETERS` (from a bound on its options, :func:`weights_bound`, or else counted on
+PyTorch's ``meta`` device); ``model.pt`` is opened only if it is a regular file (a FIFO would block),
+must be PyTorch's zip format whose members add up to no more than the model's own tensors (a
+decompression bomb is refused from the zip directory), is unpickled with ``weights_only=True``, and
+each tensor must have the model's own name, shape and dtype and finite values.  Every refusal is a
+``ValueError`` naming the file and the reason.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from .models import _SPECS, MODELS, build_model
 log = logging.getLogger(__name__)
 
 __all__ = ["MAX_INFO_BYTES", "MAX_PARAMETERS", "OPTION_LIMITS", "check_model_info", "load_model",
-           "read_model_info", "save_model"]
+           "read_model_info", "save_model", "weights_bound"]
 
 MAX_INFO_BYTES = 64 * 1024  # model.json
 MAX_PARAMETERS = 25_000_000  # 100 MB of float32 weights: over 1,000x the largest default model
@@ -126,19 +127,48 @@ def check_model_info(name, n_classes, options=None, *, source="the model") -> di
         if not number or not math.isfinite(value) or not lo <= value <= hi:
             kind = "a whole number" if whole else "a number"
             raise ValueError(f"{source}: option {key!r} must be {kind} from {lo} to {hi}, got {repr(value)[:40]}")
+        if key == "size" and value % 2 == 0:
+            raise ValueError(f"{source}: option 'size' must be odd (a neighbourhood has a centre), got {value}")
         checked[key] = int(value) if whole else float(value)
     return {"model": name, "n_classes": int(n_classes), "options": checked}
 
 
+def weights_bound(info) -> int:
+    """An upper bound of the number of weights (parameters and buffers) of the model ``info`` describes.
+
+    Computed from the options alone (nothing is built): per layer or block, the largest tensors each
+    module of :mod:`~iastudio.core.nets.gconv`, :mod:`~iastudio.core.nets.attentive` and
+    :mod:`~iastudio.core.nets.gsa` makes, doubled for margin (``tests/test_model_file.py`` checks
+    it against every model's real count).
+    """
+    family, group, width, _ = _SPECS[info["model"]]
+    o = info["options"]
+    n, c, k = group.order, int(o.get("channels", width)), info["n_classes"]
+    if family == "cnn":
+        per = 13 * n * c * c + 200 * n + 10 * c  # the group conv, its attention or the input attention, the norm
+        layers = int(o.get("layers", 5)) + 1
+    else:
+        heads, dim = int(o.get("heads", 4)), int(o.get("head_dim", 4))
+        per = (4 * c + 17 + n * n) * heads * dim + 3 * c + 64  # q, k, v, out, the encodings, the norm
+        layers = int(o.get("blocks", 2)) + 1
+    return 2 * (layers * per + (c + 1) * k + 100)
+
+
 def _expected_state(info, source):
-    """The model's own tensors (names, shapes, dtypes) from a model built on the meta device (no memory)."""
-    with torch.device("meta"):
-        model = build_model(info["model"], n_classes=info["n_classes"], **info["options"])
-    expected = model.state_dict()
-    count = sum(v.numel() for v in expected.values())
-    if count > MAX_PARAMETERS:
-        raise ValueError(f"{source}: the model would have {count:,} weights (at most {MAX_PARAMETERS:,})")
-    return expected
+    """The model, built only once its size is known to be within :data:`MAX_PARAMETERS`, and its own
+    tensors (names, shapes, dtypes).
+
+    When the cheap bound (:func:`weights_bound`) exceeds the limit, the model is first built on the
+    ``meta`` device (no memory; slower) and counted exactly.
+    """
+    if weights_bound(info) > MAX_PARAMETERS:
+        with torch.device("meta"):
+            ghost = build_model(info["model"], n_classes=info["n_classes"], **info["options"])
+        count = sum(v.numel() for v in ghost.state_dict().values())
+        if count > MAX_PARAMETERS:
+            raise ValueError(f"{source}: the model would have {count:,} weights (at most {MAX_PARAMETERS:,})")
+    model = build_model(info["model"], n_classes=info["n_classes"], **info["options"])
+    return model, model.state_dict()
 
 
 def _check_zip(fh, size, expected, path):
@@ -219,9 +249,14 @@ def load_model(path, *, name: str | None = None, n_classes: int | None = None, o
         raise ValueError(f"{path}: the model name is unknown (no {meta.name} beside it)")
     n_classes = n_classes if n_classes is not None else info.get("n_classes", 10)
     options = options if options is not None else info.get("options", {})
-    info = check_model_info(name, n_classes, options, source=meta if info else path)
-    expected = _expected_state(info, meta if info else path)
+    source = meta if info else path  # where the model's description came from
+    info = check_model_info(name, n_classes, options, source=source)
     fh, size = open_regular(path, what="a model file", error=ValueError)
+    try:
+        model, expected = _expected_state(info, source)
+    except BaseException:
+        fh.close()
+        raise
     with fh:
         _check_zip(fh, size, expected, path)
         try:
@@ -231,7 +266,6 @@ def load_model(path, *, name: str | None = None, n_classes: int | None = None, o
             raise ValueError(f"{path}: not a saved state dict of plain tensors; refused, nothing in it was run"
                              ) from None
     _check_state(state, expected, path, name)
-    model = build_model(name, n_classes=info["n_classes"], **info["options"])
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:
