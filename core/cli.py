@@ -203,8 +203,11 @@ def check_options(args) -> str | None:
         if problem:
             return problem
         out = Path(args.out)
-        if out.exists() and not out.is_dir():
-            return f"--out {_short(args.out)} exists and is not a folder"
+        try:
+            if out.exists() and not out.is_dir():
+                return f"--out {_short(args.out)} exists and is not a folder"
+        except OSError as exc:  # e.g. a folder on the way that may not be searched
+            return f"--out {_short(args.out)}: cannot be used ({(exc.strerror or type(exc).__name__).lower()})"
     for opt in ("save_project", "project"):
         v = getattr(args, opt, None)
         if v is not None and not str(v).strip():
@@ -212,8 +215,11 @@ def check_options(args) -> str | None:
         problem = v is not None and _path_problem(f"--{opt.replace('_', '-')}", v)
         if problem:
             return problem
-    if getattr(args, "save_project", None) and Path(args.save_project).is_dir():
-        return f"--save-project {_short(args.save_project)} is a folder"
+    try:
+        if getattr(args, "save_project", None) and Path(args.save_project).is_dir():
+            return f"--save-project {_short(args.save_project)} is a folder"
+    except OSError as exc:
+        return f"--save-project {_short(args.save_project)}: cannot be used ({(exc.strerror or '').lower()})"
     dask = getattr(args, "dask", None)
     if dask is not None and not str(dask).strip():
         return "--dask needs a scheduler address: local:N or tcp://host:port (it is empty)"

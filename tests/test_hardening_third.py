@@ -43,6 +43,22 @@ def test_a_name_too_long_is_one_line_and_exit_2(tmp_path, capsys, option, length
     assert sorted(os.listdir(tmp_path)) in ([], ["logs"])
 
 
+def test_an_out_that_cannot_be_looked_at_is_one_line(tmp_path, capsys, monkeypatch):
+    import pathlib
+
+    real = pathlib.Path.exists
+    locked = tmp_path / "locked"
+
+    def exists(self, *a, **k):
+        if locked in (self, *self.parents) and self != locked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(pathlib.Path, "exists", exists)
+    line = _usage_error(capsys, ["demo:shapes", *FAST, "--out", str(locked / "o")])
+    assert "--out" in line and "permission denied" in line
+
+
 def test_a_long_name_that_fits_is_used(tmp_path):
     out = tmp_path / ("n" * 200)
     assert main(["demo:shapes", "--out", str(out), *FAST]) == 0
