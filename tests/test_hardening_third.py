@@ -59,6 +59,7 @@ def test_an_out_that_cannot_be_looked_at_is_one_line(tmp_path, capsys, monkeypat
     assert "--out" in line and "permission denied" in line
 
 
+@pytest.mark.slow
 def test_a_long_name_that_fits_is_used(tmp_path):
     out = tmp_path / ("n" * 200)
     assert main(["demo:shapes", "--out", str(out), *FAST]) == 0

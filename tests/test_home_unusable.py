@@ -79,6 +79,7 @@ def test_a_usable_home_shows_no_notice(window, capsys):
     assert not [lab for lab in window.statusBar().findChildren(QLabel) if lab.objectName() == "homeNotice"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["file", "long"])
 def test_ia_studio_starts_and_says_why_in_one_line(tmp_path, kind):
     home, reason = _unusable(tmp_path, kind)

@@ -155,6 +155,7 @@ for info in ({"model": "p4cnn", "n_classes": 10**9}, {"model": "p4cnn", "n_class
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS bounds the child's memory on Linux")
+@pytest.mark.slow
 def test_sizes_are_bounded_before_anything_is_allocated(tmp_path):
     """#3: 10**9 classes or 10**6 channels tried to allocate 80 GB / 36 TB."""
     _saved(tmp_path)
@@ -166,6 +167,7 @@ def test_sizes_are_bounded_before_anything_is_allocated(tmp_path):
     assert all(line.startswith("refused:") and "model.json" in line for line in lines), lines
 
 
+@pytest.mark.slow
 def test_the_parameter_bound_is_the_model_s_own_count(tmp_path):
     path, _ = _saved(tmp_path)
     with pytest.raises(ValueError, match=r"model.pt: the model would have 44,467,842 weights"):  # counted on meta
