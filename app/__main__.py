@@ -74,9 +74,9 @@ def main(argv=None) -> int:
 def _start(args) -> int:
     if args.selftest and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from iastudio.core.logs import setup_file_logging
+    from iastudio.core.logs import setup_file_logging, where_details
 
-    log_path = setup_file_logging("ia-studio")
+    log_path = setup_file_logging("ia-studio")  # None: logs are off (the window says why)
     missing = missing_system_libraries()
     if missing:
         msg = ("ia-studio: cannot open the window: this system lacks "
@@ -89,7 +89,7 @@ def _start(args) -> int:
         from PySide6.QtWidgets import QApplication
     except ImportError as exc:  # a missing system library not in the list above
         log.exception("Qt failed to load")
-        print(f"ia-studio: cannot start the window: {exc} (details in {log_path})", file=sys.stderr)
+        print(f"ia-studio: cannot start the window: {exc} ({where_details(log_path)})", file=sys.stderr)
         return 1
     from .main_window import APP_NAME
 

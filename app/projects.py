@@ -28,7 +28,7 @@ from superqt.utils import create_worker
 from iastudio.core.logs import log_dir
 from iastudio.core.project import ProjectError, save_project
 
-from .home import app_home
+from .home import announce, app_home, home_problem
 
 log = logging.getLogger(__name__)
 AUTOSAVE_DELAY_MS = 1500  # after the last change
@@ -132,11 +132,16 @@ class ProjectController(QObject):
         self._autosaving: ProjectWrite | None = None  # the autosave being written
         self._autosave_again = False  # asked for while one was written: one more write after it
         self._saving: ProjectWrite | None = None  # File > Save being written
-        self.lock = app_home() / "session.lock"
-        self.crashed = self.lock.exists()
+        self.home_off = home_problem()  # None, or why settings, autosave and the recovery lock are off
+        self.lock = None if self.home_off else app_home() / "session.lock"
+        self.crashed = self.lock is not None and self.lock.exists()
         self.remove_stale_saves()
-        self.lock.parent.mkdir(parents=True, exist_ok=True)
-        self.lock.write_text(str(os.getpid()))
+        if self.lock is not None:
+            try:
+                self.lock.write_text(str(os.getpid()))
+            except OSError as exc:
+                self.home_off, self.lock, self.crashed = (exc.strerror or type(exc).__name__).lower(), None, False
+        self.home_notice = announce(window, self.home_off)  # one line in the status bar and on stderr
 
     # ------------------------------------------------------------ asking first
     def confirm_discard(self, action: str) -> bool:
@@ -171,7 +176,8 @@ class ProjectController(QObject):
                 return False
         self.autosave(wait=True)
         try:
-            self.lock.unlink(missing_ok=True)  # only now: the autosave of this session is written
+            if self.lock is not None:
+                self.lock.unlink(missing_ok=True)  # only now: the autosave of this session is written
         except OSError:
             log.exception("cannot remove %s", self.lock)
         return True
@@ -198,6 +204,8 @@ class ProjectController(QObject):
         it was written.  False when there is nothing to save.
         """
         self._autosave_timer.stop()
+        if self.home_off:
+            return False  # no home to write it to (the window says so)
         if wait:
             self._autosave_again = False  # the write below has the latest state
             if self._autosaving is not None and self._autosaving.cancel():  # not begun: superseded by it
@@ -274,7 +282,9 @@ class ProjectController(QObject):
         from iastudio.core.atomic import remove_stale_temporaries
 
         removed = []
-        folders = {self.autosave_path().parent} | {Path(p).parent for p in self.recent("recent/projects")}
+        folders = {Path(p).parent for p in self.recent("recent/projects")}
+        if not self.home_off:
+            folders.add(self.autosave_path().parent)
         for folder in folders:
             try:
                 removed += remove_stale_temporaries(folder)

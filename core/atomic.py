@@ -201,6 +201,30 @@ def signals_held():
             signal.raise_signal(pending[0])
 
 
+@contextlib.contextmanager
+def _folder_lock(folder):
+    """Hold an exclusive lock on ``folder`` (``flock`` on its descriptor: released when the process dies).
+
+    Two writers moving their sets of files into one folder take turns, so the folder ends with one
+    whole set, never a mix.  No lock where the system has no ``flock`` (Windows).
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with it
+
+
 class ResultFolder:
     """Write a set of result files all-or-nothing.
 
@@ -234,7 +258,7 @@ class ResultFolder:
         """Move the results into place; returns the final folder."""
         if self.path is None:
             raise RuntimeError("the result folder was not opened")
-        with signals_held():
+        with signals_held(), _folder_lock(self.final.parent):  # two runs into one folder: one set after the other
             if not self.final.exists():
                 os.replace(self.path, self.final)
             else:

@@ -435,10 +435,12 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
             angle_step=angle_step, mean_steps=mean_steps, sigmas=sigmas, init=init, weight_tol=weight_tol,
             weight_mass=weight_mass, mean_rtol=mean_rtol, snapshot_every=snapshot_every,
             converge_tol=converge_tol, guard=guard, group=group, neighbors=neighbors)
-        images = np.asarray(to_host(images), dtype=np.float32)
+        images = np.asarray(to_host(images))
         if images.ndim not in (3, 4) or images.shape[0] < 2:
-            raise ValueError("need at least 2 images of shape (H, W) or (H, W, C)")
-        check_finite(images)
+            raise ValueError(f"need at least 2 images of shape (H, W) or (H, W, C), got an array of shape "
+                             f"{images.shape}")
+        check_finite(images)  # on the values given: 1e300 would become inf as float32
+        images = images.astype(np.float32, copy=False)
         self.settings.validate(images.shape[0])
         #: images with no content (all zero): they form a cluster of their own
         self.blank = ~np.any(images.reshape(images.shape[0], -1) != 0, axis=1)
@@ -833,7 +835,9 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         aligned = warp(src, xp.asarray(tr), index=xp.asarray(index))
         m = means[xp.asarray(labels)]
         num = (aligned * m).reshape(self.n, -1).sum(axis=1)
-        den = xp.sqrt((aligned**2).reshape(self.n, -1).sum(axis=1) * (m**2).reshape(self.n, -1).sum(axis=1))
+        # the product of the two norms, not the root of the product of their squares (which overflows float32
+        # for images of large values)
+        den = xp.sqrt((aligned**2).reshape(self.n, -1).sum(axis=1)) * xp.sqrt((m**2).reshape(self.n, -1).sum(axis=1))
         scores = to_host(num / xp.maximum(den, 1e-12), np.float64)
         self._timings["mean_s"] += time.perf_counter() - t0
         self._result = RunResult(

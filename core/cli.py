@@ -9,8 +9,10 @@ beside ``--out`` and moved into place only when complete.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import math
+import os
 import signal
 import sys
 import time
@@ -202,15 +204,30 @@ def check_options(args) -> str | None:
     if getattr(args, "out", None) is not None:
         if not str(args.out).strip():
             return "--out must name a folder (it is empty)"
+        problem = _path_problem("--out", args.out)
+        if problem:
+            return problem
         out = Path(args.out)
-        if out.exists() and not out.is_dir():
-            return f"--out {printable(args.out)} exists and is not a folder"
+        try:
+            if out.exists() and not out.is_dir():
+                return f"--out {_short(args.out)} exists and is not a folder"
+        except OSError as exc:  # e.g. a folder on the way that may not be searched
+            return f"--out {_short(args.out)}: cannot be used ({(exc.strerror or type(exc).__name__).lower()})"
     for opt in ("save_project", "project"):
         v = getattr(args, opt, None)
         if v is not None and not str(v).strip():
             return f"--{opt.replace('_', '-')} needs a file name"
-    if getattr(args, "save_project", None) and Path(args.save_project).is_dir():
-        return f"--save-project {printable(args.save_project)} is a folder"
+        problem = v is not None and _path_problem(f"--{opt.replace('_', '-')}", v)
+        if problem:
+            return problem
+    try:
+        if getattr(args, "save_project", None) and Path(args.save_project).is_dir():
+            return f"--save-project {_short(args.save_project)} is a folder"
+    except OSError as exc:
+        return f"--save-project {_short(args.save_project)}: cannot be used ({(exc.strerror or '').lower()})"
+    dask = getattr(args, "dask", None)
+    if dask is not None and not str(dask).strip():
+        return "--dask needs a scheduler address: local:N or tcp://host:port (it is empty)"
     if getattr(args, "size", None) is not None and args.size > MAX_SIZE:
         return f"--size must be at most {MAX_SIZE} px, got {args.size}"
     step = getattr(args, "angle_step", None)
@@ -235,6 +252,34 @@ def check_options(args) -> str | None:
             return "--export relion needs --pixel-size (the particles' pixel size in Angstrom)"
         if getattr(args, "group", "se2") == "e2":
             return "--export relion cannot write mirrored images (RELION's 2-D poses have no mirror): use --group se2"
+    return None
+
+
+_TEMP_EXTRA = 32  # what a temporary name beside a result adds to its name (".NAME.PID.HEX.partial")
+
+
+def _short(name, limit: int = 80) -> str:
+    """``name`` printable, and at most ``limit`` characters (the middle elided)."""
+    text = printable(name)
+    return text if len(text) <= limit else text[:limit // 2 - 1] + "…" + text[-(limit // 2 - 1):]
+
+
+def _path_problem(option: str, name) -> str | None:
+    """Why the path ``name`` cannot be written (a name too long for the file system, with the
+    temporary name beside it), or None."""
+    path = Path(name)
+    try:
+        path.exists()
+        anchor = next((a for a in (path, *path.parents) if a.exists()), Path("."))
+        name_max = os.pathconf(anchor if anchor.is_dir() else anchor.parent, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError) as exc:
+        if isinstance(exc, OSError) and exc.errno not in (errno.ENAMETOOLONG, None):
+            return None  # another reason (permission, a loop): said where the path is used
+        name_max = 255
+    longest = max((len(os.fsencode(part)) for part in path.parts), default=0)
+    if longest > name_max or len(os.fsencode(path.name)) + _TEMP_EXTRA > name_max:
+        return (f"{option} {_short(name)}: the name is too long (a file or folder name may have at most "
+                f"{name_max - _TEMP_EXTRA} bytes here)")
     return None
 
 
@@ -297,7 +342,7 @@ def main(argv=None) -> int:
     for item in args.inputs:
         if item.startswith("demo:") and item[5:] not in DEMO_NAMES:
             parser.error(f"unknown demo {item!r}; choose one of {', '.join('demo:' + d for d in DEMO_NAMES)}")
-    from .logs import setup_file_logging
+    from .logs import setup_file_logging, where_details
 
     log_path = setup_file_logging("ia-cluster")
     args.results = ResultFolder(args.out)
@@ -328,7 +373,7 @@ def main(argv=None) -> int:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else (
             "not enough memory" if isinstance(exc, MemoryError) else type(exc).__name__)
         text = printable(text)
-        print(f"ia-cluster: failed: {text} (details in {log_path})", file=sys.stderr)
+        print(f"ia-cluster: failed: {text} ({where_details(log_path)})", file=sys.stderr)
         return 1
     finally:
         args.results.discard()  # nothing after a commit; the partial folder after a failure

@@ -140,7 +140,9 @@ class ClusterBook:
         labels = tuple(int(x) for x in data["labels"])
         if n is not None and len(labels) != n:
             raise ValueError(f"{len(labels)} cluster labels for {n} images")
+        used = set(labels) - {UNASSIGNED}
         names = {int(k): str(v) for k, v in data.get("names", {}).items()}
-        for c in set(labels) - {UNASSIGNED}:
+        names = {c: v for c, v in names.items() if c in used}  # a name without images is no cluster
+        for c in used:
             names.setdefault(c, f"Cluster {c + 1}")
         return cls(labels, names)

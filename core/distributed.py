@@ -16,16 +16,26 @@ per stage (``scatter``); a task that fails (a worker died) is retried by
 Dask on another worker, and a failure it cannot recover raises here - a run
 never finishes with a missing chunk.  ``dask[distributed]`` is the optional
 extra ``[dask]``; nothing here is imported unless a client is asked for.
+
+Trust: a scheduler runs the tasks it is sent, and Dask believes what its peer says (the length of
+every message it reads, the objects it unpickles), so point ``--dask`` only at a scheduler you (or
+your cluster's administrators) started, on a network you trust.  Before a client is made,
+:func:`probe_scheduler` reads the scheduler's first message over plain TCP with a timeout and at
+most :data:`MAX_HANDSHAKE_BYTES`: a port that answers anything else (another service, random
+bytes, a length meant to make the client allocate exabytes) is refused there.  This filters wrong
+addresses; it does not make an untrusted scheduler safe.
 """
 from __future__ import annotations
 
 import logging
+import time
 
-__all__ = ["DaskUnavailableError", "connect", "map_chunks", "n_workers"]
+__all__ = ["DaskUnavailableError", "MAX_HANDSHAKE_BYTES", "connect", "map_chunks", "n_workers", "probe_scheduler"]
 
 log = logging.getLogger(__name__)
 
 _CONNECT_TIMEOUT_S = 10
+MAX_HANDSHAKE_BYTES = 1 << 16  # a Dask handshake is a few hundred bytes
 _RETRIES = 2
 
 
@@ -86,10 +96,74 @@ def connect(address: str, *, timeout: float = _CONNECT_TIMEOUT_S):
             raise DaskUnavailableError(f"--dask {address!r}: expected local:N or tcp://host:port")
         address = "tcp://" + address
     distributed = _import_distributed()
+    if address.startswith("tcp://"):
+        probe_scheduler(address, timeout=timeout)
     try:
         return distributed.Client(address, timeout=timeout)
     except (OSError, TimeoutError) as exc:
         raise DaskUnavailableError(f"no Dask scheduler answered at {address} within {timeout:g} s") from exc
+
+
+def probe_scheduler(address: str, *, timeout: float = _CONNECT_TIMEOUT_S) -> None:
+    """Read a Dask scheduler's handshake at ``tcp://host:port`` before a client trusts the address.
+
+    A Dask server speaks first: a message of 8-byte little-endian lengths (the message's own, then its
+    frames') and a few hundred bytes.  Every length is checked against :data:`MAX_HANDSHAKE_BYTES`
+    before anything is read into memory, and the whole exchange against ``timeout``.
+
+    Raises
+    ------
+    DaskUnavailableError
+        Naming the address: nothing answers, it answers too slowly, or what it says is not a Dask
+        handshake.
+    """
+    import socket
+    import struct
+
+    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    host = host.strip("[]")
+    try:
+        port_number = int(port)
+        if not 0 < port_number < 65536:
+            raise ValueError
+    except ValueError:
+        raise DaskUnavailableError(f"--dask {address}: expected tcp://host:port with a port from 1 to 65535") from None
+
+    def refuse(why):
+        log.info("dask probe of %s: %s", address, why)
+        return DaskUnavailableError(f"{address} is not a Dask scheduler ({why}); refused before connecting")
+
+    deadline = time.monotonic() + timeout
+
+    def read(sock, n):
+        data = bytearray()
+        while len(data) < n:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            chunk = sock.recv(min(n - len(data), 65536))
+            if not chunk:
+                raise refuse("it closed the connection")
+            data += chunk
+        return bytes(data)
+
+    try:
+        with socket.create_connection((host, port_number), timeout=timeout) as sock:
+            (size,) = struct.unpack("<Q", read(sock, 8))
+            if not 16 <= size <= MAX_HANDSHAKE_BYTES:
+                raise refuse(f"its first message claims {size:,} bytes")
+            head = read(sock, size)
+            (n_frames,) = struct.unpack_from("<Q", head)
+            if not 1 <= n_frames <= 64 or 8 * (n_frames + 1) > size:
+                raise refuse("its first message is not one")
+            lengths = struct.unpack_from(f"<{n_frames}Q", head, 8)
+            if sum(lengths) > MAX_HANDSHAKE_BYTES:
+                raise refuse(f"its first message claims {sum(lengths):,} bytes")
+            if sum(lengths) > size - 8 * (n_frames + 1):
+                read(sock, sum(lengths) - (size - 8 * (n_frames + 1)))  # frames sent after the first part
+    except TimeoutError:
+        raise DaskUnavailableError(f"no Dask scheduler answered at {address} within {timeout:g} s") from None
+    except OSError as exc:
+        raise DaskUnavailableError(f"no Dask scheduler answered at {address} "
+                                   f"({exc.strerror or type(exc).__name__})") from None
 
 
 def close(client) -> None:

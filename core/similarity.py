@@ -464,7 +464,7 @@ def invariant_distances(
     else:
         p_all, d_all = _align_here(images, pi_host, pj_host, opts, progress)
     progress(1.0)
-    return _assemble(n, pi_host, pj_host, p_all, d_all, sparse=pairs is not None)
+    return _check_distances(_assemble(n, pi_host, pj_host, p_all, d_all, sparse=pairs is not None))
 
 
 def _pair_list(pairs, n):
@@ -655,13 +655,40 @@ def _align_pairs(images, q, fv_conj, pi, pj, angles, allowed, candidates, refine
     return xp.concatenate(out_p), xp.concatenate(out_r)
 
 
+MAX_VALUE = 1e12  # larger pixel values overflow the float32 sums of squares and products (inf, then NaN)
+
+
 def check_finite(images) -> None:
-    """Raise ``ValueError`` naming the first image that holds NaN or inf values."""
+    """Raise ``ValueError`` unless ``images`` is a stack ``(n, H, W)`` or ``(n, H, W, C)`` of finite values
+    of at most :data:`MAX_VALUE` in magnitude, naming the first image out of bounds.
+
+    Checked on the values as given (a float64 ``1e300`` is refused, not turned into float32 ``inf``).
+    """
+    shape = tuple(getattr(images, "shape", ()))
+    if len(shape) not in (3, 4) or min(shape[1:3], default=0) < 2:
+        raise ValueError(f"images must be an array (n, H, W) or (n, H, W, C) of images of at least 2 x 2 pixels, "
+                         f"got shape {shape}")
     xp = array_module(images)
-    flat = xp.asarray(images).reshape(images.shape[0], -1)
+    flat = xp.asarray(images).reshape(shape[0], -1)
+    if flat.dtype.kind not in "fiub":
+        raise ValueError(f"images must hold real numbers, got {flat.dtype}")
     bad = np.flatnonzero(to_host(~xp.isfinite(flat).all(axis=1)))
     if bad.size:
         raise ValueError(f"image {int(bad[0])} holds NaN or inf values")
+    if flat.size and flat.dtype.kind == "f":
+        big = np.flatnonzero(to_host((xp.abs(flat) > MAX_VALUE).any(axis=1)))
+        if big.size:
+            raise ValueError(f"image {int(big[0])} holds values beyond {MAX_VALUE:g} in magnitude; scale the images "
+                             "(unit norm is expected, see iastudio.core.preprocess.preprocess)")
+
+
+def _check_distances(result: SimilarityResult) -> SimilarityResult:
+    """Never hand on a non-finite distance: raise instead (an overflow the input checks did not foresee)."""
+    d = result.distances
+    values = d.data if hasattr(d, "data") and not isinstance(d, np.ndarray) else np.asarray(d)
+    if not np.isfinite(values).all():
+        raise ValueError("the invariant distances overflowed (non-finite values); scale the images to unit norm")
+    return result
 
 
 def _mirror_distances(images, *, on_progress=None, **options) -> SimilarityResult:
@@ -687,7 +714,7 @@ def _mirror_distances(images, *, on_progress=None, **options) -> SimilarityResul
     trans[b, a] = se2.mirror_conjugate(se2.invert(t_m[better]))
     mirrored[a, b] = mirrored[b, a] = True
     progress(1.0)
-    return SimilarityResult(dist, trans, mirrored=mirrored)
+    return _check_distances(SimilarityResult(dist, trans, mirrored=mirrored))
 
 
 def plain_distances(images) -> np.ndarray:

@@ -142,7 +142,7 @@ def main(argv=None) -> int:
 
     parser = build_parser(MODELS)
     args = parser.parse_args(argv)
-    from ..logs import setup_file_logging
+    from ..logs import setup_file_logging, where_details
 
     log_path = setup_file_logging("ia-nets")
     try:
@@ -193,7 +193,7 @@ def main(argv=None) -> int:
         return 1
     except Exception as exc:  # noqa: BLE001 - the user sees one line, the log the traceback
         log.exception("run failed")
-        print(f"ia-nets: failed: {exc} (details in {log_path})", file=sys.stderr)
+        print(f"ia-nets: failed: {exc} ({where_details(log_path)})", file=sys.stderr)
         return 1
 
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Dataset", "rot_digits", "load_folder", "load_amat", "load_rotmnist", "load_npz", "save_npz", "load_data",
-           "from_imageset",
-           "AMAT_FILES"]
+__all__ = ["Dataset", "check_dataset", "rot_digits", "load_folder", "load_amat", "load_rotmnist", "load_npz",
+           "save_npz", "load_data", "from_imageset", "AMAT_FILES", "MIN_SIDE", "MAX_SIDE", "MAX_VALUE"]
+MIN_SIDE, MAX_SIDE = 8, 512  # image side in pixels
+MAX_VALUE = 1e6  # larger pixel values overflow the float32 training (NaN losses)
 
 AMAT_FILES = ("mnist_all_rotation_normalized_float_train_valid.amat",
               "mnist_all_rotation_normalized_float_test.amat")
@@ -174,7 +175,7 @@ def load_rotmnist(folder) -> Dataset:
                          "put the two .amat files there)")
     x_tr, y_tr = load_amat(folder / AMAT_FILES[0])
     x_te, y_te = load_amat(folder / AMAT_FILES[1])
-    return Dataset(x_tr, y_tr, x_te, y_te, [str(c) for c in range(10)], "rotated MNIST")
+    return check_dataset(Dataset(x_tr, y_tr, x_te, y_te, [str(c) for c in range(10)], "rotated MNIST"), source=folder)
 
 
 def save_npz(data: Dataset, path) -> None:
@@ -193,8 +194,52 @@ def load_npz(path) -> Dataset:
                          [str(c) for c in z["classes"]], str(z["name"]) if "name" in z else path.stem)
     except (OSError, KeyError, ValueError) as exc:
         raise ValueError(f"{path}: not a dataset .npz ({exc})") from None
-    if ds.x_train.ndim != 3 or ds.x_train.shape[1] != ds.x_train.shape[2] or len(ds.x_train) != len(ds.y_train):
-        raise ValueError(f"{path}: x_train must be (n, S, S) with one label per image")
+    return check_dataset(ds, source=path)
+
+
+def check_dataset(ds: Dataset, *, source="the data") -> Dataset:
+    """Refuse a dataset a network cannot learn from, in plain words naming ``source``.
+
+    Both sets must hold at least one image, each ``(n, S, S)`` with the same side ``S`` of
+    :data:`MIN_SIDE` to :data:`MAX_SIDE` pixels and finite values no larger than :data:`MAX_VALUE`,
+    and one label per image, a whole number naming one of at least two classes.
+
+    Returns
+    -------
+    Dataset
+        ``ds`` itself.
+
+    Raises
+    ------
+    ValueError
+        Naming ``source`` and the reason.
+    """
+    n_classes = len(ds.classes)
+    if n_classes < 2:
+        raise ValueError(f"{source}: {n_classes} class(es); networks need at least two")
+    side = None
+    for part, x, y in (("training", ds.x_train, ds.y_train), ("test", ds.x_test, ds.y_test)):
+        x, y = np.asarray(x), np.asarray(y)
+        if x.ndim != 3 or x.shape[1] != x.shape[2]:
+            raise ValueError(f"{source}: the {part} images must be an (n, S, S) array, got shape {x.shape}")
+        if len(x) == 0:
+            raise ValueError(f"{source}: no {part} images")
+        if len(y) != len(x) or y.ndim != 1:
+            raise ValueError(f"{source}: {len(x)} {part} images but {len(y)} labels")
+        side = x.shape[1] if side is None else side
+        if x.shape[1] != side:
+            raise ValueError(f"{source}: the training images are {side} px, the test images {x.shape[1]} px")
+        if not MIN_SIDE <= side <= MAX_SIDE:
+            raise ValueError(f"{source}: images of {side} px; {MIN_SIDE} to {MAX_SIDE} px are supported")
+        bad = ~np.isfinite(x).reshape(len(x), -1).all(axis=1)
+        if bad.any():
+            raise ValueError(f"{source}: {int(bad.sum())} {part} image(s) hold NaN or infinite values "
+                             f"(the first: number {int(np.argmax(bad))})")
+        if np.abs(x).max() > MAX_VALUE:
+            raise ValueError(f"{source}: {part} values up to {np.abs(x).max():.3g}; scale the images to at most "
+                             f"{MAX_VALUE:g}")
+        if y.size and (not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= n_classes):
+            raise ValueError(f"{source}: {part} labels must name one of the {n_classes} classes (0 to {n_classes - 1})")
     return ds
 
 

@@ -1,18 +1,17 @@
 """Training, evaluation, equivariance measurement and safe saving/loading of the networks."""
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .groups import Group, rotate_images
+from .modelfile import load_model, save_model  # noqa: F401 - part of this module's API
 from .models import build_model, count_parameters, model_group
 
 log = logging.getLogger(__name__)
@@ -132,6 +131,9 @@ def train_model(name: str, data, *, epochs: int = 10, batch: int = 64, lr: float
     -------
     model, TrainResult
     """
+    from .data import check_dataset
+
+    check_dataset(data, source=data.name or "the data")  # NaN images or an empty set: refused before training
     dev = pick_device(device)
     set_seed(seed)
     model = build_model(name, n_classes=len(data.classes), **(model_options or {})).to(dev)
@@ -177,46 +179,6 @@ def train_model(name: str, data, *, epochs: int = 10, batch: int = 64, lr: float
     result = TrainResult(name, data.name, last["test_accuracy"], 1.0 - last["test_accuracy"],
                          count_parameters(model), len(history), seed, str(dev), seconds, err90, errg, history)
     return model.cpu().eval(), result
-
-
-def save_model(model, path, *, name: str, n_classes: int, options=None) -> None:
-    """Save a plain state dict (tensors only) and, beside it, ``model.json`` with how to rebuild it."""
-    path = Path(path)
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, path)
-    path.with_suffix(".json").write_text(json.dumps({"model": name, "n_classes": n_classes,
-                                                     "options": options or {}}, indent=2))
-
-
-def load_model(path, *, name: str | None = None, n_classes: int | None = None, options=None):
-    """Load weights saved by :func:`save_model` with ``torch.load(weights_only=True)``: no code is run.
-
-    Raises
-    ------
-    ValueError
-        Naming the file, when it is not a state dict of tensors for this model.
-    """
-    path = Path(path)
-    meta = path.with_suffix(".json")
-    if (name is None or n_classes is None) and meta.is_file():
-        info = json.loads(meta.read_text())
-        name = name or info["model"]
-        n_classes = n_classes or info["n_classes"]
-        options = options if options is not None else info.get("options", {})
-    if name is None:
-        raise ValueError(f"{path}: the model name is unknown (no {meta.name} beside it)")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not a state dict"
-        log.info("refused %s: %s", path, exc)
-        raise ValueError(f"{path}: not a saved state dict of plain tensors; refused, nothing in it was run") from None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError(f"{path}: not a state dict of tensors")
-    model = build_model(name, n_classes=n_classes or 10, **(options or {}))
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as exc:
-        raise ValueError(f"{path}: weights do not fit model {name!r} ({str(exc).splitlines()[0]})") from None
-    return model.eval()
 
 
 def save_learning_curve(history, path, *, title: str = "") -> bool:
