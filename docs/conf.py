@@ -72,6 +72,16 @@ sphinx_gallery_conf = {
     "matplotlib_animations": False,
 }
 
+# Equations are typeset by MathJax in the reader's browser, loaded from its CDN.  To read the pages
+# offline, point this at a local copy, e.g. Debian's libjs-mathjax:
+#   IA_DOCS_MATHJAX="file:///usr/share/javascript/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML"
+if os.environ.get("IA_DOCS_MATHJAX"):
+    mathjax_path = os.environ["IA_DOCS_MATHJAX"]
+    if "MathJax.js" in mathjax_path:  # MathJax 2 (Debian's) needs to be told what Sphinx marks as maths
+        mathjax2_config = {"tex2jax": {"inlineMath": [["\\(", "\\)"]], "displayMath": [["\\[", "\\]"]],
+                                       "processEscapes": True, "ignoreClass": "document",
+                                       "processClass": "math|output_area"}}
+
 html_theme = "pydata_sphinx_theme"
 html_title = "Invariant Attention Studio"
 html_logo = "../resources/icons/ia-studio.png"
