@@ -93,6 +93,7 @@ html_theme_options = {
     "icon_links": [],
     "use_edit_page_button": False,
 }
-html_sidebars = {"index": []}
+# top-level pages have no sub-pages: no empty "Section Navigation" column beside them
+html_sidebars = {"*": [], "api/**": ["sidebar-nav-bs"], "auto_examples/*": ["sidebar-nav-bs"]}
 html_show_sourcelink = False
 suppress_warnings: list[str] = []
