@@ -21,7 +21,7 @@ def gpu_note_text(reason: str) -> str:
     """The Run panel's one line on why the GPU is not used (``reason`` from the backend probe)."""
     if is_packaged():
         return ("Runs on the CPU: this installed edition has no GPU support. For an NVIDIA GPU, install the "
-                "studio with Python and its GPU extra (see the README, “GPU”).")
+                "studio with Python and its GPU extra (see the documentation, page “GPU”: docs/gpu.md).")
     reason = reason[len(_PREFIX):] if reason.startswith(_PREFIX) else reason
     return f"GPU unavailable: {reason}"
 
@@ -30,8 +30,9 @@ def nets_hint() -> str:
     """How to get the Networks panel's PyTorch, as rich text."""
     if is_packaged():
         return ("<b>Networks need PyTorch</b>, which this installed edition leaves out (it would add about "
-                "1 GB). Install the studio with Python and its networks extra to train them (see the README, "
-                "“Equivariant attention networks”). Everything else in the studio works without it.")
+                "1 GB). Install the studio with Python and its networks extra to train them (see the "
+                "documentation, page “Equivariant attention networks”: docs/networks-reference.md). "
+                "Everything else in the studio works without it.")
     return ("<b>Networks need PyTorch</b>, which is not installed here.<br>"
             'Add it with <code>pip install "invariant-attention-studio[nets]"</code> and restart the studio. '
             "Everything else in the studio works without it.")

@@ -20,7 +20,8 @@ true labels and the transforms that made it:
     shape -- the paper's intra-class variation), then turned and shifted as
     in ``shapes``.  ``originals`` are the distorted drawings, upright.  The
     set of the app's paper mode: its copies of one shape differ, so W's
-    blocks have something to fill in (see README, "Teaching with it").
+    blocks have something to fill in (see the user guide, docs/user-guide.md,
+    "Teaching with it").
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ with the same ``beta`` in every iteration and no guard
 chosen for :data:`PAPER_DEMO`: there the first W puts about half of each
 column on the image itself and the rest on its own shape's copies, and as the
 copies' means draw together the blocks fill in until W is block-diagonal
-(README, "Teaching with it", has the numbers).
+(the user guide, docs/user-guide.md, "Teaching with it", has the numbers).
 """
 PAPER_DEMO = {"demo": "sketches", "seed": 1, "size": 32, "clusters": 3}
 """The set paper mode is shown on (Demo -> Show me): ``load_demo(demo, seed=seed)``

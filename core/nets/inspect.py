@@ -22,7 +22,7 @@ class Inspection:
     image : ndarray (S, S)
         The rotated input.
     probabilities : ndarray (n_classes,)
-    maps : ndarray (|H|, X, Y) or None
+    maps : ndarray of shape ``(|H|, X, Y)``, or None
         One attention map per group element (rotation), see :func:`inspect_image`.
     kind : str
         What ``maps`` shows, in words.
