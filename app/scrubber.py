@@ -32,7 +32,7 @@ class IterationScrubber(QWidget):
         self.slider.setRange(0, 0)
         self.slider.setPageStep(1)
         self.label = QElidingLabel(NO_RUN_HINT)
-        self.label.setMinimumWidth(40)  # elided when narrow: the window must fit an 800-px screen
+        self.label.setMinimumWidth(40)  # see _fit_label: elided only past half the scrubber's width
         self.live_btn = QPushButton("Live")
         lay.addWidget(self.title)
         lay.addWidget(self.slider, 1)
@@ -92,3 +92,14 @@ class IterationScrubber(QWidget):
             text = f"step {i + 1} of {self.count}" + (f" · {what}" if what else "")
         self.label.setText(text)
         self.label.setToolTip(text)
+        self._fit_label()
+
+    def _fit_label(self) -> None:
+        """Room for the whole label, up to half the scrubber (the slider takes the rest; the window must
+        fit an 800-px screen, so a longer text is elided, and read in full in its tooltip)."""
+        full = self.label.fontMetrics().horizontalAdvance(self.label.text()) + 6
+        self.label.setMinimumWidth(max(40, min(full, self.width() // 2)))
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._fit_label()

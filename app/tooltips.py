@@ -2,10 +2,18 @@
 
 Kept in one place so they can be read (and translated) together. Each panel calls
 :func:`apply_tooltips` at the end of its ``__init__``; the keys are the panel's attribute names.
+
+Every tooltip in the window wraps (:func:`install_tooltip_wrapping`): Qt shows a plain-text tooltip on one
+line as wide as its text (the β tooltip was 1,500 px wide), and word-wraps only rich text.
 """
 from __future__ import annotations
 
-__all__ = ["TOOLTIPS", "apply_tooltips"]
+import html
+
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtWidgets import QAbstractItemView, QApplication, QMenu, QToolTip, QWidget
+
+__all__ = ["TOOLTIPS", "apply_tooltips", "install_tooltip_wrapping", "wrapped"]
 
 TOOLTIPS: dict[str, dict[str, str]] = {
     "ImageSetPanel": {
@@ -112,3 +120,52 @@ def apply_tooltips(panel) -> None:
         widget = getattr(panel, name, None)
         if widget is not None:
             widget.setToolTip(text)
+
+
+def wrapped(text: str) -> str:
+    """``text`` as rich text, which Qt word-wraps in a tooltip (rich text is returned unchanged).
+
+    Line breaks are kept; ``<``, ``>`` and ``&`` are shown as they are.
+    """
+    if not text or Qt.mightBeRichText(text):
+        return text
+    return "<p style='white-space:pre-wrap'>" + html.escape(text, quote=False) + "</p>"
+
+
+def _tooltip_of(obj, event) -> str:
+    """The tooltip Qt would show for a ToolTip ``event`` on ``obj``: a widget's, a menu action's or an item's."""
+    if isinstance(obj, QMenu):
+        action = obj.actionAt(event.pos())
+        if not obj.toolTipsVisible() or action is None or action.isSeparator():
+            return ""
+        text = action.toolTip()
+        return "" if text == action.text().replace("&", "") else text  # Qt's tooltip is the text when none is set
+    view = obj.parent()
+    if isinstance(view, QAbstractItemView) and obj is view.viewport():
+        index = view.indexAt(event.pos())
+        value = index.data(Qt.ItemDataRole.ToolTipRole) if index.isValid() else None
+        return value if isinstance(value, str) else ""
+    return obj.toolTip()
+
+
+class TooltipWrapper(QObject):
+    """An application event filter that shows every plain-text tooltip as wrapped rich text."""
+
+    def eventFilter(self, obj, event):
+        if event.type() == QEvent.Type.ToolTip and isinstance(obj, QWidget):
+            text = _tooltip_of(obj, event)
+            if text and not Qt.mightBeRichText(text):
+                QToolTip.showText(event.globalPos(), wrapped(text), obj)
+                return True
+        return False
+
+
+def install_tooltip_wrapping(app=None) -> TooltipWrapper:
+    """Make every tooltip of the application wrap (once per application; returns the filter)."""
+    app = app or QApplication.instance()
+    wrapper = getattr(app, "_ia_tooltip_wrapper", None)
+    if wrapper is None:
+        wrapper = TooltipWrapper(app)
+        app.installEventFilter(wrapper)
+        app._ia_tooltip_wrapper = wrapper
+    return wrapper
