@@ -190,6 +190,7 @@ class WeightsView(_Titled):
         self.weights = np.zeros((0, 0))
         self.order = np.zeros(0, int)
         self.names: list[str] = []
+        self.groups = None
         self.image_item.hoverEvent = self._hover
         self.image_item.mouseClickEvent = self._click
         self.overlay = pg.ImageItem(np.zeros((2, 2, 4), np.uint8))
@@ -331,6 +332,8 @@ class WeightsView(_Titled):
             self.title.setText(f"<b>{W_TITLE}</b>")
         self.title.setToolTip(self.title.text())
         self.weights, self.order = w, order
+        self.groups = np.asarray(frame.snapshot.labels)[order] if getattr(frame.snapshot, "labels", None) is not None \
+            else None  # the cluster of each row shown (for an exported figure's lines between clusters)
         self.image_item.setImage(shown, autoLevels=False)
         if shown.shape[0] != self._side:  # a new run, or another sample: fit the range to it
             self._side = int(shown.shape[0])
@@ -497,11 +500,9 @@ def short_run_note(result, n_points: int) -> str:
     if settled:
         k = int(settled.group(1))
         what = ("The first iteration" if k == 1 else f"Iteration {k}") + (
-            " left the clusters as they were, so the run stopped there: more iterations would only "
-            "sharpen W and the means.")
+            " left the clusters as they were, so the run stopped there.")
     elif "moved images between clusters without fitting the input images better" in notes:
-        what = ("The first iteration moved images between clusters without separating them better, so the "
-                "run kept the clusters it started from and stopped.")
+        what = "The first iteration mixed the clusters, so the run went back to the ones it started from."
     else:
         return ""
     return what + " <a href='paper-mode'>Tick Paper mode</a> in the Run tab to watch the iteration."
@@ -610,21 +611,20 @@ class ConvergenceView(_Titled):
             self.fit_legend()
 
     def fit_legend(self) -> None:
-        """As many legend columns (3, 2 or 1) as the width under the curves allows; shorter names if need be.
+        """As many legend columns (3, 2 or 1) as the width under the curves allows; shorter names before one column.
 
         The legend sits under the curves' box: it must fit the box's width, or its end would be cut off.
         """
         item = self.curves_plot.getPlotItem()
         room = self.curves_plot.width() - item.getAxis("left").width() - 12
-        for short in (0, 1):
+        for short, cols in ((0, 3), (0, 2), (1, 3), (1, 2), (1, 1)):  # one row of short names before three long
             for (_, label), key in zip(self.legend.items, self.curves):
                 if label.text != LEGEND_NAMES[key][short]:
                     label.setText(LEGEND_NAMES[key][short])
-            for cols in (3, 2, 1):
-                self.legend.setColumnCount(cols)
-                self.legend.updateSize()
-                if self.legend.layout.preferredWidth() <= room:
-                    return
+            self.legend.setColumnCount(cols)
+            self.legend.updateSize()
+            if self.legend.layout.preferredWidth() <= room:
+                return
 
     def eventFilter(self, watched, event):
         if watched is getattr(self, "curves_plot", None) and event.type() == QEvent.Type.Resize:
