@@ -13,7 +13,7 @@ import html
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QAbstractItemView, QApplication, QMenu, QToolTip, QWidget
 
-__all__ = ["TOOLTIPS", "apply_tooltips", "install_tooltip_wrapping", "wrapped"]
+__all__ = ["TIP_WIDTH", "TOOLTIPS", "apply_tooltips", "install_tooltip_wrapping", "wrapped"]
 
 TOOLTIPS: dict[str, dict[str, str]] = {
     "ImageSetPanel": {
@@ -122,14 +122,25 @@ def apply_tooltips(panel) -> None:
             widget.setToolTip(text)
 
 
-def wrapped(text: str) -> str:
-    """``text`` as rich text, which Qt word-wraps in a tooltip (rich text is returned unchanged).
+TIP_WIDTH = 400  # px: a longer tooltip wraps at this width (some 60 characters a line)
+
+
+def wrapped(text: str, width: int = TIP_WIDTH) -> str:
+    """``text`` as rich text that Qt word-wraps at ``width`` pixels in a tooltip (rich text is returned unchanged).
 
     Line breaks are kept; ``<``, ``>`` and ``&`` are shown as they are.
     """
     if not text or Qt.mightBeRichText(text):
         return text
-    return "<p style='white-space:pre-wrap'>" + html.escape(text, quote=False) + "</p>"
+    body = html.escape(text, quote=False)
+    return f"<table width={int(width)}><tr><td style='white-space:pre-wrap'>{body}</td></tr></table>"
+
+
+def _too_wide(text: str, width: int = TIP_WIDTH) -> bool:
+    from PySide6.QtGui import QFontMetrics
+
+    fm = QFontMetrics(QToolTip.font())
+    return any(fm.horizontalAdvance(line) > width for line in text.splitlines())
 
 
 def _tooltip_of(obj, event) -> str:
@@ -149,12 +160,12 @@ def _tooltip_of(obj, event) -> str:
 
 
 class TooltipWrapper(QObject):
-    """An application event filter that shows every plain-text tooltip as wrapped rich text."""
+    """An application event filter that shows a plain-text tooltip wider than :data:`TIP_WIDTH` wrapped."""
 
     def eventFilter(self, obj, event):
         if event.type() == QEvent.Type.ToolTip and isinstance(obj, QWidget):
             text = _tooltip_of(obj, event)
-            if text and not Qt.mightBeRichText(text):
+            if text and not Qt.mightBeRichText(text) and _too_wide(text):
                 QToolTip.showText(event.globalPos(), wrapped(text), obj)
                 return True
         return False

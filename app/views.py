@@ -609,6 +609,9 @@ class ConvergenceView(_Titled):
             _, fg = theme.plot_colours(self.palette())
             self.highlight.setPen(pg.mkPen(fg, width=2))
             self.fit_legend()
+            text = self.note.text()  # a label lays its link out in the palette it had: again in this one
+            self.note.clear()
+            self.note.setText(text)
 
     def fit_legend(self) -> None:
         """As many legend columns (3, 2 or 1) as the width under the curves allows; shorter names before one column.
