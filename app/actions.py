@@ -72,11 +72,18 @@ PALETTE_KEY = "view/palette"
 
 
 def add_palette_menu(window, menu) -> None:
-    """View → Palette: System / Light / Dark, remembered in the settings and applied at once."""
+    """View → Palette (under Presentation mode): System / Light / Dark, remembered and applied at once."""
+    from PySide6.QtWidgets import QMenu
+
     from .projects import settings
     from .theme import PALETTES, apply_palette
 
-    sub = menu.addMenu("Palette")
+    sub = QMenu("Palette", menu)
+    after_first = menu.actions()[1] if len(menu.actions()) > 1 else None  # under Presentation mode
+    if after_first is None:
+        menu.addMenu(sub)
+    else:
+        menu.insertMenu(after_first, sub)
     sub.setToolTipsVisible(True)
     group = QActionGroup(window)
     group.setExclusive(True)
