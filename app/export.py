@@ -115,22 +115,27 @@ def _panel_figures(window, width_cm: float) -> dict:
     return figures
 
 
-def export_panels(window, folder, *, width_cm: float = PANEL_WIDTH_CM, dpi: int = 300) -> list[Path]:
+def export_panels(window, folder, *, width_cm: float = PANEL_WIDTH_CM, dpi: int = 300, progress=None) -> list[Path]:
     """Every view that shows something, as a figure for print: PNG at ``dpi``, and vector PDF and SVG.
 
     Each figure is ``width_cm`` wide (a PNG of ``width_cm / 2.54 * dpi`` pixels, its resolution recorded),
     drawn with matplotlib from what the view shows: W with its colour bar and the lines between the
     clusters, the means, the convergence curves with their legend, the map, KA's and IA's means.  The
-    selection's tint and the colour bar's handles are not part of them.
+    selection's tint and the colour bar's handles are not part of them.  ``progress(done, total)``
+    is called after each figure; returning False stops there (the figures written are kept).
     """
     from iastudio.core.report import save_figure
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, make in _panel_figures(window, width_cm).items():
+    figures = _panel_figures(window, width_cm)
+    for k, (name, make) in enumerate(figures.items()):
+        fig = make()
         for fmt in ("png", "pdf", "svg"):
-            written.append(save_figure(make(), folder / f"{name}.{fmt}", dpi=dpi))
+            written.append(save_figure(fig, folder / f"{name}.{fmt}", dpi=dpi, close=fmt == "svg"))
+        if progress is not None and progress(k + 1, len(figures)) is False:
+            break
     return written
 
 

@@ -151,8 +151,8 @@ def _tile(images, cols=None):
     return grid
 
 
-def save_figure(fig, path, *, dpi: int = PRINT_DPI) -> Path:
-    """Write a matplotlib figure atomically, in the format its suffix names, and close it.
+def save_figure(fig, path, *, dpi: int = PRINT_DPI, close: bool = True) -> Path:
+    """Write a matplotlib figure atomically, in the format its suffix names, and close it (unless told not to).
 
     Parameters
     ----------
@@ -163,6 +163,8 @@ def save_figure(fig, path, *, dpi: int = PRINT_DPI) -> Path:
     dpi : int, optional
         A PNG's resolution: its width in pixels is the figure's width in
         inches times ``dpi``.
+    close : bool, optional
+        False keeps the figure open, to write it again in another format.
 
     Returns
     -------
@@ -183,7 +185,8 @@ def save_figure(fig, path, *, dpi: int = PRINT_DPI) -> Path:
         with plt.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42}), atomic_write(path) as fh:
             fig.savefig(fh, format=fmt, dpi=dpi)
     finally:
-        plt.close(fig)
+        if close:
+            plt.close(fig)
     return path
 
 
