@@ -22,6 +22,7 @@ from iastudio.app.tooltips import TIP_WIDTH  # noqa: E402
 from iastudio.app.views import W_MARGIN, short_run_note  # noqa: E402
 
 SIZES = ((1024, 700), (1280, 800), (1920, 1080))
+LONG_NAME = "the horses of the first cluster"
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +96,7 @@ def test_w_fills_its_view_at_every_size_and_after_a_new_run(win, qapp):
 
 @pytest.mark.parametrize("size", [(1024, 700), (1280, 800)])
 def test_the_scrubber_and_the_captions_show_their_whole_text(win, qapp, size):
-    win.model.book = win.model.book.rename(0, "the horses of the first cluster")
-    win.sync.redraw()
+    win.rename_cluster(0, LONG_NAME)
     win.redraw()
     show_view(win, win.convergence_view)
     win.resize(*size)
@@ -185,13 +185,14 @@ def test_panels_export_at_print_resolution_and_as_vector_figures(win, qapp, tmp_
 def test_exported_csv_numbers_clusters_as_their_names(win, tmp_path):
     import csv
 
+    win.rename_cluster(0, LONG_NAME)
     path = win.exports.csv(str(tmp_path / "a.csv"))
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert {r["cluster"] for r in rows} == {"1", "2", "3"}
     for r in rows:
-        assert r["cluster_name"] in (f"Cluster {r['cluster']}", "the horses of the first cluster")
-    first = [r for r in rows if r["cluster_name"] == "the horses of the first cluster"]
+        assert r["cluster_name"] in (f"Cluster {r['cluster']}", LONG_NAME)
+    first = [r for r in rows if r["cluster_name"] == LONG_NAME]
     assert first and {r["cluster"] for r in first} == {"1"}
 
 
