@@ -1,4 +1,4 @@
-"""The window's menus and their actions (File, Edit, Run, View, Demo, Help).
+"""The window's menus and their actions (File, Edit, Run, View, Demo, Help); View → Palette lives here.
 
 Undo and Redo act from anywhere in the window: a spin box or line edit with the focus would otherwise
 take Ctrl+Z for its own text (:class:`UndoAnywhere`).
@@ -6,7 +6,7 @@ take Ctrl+Z for its own text (:class:`UndoAnywhere`).
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QLineEdit
 
 from .help import add_help_actions
@@ -41,7 +41,7 @@ def build_menus(window) -> None:
     add_action(window, e, "Assignments (CSV)…", ex.csv, "Ctrl+E")
     add_action(window, e, "Cluster folders (original images)…", lambda: ex.folders(False))
     add_action(window, e, "Cluster folders (aligned images)…", lambda: ex.folders(True))
-    add_action(window, e, "Panels as PNG and SVG…", ex.panels)
+    add_action(window, e, "Panels as figures (PNG, PDF, SVG)…", ex.panels)
     add_action(window, e, "Convergence animation (GIF)…", ex.gif)
     f.addSeparator()
     add_action(window, f, "Quit", window.close, QKeySequence.StandardKey.Quit)
@@ -61,10 +61,50 @@ def build_menus(window) -> None:
     add_action(window, h, "Open log folder", window.open_log_folder)
     add_help_actions(window, h)  # F1: quick start; keyboard shortcuts
     add_view_menu(window, before=h.menuAction())  # View → Presentation mode
+    add_palette_menu(window, window.view_menu)  # View → Palette: system, light or dark
     from .demo import add_demo_menu
 
     add_demo_menu(window, before=h.menuAction())  # Demo → Show me
     p.refresh_recent()
+
+
+PALETTE_KEY = "view/palette"
+
+
+def add_palette_menu(window, menu) -> None:
+    """View → Palette (under Presentation mode): System / Light / Dark, remembered and applied at once."""
+    from PySide6.QtWidgets import QMenu
+
+    from .projects import settings
+    from .theme import PALETTES, apply_palette
+
+    sub = QMenu("Palette", menu)
+    after_first = menu.actions()[1] if len(menu.actions()) > 1 else None  # under Presentation mode
+    if after_first is None:
+        menu.addMenu(sub)
+    else:
+        menu.insertMenu(after_first, sub)
+    sub.setToolTipsVisible(True)
+    group = QActionGroup(window)
+    group.setExclusive(True)
+    window.palette_actions = {}
+    chosen = apply_palette(str(settings().value(PALETTE_KEY, "system")))
+    for key, text in PALETTES.items():
+        act = QAction(text, window, checkable=True)
+        act.setToolTip("The desktop's colours." if key == "system" else f"{text} colours, whatever the desktop's.")
+        act.setChecked(key == chosen)
+        act.triggered.connect(lambda _on=False, key=key: choose_palette(key))
+        group.addAction(act)
+        sub.addAction(act)
+        window.palette_actions[key] = act
+
+
+def choose_palette(key: str) -> None:
+    """Apply palette ``key`` to the application and remember it for the next start."""
+    from .projects import settings
+    from .theme import apply_palette
+
+    settings().setValue(PALETTE_KEY, apply_palette(key))
 
 
 def update_undo_actions(window) -> None:

@@ -1,7 +1,6 @@
-"""Exports: assignments CSV, per-cluster folders, panels as PNG/SVG, the convergence GIF."""
+"""Exports: assignments CSV, per-cluster folders, panels as figures (PNG, PDF, SVG), the convergence GIF."""
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 from pathlib import Path
@@ -80,59 +79,66 @@ def export_cluster_folders(model, folder, *, aligned: bool, progress=None) -> Pa
     return folder
 
 
-@contextlib.contextmanager
-def overlays_hidden(window):
-    """Hide the views' interactive decorations (selection tints, colour-bar handles) for a picture."""
-    views = (window.weights_view, window.means_view, window.convergence_view, window.compare_view,
-             window.inspect_view)
-    items = [it for v in views for it in v.overlay_items()]
-    shown = [it.isVisible() for it in items]
-    for it in items:
-        it.setVisible(False)
-    try:
-        yield items
-    finally:
-        for it, was in zip(items, shown):
-            it.setVisible(was)
+PANEL_WIDTH_CM = 16.0  # an exported figure's width: a page's text width; at 300 dpi its PNG is 1,890 px wide
 
 
-def export_panels(window, folder) -> list[Path]:
-    """Every live panel as PNG (pyqtgraph's exporter, >= 600 px wide) and SVG (Qt's SVG generator).
+def _plain(text: str) -> str:
+    """A title without its rich-text tags."""
+    return re.sub(r"<[^>]+>", "", text or "").strip()
 
-    The pictures show the data only: the selection tint and the colour bar's handles are left out.
+
+def _panel_figures(window, width_cm: float) -> dict:
+    """``{name: figure}`` of what each view shows now (views still showing their hint are left out)."""
+    from iastudio.core import report
+
+    figures = {}
+    wv, mv, cv, kv = window.weights_view, window.means_view, window.convergence_view, window.compare_view
+    if not wv.empty and wv.image_item.image is not None:
+        figures["weights"] = lambda: report.weights_figure(
+            wv.image_item.image, groups=wv.groups, title=_plain(wv.title.text()), width_cm=width_cm,
+            levels=tuple(wv.colorbar.levels()))
+    if not mv.empty and mv.image_item.image is not None:
+        figures["means"] = lambda: report.mosaic_figure(mv.image_item.image, title=_plain(mv.title.text()),
+                                                        width_cm=width_cm)
+    if not cv.empty:
+        curves = {key: item.getData()[1] for key, item in cv.curves.items() if item.getData()[1] is not None}
+        if curves:
+            figures["convergence_curves"] = lambda: report.curves_figure(curves, width_cm=width_cm)
+        if cv.n_points:
+            xy = np.concatenate([np.c_[item.getData()] for item in cv.points if len(item.data)])
+            colours = [item.opts["brush"].color().name() for item in cv.points for _ in range(len(item.data))]
+            figures["manifold_map"] = lambda: report.map_figure(
+                xy, colours, title=cv.map_plot.getPlotItem().titleLabel.text, width_cm=width_cm,
+                axes=(cv.map_plot.getAxis("bottom").labelText, cv.map_plot.getAxis("left").labelText))
+    if not kv.empty and kv.n_tiles:
+        for name, plot, item in zip(("ka_means", "ia_means"), kv.plots, kv.items):
+            if item.image is not None:
+                figures[name] = (lambda plot=plot, item=item: report.mosaic_figure(
+                    item.image, title=plot.getPlotItem().titleLabel.text, width_cm=width_cm))
+    return figures
+
+
+def export_panels(window, folder, *, width_cm: float = PANEL_WIDTH_CM, dpi: int = 300, progress=None) -> list[Path]:
+    """Every view that shows something, as a figure for print: PNG at ``dpi``, and vector PDF and SVG.
+
+    Each figure is ``width_cm`` wide (a PNG of ``width_cm / 2.54 * dpi`` pixels, its resolution recorded),
+    drawn with matplotlib from what the view shows: W with its colour bar and the lines between the
+    clusters, the means, the convergence curves with their legend, the map, KA's and IA's means.  The
+    selection's tint and the colour bar's handles are not part of them.  ``progress(done, total)``
+    is called after each figure; returning False stops there (the figures written are kept).
     """
-    import pyqtgraph.exporters as ex
-    from PySide6.QtCore import QRect, QSize
-    from PySide6.QtGui import QPainter
-    from PySide6.QtSvg import QSvgGenerator
+    from iastudio.core.report import save_figure
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    widgets = {
-        "weights": window.weights_view.plot,
-        "means": window.means_view.plot,
-        "convergence_curves": window.convergence_view.curves_plot,
-        "manifold_map": window.convergence_view.map_plot,
-        "ka_means": window.compare_view.plots[0],
-        "ia_means": window.compare_view.plots[1],
-    }
     written = []
-    with overlays_hidden(window):
-        for name, widget in widgets.items():
-            item = widget.getPlotItem()
-            png = ex.ImageExporter(item)
-            png.parameters()["width"] = max(600, int(item.sceneBoundingRect().width() * 2))
-            png.export(str(folder / f"{name}.png"))
-            size = widget.size() if widget.width() > 10 else QSize(600, 450)
-            gen = QSvgGenerator()
-            gen.setFileName(str(folder / f"{name}.svg"))
-            gen.setSize(size)
-            gen.setViewBox(QRect(0, 0, size.width(), size.height()))
-            gen.setTitle(name.replace("_", " "))
-            painter = QPainter(gen)
-            widget.render(painter)
-            painter.end()
-            written += [folder / f"{name}.png", folder / f"{name}.svg"]
+    figures = _panel_figures(window, width_cm)
+    for k, (name, make) in enumerate(figures.items()):
+        fig = make()
+        for fmt in ("png", "pdf", "svg"):
+            written.append(save_figure(fig, folder / f"{name}.{fmt}", dpi=dpi, close=fmt == "svg"))
+        if progress is not None and progress(k + 1, len(figures)) is False:
+            break
     return written
 
 

@@ -63,7 +63,9 @@ class ExportActions:
 
         folder = folder or QFileDialog.getExistingDirectory(self.window, "Export panels into")
         if folder:
-            files = export_panels(self.window, folder)
+            dlg, step = progress_dialog(self.window, "Drawing the figures (PNG, PDF, SVG)…", 6)
+            files = export_panels(self.window, folder, progress=step)
+            dlg.close()
             self.model.message.emit(f"Exported {len(files)} files to {folder}")
         return folder
 

@@ -11,6 +11,7 @@ from superqt import QElidingLabel
 
 __all__ = ["IterationScrubber"]
 
+LABEL_MAX = 220  # px: the most the label takes from the slider
 NO_RUN_HINT = "Run to step through W, the means and the map iteration by iteration."
 
 
@@ -32,7 +33,7 @@ class IterationScrubber(QWidget):
         self.slider.setRange(0, 0)
         self.slider.setPageStep(1)
         self.label = QElidingLabel(NO_RUN_HINT)
-        self.label.setMinimumWidth(40)  # elided when narrow: the window must fit an 800-px screen
+        self.label.setMinimumWidth(40)  # see _fit_label: elided only past half the scrubber's width
         self.live_btn = QPushButton("Live")
         lay.addWidget(self.title)
         lay.addWidget(self.slider, 1)
@@ -92,3 +93,18 @@ class IterationScrubber(QWidget):
             text = f"step {i + 1} of {self.count}" + (f" · {what}" if what else "")
         self.label.setText(text)
         self.label.setToolTip(text)
+        self._fit_label()
+
+    def _fit_label(self) -> None:
+        """Room for the whole label ("Live · 3 steps", "step 2 of 7 · it. 1, means"), up to LABEL_MAX px and half
+        the scrubber: the slider takes the rest, and the window must still fit an 800-px screen.  A longer
+        text (the hint before a run) is elided, and read in full in its tooltip."""
+        if self.count == 0:
+            self.label.setMinimumWidth(40)
+            return
+        full = self.label.fontMetrics().horizontalAdvance(self.label.text()) + 6
+        self.label.setMinimumWidth(max(40, min(full, LABEL_MAX, self.width() // 2)))
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._fit_label()

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QFont, QPalette
+from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette
 
-__all__ = ["dark_palette", "is_dark", "plot_colours", "style_axis", "style_glw", "style_legend", "style_plot",
-           "style_plot_item"]
+__all__ = ["PALETTES", "apply_palette", "dark_palette", "is_dark", "light_palette", "plot_colours", "style_axis",
+           "style_glw", "style_legend", "style_plot", "style_plot_item"]
+
+PALETTES = {"system": "System", "light": "Light", "dark": "Dark"}  # View → Palette: setting value -> menu text
 
 
 def plot_colours(palette: QPalette) -> tuple[QColor, QColor]:
@@ -125,3 +127,41 @@ def dark_palette() -> QPalette:
     for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText):
         p.setColor(QPalette.ColorGroup.Disabled, role, QColor(127, 127, 127))
     return p
+
+
+def light_palette() -> QPalette:
+    """A plain light palette (dark text on white and light grey), whatever the desktop's colours."""
+    p = QPalette()
+    roles = {
+        QPalette.ColorRole.Window: (239, 239, 239), QPalette.ColorRole.WindowText: (20, 20, 20),
+        QPalette.ColorRole.Base: (255, 255, 255), QPalette.ColorRole.AlternateBase: (245, 245, 245),
+        QPalette.ColorRole.Text: (20, 20, 20), QPalette.ColorRole.Button: (239, 239, 239),
+        QPalette.ColorRole.ButtonText: (20, 20, 20), QPalette.ColorRole.ToolTipBase: (255, 255, 220),
+        QPalette.ColorRole.ToolTipText: (20, 20, 20), QPalette.ColorRole.Highlight: (48, 140, 198),
+        QPalette.ColorRole.HighlightedText: (255, 255, 255), QPalette.ColorRole.Link: (0, 90, 190),
+        QPalette.ColorRole.PlaceholderText: (110, 110, 110), QPalette.ColorRole.BrightText: (200, 0, 0),
+        QPalette.ColorRole.Light: (255, 255, 255), QPalette.ColorRole.Midlight: (227, 227, 227),
+        QPalette.ColorRole.Mid: (160, 160, 160), QPalette.ColorRole.Dark: (160, 160, 160),
+        QPalette.ColorRole.Shadow: (105, 105, 105),
+    }
+    for role, rgb in roles.items():
+        p.setColor(role, QColor(*rgb))
+    for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText):
+        p.setColor(QPalette.ColorGroup.Disabled, role, QColor(150, 150, 150))
+    return p
+
+
+def apply_palette(choice: str, app=None) -> str:
+    """Give the whole application the palette ``choice`` ("system", "light" or "dark"); returns the one applied.
+
+    "system" puts back the palette the application had before the first other choice (the desktop's).
+    An unknown choice (a settings file edited by hand) counts as "system".
+    """
+    app = app or QGuiApplication.instance()
+    choice = choice if choice in PALETTES else "system"
+    if not hasattr(app, "_ia_system_palette"):
+        if choice == "system":
+            return choice  # nothing changed yet: the desktop's palette is the one shown
+        app._ia_system_palette = QPalette(app.palette())
+    app.setPalette({"system": app._ia_system_palette, "light": light_palette(), "dark": dark_palette()}[choice])
+    return choice

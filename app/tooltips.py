@@ -2,10 +2,18 @@
 
 Kept in one place so they can be read (and translated) together. Each panel calls
 :func:`apply_tooltips` at the end of its ``__init__``; the keys are the panel's attribute names.
+
+Every tooltip in the window wraps (:func:`install_tooltip_wrapping`): Qt shows a plain-text tooltip on one
+line as wide as its text (the β tooltip was 1,500 px wide), and word-wraps only rich text.
 """
 from __future__ import annotations
 
-__all__ = ["TOOLTIPS", "apply_tooltips"]
+import html
+
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtWidgets import QAbstractItemView, QApplication, QMenu, QToolTip, QWidget
+
+__all__ = ["TIP_WIDTH", "TOOLTIPS", "apply_tooltips", "install_tooltip_wrapping", "wrapped"]
 
 TOOLTIPS: dict[str, dict[str, str]] = {
     "ImageSetPanel": {
@@ -113,3 +121,63 @@ def apply_tooltips(panel) -> None:
         widget = getattr(panel, name, None)
         if widget is not None:
             widget.setToolTip(text)
+
+
+TIP_WIDTH = 400  # px: a longer tooltip wraps at this width (some 60 characters a line)
+
+
+def wrapped(text: str, width: int = TIP_WIDTH) -> str:
+    """``text`` as rich text that Qt word-wraps at ``width`` pixels in a tooltip (rich text is returned unchanged).
+
+    Line breaks are kept; ``<``, ``>`` and ``&`` are shown as they are.
+    """
+    if not text or Qt.mightBeRichText(text):
+        return text
+    body = html.escape(text, quote=False)
+    return f"<table width={int(width)}><tr><td style='white-space:pre-wrap'>{body}</td></tr></table>"
+
+
+def _too_wide(text: str, width: int = TIP_WIDTH) -> bool:
+    from PySide6.QtGui import QFontMetrics
+
+    fm = QFontMetrics(QToolTip.font())
+    return any(fm.horizontalAdvance(line) > width for line in text.splitlines())
+
+
+def _tooltip_of(obj, event) -> str:
+    """The tooltip Qt would show for a ToolTip ``event`` on ``obj``: a widget's, a menu action's or an item's."""
+    if isinstance(obj, QMenu):
+        action = obj.actionAt(event.pos())
+        if not obj.toolTipsVisible() or action is None or action.isSeparator():
+            return ""
+        text = action.toolTip()
+        return "" if text == action.text().replace("&", "") else text  # Qt's tooltip is the text when none is set
+    view = obj.parent()
+    if isinstance(view, QAbstractItemView) and obj is view.viewport():
+        index = view.indexAt(event.pos())
+        value = index.data(Qt.ItemDataRole.ToolTipRole) if index.isValid() else None
+        return value if isinstance(value, str) else ""
+    return obj.toolTip()
+
+
+class TooltipWrapper(QObject):
+    """An application event filter that shows a plain-text tooltip wider than :data:`TIP_WIDTH` wrapped."""
+
+    def eventFilter(self, obj, event):
+        if event.type() == QEvent.Type.ToolTip and isinstance(obj, QWidget):
+            text = _tooltip_of(obj, event)
+            if text and not Qt.mightBeRichText(text) and _too_wide(text):
+                QToolTip.showText(event.globalPos(), wrapped(text), obj)
+                return True
+        return False
+
+
+def install_tooltip_wrapping(app=None) -> TooltipWrapper:
+    """Make every tooltip of the application wrap (once per application; returns the filter)."""
+    app = app or QApplication.instance()
+    wrapper = getattr(app, "_ia_tooltip_wrapper", None)
+    if wrapper is None:
+        wrapper = TooltipWrapper(app)
+        app.installEventFilter(wrapper)
+        app._ia_tooltip_wrapper = wrapper
+    return wrapper

@@ -5,9 +5,12 @@ redraw timer with the latest frame (at most ~30 per second).
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtCore import QEvent, QRectF, Qt, Signal
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
@@ -37,6 +40,7 @@ CLUSTER_COLOURS = [
 
 UNASSIGNED_COLOUR = (190, 190, 190)
 COLORBAR_WIDTH = 18  # px: the colour bar's thickness beside or below W
+W_MARGIN = 0.02  # the share of n left around W in its view (the range is -0.02 n .. 1.02 n)
 
 
 def colour(k: int):
@@ -52,6 +56,15 @@ def _names_text(frame) -> str:
 def tile(images: np.ndarray, cols: int | None = None, pad: int = 2) -> np.ndarray:
     """A mosaic of images (each scaled to its own max), rows from the top, 8-bit grey (draw with levels 0..255)."""
     return mosaic(tile_levels(images), cols, pad=pad)
+
+
+def _caption(text: str = "") -> QLabel:
+    """A caption under a plot that wraps onto a second line rather than hiding its end."""
+    label = QLabel(text)
+    label.setWordWrap(True)
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens the window
+    return label
 
 
 def _body(*widgets, stretch_index=0):
@@ -153,6 +166,9 @@ def _overlay_rgba(shape, rows=(), cols=()):
     return over
 
 
+W_TITLE = "Weight matrix W (grouped by cluster)"
+
+
 class WeightsView(_Titled):
     """The weight matrix W as a heatmap with a colour bar, grouped by cluster.
 
@@ -163,7 +179,7 @@ class WeightsView(_Titled):
     cellClicked = Signal(int, int)
 
     def __init__(self, parent=None):
-        super().__init__("Weight matrix W (rows, columns grouped by cluster)",
+        super().__init__(W_TITLE,
                          "Run to see W: how strongly each image attends to every other image.\n\n"
                          "Open a folder or pick a demo, then press Start.", parent)
         self.plot = pg.PlotWidget()
@@ -176,11 +192,15 @@ class WeightsView(_Titled):
         self.colorbar = None
         self._place_colorbar("vertical")
         self.plot.installEventFilter(self)  # the bar's place follows the plot's size
+        self._base_margins = self.plot.getPlotItem().getContentsMargins()
+        self._side = 0  # the n of the W shown: the view's range is fitted to it
+        self.plot.getPlotItem().vb.sigResized.connect(self._square_view)
         self.hover = QElidingLabel(HOVER_HINT)
         self.set_body(_body(self.plot, self.hover))
         self.weights = np.zeros((0, 0))
         self.order = np.zeros(0, int)
         self.names: list[str] = []
+        self.groups = None
         self.image_item.hoverEvent = self._hover
         self.image_item.mouseClickEvent = self._click
         self.overlay = pg.ImageItem(np.zeros((2, 2, 4), np.uint8))
@@ -228,8 +248,9 @@ class WeightsView(_Titled):
             levels = tuple(old.levels())
             item.layout.removeItem(old)
             old.scene().removeItem(old)
+        # no ``label=``: pyqtgraph puts that one on the bar's far side, and the axis below has its own
         self.colorbar = pg.ColorBarItem(values=levels, width=COLORBAR_WIDTH, colorMap=pg.colormap.get("viridis"),
-                                        label="W_ij", orientation=orientation)
+                                        orientation=orientation)
         self.colorbar.setImageItem(self.image_item, insert_in=item)
         axis = self.colorbar.axis
         axis.enableAutoSIPrefix(False)  # 0.05, never "50 (x0.001)": no prefix, and the scale it left reset
@@ -242,9 +263,39 @@ class WeightsView(_Titled):
             self._place_colorbar(self._colorbar_orientation())
         return super().eventFilter(watched, event)
 
+    def _square_view(self, *_):
+        """Keep W's box square: the room a wide (or tall) plot has to spare goes to margins around it.
+
+        W's pixels are square (aspect locked), so a box wider than tall would show W in the middle of
+        wide empty axes; the margins leave the box W's shape, and the range fitted to W fills it.
+        """
+        item = self.plot.getPlotItem()
+        vb = item.vb
+        rect = QRectF(self.plot.range)  # the whole plot: where the view puts the plot item
+        left, top, right, bottom = item.getContentsMargins()
+        b_left, b_top, b_right, b_bottom = self._base_margins
+        geom = item.geometry()
+        axes_w = geom.width() - vb.width() - left - right  # the axes and the colour bar
+        axes_h = geom.height() - vb.height() - top - bottom
+        width = rect.width() - axes_w - b_left - b_right  # the box's size with the base margins
+        height = rect.height() - axes_h - b_top - b_bottom
+        pad_x = max(0.0, (width - height) / 2)
+        pad_y = max(0.0, (height - width) / 2)
+        wanted = (b_left + pad_x, b_top + pad_y, b_right + pad_x, b_bottom + pad_y)
+        if max(abs(a - b) for a, b in zip(wanted, (left, top, right, bottom))) >= 1.0:
+            item.setContentsMargins(*wanted)
+            item.setGeometry(rect)  # laid out again now, not held at the old margins' minimum size
+
+    def fit_range(self) -> None:
+        """Show all of W (0 .. n on both axes) with a small margin: also after a zoom by the user."""
+        n = max(self._side, 1)
+        pad = W_MARGIN * n
+        self.plot.getPlotItem().vb.setRange(xRange=(-pad, n + pad), yRange=(-pad, n + pad), padding=0)
+
     def clear(self):
         self.weights, self.order = np.zeros((0, 0)), np.zeros(0, int)
         self.hover.setText(HOVER_HINT)  # not the last set's pair
+        self._side = 0  # the next W is fitted again
         super().clear()
 
     def _cell(self, pos):
@@ -289,9 +340,15 @@ class WeightsView(_Titled):
             self.title.setText(f"<b>Weight matrix W of {order.size:,} of {w.shape[0]:,} images</b> (an even "
                                f"sample per cluster; W is the sparse K-neighbour graph, 0 off it)")
         else:
-            self.title.setText("<b>Weight matrix W (rows, columns grouped by cluster)</b>")
+            self.title.setText(f"<b>{W_TITLE}</b>")
+        self.title.setToolTip(self.title.text())
         self.weights, self.order = w, order
+        self.groups = np.asarray(frame.snapshot.labels)[order] if getattr(frame.snapshot, "labels", None) is not None \
+            else None  # the cluster of each row shown (for an exported figure's lines between clusters)
         self.image_item.setImage(shown, autoLevels=False)
+        if shown.shape[0] != self._side:  # a new run, or another sample: fit the range to it
+            self._side = int(shown.shape[0])
+            self.fit_range()
         if levels is None:
             top = float(shown.max()) if shown.size else 1.0
             levels = (0.0, max(top, 1e-6))
@@ -336,7 +393,7 @@ class MeansView(_Titled):
         self.plot.hideAxis("left")
         self.image_item = pg.ImageItem(np.zeros((2, 2), np.float32))
         self.plot.addItem(self.image_item)
-        self.caption = QElidingLabel("")
+        self.caption = _caption()
         self.set_body(_body(self.per_cluster, self.plot, self.caption, stretch_index=1))
         self.n_tiles = 0
         self._frame = None
@@ -433,15 +490,44 @@ def log_ticks(lo: float, hi: float) -> list[tuple[float, str]]:
     return [(float(np.log10(v)), f"{v:.3g}") for v in inside]
 
 
+# each curve's name in the legend, and the shorter one used when the long ones do not fit in one column
+LEGEND_NAMES = {"within_max": ("within-cluster max", "within max"),
+                "between_min": ("between-cluster min", "between min"), "median": ("median", "median")}
+
 CURVES_RUN = "Within-cluster max and between-cluster min: the run's clusters at this step."
 CURVES_EDITED = ("Within-cluster max and between-cluster min: the clusters as listed, edits included "
                  "(unassigned images count in the median only).")
 
 
+def short_run_note(result, n_points: int) -> str:
+    """Why the convergence plot has only ``n_points`` (<= 2) points: the guard stopped the run ("" otherwise).
+
+    ``result`` is a finished run's :class:`~iastudio.core.attention.RunResult` (None: a run going on).
+    """
+    if result is None or n_points > 2:
+        return ""
+    notes = " ".join(result.notes)
+    settled = re.search(r"iteration (\d+) left the clusters as they were", notes)
+    if settled:
+        k = int(settled.group(1))
+        what = ("The first iteration" if k == 1 else f"Iteration {k}") + (
+            " left the clusters as they were, so the run stopped there.")
+    elif "moved images between clusters without fitting the input images better" in notes:
+        what = "The first iteration mixed the clusters, so the run went back to the ones it started from."
+    else:
+        return ""
+    return what + " <a href='paper-mode'>Tick Paper mode</a> in the Run tab to watch the iteration."
+
+
 class ConvergenceView(_Titled):
-    """Manifold distances over iterations and a 2-D map of the manifolds."""
+    """Manifold distances over iterations and a 2-D map of the manifolds.
+
+    When the run stopped after its first iteration (the plot has one or two points), a note over the
+    curves says so; its link emits ``paperModeRequested``.
+    """
 
     pointClicked = Signal(int)
+    paperModeRequested = Signal()
 
     def __init__(self, parent=None):
         super().__init__("Manifold convergence",
@@ -462,12 +548,11 @@ class ConvergenceView(_Titled):
             self.curves_plot.getAxis(p).enableAutoSIPrefix(False)
         self.curves_plot.getAxis("bottom").setTickSpacing(1, 1)
         self.curves = {}
-        for key, name, col in (("within_max", "within-cluster max", (214, 39, 40)),
-                               ("between_min", "between-cluster min", (31, 119, 180)),
-                               ("median", "median", (90, 90, 90))):
+        for key, col in (("within_max", (214, 39, 40)), ("between_min", (31, 119, 180)), ("median", (90, 90, 90))):
             self.curves[key] = self.curves_plot.plot([], [], pen=pg.mkPen(col, width=2), symbol="o",
                                                      symbolBrush=col, symbolSize=6)
-            self.legend.addItem(self.curves[key], name)
+            self.legend.addItem(self.curves[key], LEGEND_NAMES[key][0])
+        self.curves_plot.installEventFilter(self)  # the legend's columns follow the plot's width
         self.map_plot = pg.PlotWidget(title="Map of the images (classical MDS)")
         self.map_plot.setAspectLocked(True)
         self.map_plot.setLabel("bottom", "MDS 1")
@@ -486,11 +571,25 @@ class ConvergenceView(_Titled):
             self.points.append(item)
         self.highlight = pg.ScatterPlotItem(size=20, pen=pg.mkPen((0, 0, 0), width=2), brush=None)
         self.map_plot.addItem(self.highlight)
-        row.addWidget(self.curves_plot, 1)
+        # why a run has only one or two points to show, over the curves (hidden otherwise)
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        self.note.setTextFormat(Qt.TextFormat.RichText)
+        self.note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.note.setMargin(4)
+        self.note.setAutoFillBackground(True)
+        self.note.setBackgroundRole(QPalette.ColorRole.AlternateBase)
+        self.note.linkActivated.connect(lambda _link: self.paperModeRequested.emit())
+        self.note.hide()
+        left = QVBoxLayout()
+        left.setContentsMargins(0, 0, 0, 0)
+        left.addWidget(self.note)
+        left.addWidget(self.curves_plot, 1)
+        row.addLayout(left, 1)
         row.addWidget(self.map_plot, 1)
         self.coords = np.zeros((0, 2))
         self.highlighted: list[int] = []
-        self.caption = QElidingLabel("")  # which clusters the within / between curves follow
+        self.caption = _caption()  # which clusters the within / between curves follow
         self.set_body(_body(row, self.caption))
         self._drawn = (None, None)  # (map, labels) the points show
 
@@ -521,23 +620,35 @@ class ConvergenceView(_Titled):
             _, fg = theme.plot_colours(self.palette())
             self.highlight.setPen(pg.mkPen(fg, width=2))
             self.fit_legend()
+            text = self.note.text()  # a label lays its link out in the palette it had: again in this one
+            self.note.clear()
+            self.note.setText(text)
 
     def fit_legend(self) -> None:
-        """As many legend columns (3, 2 or 1) as the curves plot's width allows."""
-        room = self.curves_plot.width() - 80
-        for cols in (3, 2, 1):
+        """As many legend columns (3, 2 or 1) as the width under the curves allows; shorter names before one column.
+
+        The legend sits under the curves' box: it must fit the box's width, or its end would be cut off.
+        """
+        item = self.curves_plot.getPlotItem()
+        room = self.curves_plot.width() - item.getAxis("left").width() - 12
+        for short, cols in ((0, 3), (0, 2), (1, 3), (1, 2), (1, 1)):  # one row of short names before three long
+            for (_, label), key in zip(self.legend.items, self.curves):
+                if label.text != LEGEND_NAMES[key][short]:
+                    label.setText(LEGEND_NAMES[key][short])
             self.legend.setColumnCount(cols)
             self.legend.updateSize()
             if self.legend.layout.preferredWidth() <= room:
-                break
+                return
 
-    def resizeEvent(self, event):
-        super().resizeEvent(event)
-        self.fit_legend()
+    def eventFilter(self, watched, event):
+        if watched is getattr(self, "curves_plot", None) and event.type() == QEvent.Type.Resize:
+            self.fit_legend()
+        return super().eventFilter(watched, event)
 
     def clear(self):
         self.coords = np.zeros((0, 2))
         self.highlighted = []
+        self.note.hide()
         self._drawn = (None, None)
         super().clear()
 
@@ -553,7 +664,9 @@ class ConvergenceView(_Titled):
             self.curves_plot.getAxis("left").setTicks([log_ticks(float(np.min(ys)), float(np.max(ys)))])
         text = CURVES_EDITED if frame.cluster_ids is not None else CURVES_RUN
         self.caption.setText(text + _names_text(frame))
-        self.caption.setToolTip(self.caption.text())
+        note = short_run_note(getattr(frame, "result", None), len(x))
+        self.note.setText(note)
+        self.note.setVisible(bool(note))
         self.coords = frame.mds
         labels = np.asarray(frame.snapshot.labels)
         drawn_mds, drawn_labels = self._drawn

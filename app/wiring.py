@@ -2,13 +2,15 @@
 
 ``install_ui_extras(window)`` is the one call the main window makes: empty views go back to their
 hints when the images change, Run menu actions follow the run state, skipped files are listed,
-right-click menus and double-click work, and the window is fitted to its screen.
+right-click menus and double-click work, tooltips wrap, the convergence note's link ticks Paper mode, and
+the window is fitted to its screen.
 """
 from __future__ import annotations
 
 from .context_menus import install_context_menus
 from .layout import fit_to_screen
 from .panels import RunPanel
+from .tooltips import install_tooltip_wrapping
 
 __all__ = ["install_ui_extras", "update_run_actions", "views_of"]
 
@@ -43,10 +45,21 @@ def _run_state(window, state: str) -> None:
             window.sync.show_waiting()
 
 
+def _paper_mode(window) -> None:
+    """The convergence note's link: tick Paper mode and show the Run tab (the user presses Start)."""
+    from .docks import show_view
+
+    window.run_panel.paper_mode.setChecked(True)
+    show_view(window, window.run_panel, reopen=True)
+    window.model.message.emit("Paper mode is on: press Start to run the paper's plain iteration.")
+
+
 def install_ui_extras(window) -> None:
     m = window.model
     m.imagesChanged.connect(lambda: _images_changed(window))
     m.runStateChanged.connect(lambda state: _run_state(window, state))
     update_run_actions(window, m.state)
     install_context_menus(window)
+    install_tooltip_wrapping()  # every tooltip wraps, not one line as wide as its text
+    window.convergence_view.paperModeRequested.connect(lambda: _paper_mode(window))
     fit_to_screen(window)

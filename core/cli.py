@@ -623,7 +623,7 @@ def _export_project(args) -> int:
     from .clusterbook import UNASSIGNED
     from .preprocess import Canvas
     from .project import load_project
-    from .report import assignment_rows, write_assignments
+    from .report import assignment_rows, cluster_number, write_assignments
 
     proj = load_project(args.project)
     book = proj.clusters
@@ -644,7 +644,8 @@ def _export_project(args) -> int:
     summary = {
         "n_images": proj.n,
         "n_clusters": len(book.cluster_ids()),
-        "clusters": [{"cluster": c, "name": book.name_of(c), "count": counts[c]} for c in book.cluster_ids()],
+        "clusters": [{"cluster": cluster_number(c), "name": book.name_of(c), "count": counts[c]}
+                     for c in book.cluster_ids()],
         "unassigned": counts[UNASSIGNED],
         "skipped": proj.skipped,
         "parameters": proj.parameters,

@@ -1,4 +1,10 @@
-"""Writing a run's results: CSV, JSON, arrays and PNG figures (matplotlib, Agg)."""
+"""Writing a run's results: CSV, JSON, arrays and figures (matplotlib, Agg).
+
+Figures are written at print resolution: a PNG at :data:`PRINT_DPI` dots per inch (its size in inches
+is the figure's), or as vector PDF or SVG, by the file's suffix (:func:`save_figure`).  The figure
+functions (:func:`weights_figure`, :func:`mosaic_figure`, :func:`curves_figure`, :func:`map_figure`)
+draw arrays the caller already has, e.g. what a window shows.
+"""
 from __future__ import annotations
 
 import csv
@@ -11,10 +17,29 @@ from .atomic import atomic_write, atomic_write_text
 from .clusterbook import UNASSIGNED
 from .clustering import grouping_order
 
-__all__ = ["ASSIGNMENT_COLUMNS", "assignment_rows", "write_assignments", "write_json", "save_means_png",
-           "save_weights_png", "save_convergence_png", "cluster_curves", "convergence_curves"]
+__all__ = ["ASSIGNMENT_COLUMNS", "PRINT_DPI", "FIGURE_FORMATS", "cluster_number", "assignment_rows",
+           "write_assignments", "write_json", "save_figure", "weights_figure", "mosaic_figure", "curves_figure",
+           "map_figure", "save_means_png", "save_weights_png", "save_convergence_png", "cluster_curves",
+           "convergence_curves"]
 
 ASSIGNMENT_COLUMNS = ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label"]
+PRINT_DPI = 300  # dots per inch of a PNG figure
+FIGURE_FORMATS = ("png", "pdf", "svg")  # what save_figure writes, by the file's suffix
+CURVE_NAMES = {"within_max": "within-cluster max", "between_min": "between-cluster min", "median": "median"}
+CURVE_COLOURS = {"within_max": "#d62728", "between_min": "#1f77b4", "median": "#5a5a5a"}
+
+
+def cluster_number(cluster: int) -> int:
+    """The number a cluster has in exports (``assignments.csv``, ``summary.json``, figures): its id + 1.
+
+    Matches the default names: id 0 is cluster 1, "Cluster 1".
+
+    Examples
+    --------
+    >>> cluster_number(0)
+    1
+    """
+    return int(cluster) + 1
 
 
 def assignment_rows(paths, clusters, *, true_labels=None, names=None, run_labels=None, transforms=None,
@@ -25,8 +50,11 @@ def assignment_rows(paths, clusters, *, true_labels=None, names=None, run_labels
     ----------
     paths : sequence of str
     clusters : sequence of int
-        Cluster of each image; :data:`~iastudio.core.clusterbook.UNASSIGNED`
-        gives an empty ``cluster``.
+        Cluster of each image (0-based ids, as in a
+        :class:`~iastudio.core.clusterbook.ClusterBook`); the ``cluster``
+        column numbers them from 1, as their default names do (id 0 is
+        cluster 1, "Cluster 1");
+        :data:`~iastudio.core.clusterbook.UNASSIGNED` gives an empty ``cluster``.
     true_labels : sequence of str or None, optional
         The ``label`` column (None or missing: empty).
     names : callable, optional
@@ -59,8 +87,8 @@ def assignment_rows(paths, clusters, *, true_labels=None, names=None, run_labels
     for i, path in enumerate(paths):
         c = int(clusters[i])
         lab = None if true_labels is None else true_labels[i]
-        row = {"path": path, "cluster": "" if c == UNASSIGNED else c, "theta_deg": "", "tx_px": "", "ty_px": "",
-               "score": "", "label": "" if lab is None else lab}
+        row = {"path": path, "cluster": "" if c == UNASSIGNED else cluster_number(c), "theta_deg": "", "tx_px": "",
+               "ty_px": "", "score": "", "label": "" if lab is None else lab}
         if names is not None:
             row["cluster_name"] = names(c)
         same = c != UNASSIGNED and (run_labels is None or int(run_labels[i]) == c)
@@ -123,13 +151,43 @@ def _tile(images, cols=None):
     return grid
 
 
-def _save_figure(plt, fig, path) -> None:
-    """Save ``fig`` as PNG atomically (:mod:`iastudio.core.atomic`) and close it."""
+def save_figure(fig, path, *, dpi: int = PRINT_DPI, close: bool = True) -> Path:
+    """Write a matplotlib figure atomically, in the format its suffix names, and close it (unless told not to).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+    path : str or Path
+        ``.png`` (``dpi`` dots per inch, recorded in the file), ``.pdf`` or
+        ``.svg`` (vector; SVG text stays text).
+    dpi : int, optional
+        A PNG's resolution: its width in pixels is the figure's width in
+        inches times ``dpi``.
+    close : bool, optional
+        False keeps the figure open, to write it again in another format.
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    ValueError
+        For any other suffix (nothing is written).
+    """
+    plt = _figure()
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".")
     try:
-        with atomic_write(Path(path)) as fh:
-            fig.savefig(fh, format="png", dpi=100)
+        if fmt not in FIGURE_FORMATS:
+            raise ValueError(f"{path.name}: a figure is written as {', '.join(FIGURE_FORMATS)}, "
+                             f"not {fmt or 'no suffix'}")
+        with plt.rc_context({"svg.fonttype": "none", "pdf.fonttype": 42}), atomic_write(path) as fh:
+            fig.savefig(fh, format=fmt, dpi=dpi)
     finally:
-        plt.close(fig)
+        if close:
+            plt.close(fig)
+    return path
 
 
 def _figure():
@@ -139,6 +197,147 @@ def _figure():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _inches(width_cm: float, aspect: float) -> tuple[float, float]:
+    return width_cm / 2.54, width_cm / 2.54 * aspect
+
+
+def weights_figure(weights, *, groups=None, title: str = "Weight matrix W (grouped by cluster)",
+                   width_cm: float = 16.0, levels=None):
+    """W as a heatmap with one colour bar (labelled W_ij) and lines between the clusters.
+
+    Parameters
+    ----------
+    weights : ndarray, shape (m, m)
+        W with its rows and columns already in the order to show.
+    groups : array of int, shape (m,), optional
+        The cluster of each row; a line is drawn where it changes.
+    title : str
+    width_cm : float
+        The figure's width; its height is 0.85 of it.
+    levels : (float, float), optional
+        The colour scale; default ``(0, max W)``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    plt = _figure()
+    from matplotlib.ticker import MaxNLocator
+
+    w = np.asarray(weights, dtype=float)
+    lo, hi = levels if levels is not None else (0.0, max(float(w.max()) if w.size else 1.0, 1e-6))
+    fig, ax = plt.subplots(figsize=_inches(width_cm, 0.85))
+    im = ax.imshow(w, cmap="viridis", interpolation="nearest", vmin=lo, vmax=hi)
+    fig.colorbar(im, ax=ax, label="W_ij")
+    if groups is not None:
+        for b in np.flatnonzero(np.diff(np.asarray(groups))) + 0.5:
+            ax.axhline(b, color="white", lw=0.6)
+            ax.axvline(b, color="white", lw=0.6)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("image j (column)")
+    ax.set_ylabel("image i (row)")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def mosaic_figure(image, *, title: str = "", width_cm: float = 16.0):
+    """An 8-bit grey picture (a mosaic of means) shown whole, with a title and no axes.
+
+    Parameters
+    ----------
+    image : ndarray, shape (h, w), uint8
+        Drawn with grey levels 0..255, nearest pixels (no smoothing).
+    title : str
+    width_cm : float
+        The figure's width; its height follows the picture's shape.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    plt = _figure()
+    img = np.asarray(image)
+    aspect = min(img.shape[0] / max(img.shape[1], 1), 1.5)
+    fig, ax = plt.subplots(figsize=_inches(width_cm, aspect + (0.06 if title else 0.0)))
+    ax.imshow(img, cmap="gray", vmin=0, vmax=255, interpolation="nearest")
+    ax.axis("off")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout(pad=0.3)
+    return fig
+
+
+def curves_figure(curves, *, title: str = "Convergence of the image manifolds", width_cm: float = 16.0):
+    """Manifold distances per iteration on a log scale, with a legend under the axes.
+
+    Parameters
+    ----------
+    curves : dict
+        ``{"within_max": [...], "between_min": [...], "median": [...]}``
+        (:func:`convergence_curves`); a missing key is left out, NaN and
+        values below 1e-6 are drawn at 1e-6.
+    title : str
+    width_cm : float
+        The figure's width; its height is 0.7 of it.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    plt = _figure()
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    fig, ax = plt.subplots(figsize=_inches(width_cm, 0.7))
+    for key, name in CURVE_NAMES.items():
+        if key in curves:
+            y = np.maximum(np.nan_to_num(np.asarray(curves[key], dtype=float), nan=1e-6), 1e-6)
+            ax.plot(np.arange(len(y)), y, marker="o", label=name, color=CURVE_COLOURS[key])
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("iteration (0 = inputs)")
+    ax.set_ylabel("manifold distance d(S_i, S_j)")
+    ax.set_title(title)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def map_figure(coords, colours, *, title: str = "Map of the images", axes=("1st coordinate", "2nd coordinate"),
+               width_cm: float = 16.0):
+    """A 2-D map of the images: one dot per image in its cluster's colour.
+
+    Parameters
+    ----------
+    coords : ndarray, shape (n, 2)
+    colours : sequence of colour
+        One matplotlib colour per image (e.g. ``"#1f77b4"`` or an RGB tuple in 0..1).
+    title : str
+    axes : (str, str)
+        The labels of the horizontal and the vertical axis.
+    width_cm : float
+        The figure's width; its height is 0.8 of it.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    plt = _figure()
+    xy = np.asarray(coords, dtype=float).reshape(-1, 2)
+    fig, ax = plt.subplots(figsize=_inches(width_cm, 0.8))
+    ax.scatter(xy[:, 0], xy[:, 1], c=list(colours) if len(xy) else None, s=40, edgecolors="k", linewidths=0.5)
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.set_xlabel(axes[0])
+    ax.set_ylabel(axes[1])
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
 
 
 def save_means_png(path, means, names=None) -> None:
@@ -152,32 +351,16 @@ def save_means_png(path, means, names=None) -> None:
         ax.axis("off")
         if i < k:
             ax.imshow(means[i], cmap="gray" if np.ndim(means[i]) == 2 else None)
-            ax.set_title(names[i] if names else f"cluster {i}", fontsize=9)
+            ax.set_title(names[i] if names else f"Cluster {cluster_number(i)}", fontsize=9)
     fig.tight_layout()
-    _save_figure(plt, fig, path)
+    save_figure(fig, path)
 
 
 def save_weights_png(path, weights, labels) -> None:
-    """The weight matrix with rows and columns grouped by cluster."""
-    plt = _figure()
+    """The weight matrix with rows and columns grouped by cluster (:func:`weights_figure`, 14 cm wide)."""
     order = grouping_order(labels)
     w = np.asarray(weights)[np.ix_(order, order)]
-    fig, ax = plt.subplots(figsize=(5.5, 4.6))
-    im = ax.imshow(w, cmap="viridis", interpolation="nearest")
-    fig.colorbar(im, ax=ax, label="W_ij")
-    lab = np.asarray(labels)[order]
-    for b in np.flatnonzero(np.diff(lab)) + 0.5:
-        ax.axhline(b, color="white", lw=0.6)
-        ax.axvline(b, color="white", lw=0.6)
-    ax.set_title("Weight matrix W (grouped by cluster)")
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("image j")
-    ax.set_ylabel("image i")
-    fig.tight_layout()
-    _save_figure(plt, fig, path)
+    save_figure(weights_figure(w, groups=np.asarray(labels)[order], width_cm=14.0), path)
 
 
 def cluster_curves(history, labels) -> dict:
@@ -223,24 +406,4 @@ def convergence_curves(history, labels) -> dict:
 
 def save_convergence_png(path, history, labels) -> None:
     """Manifold distances over iterations (log scale)."""
-    plt = _figure()
-    curves = convergence_curves(history, labels)
-    x = np.arange(len(history))
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for key, name in (("within_max", "within-cluster max"), ("between_min", "between-cluster min"),
-                      ("median", "median")):
-        y = np.maximum(np.asarray(curves[key]), 1e-6)
-        ax.plot(x, y, marker="o", label=name)
-    ax.set_yscale("log")
-    from matplotlib.ticker import FormatStrFormatter, LogLocator, MaxNLocator, NullFormatter
-
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("iteration (0 = inputs)")
-    ax.set_ylabel("manifold distance d(S_i, S_j)")
-    ax.set_title("Convergence of the image manifolds")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    _save_figure(plt, fig, path)
+    save_figure(curves_figure(convergence_curves(history, labels), width_cm=14.0), path)

@@ -207,7 +207,8 @@ def test_exports_match_the_state(fresh, tmp_path):
     with open(csv_path, newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label", "cluster_name"]
-    assert [int(r["cluster"]) for r in rows] == list(m.book.labels)
+    assert [int(r["cluster"]) - 1 for r in rows] == list(m.book.labels)  # numbered from 1, as the names are
+    assert all(r["cluster_name"] in ("horses", f"Cluster {r['cluster']}") for r in rows)
     assert rows[0]["cluster_name"] == "horses" and float(rows[0]["score"]) > 0.9
     folder = w.exports.folders(True, str(tmp_path / "aligned"))
     counts = {p.name: len(list(p.iterdir())) for p in (tmp_path / "aligned").iterdir()}
@@ -218,8 +219,9 @@ def test_exports_match_the_state(fresh, tmp_path):
     assert sum(len(list(p.iterdir())) for p in (tmp_path / "orig").iterdir()) == 18
     w.exports.panels(str(tmp_path / "panels"))
     for name in ("weights", "means", "convergence_curves", "manifold_map", "ka_means", "ia_means"):
-        assert Image.open(tmp_path / "panels" / f"{name}.png").size[0] >= 600
+        assert Image.open(tmp_path / "panels" / f"{name}.png").size[0] >= 1800  # 16 cm at 300 dpi
         assert (tmp_path / "panels" / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+        assert (tmp_path / "panels" / f"{name}.pdf").read_bytes().startswith(b"%PDF")
     gif = w.exports.gif(str(tmp_path / "conv.gif"))
     frames = Image.open(gif)
     assert frames.n_frames == len(m.history_frames) >= 2

@@ -8,7 +8,7 @@ import scipy.sparse as sp  # noqa: E402
 from _qt import PointerEvent  # noqa: E402
 from numpy.testing import assert_allclose, assert_array_equal  # noqa: E402
 
-from iastudio.app.views import MeansView, WeightsView  # noqa: E402
+from iastudio.app.views import W_TITLE, MeansView, WeightsView  # noqa: E402
 from iastudio.core.attention import Snapshot  # noqa: E402
 from iastudio.core.display import even_sample  # noqa: E402
 from iastudio.core.frames import Frame  # noqa: E402
@@ -82,7 +82,7 @@ def test_a_dense_w_is_still_drawn_whole(qtbot):
     frame.order = np.argsort(snap.labels[small], kind="stable")
     view.show_frame(frame)
     assert_array_equal(view.image_item.image, dense[np.ix_(frame.order, frame.order)])
-    assert view.title.text() == "<b>Weight matrix W (rows, columns grouped by cluster)</b>"
+    assert view.title.text() == f"<b>{W_TITLE}</b>"
 
 
 def test_per_image_means_of_a_large_run_show_an_even_sample(qtbot):

@@ -137,10 +137,12 @@ def test_cli_save_project_then_export_with_edits(tmp_path, monkeypatch):
     with open(out / "assignments.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0])[:7] == ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label"]
-    assert rows[0]["cluster"] == "1" and rows[0]["theta_deg"] == ""  # moved by hand: no stale transform
+    assert rows[0]["cluster"] == "2" and rows[0]["theta_deg"] == ""  # moved by hand: no stale transform
+    assert rows[0]["cluster_name"] == "Cluster 2"  # one numbering: cluster 2 is "Cluster 2"
     assert rows[1]["cluster_name"] == "horses" and rows[1]["theta_deg"] != ""
     s = json.loads((out / "summary.json").read_text())
     assert s["edits"] == ["Rename", "Move 1 image"] and s["n_clusters"] == 3
+    assert [(c["cluster"], c["name"]) for c in s["clusters"]] == [(1, "horses"), (2, "Cluster 2"), (3, "Cluster 3")]
     # truncated project: exit 1 with a plain message
     data = proj.read_bytes()
     proj.write_bytes(data[:100])

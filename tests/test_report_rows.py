@@ -25,7 +25,7 @@ SCORES = np.array([0.91234, 0.5, 0.25])
 def test_rows_of_a_run_known_answer():
     rows = assignment_rows(["a.png", "b.png", "c.png"], np.array([0, 1, 1]), true_labels=["x", None, ""],
                            transforms=TRANSFORMS, scores=SCORES, canvas=CANVAS)
-    assert rows[0] == {"path": "a.png", "cluster": 0, "theta_deg": "90.000", "tx_px": "2.000", "ty_px": "-1.000",
+    assert rows[0] == {"path": "a.png", "cluster": 1, "theta_deg": "90.000", "tx_px": "2.000", "ty_px": "-1.000",
                        "score": "0.9123", "label": "x"}
     assert rows[1]["theta_deg"] in ("180.000", "-180.000") and rows[1]["tx_px"] == "0.500"
     assert rows[1]["label"] == "" and rows[2]["label"] == ""
@@ -37,7 +37,7 @@ def test_rows_of_edited_clusters_drop_stale_alignments():
     rows = assignment_rows(["a", "b", "c"], book.labels, names=book.name_of, run_labels=np.array([0, 1, 1]),
                            transforms=TRANSFORMS, scores=SCORES, canvas=CANVAS, mirrored=np.array([1, 0, 1]))
     assert rows[0]["theta_deg"] == "90.000" and rows[0]["score"] == "0.9123"  # not moved: the run's alignment
-    assert rows[1]["cluster"] == 0 and rows[1]["theta_deg"] == rows[1]["score"] == ""  # moved by hand
+    assert rows[1]["cluster"] == 1 and rows[1]["theta_deg"] == rows[1]["score"] == ""  # moved by hand
     assert rows[2]["cluster"] == "" and rows[2]["cluster_name"] == "Unassigned" and rows[2]["tx_px"] == ""
     assert rows[0]["cluster_name"] == "Cluster 1" and [r["mirrored"] for r in rows] == [1, 0, 1]
     # without a canvas (no geometry saved) nothing can be said in original pixels
@@ -88,3 +88,10 @@ def test_app_exports_get_the_umask_mode(tmp_path, umask_027):
 
     assert iio.imread(tmp_path / "run.gif").shape[0] == 2  # both frames
     assert iio.imread(tmp_path / "one.png").dtype == np.uint8
+
+
+def test_the_cluster_column_counts_from_1_as_the_names_do():
+    book = ClusterBook.from_labels([2, 0, 1, 0])
+    rows = assignment_rows(["a", "b", "c", "d"], book.labels, names=book.name_of)
+    assert [r["cluster"] for r in rows] == [3, 1, 2, 1]
+    assert all(r["cluster_name"] == f"Cluster {r['cluster']}" for r in rows)  # one numbering
