@@ -195,6 +195,8 @@ class WeightsView(_Titled):
         self._base_margins = self.plot.getPlotItem().getContentsMargins()
         self._side = 0  # the n of the W shown: the view's range is fitted to it
         self.plot.getPlotItem().vb.sigResized.connect(self._square_view)
+        # the axes' own sizes change with their tick labels (no resize of the plot): decide again
+        self.plot.getPlotItem().vb.sigResized.connect(lambda *_: self._place_colorbar(self._colorbar_orientation()))
         self.hover = QElidingLabel(HOVER_HINT)
         self.set_body(_body(self.plot, self.hover))
         self.weights = np.zeros((0, 0))
@@ -354,7 +356,10 @@ class WeightsView(_Titled):
             levels = (0.0, max(top, 1e-6))
         self.colorbar.setLevels(tuple(levels))
         self._draw_overlay()
+        was_empty = self.empty
         self.set_empty(False)
+        if was_empty:  # the plot was hidden behind the hint: place the bar for the size it has now
+            self._place_colorbar(self._colorbar_orientation())
 
     def _hover(self, event):
         if event.isExit() or self.weights.size == 0:
