@@ -109,7 +109,7 @@ def project(density, rotation: np.ndarray, *, angle: float = 0.0, shift=(0.0, 0.
     return img
 
 
-def make_noise_set(spec: NoiseSpec, *, split: str = "tune", seed: int = 0):
+def make_noise_set(spec: NoiseSpec, *, split: str = "tune", seed: int = 0, clean_images: bool = False):
     """Build a noisy set.
 
     Returns
@@ -121,6 +121,9 @@ def make_noise_set(spec: NoiseSpec, *, split: str = "tune", seed: int = 0):
     clean : ndarray, shape (views, 48, 48)
         Each view's projection, untransformed and noise-free (the truth a
         class average is compared with).
+    truth : ndarray, shape (n, 48, 48)
+        Only with ``clean_images``: every image without its noise (in the
+        order of ``images``).
     """
     from scipy.spatial.transform import Rotation
 
@@ -134,9 +137,12 @@ def make_noise_set(spec: NoiseSpec, *, split: str = "tune", seed: int = 0):
             images.append(project(density, rot, angle=rng.uniform(0, 2 * np.pi),
                                   shift=rng.uniform(-SHIFT, SHIFT, size=2)))
             labels.append(f"view{v}")
-    images = np.stack(images)
-    if np.isfinite(spec.snr):
-        signal_var = float(np.mean(images.var(axis=(1, 2))))
-        images = images + rng.normal(0.0, np.sqrt(signal_var / spec.snr), images.shape)
     order = rng.permutation(len(images))
-    return [images[i] for i in order], [labels[i] for i in order], clean_views
+    truth = np.stack(images)[order]
+    labels = [labels[i] for i in order]
+    noisy = truth
+    if np.isfinite(spec.snr):
+        signal_var = float(np.mean(truth.var(axis=(1, 2))))
+        noisy = truth + rng.normal(0.0, np.sqrt(signal_var / spec.snr), truth.shape)
+    out = (list(noisy), labels, clean_views)
+    return out + (truth,) if clean_images else out

@@ -217,6 +217,8 @@ def preprocess(
         if subtract_background:
             img = np.clip(img - _border_level(img), 0.0, None)
         prepared.append(img)
+    if report is not None and report.applied:
+        frames = _one_scale(frames)
     side = int(canvas_size) if canvas_size is not None else None
     if scale == "content":
         side = side or size + size % 2
@@ -228,6 +230,20 @@ def preprocess(
         side += side % 2  # even sides keep the centre between pixels for even images
     out, scales, offsets = _compose(placed, [fr is not None for fr in frames], side, grayscale=grayscale)
     return Canvas(unit_norm(out), scales, offsets, [img.shape[:2] for img in prepared], report)
+
+
+def _one_scale(frames):
+    """A denoised stack (one pixel size): every object at the median radius, each at its own centroid.
+
+    A denoised image's faint ripples move its radius of gyration from image to
+    image; the images of one stack share their pixel size, so one scale serves
+    them all.
+    """
+    radii = [fr[1] for fr in frames if fr is not None]
+    if not radii:
+        return frames
+    r = float(np.median(radii))
+    return [None if fr is None else (fr[0], r) for fr in frames]
 
 
 def _prepare(img, i, *, grayscale, invert):
