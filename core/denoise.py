@@ -377,6 +377,8 @@ def denoise(images, *, mode: str = "auto", method: str = "steerable"):
     snr = max(snr, 0.0)
     level = f"estimated noise {sigma:.3g} per pixel (SNR {snr:.2g})" if sigma > 0 else "estimated noise 0"
     if not sigma > NOISE_FLOOR * spread:
+        level = ("estimated noise 0" if not sigma > 1e-6 * spread else
+                 f"estimated noise {sigma:.2g} per pixel, below {NOISE_FLOOR:.0%} of the images' spread")
         return images, DenoiseReport(False, mode, noise_std=sigma, snr=snr,
                                      note=f"denoising skipped: {level}, the images look clean")
     if n < MIN_IMAGES:
