@@ -12,7 +12,7 @@ __all__ = ["PREFERRED_SIZE", "EvenSplitter", "add_view_menu", "fit_to_screen", "
 PREFERRED_SIZE = QSize(1280, 800)
 DECORATION = QSize(8, 32)  # a window frame's likely size before the window manager reports it
 PRESENTATION_SCALE = 1.5
-CENTRAL_MIN_HEIGHT = 240  # px: W and the means, with their titles and the iteration slider (the window still fits 700 px)
+CENTRAL_MIN_HEIGHT = 240  # px: W, the means, their titles and the iteration slider (the window fits 700 px)
 
 
 def _decoration(window) -> QSize:

@@ -14,8 +14,16 @@ per set, ARI / NMI / k found and the time for
 * ``km pixels``    -- k-means on the raw (preprocessed) pixels, true k
 * ``km rotF``      -- k-means on rotation- and translation-invariant Fourier
                       features (polar |FFT| with the angle's |FFT|), true k
+* ``km rotF+dn``   -- the same features of the denoised images (only with
+                      ``--noise``: what the denoiser alone gives the baseline)
 * ``ASPIRE``       -- ASPIRE's ``RIRClass2D`` class averaging, only when
                       ``aspire`` is installed (it is not a dependency)
+
+``--noise`` runs the noisy suite of :mod:`noise_suite` instead (cryo-EM-like
+projections of random 3-D densities, 4 views, SNR 3 ... 0.05, 30 ... 300
+images per view; ``--noise full`` every SNR x size).  ``--denoise`` (default
+``auto``, as ``ia-cluster``) is the denoiser in front of the IA columns; the
+baseline columns always see the images as they are, except ``km rotF+dn``.
 
 Usage::
 
@@ -24,6 +32,8 @@ Usage::
     python benchmarks/bench_quality.py --fast          # the small subset the tests run
     python benchmarks/bench_quality.py --neighbors 12 --methods "IA auto" "IA k" "spec(D0) k"
                                                        # the pruned path (K = 12) on the same sets
+    python benchmarks/bench_quality.py --noise --split holdout   # the noisy suite
+    python benchmarks/bench_quality.py --noise --denoise off     # ... without the denoiser
 
 ``--split tune`` is the material the defaults were chosen on; ``holdout`` is
 disjoint material (other digits, other samples, other letters and photos)
@@ -42,9 +52,11 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from noise_suite import NoiseSpec, make_noise_set, noise_suite  # noqa: E402
 from quality_suite import make_set, suite  # noqa: E402
 
 METHODS = ("IA auto", "IA k", "spec(D0) k", "KA k", "km pixels", "km rotF")
+NOISE_METHODS = ("IA auto", "IA k", "spec(D0) k", "km rotF", "km rotF+dn")
 
 
 def rotation_invariant_features(images: np.ndarray, n_radii: int = 12, n_angles: int = 32) -> np.ndarray:
@@ -82,19 +94,30 @@ def _score(truth, labels):
     return adjusted_rand_score(truth, labels), normalized_mutual_info_score(truth, labels)
 
 
-def evaluate(spec, *, split: str, size: int, iterations: int = 3, methods=METHODS, neighbors="auto") -> dict:
-    """Run every method on one set; returns ``{method: (ari, nmi, k, seconds)}``."""
+def evaluate(spec, *, split: str, size: int, iterations: int = 3, methods=METHODS, neighbors="auto",
+             denoise: str = "off") -> dict:
+    """Run every method on one set; returns ``{method: (ari, nmi, k, seconds)}``.
+
+    ``denoise`` is the denoiser's mode in front of the IA columns (``preprocess(denoise=)``).
+    """
     from iastudio.core.attention import AttentionRun
     from iastudio.core.clustering import read_clusters
     from iastudio.core.preprocess import preprocess
 
-    images, truth = make_set(spec, split=split)
+    if isinstance(spec, NoiseSpec):
+        images, truth, _ = make_noise_set(spec, split=split)
+    else:
+        images, truth = make_set(spec, split=split)
     k_true = len(set(truth))
     out = {"_k_choice": None, "_notes": []}
     t = time.perf_counter()
-    canvas = preprocess(images, size=size)
+    canvas = preprocess(images, size=size, denoise=denoise)
     prep = time.perf_counter() - t
     x = canvas.images
+    rep = canvas.denoise
+    if rep is not None:
+        out["_notes"].append(f"{rep.note} ({prep:.1f} s with preprocessing)")
+    raw = preprocess(images, size=size).images if rep is not None and rep.applied else x
 
     if "IA auto" in methods:
         t = time.perf_counter()
@@ -117,14 +140,18 @@ def evaluate(spec, *, split: str, size: int, iterations: int = 3, methods=METHOD
         out["KA k"] = (*_score(truth, ka.labels), ka.n_clusters, prep + time.perf_counter() - t)
     if "km pixels" in methods:
         t = time.perf_counter()
-        out["km pixels"] = (*_score(truth, _kmeans(x.reshape(len(x), -1), k_true)), k_true,
+        out["km pixels"] = (*_score(truth, _kmeans(raw.reshape(len(raw), -1), k_true)), k_true,
                             time.perf_counter() - t)
     if "km rotF" in methods:
         t = time.perf_counter()
-        feats = rotation_invariant_features(x)
+        feats = rotation_invariant_features(raw)
         out["km rotF"] = (*_score(truth, _kmeans(feats, k_true)), k_true, time.perf_counter() - t)
+    if "km rotF+dn" in methods:
+        t = time.perf_counter()
+        feats = rotation_invariant_features(x)
+        out["km rotF+dn"] = (*_score(truth, _kmeans(feats, k_true)), k_true, prep + time.perf_counter() - t)
     if "ASPIRE" in methods:
-        out["ASPIRE"] = _aspire(x, truth, k_true)
+        out["ASPIRE"] = _aspire(raw, truth, k_true)
     return out
 
 
@@ -173,27 +200,36 @@ def main(argv=None) -> int:
     p.add_argument("--methods", nargs="*", help="columns to compute (default: all; ASPIRE when installed)")
     p.add_argument("--neighbors", default="auto",
                    help="IA columns: candidate neighbours K (a number prunes even these small sets; default auto)")
+    p.add_argument("--noise", nargs="?", const="default", choices=("default", "full", "fast"), default=None,
+                   help="the noisy cryo-EM-like suite instead (full: every SNR x size; fast: two small sets)")
+    p.add_argument("--denoise", choices=("auto", "on", "off"), default="auto",
+                   help="the denoiser in front of the IA columns (default auto, as ia-cluster)")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     splits = ("tune", "holdout") if args.split == "both" else (args.split,)
     aspire = _aspire_available()
-    methods = tuple(args.methods) if args.methods else METHODS + (("ASPIRE",) if aspire else ())
+    base = NOISE_METHODS if args.noise else METHODS
+    methods = tuple(args.methods) if args.methods else base + (("ASPIRE",) if aspire else ())
     if "ASPIRE" in methods and not aspire:
         p.error("ASPIRE is not installed (pip install aspire)")
-    print(f"# cluster quality, {args.size}-px working size, NumPy backend; cells: ARI/NMI/k (seconds)")
+    print(f"# cluster quality, {args.size}-px working size, NumPy backend, denoise {args.denoise}; "
+          f"cells: ARI/NMI/k (seconds)")
     if not aspire:
         print("# ASPIRE (RIRClass2D) not installed: peer column left out")
     for split in splits:
         print(f"\n## split: {split}")
         print(f"{'set':22s} {'n':>4s} {'K':>3s}  " + "  ".join(f"{m:>21s}" for m in methods) + "  IA k-choice")
         sums = {m: [] for m in methods}
-        for spec in suite(fast=args.fast):
+        specs = (noise_suite(full=args.noise == "full", fast=args.noise == "fast") if args.noise
+                 else suite(fast=args.fast))
+        for spec in specs:
             if args.only and spec.name not in args.only:
                 continue
-            n, k_true = sum(spec.sizes), len(spec.sizes)
+            n, k_true = ((spec.views * spec.per_view, spec.views) if isinstance(spec, NoiseSpec)
+                         else (sum(spec.sizes), len(spec.sizes)))
             nb = args.neighbors if args.neighbors in ("auto", "all") else int(args.neighbors)
             r = evaluate(spec, split=split, size=args.size, iterations=args.iterations, methods=methods,
-                         neighbors=nb)
+                         neighbors=nb, denoise=args.denoise)
             cells = []
             for m in methods:
                 v = r.get(m)

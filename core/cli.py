@@ -118,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", choices=("content", "frame"), default="content",
                    help="content: scale each image's object to the working size (default); "
                         "frame: scale each file's longest side to it")
+    p.add_argument("--denoise", choices=("auto", "on", "off"), default="auto",
+                   help="denoise a stack of same-size gray images first (steerable PCA, rotation-invariant); "
+                        "auto: only when the images are noisy (estimated from the frame's corners); "
+                        "summary.json says what it did")
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
     p.add_argument("--neighbors", type=_neighbors, default="auto", metavar="K|all|auto",
                    help="align only each image's K candidate neighbours (auto: all pairs up to 300 images, "
@@ -458,9 +462,15 @@ def _run_body(args, client) -> int:
               file=sys.stderr)
     if summary["blank"]:
         print(f"ia-cluster: {len(summary['blank'])} blank image(s) put in a cluster of their own", file=sys.stderr)
-    for note in res.notes:
+    for note in _notes(canvas, res):
         print(f"ia-cluster: {note}", file=sys.stderr)
     return 0
+
+
+def _notes(canvas, res) -> list:
+    """The run's notes, after what the denoiser did (``--denoise auto`` or ``on``)."""
+    rep = getattr(canvas, "denoise", None)
+    return ([rep.note] if rep is not None and rep.note else []) + list(res.notes)
 
 
 def _usable_inputs(args) -> ImageSet:
@@ -517,7 +527,7 @@ def _working_images(args, data):
     from .preprocess import apply_transforms, preprocess
 
     n = len(data)
-    canvas = preprocess(data.images, size=args.size, scale=args.scale)
+    canvas = preprocess(data.images, size=args.size, scale=args.scale, denoise=getattr(args, "denoise", "off"))
     if args.transform is None:
         return canvas, canvas.images, np.zeros((n, 3))
     rot, frac = args.transform
@@ -580,6 +590,7 @@ def _summary(args, data, canvas, run, res, seconds: float) -> dict:
             "canvas": canvas.size, "neighbors": args.neighbors, "dask": args.dask,
             "transform": list(args.transform) if args.transform else None, "seed": args.seed,
             "export": args.export, "pixel_size": args.pixel_size,
+            "denoise": getattr(args, "denoise", "off"),
         },
         "timings": {
             "total_s": round(seconds, 3),
@@ -589,6 +600,9 @@ def _summary(args, data, canvas, run, res, seconds: float) -> dict:
         "version": __version__,
     }
     summary.update(_k_evidence(res, data.paths))
+    summary["notes"] = _notes(canvas, res)
+    rep = getattr(canvas, "denoise", None)
+    summary["denoise"] = rep.as_dict() if rep is not None else {"applied": False, "mode": "off"}
     if data.has_labels:
         from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 

@@ -40,12 +40,15 @@ class Canvas:
         ``(row, col)`` of the original pixel (0, 0) on the canvas.
     original_shape : list of tuple
         ``(H, W)`` of each original image.
+    denoise : DenoiseReport or None
+        What the denoiser did (:func:`iastudio.core.denoise.denoise`), when it was asked for.
     """
 
     images: np.ndarray
     scale: np.ndarray
     offset: np.ndarray
     original_shape: list
+    denoise: object = None
 
     @property
     def size(self) -> int:
@@ -154,6 +157,7 @@ def preprocess(
     invert: bool = False,
     subtract_background: bool = True,
     canvas_size: int | None = None,
+    denoise: str = "off",
 ) -> Canvas:
     """Bring raw images onto one unit-norm working canvas.
 
@@ -185,6 +189,13 @@ def preprocess(
         Force the canvas side; by default the smallest side (>= ``size``) on
         which every image's content stays inside under any rotation
         (``"frame"``), or ``size`` (``"content"``).
+    denoise : {"off", "auto", "on"}
+        Denoise the set first (:func:`iastudio.core.denoise.denoise`: steerable
+        PCA, rotation-invariant), on the images as given, before the objects
+        are found; ``"auto"`` steps aside on clean images.  A set-wide step:
+        ``"off"`` (default here) keeps each image's canvas independent of the
+        others; ``ia-cluster`` asks for ``"auto"``.  The report is kept as
+        :attr:`Canvas.denoise`.
 
     Returns
     -------
@@ -195,12 +206,19 @@ def preprocess(
     if scale not in ("content", "frame"):
         raise ValueError("scale must be 'content' or 'frame'")
     prepared, frames = [], []
-    for i, img in enumerate(images):
-        img = _prepare(img, i, grayscale=grayscale, invert=invert)
+    report = None
+    raw = [_prepare(img, i, grayscale=grayscale, invert=invert) for i, img in enumerate(images)]
+    if denoise != "off":
+        from .denoise import denoise as denoise_set
+
+        raw, report = denoise_set(raw, mode=denoise)
+    for img in raw:
         frames.append(content_frame(img) if scale == "content" else None)
         if subtract_background:
             img = np.clip(img - _border_level(img), 0.0, None)
         prepared.append(img)
+    if report is not None and report.applied:
+        frames = _one_scale(frames)
     side = int(canvas_size) if canvas_size is not None else None
     if scale == "content":
         side = side or size + size % 2
@@ -211,7 +229,21 @@ def preprocess(
         side = max(size, int(np.ceil(2 * (radius + _MARGIN))))
         side += side % 2  # even sides keep the centre between pixels for even images
     out, scales, offsets = _compose(placed, [fr is not None for fr in frames], side, grayscale=grayscale)
-    return Canvas(unit_norm(out), scales, offsets, [img.shape[:2] for img in prepared])
+    return Canvas(unit_norm(out), scales, offsets, [img.shape[:2] for img in prepared], report)
+
+
+def _one_scale(frames):
+    """A denoised stack (one pixel size): every object at the median radius, each at its own centroid.
+
+    A denoised image's faint ripples move its radius of gyration from image to
+    image; the images of one stack share their pixel size, so one scale serves
+    them all.
+    """
+    radii = [fr[1] for fr in frames if fr is not None]
+    if not radii:
+        return frames
+    r = float(np.median(radii))
+    return [None if fr is None else (fr[0], r) for fr in frames]
 
 
 def _prepare(img, i, *, grayscale, invert):
