@@ -3,7 +3,7 @@
     QT_QPA_PLATFORM=offscreen python build_scripts/screenshots.py [--out resources/screenshots]
 
 Each shot is the real window after a finished run on the shapes demo (random transforms applied),
-grabbed offscreen at 1024×768, 1280×800 and 1920×1080 with the light and a dark palette, and the
+grabbed offscreen at 1024×700, 1280×800 and 1920×1080 with the light and a dark palette, and the
 window at the end of Demo → Show me.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ os.environ.setdefault("IA_STUDIO_HOME", tempfile.mkdtemp(prefix="ia-shots-"))  #
 
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-SIZES = ((1024, 768), (1280, 800), (1920, 1080))
+SIZES = ((1024, 700), (1280, 800), (1920, 1080))
 
 
 def _wait(app, pred, timeout=120.0):
