@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from .warp import parallel_map
 from .weights import graph_affinity, local_bandwidth
 
 __all__ = [
@@ -556,8 +557,11 @@ def _partitions(affinity, ks) -> dict:
                                       eigen_tol=1e-8, random_state=0, drop_first=False)
         else:
             maps = spectral_embedding(a + 1e-12, n_components=max(inside), random_state=0, drop_first=False)
-    return {k: relabel_by_appearance(cluster_qr(maps[:, :k])) if k in inside else _spectral(affinity, k)
-            for k in ks}
+    def cut(k):  # each k's pivoted QR on its own thread (LAPACK releases the GIL)
+        return relabel_by_appearance(cluster_qr(maps[:, :k]))
+
+    cuts = dict(zip(inside, parallel_map(cut, inside)))
+    return {k: cuts[k] if k in cuts else _spectral(affinity, k) for k in ks}
 
 
 def silhouette(distances, labels, *, probes=None) -> float | None:

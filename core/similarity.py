@@ -261,8 +261,16 @@ def _translation_search(fv_conj, images, pairs_i, pairs_j, angle_idx, angles, p,
         ks = uniq[c0:c1]
         params = np.zeros((ks.size, 3))
         params[:, 0] = angles[ks // n]
-        rot = warp(images, xp.asarray(params), index=xp.asarray(ks % n))
-        fu = fft.rfft2(rot, s=(p, p), axes=(1, 2))
+        if xp is np:  # the combinations in one part per thread, each warped and transformed on its own
+            fu = np.empty((ks.size, p, p // 2 + 1) + images.shape[3:], dtype=np.result_type(images.dtype, np.complex64))
+
+            def spectra(lo, hi, fu=fu, params=params, ks=ks):
+                fu[lo:hi] = fft.rfft2(warp(images, params[lo:hi], index=ks[lo:hi] % n), s=(p, p), axes=(1, 2))
+
+            parallel_map(lambda span: spectra(*span), _even_spans(0, ks.size, ks.size, xp))
+        else:
+            rot = warp(images, xp.asarray(params), index=xp.asarray(ks % n))
+            fu = fft.rfft2(rot, s=(p, p), axes=(1, 2))
         e0, e1 = int(first[c0]), int(first[c1]) if c1 < uniq.size else order.size
 
         def correlate(lo, hi, fu=fu, c0=c0):
@@ -344,7 +352,11 @@ def refine_alignment(images, targets, params, *, index=None, target_index=None, 
     per = h * w * (3 if images.ndim == 4 else 1)
     chunk = max(1, _block(xp) // (4 * per))
     resid = xp.empty(e, dtype=np.float64)
-    spans = [slice(lo, min(e, lo + chunk)) for lo in range(0, e, chunk)]
+    parts = -(-e // chunk)
+    if xp is np:  # as many equal chunks on every thread (a last, lone chunk would leave the other cores idle)
+        parts = -(-parts // threads()) * threads() if e >= 64 * threads() else parts
+    edges = np.linspace(0, e, max(1, parts) + 1).round().astype(int).tolist()
+    spans = [slice(lo, hi) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo]
 
     def one(sl):
         return _gauss_newton(images, targets, params[sl], index[sl], target_index[sl], steps, xp)
