@@ -17,8 +17,12 @@ ratio (how many cores the run kept busy), the *demand* (CPU time plus the
 time the process's threads waited for a free core, over the wall time: the
 cores the run would keep busy on an otherwise idle machine; read from
 ``/proc/self/task/*/schedstat``, Linux), the load average before and after,
-the clusters and ARI against the digit classes, and whether the labels equal
-those of the first run.  Then the ratios against this code on one thread and
+the CPU time of the main thread (the work that no other thread shares: while
+the engine's pool works, the main thread waits) and from it an estimate of
+CPU / wall on an idle machine, ``CPU / (main + rest / cores)`` (an upper
+bound: it assumes the rest spreads evenly over the cores), the clusters and
+ARI against the digit classes, and whether the labels equal those of the
+first run.  Then the ratios against this code on one thread and
 against the baseline.
 """
 from __future__ import annotations
@@ -29,6 +33,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -65,10 +70,19 @@ def child(images_path: str, threads: int | None) -> None:
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     s1 = _schedstat()
     waited = sum(w - s0.get(t, (0, 0))[1] for t, (_, w) in s1.items()) / 1e9
+    main = str(threading.get_native_id())
+    main_cpu = (s1[main][0] - s0[main][0]) / 1e9
     print("RESULT " + json.dumps(dict(
-        wall_s=wall, cpu_s=cpu, waited_s=waited, load=[load0[0], os.getloadavg()[0]],
+        wall_s=wall, cpu_s=cpu, waited_s=waited, main_s=main_cpu, threads=threads or len(os.sched_getaffinity(0)),
+        load=[load0[0], os.getloadavg()[0]],
         similarity_s=res.timings["similarity_s"], mean_s=res.timings["mean_s"],
         clusters=int(res.n_clusters), labels=[int(v) for v in res.labels])))
+
+
+def _idle(r: dict, ncpu: int) -> float:
+    """CPU / wall on an idle machine if the work off the main thread spread evenly over the cores (an upper bound)."""
+    rest = r["cpu_s"] - r["main_s"]
+    return r["cpu_s"] / max(1e-9, r["main_s"] + rest / max(1, min(ncpu, r["threads"])))
 
 
 def _run(shim: Path, images_path: str, threads: int | None) -> dict:
@@ -122,6 +136,7 @@ def main(argv=None):
                 f"labels differ (ARI to the first run {adjusted_rand_score(first, r['labels']):.3f})"
             print(f"  {name:32s} wall {r['wall_s']:7.1f} s  CPU {r['cpu_s']:7.1f} s  CPU/wall "
                   f"{r['cpu_s'] / r['wall_s']:4.2f}  demand {(r['cpu_s'] + r['waited_s']) / r['wall_s']:4.2f}  "
+                  f"main thread {r['main_s']:.1f} s CPU, idle-machine estimate {_idle(r, ncpu):4.2f}  "
                   f"(similarity {r['similarity_s']:.1f} s, means {r['mean_s']:.1f} s)  load "
                   f"{r['load'][0]:.1f} -> {r['load'][1]:.1f}  k {r['clusters']}  ARI "
                   f"{adjusted_rand_score(y, r['labels']):.3f}  {same}", flush=True)
