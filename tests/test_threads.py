@@ -116,3 +116,33 @@ def test_cli_threads_option(tmp_path, monkeypatch):
                  "--quiet"]) == 0
     assert json.loads((out / "summary.json").read_text())["threads"] == 1
     assert bk.threads() == bk.cpu_count()
+
+
+def test_reading_clusters_does_not_queue_behind_the_engines_pool(digits):
+    # the window re-reads clusters on its own thread while a run may fill the engine's pool
+    from iastudio.core import clustering
+    from iastudio.core.warp import _pool
+
+    d = invariant_distances(digits[:24]).distances
+    calls = []
+    real = clustering._partitions
+    clustering_done = threading.Event()
+    release = threading.Event()
+
+    def read():
+        calls.append(clustering.read_clusters(d, k="auto"))
+        clustering_done.set()
+
+    with bk.use_threads(2):
+        busy = [_pool().submit(release.wait, 30) for _ in range(2)]  # both workers held
+        try:
+            reader = threading.Thread(target=read)
+            reader.start()
+            finished = clustering_done.wait(20)
+        finally:
+            release.set()
+            for f in busy:
+                f.result()
+            reader.join()
+    assert finished and calls and real is clustering._partitions
+    assert_array_equal(calls[0][0], clustering.read_clusters(d, k="auto")[0])
