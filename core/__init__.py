@@ -13,7 +13,7 @@ except PackageNotFoundError:  # a source tree used without installing
     __version__ = "0+unknown"
 
 from .attention import AttentionRun, RunResult, RunState, Settings, Snapshot, Stage  # noqa: E402
-from .backend import get_backend, to_host  # noqa: E402
+from .backend import get_backend, set_threads, to_host, use_threads  # noqa: E402
 from .demos import DEMO_NAMES, load_demo  # noqa: E402
 from .imageset import ImageSet, NoUsableImagesError, load_images  # noqa: E402
 from .invariant_mean import invariant_means  # noqa: E402
@@ -32,6 +32,8 @@ __all__ = [
     "RunState",
     "get_backend",
     "to_host",
+    "set_threads",
+    "use_threads",
     "DEMO_NAMES",
     "load_demo",
     "ImageSet",

@@ -25,7 +25,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from .backend import Backend, get_backend, to_host
+from .backend import Backend, get_backend, to_host, use_threads
 from .clustering import KChoice, grouping_order, read_clusters, silhouette
 from .invariant_mean import invariant_mean_step, invariant_means, start_invariant_means
 from .neighbors import resolve_neighbors
@@ -405,6 +405,11 @@ class AttentionRun:
     client : dask.distributed.Client, optional
         Run the pairwise alignment and the invariant means as tasks on this
         cluster (see :mod:`iastudio.core.distributed`); the results equal a local run's.
+    threads : int, optional
+        CPU threads the steps run on (the similarity, the means, the FFTs);
+        ``None`` (default) follows the machine: one per core this process may
+        use.  The results do not depend on it.  While a step runs it is the
+        process's setting (:func:`iastudio.core.backend.set_threads`).
     method, beta, iterations, clusters, rotation_range, angle_step, mean_steps, sigmas, init, weight_tol, \
 weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         The options of the run, keyword-only: see :class:`Settings` (the
@@ -420,7 +425,7 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
     >>> result = run.result()         # doctest: +SKIP
     """
 
-    def __init__(self, images, *, backend="auto", client=None,
+    def __init__(self, images, *, backend="auto", client=None, threads: int | None = None,
                  method: str = Settings.method, beta=Settings.beta, iterations: int = Settings.iterations,
                  clusters=Settings.clusters, rotation_range: float | None = Settings.rotation_range,
                  angle_step: float = Settings.angle_step, mean_steps: int = Settings.mean_steps,
@@ -430,6 +435,10 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
                  guard: bool | None = Settings.guard, group: str = Settings.group, neighbors=Settings.neighbors):
         #: optional ``dask.distributed.Client``: similarity chunks and mean columns run as its tasks
         self.client = client
+        if threads is not None and int(threads) < 1:
+            raise ValueError("threads must be at least 1")
+        #: CPU threads the steps run on (``None``: one per core, :func:`iastudio.core.backend.threads`)
+        self.threads = None if threads is None else int(threads)
         self.settings = Settings(
             method=method, beta=beta, iterations=iterations, clusters=clusters, rotation_range=rotation_range,
             angle_step=angle_step, mean_steps=mean_steps, sigmas=sigmas, init=init, weight_tol=weight_tol,
@@ -497,7 +506,7 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
             Same inputs, settings and Dask client; its own state (nothing of
             this run's progress is carried over) and no ``on_progress``.
         """
-        return AttentionRun(self._host_inputs, backend=backend, client=self.client,
+        return AttentionRun(self._host_inputs, backend=backend, client=self.client, threads=self.threads,
                             **{f.name: getattr(self.settings, f.name) for f in fields(Settings)})
 
     def snapshot(self, stage: Stage | str | None = None) -> Snapshot:
@@ -567,7 +576,8 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
                 return
             t0 = time.perf_counter()
             try:
-                snap = self._advance()
+                with use_threads(self.threads):
+                    snap = self._advance()
             except _Cancelled:
                 return  # nothing of the interrupted step was committed
             finally:

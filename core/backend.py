@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import threading
 import warnings
 from dataclasses import dataclass
 from types import ModuleType
@@ -28,6 +29,10 @@ __all__ = [
     "array_module",
     "to_host",
     "fft_module",
+    "cpu_count",
+    "threads",
+    "set_threads",
+    "use_threads",
     "ndimage_module",
     "DeviceOutOfMemory",
     "GpuFallbackWarning",
@@ -151,7 +156,8 @@ def fft_module(xp: ModuleType):
     """FFT functions for ``xp``: :mod:`scipy.fft` on every CPU core for NumPy, :mod:`cupy.fft` for CuPy.
 
     For NumPy the transforms (``fft2``, ``rfft2``, ``irfft2``, ...) run batched
-    on all the cores this process may use (SciPy's ``workers=``); anything
+    on :func:`threads` threads (SciPy's ``workers=``; one inside a worker of
+    the engine's pool, which already fills the cores); anything
     else (``fftshift``, ``next_fast_len``) is :mod:`scipy.fft`'s own.
     """
     if xp is np:
@@ -170,17 +176,94 @@ def cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+_THREADS = None  # set_threads(): the engine's thread count; None follows the machine (cpu_count)
+_THREADS_LOCK = threading.Lock()
+_WORKER = threading.local()
+
+
+def threads() -> int:
+    """Threads the engine's CPU work runs on: :func:`set_threads`'s count, else :func:`cpu_count`.
+
+    Examples
+    --------
+    >>> with use_threads(1):
+    ...     threads()
+    1
+    """
+    return _THREADS if _THREADS is not None else cpu_count()
+
+
+def set_threads(n: int | None) -> int | None:
+    """Run the engine's CPU work on ``n`` threads (``None``: one per core); returns the previous setting.
+
+    Parameters
+    ----------
+    n : int or None
+        At least 1; ``None`` follows the machine (:func:`cpu_count`).  It sets
+        the warp's thread pool (:func:`iastudio.core.warp.parallel_map`), the
+        FFTs' ``workers=`` and the nearest-neighbour search for the whole
+        process.
+    """
+    global _THREADS
+    if n is not None:
+        n = int(n)
+        if n < 1:
+            raise ValueError("threads must be at least 1")
+    with _THREADS_LOCK:
+        previous, _THREADS = _THREADS, n
+    return previous
+
+
+@contextlib.contextmanager
+def use_threads(n: int | None):
+    """:func:`set_threads` ``n`` inside the block, the previous setting after it (``None``: no change)."""
+    if n is None:
+        yield
+        return
+    previous = set_threads(n)
+    try:
+        yield
+    finally:
+        set_threads(previous)
+
+
+def in_worker() -> bool:
+    """True in a thread of the engine's pool (:func:`iastudio.core.warp.parallel_map`): its work runs on one thread."""
+    return getattr(_WORKER, "active", False)
+
+
+@contextlib.contextmanager
+def as_worker():
+    """Mark the calling thread as a worker of the engine's pool inside the block."""
+    before = in_worker()
+    _WORKER.active = True
+    try:
+        yield
+    finally:
+        _WORKER.active = before
+
+
+def _workers() -> int:
+    """FFT workers for a call now: one inside a pool worker (the pool already fills the cores), else :func:`threads`."""
+    return 1 if in_worker() else threads()
+
+
 def _threaded_scipy_fft():
     global _SCIPY_FFT
     if _SCIPY_FFT is None:
-        import functools
-
         import scipy.fft
 
-        workers = cpu_count()
+        def threaded(fn):
+            def call(*args, **kwargs):
+                kwargs.setdefault("workers", _workers())
+                return fn(*args, **kwargs)
+
+            call.__name__, call.__doc__ = fn.__name__, fn.__doc__
+            return call
+
         ns = {name: getattr(scipy.fft, name) for name in dir(scipy.fft) if not name.startswith("_")}
-        ns.update({name: functools.partial(getattr(scipy.fft, name), workers=workers) for name in _TRANSFORMS})
-        _SCIPY_FFT = ModuleType("scipy_fft_threaded", "scipy.fft with workers= set to the CPU count")
+        ns.update({name: threaded(getattr(scipy.fft, name)) for name in _TRANSFORMS})
+        _SCIPY_FFT = ModuleType("scipy_fft_threaded", "scipy.fft with workers= set to the engine's thread count")
         _SCIPY_FFT.__dict__.update(ns)
     return _SCIPY_FFT
 

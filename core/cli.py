@@ -22,6 +22,7 @@ import numpy as np
 
 from . import __version__, se2
 from .atomic import ResultFolder, signals_held
+from .backend import threads
 from .demos import DEMO_NAMES, load_demo
 from .filenames import printable
 from .imageset import ImageSet, NoUsableImagesError, load_images
@@ -69,6 +70,7 @@ def _whole_number(name, minimum, *, auto=False):
 _clusters = _whole_number("--clusters", 1, auto=True)
 _size = _whole_number("--size", 8)
 _iterations = _whole_number("--iterations", 1)
+_threads = _whole_number("--threads", 1)
 
 
 def _neighbors(text):
@@ -123,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "auto: only when the images are noisy (estimated from the frame's corners); "
                         "summary.json says what it did")
     p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
+    p.add_argument("--threads", type=_threads, default=None, metavar="N",
+                   help="CPU threads the engine runs on (default: one per core this process may use)")
     p.add_argument("--neighbors", type=_neighbors, default="auto", metavar="K|all|auto",
                    help="align only each image's K candidate neighbours (auto: all pairs up to 300 images, "
                         "K=30 above)")
@@ -434,7 +438,7 @@ def _run_body(args, client) -> int:
     run = AttentionRun(images, backend=args.backend, method=args.method, beta=args.beta,
                        iterations=args.iterations, clusters=args.clusters,
                        rotation_range=args.rotation_range, angle_step=args.angle_step, group=args.group,
-                       neighbors=args.neighbors, client=client)
+                       neighbors=args.neighbors, client=client, threads=args.threads)
     history = _iterate(run, args)
     res = run.result()
     out = args.results.open()  # a hidden folder beside --out; moved into place when complete
@@ -582,6 +586,7 @@ def _summary(args, data, canvas, run, res, seconds: float) -> dict:
         "n_clusters": int(res.n_clusters),
         "skipped": data.skipped,
         "backend": run.backend.describe(),
+        "threads": run.threads or threads(),
         "iterations": int(res.iterations),
         "parameters": {
             "method": args.method, "clusters": args.clusters, "beta": args.beta, "beta_used": res.beta,

@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from .backend import in_worker, threads
 from .weights import graph_affinity, local_bandwidth
 
 __all__ = [
@@ -556,8 +557,20 @@ def _partitions(affinity, ks) -> dict:
                                       eigen_tol=1e-8, random_state=0, drop_first=False)
         else:
             maps = spectral_embedding(a + 1e-12, n_components=max(inside), random_state=0, drop_first=False)
-    return {k: relabel_by_appearance(cluster_qr(maps[:, :k])) if k in inside else _spectral(affinity, k)
-            for k in ks}
+    def cut(k):
+        return relabel_by_appearance(cluster_qr(maps[:, :k]))
+
+    workers = min(threads(), len(inside))
+    if workers > 1 and not in_worker():
+        # each k's pivoted QR on a thread of its own (LAPACK releases the GIL); a pool of its own, not the
+        # engine's: the window re-reads clusters on its thread and must not queue behind a running computation
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ia-cuts") as pool:
+            cuts = dict(zip(inside, pool.map(cut, inside)))
+    else:
+        cuts = {k: cut(k) for k in inside}
+    return {k: cuts[k] if k in cuts else _spectral(affinity, k) for k in ks}
 
 
 def silhouette(distances, labels, *, probes=None) -> float | None:

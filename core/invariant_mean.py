@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import se2
-from .backend import array_module, block_elements, cpu_count, in_blocks, is_out_of_memory, to_host
+from .backend import array_module, block_elements, in_blocks, is_out_of_memory, threads, to_host
 from .gauss_newton import gauss_newton_metric, gauss_newton_step
 from .smoothing import gaussian_smooth
 from .warp import parallel_map, warp
@@ -425,8 +425,11 @@ def _update_entries(images, means, src_all, col_all, wt_all, params, m, *, sigma
         else:
             res = _update_block(images, means[col], src, params[lo:hi], given, **opts)
         tau, out, jac, f = res
-        return (ix, tau, out, jac, _segment_sum(out, col, m, xp, weights=wt),
-                _segment_sum((wt * f)[:, None], col, m, xp)[:, 0])
+        # on the host, sums over the block's own columns only (the others would be 0; one copy of all the
+        # means per block was most of the memory traffic of a large run's step)
+        c0, c1 = (int(col.min()), int(col.max()) + 1) if xp is np and hi > lo else (0, m)
+        return (ix, tau, out, jac, slice(c0, c1), _segment_sum(out, col - c0, c1 - c0, xp, weights=wt),
+                _segment_sum((wt * f)[:, None], col - c0, c1 - c0, xp)[:, 0])
 
     def work(lo, hi, on_host=False):
         if check is not None:
@@ -434,12 +437,12 @@ def _update_entries(images, means, src_all, col_all, wt_all, params, m, *, sigma
         spans = _split(lo, hi) if xp is np else [(lo, hi)]  # NumPy: the block's parts on every core
         parts = parallel_map(lambda span: one(*span), spans) if xp is np else [one(lo, hi, on_host)]
         # nothing is written before here: a block that ran out of memory is redone from the same start
-        for (a, b), (ix, tau, out, jac, add_sums, add_obj) in zip(spans, parts):
+        for (a, b), (ix, tau, out, jac, cols, add_sums, add_obj) in zip(spans, parts):
             params[a:b] = tau
             if cache is not None and (on_host or not isinstance(ix, slice)):  # a slice was updated in place
                 cache[0][ix], cache[1][ix] = out, jac
-            sums[...] += add_sums
-            obj[...] += add_obj
+            sums[cols] += add_sums
+            obj[cols] += add_obj
 
     e = int(src_all.shape[0])
     in_blocks(e, _block_entries(images), work, xp=xp, what="invariant mean", minimum=_MIN_ENTRIES,
@@ -449,7 +452,7 @@ def _update_entries(images, means, src_all, col_all, wt_all, params, m, *, sigma
 
 def _split(lo, hi, smallest=32):
     """``lo .. hi`` in one part per CPU core (parts of at least ``smallest`` entries)."""
-    parts = max(1, min(cpu_count(), (hi - lo) // smallest))
+    parts = max(1, min(threads(), (hi - lo) // smallest))
     edges = np.linspace(lo, hi, parts + 1).round().astype(int)
     return list(zip(edges[:-1].tolist(), edges[1:].tolist()))
 

@@ -32,9 +32,10 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .backend import array_module, fft_module, to_host
+from .backend import array_module, fft_module, threads, to_host
 from .clustering import closest_in_rows, nearest_pairs
 from .similarity import invariant_distances, join_pair_results, sample_polar
+from .warp import parallel_map
 from .weights import graph_affinity
 
 __all__ = [
@@ -165,7 +166,8 @@ def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
     n_angles : int
         Angles per polar ring.
     n_jobs : int, optional
-        Passed to :class:`~sklearn.neighbors.NearestNeighbors`.
+        Passed to :class:`~sklearn.neighbors.NearestNeighbors` (default: the
+        engine's thread count, :func:`iastudio.core.backend.threads`).
 
     Returns
     -------
@@ -183,10 +185,12 @@ def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
     feats = to_host(xp.abs(q), np.float32).reshape(n, -1)
     feats /= np.maximum(np.linalg.norm(feats, axis=1, keepdims=True), 1e-12)
     k1 = min(n - 1, max(k, oversample * k))
+    n_jobs = threads() if n_jobs is None else n_jobs
     idx = NearestNeighbors(n_neighbors=k1 + 1, n_jobs=n_jobs).fit(feats).kneighbors(feats, return_distance=False)
     top = np.empty((n, k), dtype=np.int64)
     step = max(1, (1 << 22) // (k1 * q.shape[1] * q.shape[2]))
-    for lo in range(0, n, step):
+
+    def rerank(lo):
         hi = min(n, lo + step)
         cand = idx[lo:hi]
         g = (xp.conj(q[lo:hi])[:, None] * q[xp.asarray(cand)]).sum(axis=2)  # (b, c, F)
@@ -194,6 +198,13 @@ def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
         score[cand == np.arange(lo, hi)[:, None]] = -np.inf  # not itself
         order = np.argsort(-score, axis=1, kind="stable")[:, :k]
         top[lo:hi] = np.take_along_axis(cand, order, axis=1)
+
+    starts = range(0, n, step)
+    if xp is np:  # the blocks on every thread
+        parallel_map(rerank, starts)
+    else:
+        for lo in starts:
+            rerank(lo)
     rows = np.repeat(np.arange(n), k)
     cols = top.ravel()
     a, b = np.minimum(rows, cols), np.maximum(rows, cols)

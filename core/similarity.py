@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import se2
-from .backend import array_module, block_elements, fft_module, in_blocks, ndimage_module, to_host
+from .backend import array_module, block_elements, fft_module, in_blocks, ndimage_module, threads, to_host
 from .gauss_newton import gauss_newton_step
 from .warp import parallel_map, warp
 
@@ -261,21 +261,42 @@ def _translation_search(fv_conj, images, pairs_i, pairs_j, angle_idx, angles, p,
         ks = uniq[c0:c1]
         params = np.zeros((ks.size, 3))
         params[:, 0] = angles[ks // n]
-        rot = warp(images, xp.asarray(params), index=xp.asarray(ks % n))
-        fu = fft.rfft2(rot, s=(p, p), axes=(1, 2))
+        if xp is np:  # the combinations in one part per thread, each warped and transformed on its own
+            fu = np.empty((ks.size, p, p // 2 + 1) + images.shape[3:], dtype=np.result_type(images.dtype, np.complex64))
+
+            def spectra(lo, hi, fu=fu, params=params, ks=ks):
+                fu[lo:hi] = fft.rfft2(warp(images, params[lo:hi], index=ks[lo:hi] % n), s=(p, p), axes=(1, 2))
+
+            parallel_map(lambda span: spectra(*span), _even_spans(0, ks.size, ks.size, xp))
+        else:
+            rot = warp(images, xp.asarray(params), index=xp.asarray(ks % n))
+            fu = fft.rfft2(rot, s=(p, p), axes=(1, 2))
         e0, e1 = int(first[c0]), int(first[c1]) if c1 < uniq.size else order.size
-        for lo in range(e0, e1, entries_per_block):
-            hi = min(e1, lo + entries_per_block)
+
+        def correlate(lo, hi, fu=fu, c0=c0):
             prod = fv_conj[pj_sorted[lo:hi]] * fu[xp.asarray(slot[lo:hi] - c0)]
             if prod.ndim == 4:
                 prod = prod.sum(axis=-1)
-            corr = fft.irfft2(prod, s=(p, p), axes=(1, 2))
-            sc, sh = _peak(corr, xp)
+            return _peak(fft.irfft2(prod, s=(p, p), axes=(1, 2)), xp)
+
+        spans = _even_spans(e0, e1, entries_per_block, xp)
+        # NumPy: the blocks of entries on every thread (each one's FFTs on its own thread)
+        found = parallel_map(lambda span: correlate(*span), spans) if xp is np else (correlate(*s) for s in spans)
+        for (lo, hi), (sc, sh) in zip(spans, found):
             dest = xp.asarray(order[lo:hi])
             score[dest] = sc
             shift[dest] = sh
         progress(c1 / uniq.size)
     return score, shift
+
+
+def _even_spans(lo, hi, most, xp):
+    """``lo .. hi`` in equal parts of at most ``most`` items, at least one per thread on NumPy (>= 64 items each)."""
+    parts = -(-(hi - lo) // most)
+    if xp is np:
+        parts = max(parts, min(threads(), (hi - lo) // 64))
+    edges = np.linspace(lo, hi, max(1, parts) + 1).round().astype(int).tolist()
+    return list(zip(edges[:-1], edges[1:]))
 
 
 def _peak(corr, xp):
@@ -331,7 +352,11 @@ def refine_alignment(images, targets, params, *, index=None, target_index=None, 
     per = h * w * (3 if images.ndim == 4 else 1)
     chunk = max(1, _block(xp) // (4 * per))
     resid = xp.empty(e, dtype=np.float64)
-    spans = [slice(lo, min(e, lo + chunk)) for lo in range(0, e, chunk)]
+    parts = -(-e // chunk)
+    if xp is np:  # as many equal chunks on every thread (a last, lone chunk would leave the other cores idle)
+        parts = -(-parts // threads()) * threads() if e >= 64 * threads() else parts
+    edges = np.linspace(0, e, max(1, parts) + 1).round().astype(int).tolist()
+    spans = [slice(lo, hi) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo]
 
     def one(sl):
         return _gauss_newton(images, targets, params[sl], index[sl], target_index[sl], steps, xp)
@@ -541,7 +566,12 @@ class _Aligner:
         h, w = self.images.shape[1:3]
         self.angles, self.allowed = angle_grid(angle_step, rotation_range)
         self.candidates, self.refine_steps = candidates, refine_steps
-        self.q = _polar_spectra(self.images, self.angles.size, xp)
+        if xp is np:  # each image's spectrum is its own: the images in one part per thread
+            parts = parallel_map(lambda span: _polar_spectra(self.images[span[0]:span[1]], self.angles.size, xp),
+                                 _even_spans(0, self.images.shape[0], self.images.shape[0], xp))
+            self.q = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        else:
+            self.q = _polar_spectra(self.images, self.angles.size, xp)
         self.p = _fast_len(int(np.ceil(1.5 * max(h, w))))
         self.fv_conj = xp.conj(fft_module(xp).rfft2(self.images, s=(self.p, self.p), axes=(1, 2)))
 
@@ -612,12 +642,13 @@ def _align_pairs(images, q, fv_conj, pi, pj, angles, allowed, candidates, refine
     n_angles = angles.size
     n_pairs = int(pi.shape[0])
     # 1. rotation candidates
-    cand_list = []
     step = max(1, _block(xp) // (n_angles * q.shape[1]))
-    for lo in range(0, n_pairs, step):
-        sl = slice(lo, lo + step)
-        sc = _rotation_scores(q, pi[sl], pj[sl], n_angles, xp)
-        cand_list.append(_pick_candidates(sc, allowed, candidates, xp))
+
+    def rotations(lo, hi):
+        return _pick_candidates(_rotation_scores(q, pi[lo:hi], pj[lo:hi], n_angles, xp), allowed, candidates, xp)
+
+    spans = _even_spans(0, n_pairs, step, xp)  # NumPy: the blocks of pairs on every thread
+    cand_list = parallel_map(lambda span: rotations(*span), spans) if xp is np else [rotations(*s) for s in spans]
     cand = xp.concatenate(cand_list, axis=1)  # (K, E)
     k = cand.shape[0]
     progress(0.1)

@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from .backend import array_module, block_elements, cpu_count
+from .backend import array_module, as_worker, block_elements, in_worker, threads
 
 __all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp", "parallel_map", "describe_code",
            "describe_gpu_code", "prepare"]
@@ -473,21 +473,22 @@ def _source_index(index, n_src, b, xp):
     return index
 
 
-_POOL = None
-_LOCAL = threading.local()
+_POOLS = {}  # thread count -> its pool
+_POOLS_LOCK = threading.Lock()
 
 
 def _in_worker() -> bool:
-    return getattr(_LOCAL, "worker", False)
+    return in_worker()
 
 
 def parallel_map(fn, items) -> list:
-    """``[fn(x) for x in items]`` with the items spread over the CPU cores (NumPy work).
+    """``[fn(x) for x in items]`` with the items spread over the engine's threads (NumPy work).
 
-    Results come back in the order of ``items``.  Inside ``fn`` the warp runs
-    on its own thread (no nested use of the pool); on one core, inside a
-    worker already, or for fewer than two items it is a plain loop.  An
-    exception raised by ``fn`` is raised here.
+    Results come back in the order of ``items``.  Inside ``fn`` the warp and
+    the FFTs run on its own thread (no nested use of the pool); with one
+    thread (:func:`iastudio.core.backend.threads`), inside a worker already,
+    or for fewer than two items it is a plain loop.  An exception raised by
+    ``fn`` is raised here.
     """
     items = list(items)
     pool = _pool()
@@ -495,26 +496,23 @@ def parallel_map(fn, items) -> list:
         return [fn(x) for x in items]
 
     def run(x):
-        _LOCAL.worker = True
-        try:
+        with as_worker():
             return fn(x)
-        finally:
-            _LOCAL.worker = False
 
     return list(pool.map(run, items))
 
 
 def _pool():
-    """A thread pool over the CPU cores (None on a single core)."""
-    global _POOL
+    """A thread pool of :func:`iastudio.core.backend.threads` workers (None for one thread)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    n = cpu_count()
+    n = threads()
     if n < 2:
         return None
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ia-warp")
-    return _POOL
+    with _POOLS_LOCK:
+        if n not in _POOLS:
+            _POOLS[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ia-warp")
+        return _POOLS[n]
 
 
 def _warp_block(flat, params, index, rr, cc, h, w, hp, wp, dtype, xp, out, grad):

@@ -54,8 +54,23 @@ def test_to_host_and_modules():
     x = np.random.default_rng(0).random((3, 8, 8)).astype(np.float32)
     assert np.array_equal(fft.rfft2(x, s=(12, 12), axes=(1, 2)), scipy.fft.rfft2(x, s=(12, 12), axes=(1, 2)))
     assert fft.next_fast_len is scipy.fft.next_fast_len and fft.fftshift is scipy.fft.fftshift
-    assert fft.rfft2.keywords == {"workers": bk.cpu_count()}  # every core
     assert bk.ndimage_module(np) is scipy.ndimage
+
+
+def test_fft_workers_follow_the_thread_count(monkeypatch):
+    import scipy.fft
+
+    seen = []
+    monkeypatch.setattr(scipy.fft, "rfft2", lambda *a, workers=None, **k: seen.append(workers))
+    monkeypatch.setattr(bk, "_SCIPY_FFT", None)  # rebuilt around the spy
+    fft = bk.fft_module(np)
+    fft.rfft2(np.zeros((2, 4, 4)))  # every core
+    with bk.use_threads(3):
+        fft.rfft2(np.zeros((2, 4, 4)))
+        with bk.as_worker():  # inside the engine's pool: one thread each
+            fft.rfft2(np.zeros((2, 4, 4)))
+    fft.rfft2(np.zeros((2, 4, 4)), workers=2)  # a caller's own choice wins
+    assert seen == [bk.cpu_count(), 3, 1, 2]
 
 
 def _gpu():

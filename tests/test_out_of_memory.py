@@ -141,7 +141,7 @@ def test_mean_stage_retries_halved_blocks_with_the_same_result(monkeypatch):
     w, _ = attention_weights(sim.distances)
     w = w.astype(np.float32)
     monkeypatch.setattr(cm, "_BLOCK", 64 * 24 * 24)  # 64 entries per block
-    monkeypatch.setattr(cm, "cpu_count", lambda: 1)  # a block is not split over the cores
+    monkeypatch.setattr(cm, "threads", lambda: 1)  # a block is not split over the threads
     plain = cm.invariant_means(x, w, sim.transforms, steps=3, mass=0.999)
     real = cm._update_block
     sizes, ok = [], []

@@ -43,7 +43,7 @@ def test_options_are_the_settings_fields_keyword_only():
     kw = [p for p in params.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
     assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     fields = {f.name: f.default for f in dataclasses.fields(Settings)}
-    assert {p.name for p in kw} == set(fields) | {"backend", "client"}
+    assert {p.name for p in kw} == set(fields) | {"backend", "client", "threads"}  # where it runs, not what
     for p in kw:  # the defaults are the Settings defaults (one home)
         if p.name in fields:
             assert p.default == fields[p.name], p.name
