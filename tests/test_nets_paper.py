@@ -1,4 +1,4 @@
-"""The papers' networks as built (parameter counts, exact equivariance), mnist-rot, and honest equivariance of R8-R16."""
+"""The papers' networks as built (parameter counts, exact equivariance), mnist-rot, honest equivariance of R8-R16."""
 from __future__ import annotations
 
 import math
@@ -154,7 +154,8 @@ def test_z2_self_attention_net_is_not_invariant():
 # ---------------------------------------------------------------- R8-R16 on real digits
 
 
-@pytest.mark.parametrize("name,n", [("gsa-r8-small", 8), ("gsa-r12-small", 12), ("gsa-r16-small", 16)])
+@pytest.mark.parametrize("name,n", [("gsa-r8-small", 8), pytest.param("gsa-r12-small", 12, marks=pytest.mark.slow),
+                                    pytest.param("gsa-r16-small", 16, marks=pytest.mark.slow)])
 def test_interpolated_groups_on_real_digits(name, n, capsys):
     """R8-R16 on real MNIST digits: exact on the 90 degree subgroup, but under the group's own other rotations the
     logits move about as much as under angles off the group -- bilinear resampling of the input dominates."""
@@ -163,13 +164,13 @@ def test_interpolated_groups_on_real_digits(name, n, capsys):
 
     torch.manual_seed(5)
     model = build_model(name).eval()
-    x = _digits(8, seed=1)[:, 0].numpy()
+    x = _digits(6, seed=1)[:, 0].numpy()
     quarter = invariance_error(model, x, angles=[math.pi / 2, math.pi, 3 * math.pi / 2])
     own = [a for a in group_angles(Group(n)) if abs(a / (math.pi / 2) - round(a / (math.pi / 2))) > 1e-9]
-    e_own = invariance_error(model, x, angles=own)
-    e_off = invariance_error(model, x, angles=offgroup_angles(Group(n)))
+    e_own = invariance_error(model, x, angles=own[:3])  # the first three: 45-135 (R8), 30-120 (R12), 22.5-67.5 (R16)
+    e_off = invariance_error(model, x, angles=offgroup_angles(Group(n))[:3])
     with capsys.disabled():
-        print(f"\n{name} (untrained, 8 real digits): 90° {quarter:.1e}, own rotations {e_own:.1e}, "
+        print(f"\n{name} (untrained, 6 real digits): 90° {quarter:.1e}, own rotations {e_own:.1e}, "
               f"off-group {e_off:.1e}")
     assert quarter < 1e-5
     assert e_own > 100 * quarter and e_own > 1e-5  # resampling is visible, not hidden

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Dataset", "mnist_rot", "rot_digits", "load_folder", "load_amat", "load_rotmnist", "load_npz", "save_npz", "load_data",
-           "from_imageset",
+__all__ = ["Dataset", "mnist_rot", "rot_digits", "load_folder", "load_amat", "load_rotmnist", "load_npz", "save_npz",
+           "load_data", "from_imageset",
            "AMAT_FILES"]
 
 AMAT_FILES = ("mnist_all_rotation_normalized_float_train_valid.amat",

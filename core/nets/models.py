@@ -274,7 +274,11 @@ def _norm(channels):
 
 
 class _ResidualAttentionBlock(nn.Module):
-    """Seed 002's block: ``y = crop(att(x)) + crop(x)``, ``att`` = norm, Swish, GSA, norm, Swish, dropout; ``y + mlp(y)``."""
+    """Seed 002's block: ``y = crop(att(x)) + crop(x)``, then ``y + mlp(y)``.
+
+    ``att``: norm, Swish, group self-attention, norm, Swish, dropout; ``mlp``: pointwise linear, norm, Swish,
+    pointwise linear, norm.
+    """
 
     def __init__(self, channels, crop, *, value_dropout, **gsa):
         super().__init__()
