@@ -218,3 +218,18 @@ def test_mnist_rot_is_fixed_rotated_and_standardised():
     assert concentration(raw.x_train[raw.y_train == 1]) < 0.2
     with pytest.raises(ValueError, match="mnist-rot"):
         load_data("mnist-rot", size=32)
+
+
+@pytest.mark.parametrize("name", ["a-p4cnn", "aF-p4cnn"])
+def test_paper_attention_maps_turn_with_the_input(name):
+    from iastudio.core.nets.inspect import inspect_image
+
+    torch.manual_seed(3)
+    model = build_model(name).eval()
+    img = _digits(1)[0, 0].numpy()
+    a = inspect_image(model, img)
+    b = inspect_image(model, img, angle_deg=90)
+    assert a.maps is not None and a.maps.shape[0] == 4
+    assert_allclose(b.probabilities, a.probabilities, atol=1e-5)
+    for h in range(4):  # rotated, and moved on to the next group element
+        assert_allclose(b.maps[(h + 1) % 4], np.rot90(a.maps[h]), atol=1e-5)
