@@ -18,8 +18,11 @@ import importlib.util
 INSTALL_HINT = 'pip install "invariant-attention-studio[nets]"'
 
 #: The model names (also :data:`iastudio.core.nets.models.MODELS`), available without importing PyTorch.
-MODEL_NAMES = ("cnn", "p4cnn", "a-p4cnn", "aF-p4cnn", "p4mcnn", "a-p4mcnn", "z2sa", "gsa-r4", "gsa-r8", "gsa-r12",
-               "gsa-r16", "gsa-r4m")
+#: The plain names are the papers' networks; ``-small`` marks the scaled-down versions (quick on a CPU).
+MODEL_NAMES = ("cnn", "p4cnn", "a-p4cnn", "aF-p4cnn", "p4mcnn", "a-p4mcnn", "aF-p4mcnn", "z2sa", "gsa-r4", "gsa-r8",
+               "gsa-r12", "gsa-r16", "gsa-r4m", "gsa-r8m",
+               "cnn-small", "p4cnn-small", "a-p4cnn-small", "aF-p4cnn-small", "p4mcnn-small", "a-p4mcnn-small",
+               "z2sa-small", "gsa-r4-small", "gsa-r8-small", "gsa-r12-small", "gsa-r16-small", "gsa-r4m-small")
 
 
 def torch_available() -> bool:

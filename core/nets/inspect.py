@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from .groups import rotate_images
-from .models import GroupCNN, GSANet
+from .models import GroupCNN, GSANet, PaperGroupCNN, PaperGSANet
 
 __all__ = ["Inspection", "inspect_image"]
 
@@ -68,11 +68,11 @@ def inspect_image(model, image: np.ndarray, *, angle_deg: float = 0.0, query=Non
     model.eval()
     probs = torch.softmax(model(x), dim=1)[0].numpy()
     maps, kind = None, "no attention in this model"
-    if isinstance(model, GroupCNN) and model.attention:
+    if isinstance(model, (GroupCNN, PaperGroupCNN)) and model.attention:
         found = model.attention_maps()
         if found:
             maps, kind = found[0][0].numpy(), "spatial attention α⁺ of the first attentive layer, per rotation"
-    elif isinstance(model, GSANet) and model.lift.last_attention is not None and query is not None:
+    elif isinstance(model, (GSANet, PaperGSANet)) and model.lift.last_attention is not None and query is not None:
         p = model.lift.last_attention[0].mean(dim=0)  # (H, XY, K)
         side, size = x.shape[-1], model.lift.size
         qr, qc = _rotate_point(query, angle_deg, side)
@@ -83,7 +83,7 @@ def inspect_image(model, image: np.ndarray, *, angle_deg: float = 0.0, query=Non
             if 0 <= r < side and 0 <= c < side:
                 maps[:, r, c] = p[:, qr * side + qc, kk].numpy()
         kind = f"lifting self-attention weights of the query at row {qr}, column {qc}, per rotation"
-    elif isinstance(model, GSANet) and model.lift.last_attention is not None:
+    elif isinstance(model, (GSANet, PaperGSANet)) and model.lift.last_attention is not None:
         p = model.lift.last_attention[0].mean(dim=0)  # (H, XY, K)
         side = x.shape[-1]
         size = model.lift.size

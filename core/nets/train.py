@@ -16,7 +16,8 @@ from .models import build_model, count_parameters, model_group
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrainResult", "pick_device", "train_model", "evaluate", "invariance_error", "save_model",
+__all__ = ["TrainResult", "pick_device", "train_model", "evaluate", "invariance_error", "invariance_errors",
+           "group_angles", "offgroup_angles", "save_model",
            "load_model", "save_learning_curve", "set_seed"]
 
 
@@ -52,6 +53,7 @@ class TrainResult:
     invariance_error_90: float
     invariance_error_group: float | None
     history: list = field(default_factory=list)
+    invariance_error_offgroup: float | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -80,24 +82,49 @@ def evaluate(model, x, y, *, device="cpu", batch=256) -> tuple[float, float]:
 
 
 @torch.no_grad()
-def invariance_error(model, x, *, angles, device="cpu", batch=256) -> float:
-    """Mean relative change of the logits when the images are rotated: ``|z(g x) - z(x)| / |z(x)|``.
+def invariance_errors(model, x, *, angles, device="cpu", batch=256, background: float = 0.0) -> list[float]:
+    """Per angle, the mean relative change of the logits under rotation: ``|z(g x) - z(x)| / |z(x)|``.
 
-    Averaged over the images and the given ``angles`` (radians; multiples of 90 degrees are exact
-    pixel permutations, others are bilinear).
+    Parameters
+    ----------
+    model : torch.nn.Module
+    x : array, shape (n, S, S)
+    angles : sequence of float
+        Radians; multiples of 90 degrees are exact pixel permutations, others bilinear.
+    background : float
+        The value of an empty pixel: the corners a rotation uncovers get it (0 for images in ``[0, 1]``,
+        :attr:`~iastudio.core.nets.data.Dataset.background` for standardised ones).
+
+    Returns
+    -------
+    list of float
+        One mean over the images per angle.
     """
     x = torch.as_tensor(x, dtype=torch.float32)
     z = predict_logits(model, x, device=device, batch=batch)
     errs = []
     for a in angles:
-        zr = predict_logits(model, rotate_images(x, float(a)), device=device, batch=batch)
+        xr = rotate_images(x - background, float(a)) + background
+        zr = predict_logits(model, xr, device=device, batch=batch)
         errs.append(((zr - z).norm(dim=1) / z.norm(dim=1).clamp_min(1e-12)).mean().item())
+    return errs
+
+
+def invariance_error(model, x, *, angles, device="cpu", batch=256, background: float = 0.0) -> float:
+    """:func:`invariance_errors` averaged over the angles (0 without angles)."""
+    errs = invariance_errors(model, x, angles=angles, device=device, batch=batch, background=background)
     return float(np.mean(errs)) if errs else 0.0
 
 
 def group_angles(group: Group) -> list[float]:
     """The non-trivial rotation angles of the group."""
     return [2 * math.pi * k / group.n_rot for k in range(1, group.n_rot)]
+
+
+def offgroup_angles(group: Group) -> list[float]:
+    """Angles halfway between neighbouring rotations of the group (of p4 for groups with fewer than 4)."""
+    n = max(group.n_rot, 4)
+    return [math.pi * (2 * k + 1) / n for k in range(n)]
 
 
 def train_model(name: str, data, *, epochs: int = 10, batch: int = 64, lr: float = 1e-3, weight_decay: float = 1e-4,
@@ -173,11 +200,14 @@ def train_model(name: str, data, *, epochs: int = 10, batch: int = 64, lr: float
     seconds = time.perf_counter() - t0
     xs = data.x_test[:eval_subset] if eval_subset else data.x_test
     group = model_group(name)
-    err90 = invariance_error(model, xs, angles=[math.pi / 2, math.pi, 3 * math.pi / 2], device=dev)
-    errg = None if group.exact else invariance_error(model, xs, angles=group_angles(group), device=dev)
+    bg = getattr(data, "background", 0.0)
+    err90 = invariance_error(model, xs, angles=[math.pi / 2, math.pi, 3 * math.pi / 2], device=dev, background=bg)
+    own = [a for a in group_angles(group) if abs(a / (math.pi / 2) - round(a / (math.pi / 2))) > 1e-9]
+    errg = invariance_error(model, xs, angles=own, device=dev, background=bg) if own else None
+    erro = invariance_error(model, xs, angles=offgroup_angles(group), device=dev, background=bg)
     last = history[-1] if history else {"test_accuracy": float("nan")}
     result = TrainResult(name, data.name, last["test_accuracy"], 1.0 - last["test_accuracy"],
-                         count_parameters(model), len(history), seed, str(dev), seconds, err90, errg, history)
+                         count_parameters(model), len(history), seed, str(dev), seconds, err90, errg, history, erro)
     return model.cpu().eval(), result
 
 
