@@ -180,12 +180,11 @@ def test_the_parameter_bound_is_the_model_s_own_count(tmp_path):
                                      {"channels": 24, "layers": 2, "blocks": 3, "heads": 1, "head_dim": 9}])
 def test_the_cheap_bound_is_above_every_real_count(name, options):
     """Below MAX_PARAMETERS the model is built without the meta count: the bound must hold."""
-    from iastudio.core.nets.modelfile import OPTION_LIMITS, weights_bound
+    from iastudio.core.nets.modelfile import _FAMILY_OPTIONS, OPTION_LIMITS, weights_bound
     from iastudio.core.nets.models import _SPECS
 
     family = _SPECS[name][0]
-    own = {k: v for k, v in options.items() if k in ("channels", "layers" if family == "cnn" else "blocks")
-           or (family == "gsa" and k in ("heads", "head_dim"))}
+    own = {k: v for k, v in options.items() if k in _FAMILY_OPTIONS[family]}  # the options its family takes
     assert all(OPTION_LIMITS[k][0] <= v <= OPTION_LIMITS[k][1] for k, v in own.items())
     info = check_model_info(name, 7, own)
     real = sum(v.numel() for v in build_model(name, n_classes=7, **own).state_dict().values())

@@ -38,7 +38,9 @@ OPTION_LIMITS = {"channels": (1, 1024, True), "layers": (1, 32, True), "blocks":
                  "heads": (1, 32, True), "head_dim": (1, 256, True), "size": (1, 15, True),
                  "dropout": (0.0, 0.99, False)}
 _FAMILY_OPTIONS = {"cnn": {"channels", "layers", "dropout"},
-                   "gsa": {"channels", "blocks", "heads", "head_dim", "size", "dropout"}}
+                   "gsa": {"channels", "blocks", "heads", "head_dim", "size", "dropout"},
+                   "paper-cnn": {"channels", "dropout"},  # the papers' 7-layer backbone: its depth is the paper's
+                   "paper-gsa": {"channels", "heads", "head_dim", "size", "dropout"}}  # 5 blocks, as the paper
 
 
 def save_model(model, path, *, name: str, n_classes: int, options=None) -> None:
@@ -147,6 +149,15 @@ def weights_bound(info) -> int:
     if family == "cnn":
         per = 13 * n * c * c + 200 * n + 10 * c  # the group conv, its attention or the input attention, the norm
         layers = int(o.get("layers", 5)) + 1
+    elif family == "paper-cnn":  # six 3x3 group convs and a 4x4 one, attention per output channel on each
+        per = 16 * n * c * max(c, k) + 4 * n * c * c + 200 * n + 10 * c
+        layers = 7
+    elif family == "paper-gsa":  # 5 residual blocks: attention, a pointwise MLP, relative positions
+        heads = int(o.get("heads", 9))
+        dim = int(o.get("head_dim", 0)) or max(c // 2, 1)
+        size = int(o.get("size", 5))
+        per = (4 * c + 17 + size * size) * heads * dim + 8 * c * c + 3 * c + 64
+        layers = 6
     else:
         heads, dim = int(o.get("heads", 4)), int(o.get("head_dim", 4))
         per = (4 * c + 17 + n * n) * heads * dim + 3 * c + 64  # q, k, v, out, the encodings, the norm

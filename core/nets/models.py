@@ -324,7 +324,7 @@ class PaperGSANet(nn.Module):
                  crops=(2, 0, 2, 1, 1), size=5, dropout=0.1):
         super().__init__()
         self.group = group
-        d = head_dim or channels // 2
+        d = head_dim or max(channels // 2, 1)
         if len(crops) != blocks:
             raise ValueError(f"crops needs one value per block ({blocks}), got {len(crops)}")
         self.lift = LiftingSelfAttention(1, channels, group=group, heads=heads, head_dim=d, size=size, dropout=dropout,
