@@ -466,15 +466,20 @@ def _run_body(args, client) -> int:
               file=sys.stderr)
     if summary["blank"]:
         print(f"ia-cluster: {len(summary['blank'])} blank image(s) put in a cluster of their own", file=sys.stderr)
-    for note in _notes(canvas, res):
+    for note in _notes(canvas, res, printed=True):
         print(f"ia-cluster: {note}", file=sys.stderr)
     return 0
 
 
-def _notes(canvas, res) -> list:
-    """The run's notes, after what the denoiser did (``--denoise auto`` or ``on``)."""
+def _notes(canvas, res, *, printed: bool = False) -> list:
+    """The run's notes, after what the denoiser did (``--denoise auto`` or ``on``).
+
+    ``printed`` (stderr): the denoiser's note only when it denoised; that it stepped aside (clean
+    images, most runs) is said in ``summary.json`` alone.
+    """
     rep = getattr(canvas, "denoise", None)
-    return ([rep.note] if rep is not None and rep.note else []) + list(res.notes)
+    said = rep is not None and rep.note and (rep.applied or not printed or rep.mode == "on")
+    return ([rep.note] if said else []) + list(res.notes)
 
 
 def _usable_inputs(args) -> ImageSet:
