@@ -107,48 +107,39 @@ def style_glw(widget: pg.GraphicsLayoutWidget, labels, palette: QPalette, font: 
         label.setText(label.text, color=fg.name(), size=f"{_pt(font):.1f}pt")
 
 
-def dark_palette() -> QPalette:
-    """A plain dark palette (for tests, screenshots and users who want one)."""
+def _palette(colours: dict, disabled: tuple) -> QPalette:
+    """A palette of these ``{role: (r, g, b)}`` colours; texts of disabled widgets in ``disabled``."""
     p = QPalette()
-    roles = {
-        QPalette.ColorRole.Window: (45, 45, 48), QPalette.ColorRole.WindowText: (230, 230, 230),
-        QPalette.ColorRole.Base: (30, 30, 32), QPalette.ColorRole.AlternateBase: (45, 45, 48),
-        QPalette.ColorRole.Text: (230, 230, 230), QPalette.ColorRole.Button: (55, 55, 58),
-        QPalette.ColorRole.ButtonText: (230, 230, 230), QPalette.ColorRole.ToolTipBase: (60, 60, 64),
-        QPalette.ColorRole.ToolTipText: (235, 235, 235), QPalette.ColorRole.Highlight: (42, 130, 218),
-        QPalette.ColorRole.HighlightedText: (255, 255, 255), QPalette.ColorRole.Link: (100, 170, 255),
-        QPalette.ColorRole.PlaceholderText: (160, 160, 165), QPalette.ColorRole.BrightText: (255, 80, 80),
-        QPalette.ColorRole.Light: (75, 75, 78), QPalette.ColorRole.Midlight: (62, 62, 65),
-        QPalette.ColorRole.Mid: (40, 40, 42), QPalette.ColorRole.Dark: (25, 25, 27),
-        QPalette.ColorRole.Shadow: (0, 0, 0),
-    }
-    for role, rgb in roles.items():
+    for role, rgb in colours.items():
         p.setColor(role, QColor(*rgb))
     for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText):
-        p.setColor(QPalette.ColorGroup.Disabled, role, QColor(127, 127, 127))
+        p.setColor(QPalette.ColorGroup.Disabled, role, QColor(*disabled))
     return p
+
+
+def dark_palette() -> QPalette:
+    """A plain dark palette (for tests, screenshots and users who want one)."""
+    R = QPalette.ColorRole
+    return _palette({
+        R.Window: (45, 45, 48), R.WindowText: (230, 230, 230), R.Base: (30, 30, 32), R.AlternateBase: (45, 45, 48),
+        R.Text: (230, 230, 230), R.Button: (55, 55, 58), R.ButtonText: (230, 230, 230), R.ToolTipBase: (60, 60, 64),
+        R.ToolTipText: (235, 235, 235), R.Highlight: (42, 130, 218), R.HighlightedText: (255, 255, 255),
+        R.Link: (100, 170, 255), R.PlaceholderText: (160, 160, 165), R.BrightText: (255, 80, 80),
+        R.Light: (75, 75, 78), R.Midlight: (62, 62, 65), R.Mid: (40, 40, 42), R.Dark: (25, 25, 27), R.Shadow: (0, 0, 0),
+    }, (127, 127, 127))
 
 
 def light_palette() -> QPalette:
     """A plain light palette (dark text on white and light grey), whatever the desktop's colours."""
-    p = QPalette()
-    roles = {
-        QPalette.ColorRole.Window: (239, 239, 239), QPalette.ColorRole.WindowText: (20, 20, 20),
-        QPalette.ColorRole.Base: (255, 255, 255), QPalette.ColorRole.AlternateBase: (245, 245, 245),
-        QPalette.ColorRole.Text: (20, 20, 20), QPalette.ColorRole.Button: (239, 239, 239),
-        QPalette.ColorRole.ButtonText: (20, 20, 20), QPalette.ColorRole.ToolTipBase: (255, 255, 220),
-        QPalette.ColorRole.ToolTipText: (20, 20, 20), QPalette.ColorRole.Highlight: (48, 140, 198),
-        QPalette.ColorRole.HighlightedText: (255, 255, 255), QPalette.ColorRole.Link: (0, 90, 190),
-        QPalette.ColorRole.PlaceholderText: (110, 110, 110), QPalette.ColorRole.BrightText: (200, 0, 0),
-        QPalette.ColorRole.Light: (255, 255, 255), QPalette.ColorRole.Midlight: (227, 227, 227),
-        QPalette.ColorRole.Mid: (160, 160, 160), QPalette.ColorRole.Dark: (160, 160, 160),
-        QPalette.ColorRole.Shadow: (105, 105, 105),
-    }
-    for role, rgb in roles.items():
-        p.setColor(role, QColor(*rgb))
-    for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText):
-        p.setColor(QPalette.ColorGroup.Disabled, role, QColor(150, 150, 150))
-    return p
+    R = QPalette.ColorRole
+    return _palette({
+        R.Window: (239, 239, 239), R.WindowText: (20, 20, 20), R.Base: (255, 255, 255),
+        R.AlternateBase: (245, 245, 245), R.Text: (20, 20, 20), R.Button: (239, 239, 239),
+        R.ButtonText: (20, 20, 20), R.ToolTipBase: (255, 255, 220), R.ToolTipText: (20, 20, 20),
+        R.Highlight: (48, 140, 198), R.HighlightedText: (255, 255, 255), R.Link: (0, 90, 190),
+        R.PlaceholderText: (110, 110, 110), R.BrightText: (200, 0, 0), R.Light: (255, 255, 255),
+        R.Midlight: (227, 227, 227), R.Mid: (160, 160, 160), R.Dark: (160, 160, 160), R.Shadow: (105, 105, 105),
+    }, (150, 150, 150))
 
 
 def apply_palette(choice: str, app=None) -> str:

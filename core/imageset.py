@@ -175,6 +175,25 @@ def _to_float(img: np.ndarray, path) -> np.ndarray:
     raise ImageLoadError(f"unsupported: {img.ndim}-dimensional data")
 
 
+def regular_file_size(path: Path) -> int:
+    """The size of ``path`` in bytes after checking it is a regular, non-empty file.
+
+    Raises
+    ------
+    ImageLoadError
+        Why not: the operating system's reason, "not a regular file: a FIFO", "empty file (0 bytes)".
+    """
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ImageLoadError(os_reason(exc, path)) from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise ImageLoadError(f"not a regular file: {_kind(st.st_mode)}")
+    if st.st_size == 0:
+        raise ImageLoadError("empty file (0 bytes)")
+    return int(st.st_size)
+
+
 def os_reason(exc: OSError, path=None) -> str:
     """A plain reason for an ``OSError`` met opening ``path``."""
     if exc.errno == errno.ENOENT:
@@ -244,14 +263,7 @@ def load_image(path) -> np.ndarray:
         except MemoryError:
             raise ImageLoadError("too large to decode in the memory available") from None
     path = Path(path)
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise ImageLoadError(os_reason(exc, path)) from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise ImageLoadError(f"not a regular file: {_kind(st.st_mode)}")
-    if st.st_size == 0:
-        raise ImageLoadError("empty file (0 bytes)")
+    regular_file_size(path)
     ext = path.suffix.lower()
     if ext not in IMAGE_EXTENSIONS:
         raise ImageLoadError(f"unsupported file type '{ext or path.name}'")

@@ -34,7 +34,6 @@ import math
 import mmap
 import os
 import re
-import stat
 import struct
 import threading
 import warnings
@@ -43,7 +42,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import numpy as np
 
-from .imageset import MAX_PIXELS, ImageLoadError, os_reason
+from .imageset import MAX_PIXELS, ImageLoadError, os_reason, regular_file_size
 
 __all__ = [
     "STACK_EXTENSIONS",
@@ -119,21 +118,6 @@ def source_file(name) -> Path:
     return member.path if member is not None else Path(name)
 
 
-def _check_file(path: Path) -> int:
-    """The size of ``path`` in bytes after checking it is a regular, non-empty, readable file."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise ImageLoadError(os_reason(exc, path)) from exc
-    if not stat.S_ISREG(st.st_mode):
-        from .imageset import _kind
-
-        raise ImageLoadError(f"not a regular file: {_kind(st.st_mode)}")
-    if st.st_size == 0:
-        raise ImageLoadError("empty file (0 bytes)")
-    return int(st.st_size)
-
-
 def _check_count(n: int, h: int, w: int, what: str = "images") -> None:
     if n > MAX_STACK_IMAGES:
         raise ImageLoadError(f"too many images: a stack of {n} {what} (at most {MAX_STACK_IMAGES})")
@@ -183,7 +167,7 @@ class MrcStack(Stack):
         import mrcfile
 
         self.path = path
-        size = _check_file(path)
+        size = regular_file_size(path)
         if size < _MRC_HEADER:
             raise ImageLoadError(f"truncated file: {size} bytes, shorter than an MRC header ({_MRC_HEADER})")
         _check_mrc_extended_header(path, size)  # before mrcfile, which reads (allocates) it whole
@@ -260,7 +244,7 @@ class NpyStack(Stack):
 
     def __init__(self, path: Path):
         self.path = path
-        size = _check_file(path)
+        size = regular_file_size(path)
         fmt = np.lib.format
         try:
             with open(path, "rb") as fh:
@@ -330,7 +314,7 @@ class TiffStack(Stack):
         import tifffile
 
         self.path = path
-        size = _check_file(path)
+        size = regular_file_size(path)
         errors = (tifffile.TiffFileError, ValueError, OSError, KeyError, IndexError, RuntimeError, TypeError,
                   NotImplementedError, EOFError)
         with _TiffComplaints() as complaints:
@@ -517,7 +501,7 @@ def star_members(path) -> list[StackMember | Path]:
         symbolic link): the whole file is refused, naming the first such row.
     """
     path = Path(path)
-    size = _check_file(path)
+    size = regular_file_size(path)
     if size > MAX_STAR_BYTES:
         raise ImageLoadError(f"too large for a STAR file ({size} bytes; at most {MAX_STAR_BYTES})")
     try:
