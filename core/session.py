@@ -766,11 +766,6 @@ class Session:
             ka_labels=None if self.final is None else self.final.ka_labels,
         )
 
-    def adopt_as_untitled(self) -> None:
-        """Keep what was opened (a recovered autosave) as unsaved work of its own, with no file yet."""
-        self.project_path = None
-        self._mark_dirty(True)
-
     def adopt_recovered(self) -> None:
         """Keep an opened autosave as unsaved work of the project it was autosaved from (if that file is
         still there; otherwise untitled), with a plain message instead of the autosave's path."""
