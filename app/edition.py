@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["gpu_note_text", "is_packaged", "nets_hint"]
+__all__ = ["can_draw_figures", "figures_hint", "gpu_note_text", "is_packaged", "nets_hint"]
 
 _PREFIX = "the GPU backend is not available: "
 
@@ -36,3 +36,19 @@ def nets_hint() -> str:
     return ("<b>Networks need PyTorch</b>, which is not installed here.<br>"
             'Add it with <code>pip install "invariant-attention-studio[nets]"</code> and restart the studio. '
             "Everything else in the studio works without it.")
+
+
+def can_draw_figures() -> bool:
+    """True where matplotlib, which draws the exported figures, is installed (the installer leaves it out)."""
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def figures_hint() -> str:
+    """Why *Export → Panels* cannot draw its figures here, and where the edition that can comes from."""
+    if is_packaged():
+        return ("This installed edition leaves out matplotlib, which draws the exported figures (PNG at 300 dpi, "
+                "PDF, SVG). The CSV, the cluster folders and the animation export as usual. The studio installed "
+                "with Python draws them (see the README).")
+    return 'Exported figures are drawn with matplotlib: add it with <code>pip install matplotlib</code>.'

@@ -5,6 +5,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog
 
+from .edition import can_draw_figures, figures_hint
+
 
 def progress_dialog(parent, title: str, total: int):
     """``(dialog, step)``: ``step(done, total)`` updates it and returns False once Cancel was pressed."""
@@ -61,6 +63,9 @@ class ExportActions:
     def panels(self, folder=None):
         from .export import export_panels
 
+        if not can_draw_figures():
+            self.window.dialog(QMessageBox.Icon.Information, "Figures need matplotlib", figures_hint())
+            return None
         folder = folder or QFileDialog.getExistingDirectory(self.window, "Export panels into")
         if folder:
             dlg, step = progress_dialog(self.window, "Drawing the figures (PNG, PDF, SVG)…", 6)

@@ -302,3 +302,17 @@ def test_a_stopped_run_is_autosaved(win, qtbot):
     qtbot.waitUntil(lambda: not win.projects.writing and auto.exists(), timeout=30000)
     saved = load_project(auto)
     assert saved.n == 40 and len(saved.history) >= 1 and saved.parameters.get("iterations") == 3
+
+
+def test_figures_without_matplotlib_say_so_instead_of_failing(win, monkeypatch):
+    import sys
+
+    from iastudio.app import export_actions
+
+    monkeypatch.setattr(export_actions, "can_draw_figures", lambda: False)  # the installer leaves matplotlib out
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: pytest.fail("no folder is asked for"))
+    assert win.exports.panels() is None
+    box = win.last_dialog
+    assert box.windowTitle() == "Figures need matplotlib" and "pip install" not in box.text()
+    assert "CSV" in box.text()  # what still works
