@@ -167,7 +167,7 @@ def unit_beta(beta: float, images) -> float:
 
     Examples
     --------
-    >>> unit_beta(2.0, np.array([[[0.0, 0.6], [0.8, 0.0]]]))  # s^2 = 1 / 0.8^2
+    >>> round(unit_beta(2.0, np.array([[[0.0, 0.6], [0.8, 0.0]]])), 6)  # norm 1, peak 0.8: s^2 = 1 / 0.8^2
     3.125
     """
     from .backend import to_host
