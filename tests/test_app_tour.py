@@ -68,6 +68,7 @@ def test_scrubber_shows_recorded_frames_with_a_fixed_colour_scale(win, qtbot):
                                np.asarray(final.snapshot.weights)[np.ix_(final.order, final.order)])
 
 
+@pytest.mark.slow  # the paper preset's fixed-step means: minutes on a 2-core CPU
 def test_paper_mode_runs_identity_start_and_fixed_beta_and_w_fills_in(win, qtbot):
     rp = win.run_panel
     rp.paper_mode.setChecked(True)
@@ -113,6 +114,7 @@ def test_show_me_asks_before_unsaved_work_is_lost(win, qtbot, monkeypatch):
     assert asked == ["Showing the demo"] and win.model.n == n and win.model.state == "idle"  # Cancel kept it
 
 
+@pytest.mark.slow  # the paper preset's fixed-step means: minutes on a 2-core CPU
 def test_show_me_runs_the_demo_and_ends_on_a_large_comparison(win, qtbot):
     assert win.demo_menu.menuAction() in win.menuBar().actions()
     win.show_me_action.trigger()
