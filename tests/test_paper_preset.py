@@ -171,6 +171,24 @@ def test_a_paper_beta_applies_to_the_paper_intensity_scale():
     assert next(s for s in old.steps() if s.stage == "similarity").weights.min() > 0.5 / len(v)
 
 
+def test_a_paper_run_computes_its_means_by_algorithm_1():
+    # the engine's first iteration under the preset equals Algorithm 1 run by hand on the paper-scale images
+    from iastudio.core.descent_mean import descent_means
+    from iastudio.core.weights import attention_weights
+
+    v = _copies(n=4, size=16, seed=2)
+    run = AttentionRun(v, backend="numpy", preset="paper", iterations=1, mean_steps=3)
+    snaps = list(run.steps())
+    first = next(s for s in snaps if s.stage == "similarity")
+    it = next(s for s in snaps if s.stage == "iteration")
+    p = paper_intensity(v)
+    w, _ = attention_weights(invariant_distances(p, angle_step=5.0).distances, 2.0)
+    assert_allclose(first.weights, w, rtol=1e-5, atol=1e-7)
+    st = descent_means(p, w.astype(np.float32), steps=3, learning_rate=PAPER["learning_rate"], sigmas=PAPER["sigmas"])
+    assert_allclose(it.means, st.means, rtol=1e-4, atol=1e-5)
+    assert len(it.objective) == 3
+
+
 def test_the_api_keyword_sets_the_paper_settings():
     v = _copies()
     s = AttentionRun(v, preset="paper").settings
