@@ -3,15 +3,15 @@
 It does what a user would do, through the same window and model methods: load the paper-mode demo
 (:data:`iastudio.core.demos.PAPER_DEMO`: the three shapes, each redrawn six times with its own small
 distortion and turned and shifted at random in the paper's ranges), set the working size and the
-number of clusters it is shown with, tick paper mode (identity start, one fixed β: W's blocks fill in
-over the iterations), press Start, and when the run is done open a large "KA vs IA" comparison.
+number of clusters it is shown with, tick paper mode (the ``paper`` preset with the demo's β: W's blocks
+fill in over the iterations), press Start, and when the run is done open a large "KA vs IA" comparison.
 Unsaved work is never lost silently: the window asks first, as for any action that replaces the images.
 """
 from __future__ import annotations
 
 from PySide6.QtWidgets import QMenu
 
-from iastudio.core.demos import DEMO_NAMES, PAPER_DEMO, PAPER_MODE
+from iastudio.core.demos import DEMO_NAMES, PAPER_DEMO
 
 from .actions import add_action
 from .docks import show_view
@@ -26,8 +26,8 @@ DEMO_TIPS = {"shapes": "The paper's Experiment 1: a horse, a 7 and a key, six co
              "sketches": "The three shapes, each redrawn six times a little differently, turned and shifted."}
 TABS_SHARE = 0.7  # the share of the right-hand side the comparison gets at the end
 # The Run panel's settings Show me runs with (besides paper mode and its cluster count): IA, the full
-# circle, 5° steps, no mirrors; β and the iterations are paper mode's.
-DEMO_SETTINGS = {"method": 0, "beta_auto": False, "beta": PAPER_MODE["beta"], "iterations": PAPER_MODE["iterations"],
+# circle, 5° steps, no mirrors; β (on the paper's intensity scale) and the iterations are the demo's.
+DEMO_SETTINGS = {"method": 0, "beta_auto": False, "beta": PAPER_DEMO["beta"], "iterations": PAPER_DEMO["iterations"],
                  "clusters_auto": False, "clusters": PAPER_DEMO["clusters"], "rotation_range": 180.0,
                  "angle_step": 5.0, "mirror": False, "paper_mode": True}
 

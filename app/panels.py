@@ -35,6 +35,7 @@ from iastudio.core.clusterbook import UNASSIGNED
 from iastudio.core.demos import DEMO_NAMES, PAPER_MODE
 from iastudio.core.filenames import display_name
 from iastudio.core.pose import canonical_pose
+from iastudio.core.presets import PRESETS
 from iastudio.core.wording import count_of
 
 from .edition import gpu_note_text
@@ -344,9 +345,10 @@ class TransformPanel(QGroupBox):
         self.preview.setPixmap(pm)
 
 
-# paper mode: the paper's plain iteration with the β and iterations chosen for its demo (iastudio.core.demos)
-PAPER_BETA = float(PAPER_MODE["beta"])
-PAPER_ITERATIONS = int(PAPER_MODE["iterations"])
+# paper mode: the "paper" preset (iastudio.core.presets, the same as ia-cluster --paper); the form shows its β and
+# its bound on the iterations
+PAPER_BETA = float(PRESETS[PAPER_MODE["preset"]]["beta"])
+PAPER_ITERATIONS = int(PRESETS[PAPER_MODE["preset"]]["iterations"])
 
 
 class RunPanel(QGroupBox):
@@ -507,7 +509,7 @@ class RunPanel(QGroupBox):
 
     def options(self) -> dict:
         rr = self.rotation_range.value()
-        paper = {"init": PAPER_MODE["init"]} if self.paper_mode.isChecked() else {}
+        paper = dict(PAPER_MODE) if self.paper_mode.isChecked() else {}
         return paper | {
             "method": self.method.currentData(),
             "beta": "auto" if self.beta_auto.isChecked() else self.beta.value(),
@@ -529,7 +531,8 @@ class RunPanel(QGroupBox):
             return kind(v) if ok else None
 
         # paper mode first (it fills β and the iterations), then the saved values over it
-        self.set_paper_mode(params.get("init") == PAPER_MODE["init"] and params.get("beta") != "auto")
+        self.set_paper_mode(params.get("beta") != "auto" and (params.get("preset") == PAPER_MODE["preset"]
+                                                              or params.get("init") == "identity"))  # or older
         method = params.get("method")
         idx = self.method.findData(method) if isinstance(method, str) else -1
         if idx >= 0:

@@ -60,13 +60,13 @@ TOOLTIPS: dict[str, dict[str, str]] = {
                           "your images are only slightly tilted (faster, and avoids matching a 6 with a 9).",
         "mirror": "Also match each image flipped left-right: for cells, particles, leaves… Off: a shape and "
                   "its mirror image stay apart. Doubles the matching time.",
-        "paper_mode": "Run as in the paper, to watch W take shape: every image starts unturned (the "
-                      "paper's identity start), β is fixed at 20 (no automatic choice, no undoing an "
-                      "iteration) and at least 6 iterations run. On the set of Demo → Show me, W first puts "
-                      "about half of each image's weight on the image itself; iteration by iteration the "
-                      "blocks of the three shapes fill in. Step through them with the slider under W. "
-                      "β = 20 suits that set at 32 px; on other images a fixed β can instead let weight "
-                      "leak between groups. Untick for the studio's own, more careful settings.",
+        "paper_mode": "Run the paper's algorithm as written (the same as ia-cluster --paper): every image "
+                      "starts unturned, the means move by plain fixed-size gradient steps with the smoothing "
+                      "that helps most, β is one fixed number on the paper's 0–1 intensity scale (2, the "
+                      "paper's; no automatic choice, no undoing an iteration), and the iterations go on until "
+                      "W stops moving. Step through them with the slider under W. Demo → Show me runs it with "
+                      "β = 0.3, where the blocks of its three redrawn shapes fill in iteration by iteration; "
+                      "β = 2 suits exact copies. Untick for the studio's own, more careful settings.",
         "angle_step": "How finely the turns are tried. Smaller is more precise and slower; 5° suits most images.",
         "size": "Images are shrunk to this size before matching. Smaller is much faster; raise it when fine "
                 "detail tells your images apart.",

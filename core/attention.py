@@ -27,6 +27,7 @@ import numpy as np
 
 from .backend import Backend, get_backend, to_host, use_threads
 from .clustering import KChoice, grouping_order, read_clusters, silhouette
+from .descent_mean import descent_step, start_descent_means
 from .invariant_mean import invariant_mean_step, invariant_means, start_invariant_means
 from .neighbors import resolve_neighbors
 from .similarity import check_finite, invariant_distances, plain_distances
@@ -124,6 +125,28 @@ class Settings:
         Align only each image's ``K`` candidate neighbours (:mod:`iastudio.core.neighbors`);
         W, the means and the read-out then work on the sparse K-neighbour
         graph.  ``"auto"``: every pair up to 300 images, 30 candidates above.
+    mean_solver : {"gauss-newton", "gradient"}
+        ``"gauss-newton"``: preconditioned steps, each entry keeping the first
+        smoothing level that lowers its objective, none that raises it.
+        ``"gradient"``: Algorithm 1 as written (:mod:`iastudio.core.descent_mean`):
+        the sample mean as ``mu^(0)``, fixed-step gradient descent, the
+        smoothing level that lowers each column's objective most.
+    learning_rate : float
+        Algorithm 1's fixed step ``t`` (``mean_solver="gradient"`` only).
+    intensity : {"unit", "paper"}
+        The scale W and the means work on: ``"unit"`` the unit-norm images as
+        given; ``"paper"`` each image divided by its peak, the paper's
+        ``[0, 1]`` intensities, on which a ``beta`` of the paper applies
+        (:func:`iastudio.core.presets.paper_intensity`).
+    readout : {"auto", "spectral", "collapse"}
+        How the clusters are read from the final distances: spectral
+        clustering (:mod:`iastudio.core.clustering`), or the images whose
+        features collapsed together (:mod:`iastudio.core.collapse`; ``clusters``
+        must then be ``"auto"``).  ``"auto"``: the preset's read-out where it
+        has one and ``clusters`` is ``"auto"``, otherwise spectral.
+    preset : str or None
+        The named preset the run was made from (:mod:`iastudio.core.presets`),
+        for the record; its options are already in the other fields.
     """
 
     method: str = "ia"
@@ -143,6 +166,11 @@ class Settings:
     guard: bool | None = None
     group: str = "se2"
     neighbors: object = "auto"
+    mean_solver: str = "gauss-newton"
+    learning_rate: float = 0.005
+    intensity: str = "unit"
+    readout: str = "auto"
+    preset: str | None = None
 
     @property
     def guarded(self) -> bool:
@@ -167,6 +195,17 @@ class Settings:
             raise ValueError("init must be 'pairwise' or 'identity'")
         if not 0 < float(self.weight_mass) <= 1:
             raise ValueError("weight_mass must be in (0, 1]")
+        if self.mean_solver not in ("gauss-newton", "gradient"):
+            raise ValueError("mean_solver must be 'gauss-newton' or 'gradient'")
+        if not (float(self.learning_rate) > 0 and np.isfinite(float(self.learning_rate))):
+            raise ValueError("learning_rate must be a finite number > 0")
+        if self.intensity not in ("unit", "paper"):
+            raise ValueError("intensity must be 'unit' or 'paper'")
+        if self.readout not in ("auto", "spectral", "collapse"):
+            raise ValueError("readout must be 'auto', 'spectral' or 'collapse'")
+        if self.readout == "collapse" and self.clusters != "auto":
+            raise ValueError("the collapse read-out finds the number of clusters itself: leave clusters at 'auto', "
+                             "or read out with readout='spectral' (ia-cluster: --readout spectral)")
         if self.neighbors not in ("all", "auto"):
             try:
                 ok = int(self.neighbors) >= 1
@@ -411,9 +450,14 @@ class AttentionRun:
         use.  The results do not depend on it.  While a step runs it is the
         process's setting (:func:`iastudio.core.backend.set_threads`).
     method, beta, iterations, clusters, rotation_range, angle_step, mean_steps, sigmas, init, weight_tol, \
-weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
+weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors, mean_solver, learning_rate, \
+intensity, readout
         The options of the run, keyword-only: see :class:`Settings` (the
         defaults are its defaults).  They are kept as :attr:`settings`.
+    preset : str, optional
+        A named preset (:mod:`iastudio.core.presets`): ``"paper"`` runs the
+        paper's algorithm as written.  It sets every option left at its
+        default; options given with another value win.
 
     Examples
     --------
@@ -432,18 +476,29 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
                  sigmas: tuple = Settings.sigmas, init: str = Settings.init, weight_tol: float = Settings.weight_tol,
                  weight_mass: float = Settings.weight_mass, mean_rtol: float = Settings.mean_rtol,
                  snapshot_every: int = Settings.snapshot_every, converge_tol: float = Settings.converge_tol,
-                 guard: bool | None = Settings.guard, group: str = Settings.group, neighbors=Settings.neighbors):
+                 guard: bool | None = Settings.guard, group: str = Settings.group, neighbors=Settings.neighbors,
+                 mean_solver: str = Settings.mean_solver, learning_rate: float = Settings.learning_rate,
+                 intensity: str = Settings.intensity, readout: str = Settings.readout, preset: str | None = None):
         #: optional ``dask.distributed.Client``: similarity chunks and mean columns run as its tasks
         self.client = client
         if threads is not None and int(threads) < 1:
             raise ValueError("threads must be at least 1")
         #: CPU threads the steps run on (``None``: one per core, :func:`iastudio.core.backend.threads`)
         self.threads = None if threads is None else int(threads)
-        self.settings = Settings(
+        options = dict(
             method=method, beta=beta, iterations=iterations, clusters=clusters, rotation_range=rotation_range,
             angle_step=angle_step, mean_steps=mean_steps, sigmas=sigmas, init=init, weight_tol=weight_tol,
             weight_mass=weight_mass, mean_rtol=mean_rtol, snapshot_every=snapshot_every,
-            converge_tol=converge_tol, guard=guard, group=group, neighbors=neighbors)
+            converge_tol=converge_tol, guard=guard, group=group, neighbors=neighbors, mean_solver=mean_solver,
+            learning_rate=learning_rate, intensity=intensity, readout=readout)
+        if preset is not None:
+            from .presets import preset_options
+
+            defaults = {f.name: getattr(Settings, f.name) for f in fields(Settings) if f.name != "preset"}
+            options = preset_options(preset, options, defaults)
+        if options["readout"] == "auto":
+            options["readout"] = "spectral"
+        self.settings = Settings(**options, preset=preset)
         images = np.asarray(to_host(images))
         if images.ndim not in (3, 4) or images.shape[0] < 2:
             raise ValueError(f"need at least 2 images of shape (H, W) or (H, W, C), got an array of shape "
@@ -457,6 +512,10 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         xp = self.backend.xp
         self._host_inputs = images.view()
         self._host_inputs.flags.writeable = False
+        if self.settings.intensity == "paper":
+            from .presets import paper_intensity
+
+            images = paper_intensity(images)
         self._inputs = xp.asarray(images)
         self.n = images.shape[0]
         # committed state
@@ -506,8 +565,10 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
             Same inputs, settings and Dask client; its own state (nothing of
             this run's progress is carried over) and no ``on_progress``.
         """
-        return AttentionRun(self._host_inputs, backend=backend, client=self.client, threads=self.threads,
-                            **{f.name: getattr(self.settings, f.name) for f in fields(Settings)})
+        run = AttentionRun(self._host_inputs, backend=backend, client=self.client, threads=self.threads,
+                           **{f.name: getattr(self.settings, f.name) for f in fields(Settings) if f.name != "preset"})
+        run.settings.preset = self.settings.preset  # its options are in the settings already
+        return run
 
     def snapshot(self, stage: Stage | str | None = None) -> Snapshot:
         """The committed state as a :class:`Snapshot` (as :meth:`steps` last yielded it).
@@ -638,12 +699,27 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
         k = self.settings.clusters
         if k != "auto" and self.blank.any():
             k = min(int(k), keep.size)
-        sub, choice = read_clusters(_rows_cols(distances, keep), k=k,
-                                    probes=None if probes is None else _rows_cols(probes, keep))
+        if self.settings.readout == "collapse":
+            sub, choice = self._collapsed(_rows_cols(distances, keep), keep)
+        else:
+            sub, choice = read_clusters(_rows_cols(distances, keep), k=k,
+                                        probes=None if probes is None else _rows_cols(probes, keep))
         labels[keep] = sub
         if self.blank.any():
             labels[self.blank] = sub.max() + 1
         return labels, choice
+
+    def _collapsed(self, distances, keep):
+        """The collapse read-out (:mod:`iastudio.core.collapse`) of the non-blank images ``keep``."""
+        from .collapse import collapsed_clusters
+
+        xp = self.backend.xp
+        feats = self._features[xp.asarray(keep)]
+        scale = float(to_host(xp.sqrt(xp.mean(xp.sum(feats.reshape(feats.shape[0], -1).astype(np.float64) ** 2,
+                                                            axis=1)))))
+        sub = collapsed_clusters(distances, scale=max(scale, 1e-12))
+        k = int(sub.max()) + 1
+        return sub, KChoice(k, scale=0, confidence=1.0, method="collapse", candidates=[(k, 1.0)])
 
     def _separation(self, distances, labels, probes=None) -> float | None:
         """Silhouette of a partition of the non-blank images (None when undefined)."""
@@ -729,8 +805,11 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
                 else:
                     self._mean_src, w_src, init = self._with_mirrors(self._features, w, init, mirrored)
                     w_src = xp.asarray(w_src, dtype=np.float32)
-                self._mean_state = start_invariant_means(self._mean_src, w_src, init, tol=s.weight_tol,
-                                                         mass=s.weight_mass)
+                if s.mean_solver == "gradient":  # Algorithm 1: the sample mean first
+                    self._mean_state = start_descent_means(self._mean_src, w_src, init, tol=s.weight_tol)
+                else:
+                    self._mean_state = start_invariant_means(self._mean_src, w_src, init, tol=s.weight_tol,
+                                                             mass=s.weight_mass)
             self._timings["mean_s"] += time.perf_counter() - t0
             return self._snapshot(Stage.SIMILARITY)
         if self._stage == _Phase.MEANS:
@@ -740,6 +819,11 @@ weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors
                 feats = xp.tensordot(w.T, self._features, axes=1)
                 self._mean_state = None
                 done = True
+            elif s.mean_solver == "gradient":
+                self._mean_state = descent_step(self._mean_src, self._mean_state, learning_rate=s.learning_rate,
+                                                sigmas=s.sigmas)
+                feats = self._mean_state.means
+                done = self._mean_state.step >= s.mean_steps
             else:
                 self._mean_state = invariant_mean_step(self._mean_src, self._mean_state, sigmas=s.sigmas,
                                                        rtol=s.mean_rtol, client=self.client,

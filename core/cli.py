@@ -130,6 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--neighbors", type=_neighbors, default="auto", metavar="K|all|auto",
                    help="align only each image's K candidate neighbours (auto: all pairs up to 300 images, "
                         "K=30 above)")
+    p.add_argument("--paper", action="store_true",
+                   help="run the paper's algorithm as written (the 'paper' preset, iastudio.core.presets): identity "
+                        "start, fixed-step gradient descent, the best smoothing level, exact sums, one beta "
+                        "(default 2) on the paper's intensity scale, no guard, iterate until W stops moving; "
+                        "options given explicitly win")
+    p.add_argument("--readout", choices=("auto", "spectral", "collapse"), default="auto",
+                   help="how clusters are read out: spectral clustering, or collapse (images whose final features "
+                        "coincide; needs --clusters auto); auto: collapse with --paper and --clusters auto, "
+                        "spectral otherwise")
     p.add_argument("--dask", default=None, metavar="ADDRESS",
                    help="run the heavy stages on a Dask cluster: local:N (N local worker processes) or "
                         "tcp://host:8786 (a running 'dask scheduler'); needs the [dask] extra")
@@ -250,6 +259,9 @@ def check_options(args) -> str | None:
     beta = getattr(args, "beta", "auto")
     if beta != "auto" and beta is not None and beta > MAX_BETA:
         return f"--beta must be at most {MAX_BETA:g} (every weight would be zero), got {beta:g}"
+    if getattr(args, "readout", "auto") == "collapse" and getattr(args, "clusters", "auto") != "auto":
+        return "--readout collapse finds the number of clusters itself: leave --clusters at auto, or use " \
+               "--readout spectral"
     seed = getattr(args, "seed", 0)
     if seed is not None and not 0 <= seed < 2**32:
         return f"--seed must be between 0 and {2**32 - 1}, got {seed}"
@@ -438,7 +450,9 @@ def _run_body(args, client) -> int:
     run = AttentionRun(images, backend=args.backend, method=args.method, beta=args.beta,
                        iterations=args.iterations, clusters=args.clusters,
                        rotation_range=args.rotation_range, angle_step=args.angle_step, group=args.group,
-                       neighbors=args.neighbors, client=client, threads=args.threads)
+                       neighbors=args.neighbors, client=client, threads=args.threads,
+                       readout=getattr(args, "readout", "auto"),
+                       preset="paper" if getattr(args, "paper", False) else None)
     history = _iterate(run, args)
     res = run.result()
     out = args.results.open()  # a hidden folder beside --out; moved into place when complete
@@ -594,13 +608,14 @@ def _summary(args, data, canvas, run, res, seconds: float) -> dict:
         "threads": run.threads or threads(),
         "iterations": int(res.iterations),
         "parameters": {
-            "method": args.method, "clusters": args.clusters, "beta": args.beta, "beta_used": res.beta,
-            "iterations": args.iterations, "rotation_range": args.rotation_range,
+            "method": args.method, "clusters": args.clusters, "beta": run.settings.beta, "beta_used": res.beta,
+            "iterations": run.settings.iterations, "rotation_range": args.rotation_range,
             "angle_step": args.angle_step, "size": args.size, "scale": args.scale, "group": args.group,
-            "canvas": canvas.size, "neighbors": args.neighbors, "dask": args.dask,
+            "canvas": canvas.size, "neighbors": run.settings.neighbors, "dask": args.dask,
             "transform": list(args.transform) if args.transform else None, "seed": args.seed,
             "export": args.export, "pixel_size": args.pixel_size,
             "denoise": getattr(args, "denoise", "off"),
+            "preset": run.settings.preset, "readout": run.settings.readout,
         },
         "timings": {
             "total_s": round(seconds, 3),

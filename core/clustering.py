@@ -102,7 +102,7 @@ DISTINCT = 0.5  # invariant distance (unit-norm images) above which two images a
 SAME = 0.1  # invariant distance below which two images show the same thing (resampling differences)
 
 
-_METHODS = ("given", "eigengap", "silhouette", "same", "distinct", "trivial")  # how k was chosen (KChoice)
+_METHODS = ("given", "eigengap", "silhouette", "same", "distinct", "trivial", "collapse")  # how k was chosen (KChoice)
 
 
 @dataclass
@@ -118,7 +118,7 @@ class KChoice:
         The eigengap that decided (0..1); below ``MIN_GAP`` the choice is
         unsure (no clear block structure) and the candidates say what else is
         plausible.  1.0 when ``k`` was given.
-    method : {"given", "eigengap", "silhouette", "same", "distinct", "trivial"}
+    method : {"given", "eigengap", "silhouette", "same", "distinct", "trivial", "collapse"}
     candidates : list of (int, float)
         The best three ``k`` with their scores (eigengaps, or silhouettes for
         the ``"silhouette"`` method), best first (``"silhouette"``: the chosen

@@ -68,16 +68,25 @@ def test_scrubber_shows_recorded_frames_with_a_fixed_colour_scale(win, qtbot):
                                np.asarray(final.snapshot.weights)[np.ix_(final.order, final.order)])
 
 
+@pytest.mark.slow  # the paper preset's fixed-step means: minutes on a 2-core CPU
 def test_paper_mode_runs_identity_start_and_fixed_beta_and_w_fills_in(win, qtbot):
     rp = win.run_panel
     rp.paper_mode.setChecked(True)
     opts = rp.options()
-    assert opts["init"] == "identity" and opts["beta"] == PAPER_BETA and opts["iterations"] >= PAPER_ITERATIONS
+    assert opts["preset"] == "paper" and opts["beta"] == PAPER_BETA and opts["iterations"] >= PAPER_ITERATIONS
     assert not rp.beta_auto.isChecked() and rp.paper_mode.toolTip()
+    # the same settings as ia-cluster --paper and AttentionRun(preset="paper"): one definition
+    from iastudio.core.attention import AttentionRun
+    from iastudio.core.demos import load_demo
+    from iastudio.core.preprocess import preprocess
+
+    images = preprocess(load_demo("shapes").images[:4], size=16).images
+    assert AttentionRun(images, **opts).settings == AttentionRun(images, preset="paper").settings
     m = win.model
     m.load_demo(PAPER_DEMO["demo"], seed=PAPER_DEMO["seed"])
     rp.size.setValue(PAPER_DEMO["size"])
-    assert m.start(backend="numpy", **(opts | {"clusters": PAPER_DEMO["clusters"]}))
+    assert m.start(backend="numpy", **(opts | {"clusters": PAPER_DEMO["clusters"], "beta": PAPER_DEMO["beta"],
+                                               "iterations": PAPER_DEMO["iterations"]}))
     qtbot.waitUntil(lambda: m.state == "finished", timeout=180000)
     labels = np.asarray(m.data.labels)
     per_iteration = _w_per_iteration(m.history_frames)
@@ -93,7 +102,7 @@ def test_paper_mode_runs_identity_start_and_fixed_beta_and_w_fills_in(win, qtbot
 
     assert adjusted_rand_score(labels, m.result.labels) == 1.0  # and the three shapes come out
     rp.paper_mode.setChecked(False)
-    assert "init" not in rp.options() and rp.beta_auto.isChecked()
+    assert "preset" not in rp.options() and rp.beta_auto.isChecked()
 
 
 def test_show_me_asks_before_unsaved_work_is_lost(win, qtbot, monkeypatch):
@@ -105,6 +114,7 @@ def test_show_me_asks_before_unsaved_work_is_lost(win, qtbot, monkeypatch):
     assert asked == ["Showing the demo"] and win.model.n == n and win.model.state == "idle"  # Cancel kept it
 
 
+@pytest.mark.slow  # the paper preset's fixed-step means: minutes on a 2-core CPU
 def test_show_me_runs_the_demo_and_ends_on_a_large_comparison(win, qtbot):
     assert win.demo_menu.menuAction() in win.menuBar().actions()
     win.show_me_action.trigger()

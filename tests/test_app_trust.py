@@ -19,7 +19,8 @@ from PySide6.QtTest import QTest  # noqa: E402
 from PySide6.QtWidgets import QFileDialog  # noqa: E402
 
 from iastudio.app.main_window import MainWindow  # noqa: E402
-from iastudio.core.demos import PAPER_DEMO, PAPER_MODE  # noqa: E402
+from iastudio.app.panels import PAPER_BETA  # noqa: E402
+from iastudio.core.demos import PAPER_DEMO  # noqa: E402
 
 RUN = dict(iterations=1, mean_steps=2)
 
@@ -162,12 +163,12 @@ def test_adding_real_images_asks_after_reading_and_cancel_keeps_the_edits(win, q
 def test_paper_mode_is_never_shown_next_to_beta_auto(win):
     rp = win.run_panel
     rp.paper_mode.setChecked(True)
-    assert not rp.beta_auto.isChecked() and rp.beta.value() == PAPER_MODE["beta"]
+    assert not rp.beta_auto.isChecked() and rp.beta.value() == PAPER_BETA
     rp.set_options({"beta": "auto", "iterations": 3})  # an opened project's settings
     assert rp.beta_auto.isChecked() and not rp.paper_mode.isChecked()
     rp.paper_mode.setChecked(True)
     rp.beta_auto.setChecked(True)  # clicked by the user
-    assert not rp.paper_mode.isChecked() and "init" not in rp.options()
+    assert not rp.paper_mode.isChecked() and "preset" not in rp.options()
 
 
 def _show_me(win, qtbot):
@@ -189,7 +190,7 @@ def test_show_me_is_the_same_every_time_and_puts_the_users_settings_back(win, qt
     m.set_size(40)
     mine = rp.settings_state()
     first, iterations, caption = _show_me(win, qtbot)
-    assert iterations >= PAPER_MODE["iterations"] and "IA ARI 1.00" in caption
+    assert iterations >= 4 and "IA ARI 1.00" in caption
     assert rp.settings_state() == mine  # the user's settings are back ...
     assert m.size == PAPER_DEMO["size"] and rp.size.value() == PAPER_DEMO["size"]  # ... the demo set keeps its size
     second, iterations_again, caption_again = _show_me(win, qtbot)
@@ -213,8 +214,8 @@ def test_paper_mode_is_saved_and_restored_with_a_project(win, qtbot, tmp_path):
     rp.paper_mode.setChecked(False)
     assert rp.beta_auto.isChecked()
     assert win.projects.open_project(str(path))
-    assert rp.paper_mode.isChecked() and not rp.beta_auto.isChecked() and rp.beta.value() == PAPER_MODE["beta"]
-    assert rp.iterations.value() == 1  # the project's own iterations, not paper mode's 6
+    assert rp.paper_mode.isChecked() and not rp.beta_auto.isChecked() and rp.beta.value() == PAPER_BETA
+    assert rp.iterations.value() == 1  # the project's own iterations, not paper mode's bound
 
 
 # ------------------------------------------------------------------ minors
