@@ -77,7 +77,7 @@ def main(argv=None) -> int:
         rng = np.random.default_rng(0)
         with mrcfile.new_mmap(path, shape=(a.n, a.box, a.box), mrc_mode=2) as m:
             for k in range(0, a.n, 1000):
-                m.session.data[k:k + 1000] = rng.standard_normal((min(1000, a.n - k), a.box, a.box), dtype=np.float32)
+                m.data[k:k + 1000] = rng.standard_normal((min(1000, a.n - k), a.box, a.box), dtype=np.float32)
             m.set_image_stack()
         size = path.stat().st_size
         print(f"stack: {a.n} particles of {a.box}x{a.box} float32, {size / 1e6:.0f} MB on disk")
