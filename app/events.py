@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
+import threading
 
 from PySide6.QtCore import QCoreApplication, QThread, QTimer
 
@@ -42,11 +43,12 @@ def listen(signal, callback):
         What was connected: give it to ``signal.disconnect`` to disconnect.
     """
     n_args = _positional_count(callback)
+    gui = _gui_thread_id()
 
     def call(*args):
         args = args if n_args is None else args[:n_args]
-        app = QCoreApplication.instance()
-        if app is not None and QThread.currentThread() is not app.thread():
+        app = QCoreApplication.instance() if threading.get_ident() != gui else None
+        if app is not None:
             log.warning("session event %s emitted off the GUI thread; queued to it", signal.name)
             QTimer.singleShot(0, app, lambda: _guarded(callback, args))
             return
@@ -54,6 +56,14 @@ def listen(signal, callback):
 
     signal.connect(call, check_nargs=False)
     return call
+
+
+def _gui_thread_id() -> int:
+    """The ``threading`` id of the GUI thread (the thread that connects, when it is the application's)."""
+    app = QCoreApplication.instance()
+    if app is None or QThread.currentThread() is app.thread():
+        return threading.get_ident()
+    return threading.main_thread().ident
 
 
 def _guarded(callback, args) -> None:
