@@ -49,3 +49,14 @@ def test_an_event_emitted_off_the_gui_thread_reaches_the_callback_on_the_gui_thr
     assert threads == []  # not called on the worker thread: queued to the GUI thread
     qtbot.waitUntil(lambda: len(threads) == 1, timeout=5000)
     assert threads == [("from a worker", threading.main_thread())]
+
+
+def test_the_model_drives_the_session_but_is_no_proxy_of_it(qapp):
+    from iastudio.app.model import StudioModel
+
+    model = StudioModel()
+    for name in ("n", "data", "load_demo", "imagesChanged", "runFinished"):  # what the proxy and mirror gave
+        assert not hasattr(model, name), name
+    model.session.load_demo("shapes")
+    assert model.session.n == 18
+    assert model.shutdown(5000)
