@@ -5,7 +5,6 @@ import argparse
 import logging
 import os
 import sys
-import threading
 
 from iastudio.core import __version__
 from iastudio.core.demos import DEMO_NAMES
@@ -127,27 +126,28 @@ def _show(app, args) -> int:
         window.close()
         return code
     if args.demo:
-        window.model.load_demo(args.demo)
+        window.model.session.load_demo(args.demo)
     prepare_warp_later()
     return app.exec()
 
 
-def prepare_warp_later(delay_ms: int = 1500) -> threading.Thread:
-    """Set the warp's compiled loop up on a background thread once the window is up.
+def prepare_warp_later(delay_ms: int = 1500):
+    """Set the warp's compiled loop up in the background once the window is up; the superqt worker.
 
-    The first warp otherwise pays for it (0.3 to 1.5 s), on the GUI thread
-    when it is the user's first inspected pair.  Started after ``delay_ms``
-    so that it does not compete with the window's first paint; a plain
-    thread, which Python waits for at exit (it does not run on).
+    The first warp otherwise pays for it (0.3 to 1.5 s), on the GUI thread when it is the user's first
+    inspected pair.  Started after ``delay_ms`` so that it does not compete with the window's first paint;
+    a worker on Qt's thread pool like every background job of the app (the window waits for the pool
+    when it closes).  A failure is only logged: the warp then sets itself up when first used.
     """
     from PySide6.QtCore import QTimer
+    from superqt.utils import create_worker
 
     from iastudio.core.warp import prepare
 
-    thread = threading.Thread(target=prepare, name="ia-prepare-warp")
-    QTimer.singleShot(delay_ms, thread.start)
-    return thread
-
+    worker = create_worker(prepare, _start_thread=False, _connect={
+        "errored": lambda exc: logging.getLogger(__name__).warning("setting the warp up failed: %s", exc)})
+    QTimer.singleShot(delay_ms, worker.start)
+    return worker
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,6 +9,7 @@ from PySide6.QtCore import QEvent, QObject
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QLineEdit
 
+from .events import listen
 from .help import add_help_actions
 from .layout import add_view_menu
 
@@ -46,10 +47,10 @@ def build_menus(window) -> None:
     f.addSeparator()
     add_action(window, f, "Quit", window.close, QKeySequence.StandardKey.Quit)
     edit = bar.addMenu("&Edit")
-    window.undo_action = add_action(window, edit, "Undo", m.undo, "Ctrl+Z")
-    window.redo_action = add_action(window, edit, "Redo", m.redo, "Ctrl+Shift+Z")
+    window.undo_action = add_action(window, edit, "Undo", m.session.undo, "Ctrl+Z")
+    window.redo_action = add_action(window, edit, "Redo", m.session.redo, "Ctrl+Shift+Z")
     window.redo_action.setShortcuts([QKeySequence("Ctrl+Shift+Z"), QKeySequence("Ctrl+Y")])
-    m.historyChanged.connect(lambda: update_undo_actions(window))
+    listen(m.session.events.history, lambda: update_undo_actions(window))
     update_undo_actions(window)
     window.undo_anywhere = UndoAnywhere(window)
     r = bar.addMenu("&Run")
@@ -109,7 +110,7 @@ def choose_palette(key: str) -> None:
 
 def update_undo_actions(window) -> None:
     """Undo/Redo enabled only when there is something to undo/redo, and named after it."""
-    h = window.model.history
+    h = window.model.session.history
     for act, can, text, verb in ((window.undo_action, h.can_undo, h.undo_text, "Undo"),
                                  (window.redo_action, h.can_redo, h.redo_text, "Redo")):
         act.setEnabled(can)

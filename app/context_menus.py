@@ -25,21 +25,21 @@ def cluster_menu(window, cluster: int) -> QMenu:
     """Select its images, rename, merge the selected clusters, split (k from the panel), re-run on it."""
     m, panel = window.model, window.clusters_panel
     menu = QMenu(window)
-    book = m.book
+    book = m.session.book
     if book is None:
         return menu
     name = book.name_of(cluster)
     real = cluster != UNASSIGNED
-    idle = m.state not in ("running", "stopping", "splitting")
+    idle = m.session.state not in ("running", "stopping", "splitting")
     selected = panel.selected_clusters()
     k = panel.split_k.value()
-    _add(menu, f"Select the images of {name}", lambda: m.select_cluster(cluster))
+    _add(menu, f"Select the images of {name}", lambda: m.session.select_cluster(cluster))
     menu.addSeparator()
     _add(menu, f"Rename {name}…", lambda: window.rename_cluster(cluster), real)
-    _add(menu, f"Merge the {len(selected)} selected clusters", lambda: window.model.merge_clusters(selected),
+    _add(menu, f"Merge the {len(selected)} selected clusters", lambda: window.model.session.merge_clusters(selected),
          len(selected) >= 2)
-    _add(menu, f"Split {name} into {k}", lambda: window.model.split_cluster(cluster, k),
-         real and m.final is not None and len(book.members(cluster)) >= k)
+    _add(menu, f"Split {name} into {k}", lambda: window.model.session.split_cluster(cluster, k),
+         real and m.session.final is not None and len(book.members(cluster)) >= k)
     _add(menu, f"Split {name} by re-running IA on it", lambda: m.split_by_rerun(cluster),
          real and idle and len(book.members(cluster)) >= 3)
     return menu
@@ -49,23 +49,23 @@ def thumbnail_menu(window, rows: list[int]) -> QMenu:
     """Show large, inspect a pair, select the cluster, move to a cluster, new cluster, unassign."""
     m = window.model
     menu = QMenu(window)
-    rows = [int(r) for r in rows if 0 <= int(r) < m.n]
+    rows = [int(r) for r in rows if 0 <= int(r) < m.session.n]
     if not rows:
         return menu
     what = count_of(len(rows), "image")
     _add(menu, "Show large…", lambda: window_show_image(window, rows[0]))
     _add(menu, "Inspect this pair (why alike?)", lambda: window.inspect_pair(rows[0], rows[1]), len(rows) == 2)
-    book = m.book
+    book = m.session.book
     if book is None:
         return menu
     label = book.labels[rows[0]]
-    _add(menu, f"Select all of {book.name_of(label)}", lambda: m.select_cluster(label), label != UNASSIGNED)
+    _add(menu, f"Select all of {book.name_of(label)}", lambda: m.session.select_cluster(label), label != UNASSIGNED)
     menu.addSeparator()
     move = menu.addMenu(f"Move {what} to")
     for c in book.cluster_ids():
-        _add(move, book.name_of(c), lambda c=c: window.model.move_images(rows, c))
-    _add(menu, f"New cluster from {what}", lambda: (m.select(rows), window.model.new_cluster_from_selection()))
-    _add(menu, f"Unassign {what}", lambda: window.model.move_images(rows, UNASSIGNED))
+        _add(move, book.name_of(c), lambda c=c: window.model.session.move_images(rows, c))
+    _add(menu, f"New cluster from {what}", lambda: (m.session.select(rows), m.session.new_cluster_from_selection()))
+    _add(menu, f"Unassign {what}", lambda: window.model.session.move_images(rows, UNASSIGNED))
     return menu
 
 

@@ -15,6 +15,7 @@ from iastudio.core.demos import DEMO_NAMES, PAPER_DEMO
 
 from .actions import add_action
 from .docks import show_view
+from .events import listen
 from .layout import insert_menu
 
 __all__ = ["SHOW_ME", "add_demo_menu", "show_me"]
@@ -52,8 +53,8 @@ def add_demo_menu(window, before=None) -> QMenu:
     window.settings_before_demo = None  # the Run panel as the user left it, while Show me's run goes
     insert_menu(window, menu, before)
     window.demo_menu = menu
-    window.model.runFinished.connect(lambda _frame: _finished(window))
-    window.model.runStateChanged.connect(lambda state: _state_changed(window, state))
+    listen(window.model.session.events.finished, lambda _frame: _finished(window))
+    listen(window.model.session.events.state, lambda state: _state_changed(window, state))
     return menu
 
 
@@ -62,14 +63,14 @@ def show_me(window) -> bool:
     m, rp = window.model, window.run_panel
     if m.refuse_while_loading():
         return False
-    if m.busy:
-        m.message.emit("Stop the run first.")
+    if m.session.busy:
+        m.session.message("Stop the run first.")
         return False
     if not window.projects.confirm_discard("Showing the demo"):
         return False
-    user_size = window.size_after_demo or m.size  # a second Show me keeps the size from before the first
+    user_size = window.size_after_demo or m.session.size  # a second Show me keeps the size from before the first
     # turned and shifted at random already; at the demo's own working size
-    if not m.load_demo(SHOW_ME["demo"], seed=SHOW_ME["seed"], size=SHOW_ME["size"]):
+    if not m.session.load_demo(SHOW_ME["demo"], seed=SHOW_ME["seed"], size=SHOW_ME["size"]):
         return False
     window.size_after_demo = user_size  # the user's next folder or demo is read at their own size again
     if window.settings_before_demo is None:

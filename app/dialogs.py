@@ -46,10 +46,10 @@ class ImageDialog(QDialog):
 def show_image(window, index: int) -> ImageDialog | None:
     """Open image ``index`` of the window's model large (double-click on a thumbnail)."""
     m = window.model
-    if not 0 <= index < m.n:
+    if not 0 <= index < m.session.n:
         return None
-    cluster = m.book.name_of(m.book.labels[index]) if m.book is not None else ""
-    dlg = ImageDialog(m.working[index], m.data.paths[index], cluster, window)
+    cluster = m.session.book.name_of(m.session.book.labels[index]) if m.session.book is not None else ""
+    dlg = ImageDialog(m.session.working[index], m.session.data.paths[index], cluster, window)
     dlg.show()
     window.image_dialog = dlg
     return dlg

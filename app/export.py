@@ -14,18 +14,18 @@ from iastudio.core.report import write_assignments
 from iastudio.core.stacks import split_member
 
 
-def assignment_rows(model) -> list[dict]:
+def assignment_rows(session) -> list[dict]:
     """The CLI's columns plus ``cluster_name``, for the current (edited) clusters."""
-    book = model.book
-    res = model.final.result if model.final is not None else None
-    return _rows(model.data.paths, book.labels, true_labels=model.data.labels, names=book.name_of,
+    book = session.book
+    res = session.final.result if session.final is not None else None
+    return _rows(session.data.paths, book.labels, true_labels=session.data.labels, names=book.name_of,
                  run_labels=None if res is None else res.labels,
                  transforms=None if res is None else res.image_transforms,
-                 scores=None if res is None else res.scores, canvas=model.canvas)
+                 scores=None if res is None else res.scores, canvas=session.canvas)
 
 
-def export_assignments(model, path) -> Path:
-    write_assignments(path, assignment_rows(model))
+def export_assignments(session, path) -> Path:
+    write_assignments(path, assignment_rows(session))
     return Path(path)
 
 
@@ -43,26 +43,26 @@ def _png(path, img):
                                          extension=".png"))
 
 
-def aligned_images(model) -> np.ndarray:
+def aligned_images(session) -> np.ndarray:
     """Each working image aligned onto its (current) cluster's mean (:func:`iastudio.core.alignment.aligned_images`)."""
-    res = model.final.result
+    res = session.final.result
     opts = {}
-    if model.run is not None:
-        s = model.run.settings
+    if session.run is not None:
+        s = session.run.settings
         opts = dict(angle_step=s.angle_step, rotation_range=s.rotation_range, group=s.group)
-    return alignment.aligned_images(model.working, model.book.array(), run_labels=res.labels,
+    return alignment.aligned_images(session.working, session.book.array(), run_labels=res.labels,
                                     transforms=res.image_transforms, means=res.cluster_means,
                                     mirrored=res.mirrored, **opts)
 
 
-def export_cluster_folders(model, folder, *, aligned: bool, progress=None) -> Path:
+def export_cluster_folders(session, folder, *, aligned: bool, progress=None) -> Path:
     """One sub-folder per cluster (named after it) with its original or aligned images."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    imgs = aligned_images(model) if aligned else None
-    book = model.book
-    for i, path in enumerate(model.data.paths):
-        if progress is not None and progress(i, model.n) is False:
+    imgs = aligned_images(session) if aligned else None
+    book = session.book
+    for i, path in enumerate(session.data.paths):
+        if progress is not None and progress(i, session.n) is False:
             break
         sub = folder / _safe(book.name_of(book.labels[i]))
         sub.mkdir(exist_ok=True)
@@ -73,9 +73,9 @@ def export_cluster_folders(model, folder, *, aligned: bool, progress=None) -> Pa
         if not aligned and src.exists():
             shutil.copy2(src, sub / src.name)
         else:
-            _png(sub / f"{stem}{'_aligned' if aligned else ''}.png", imgs[i] if aligned else model.working[i])
+            _png(sub / f"{stem}{'_aligned' if aligned else ''}.png", imgs[i] if aligned else session.working[i])
     if progress is not None:
-        progress(model.n, model.n)
+        progress(session.n, session.n)
     return folder
 
 
@@ -169,11 +169,11 @@ def animation_frames(frames) -> list[np.ndarray]:
     return pics
 
 
-def export_gif(model, path, *, progress=None) -> Path:
+def export_gif(session, path, *, progress=None) -> Path:
     """The convergence animation (every recorded step of the run) as a looping GIF."""
     import imageio.v3 as iio
 
-    frames = model.history_frames
+    frames = session.frames
     if not frames:
         raise ValueError("run first: there is no animation to export")
     pics = []

@@ -30,7 +30,7 @@ class ExportActions:
         self.window, self.model = window, window.model
 
     def _need_result(self) -> bool:
-        if self.model.book is None or self.model.final is None:
+        if self.model.session.book is None or self.model.session.final is None:
             self.window.dialog(QMessageBox.Icon.Information, "Nothing to export yet", "Run the clustering first.")
             return False
         return True
@@ -43,8 +43,8 @@ class ExportActions:
         path = path or QFileDialog.getSaveFileName(self.window, "Export assignments", "assignments.csv",
                                                    "CSV (*.csv)")[0]
         if path:
-            export_assignments(self.model, path)
-            self.model.message.emit(f"Exported {path}")
+            export_assignments(self.model.session, path)
+            self.model.session.message(f"Exported {path}")
         return path
 
     def folders(self, aligned: bool, folder=None):
@@ -54,10 +54,10 @@ class ExportActions:
             return None
         folder = folder or QFileDialog.getExistingDirectory(self.window, "Export cluster folders into")
         if folder:
-            dlg, step = progress_dialog(self.window, "Exporting cluster folders…", self.model.n)
-            export_cluster_folders(self.model, folder, aligned=aligned, progress=step)
+            dlg, step = progress_dialog(self.window, "Exporting cluster folders…", self.model.session.n)
+            export_cluster_folders(self.model.session, folder, aligned=aligned, progress=step)
             dlg.close()
-            self.model.message.emit(f"Exported cluster folders to {folder}")
+            self.model.session.message(f"Exported cluster folders to {folder}")
         return folder
 
     def panels(self, folder=None):
@@ -71,13 +71,13 @@ class ExportActions:
             dlg, step = progress_dialog(self.window, "Drawing the figures (PNG, PDF, SVG)…", 6)
             files = export_panels(self.window, folder, progress=step)
             dlg.close()
-            self.model.message.emit(f"Exported {len(files)} files to {folder}")
+            self.model.session.message(f"Exported {len(files)} files to {folder}")
         return folder
 
     def gif(self, path=None):
         from .export import export_gif
 
-        frames = self.model.history_frames
+        frames = self.model.session.frames
         if not frames:
             self.window.dialog(QMessageBox.Icon.Information, "Nothing to export yet", "Run the clustering first.")
             return None
@@ -85,7 +85,7 @@ class ExportActions:
                                                    "GIF (*.gif)")[0]
         if path:
             dlg, step = progress_dialog(self.window, "Rendering the animation…", len(frames))
-            export_gif(self.model, path, progress=step)
+            export_gif(self.model.session, path, progress=step)
             dlg.close()
-            self.model.message.emit(f"Exported {path}")
+            self.model.session.message(f"Exported {path}")
         return path

@@ -181,7 +181,8 @@ def about_text(model) -> str:
     except Exception:  # noqa: BLE001 - any failure means "not usable"
         cupy_v = "not installed"
     ok, reason = gpu_status()
-    backend = model.run.backend.describe() if model.run is not None else ("cupy" if ok else "numpy (CPU)")
+    run = model.session.run
+    backend = run.backend.describe() if run is not None else ("cupy" if ok else "numpy (CPU)")
     return "\n".join([
         f"{APP_NAME} {__version__}",
         f"Python {platform.python_version()} ({sys.platform})",

@@ -156,5 +156,5 @@ def build_central(window) -> None:
     lay.addWidget(window.central_splitter, 1)
     lay.addWidget(window.scrubber)
     window.setCentralWidget(central)
-    window.nets_panel = NetsPanel(lambda: window.model.data)
+    window.nets_panel = NetsPanel(lambda: window.model.session.data)
     add_docks(window)

@@ -1,9 +1,10 @@
 """The main window: W and the means in the middle, the other panels in docks around them, menus on top.
 
-The window builds and wires; the state lives in the session behind :class:`~iastudio.app.model.StudioModel`.
+The window builds and wires; the state lives in the session (``model.session``, whose typed events the
+views connect to) and :class:`~iastudio.app.model.StudioModel` drives its background work.
 Its parts live beside it: :mod:`~iastudio.app.layout` (what goes where), :mod:`~iastudio.app.actions`
 (menus), :mod:`~iastudio.app.projects` (open/save/autosave/recovery, asking before work is lost),
-:mod:`~iastudio.app.export_actions` (File → Export) and :mod:`~iastudio.app.sync` (views follow the model).
+:mod:`~iastudio.app.export_actions` (File → Export) and :mod:`~iastudio.app.sync` (views follow the session's events).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from iastudio.core.logs import log_dir
 
 from .actions import build_menus
 from .docks import restore_window, save_window
+from .events import listen
 from .export_actions import ExportActions, progress_dialog
 from .help import APP_NAME, about_dialog
 from .layout import build_central
@@ -84,33 +86,34 @@ class MainWindow(QMainWindow):
         ip.demoChosen.connect(self.load_demo)
         ip.detailsRequested.connect(self.show_skipped)
         tp.applyRandom.connect(lambda r, s, seed: self._changing_inputs(
-            "Transforming the images", lambda: m.apply_random_transforms(rotation_deg=r, shift_percent=s, seed=seed)))
-        tp.reset.connect(lambda: self._changing_inputs("Resetting the transforms", m.reset_transforms))
+            "Transforming the images",
+            lambda: m.session.apply_random_transforms(rotation_deg=r, shift_percent=s, seed=seed)))
+        tp.reset.connect(lambda: self._changing_inputs("Resetting the transforms", m.session.reset_transforms))
         tp.imageTransformChanged.connect(self._set_image_transform)
         rp.startRequested.connect(self.start_run)
         rp.stopRequested.connect(m.stop)
         rp.resumeRequested.connect(m.resume)
         rp.size.valueChanged.connect(self._set_size)  # once typing is finished (keyboard tracking is off)
-        cp.list.imagesDropped.connect(m.move_images)
+        cp.list.imagesDropped.connect(m.session.move_images)
         cp.renameRequested.connect(self.rename_cluster)
-        cp.mergeRequested.connect(m.merge_clusters)
-        cp.splitRequested.connect(m.split_cluster)
+        cp.mergeRequested.connect(m.session.merge_clusters)
+        cp.splitRequested.connect(m.session.split_cluster)
         cp.rerunRequested.connect(m.split_by_rerun)
-        cp.newFromSelection.connect(m.new_cluster_from_selection)
-        cp.unassignSelection.connect(lambda: m.move_images(m.selection, UNASSIGNED))
-        cp.clusterSelected.connect(m.select_cluster)
-        cp.rereadK.connect(lambda k: m.reread(k=k))
-        cp.rereadThreshold.connect(lambda t: m.reread(threshold=t))
-        self.convergence_view.pointClicked.connect(m.select)
+        cp.newFromSelection.connect(m.session.new_cluster_from_selection)
+        cp.unassignSelection.connect(lambda: m.session.move_images(m.session.selection, UNASSIGNED))
+        cp.clusterSelected.connect(m.session.select_cluster)
+        cp.rereadK.connect(lambda k: m.session.reread(k=k))
+        cp.rereadThreshold.connect(lambda t: m.session.reread(threshold=t))
+        self.convergence_view.pointClicked.connect(m.session.select)
         self.weights_view.cellClicked.connect(self.inspect_pair)
-        self.means_view.tileClicked.connect(m.select)
+        self.means_view.tileClicked.connect(m.session.select)
         self.means_view.clusterClicked.connect(self.sync.select_cluster_of_label)
-        m.projectChanged.connect(self.update_title)
-        m.message.connect(lambda text: self.statusBar().showMessage(text, 15000))
-        m.runFinished.connect(lambda _f: self.projects.autosave())
+        listen(m.session.events.project, self.update_title)
+        listen(m.session.events.message, lambda text: self.statusBar().showMessage(text, 15000))
+        listen(m.session.events.finished, lambda _f: self.projects.autosave())
         # a stopped run too (its frames and settings; a run resumes only in the session that stopped it)
-        m.runStateChanged.connect(lambda state: state == "stopped" and self.projects.autosave())
-        m.runFailed.connect(self._failed)
+        listen(m.session.events.state, lambda state: state == "stopped" and self.projects.autosave())
+        listen(m.session.events.failed, self._failed)
         m.loadFailed.connect(lambda message, tb: self._failed(message, tb, "Loading the images failed"))
 
     @property
@@ -122,15 +125,15 @@ class MainWindow(QMainWindow):
 
     def update_title(self) -> None:
         m = self.model
-        name = Path(m.project_path).name if m.project_path else "untitled"
-        star = "*" if m.dirty and m.n else ""
+        name = Path(m.session.project_path).name if m.session.project_path else "untitled"
+        star = "*" if m.session.dirty and m.session.n else ""
         self.setWindowTitle(f"{APP_NAME} {__version__} — {name}{star}")
 
     # ------------------------------------------------------------ what replaces the inputs asks first
     def _changing_inputs(self, action: str, change) -> bool:
         """Run ``change()`` if no unsaved result or edit would be lost, or the user agreed to lose them."""
-        if self.model.busy:
-            self.model.message.emit("Stop the run first.")
+        if self.model.session.busy:
+            self.model.session.message("Stop the run first.")
             return False
         if self.model.refuse_while_loading() or not self.projects.confirm_discard(action):
             return False
@@ -138,7 +141,7 @@ class MainWindow(QMainWindow):
 
     def load_demo(self, name: str) -> bool:
         return self._changing_inputs(
-            "Loading the demo", lambda: self.model.load_demo(name, size=self.take_size_after_demo()))
+            "Loading the demo", lambda: self.model.session.load_demo(name, size=self.take_size_after_demo()))
 
     def take_size_after_demo(self) -> int | None:
         """The working size the user had before *Show me* (its demo runs at its own size); once."""
@@ -199,20 +202,21 @@ class MainWindow(QMainWindow):
             event.acceptProposedAction()
 
     def _set_size(self, size: int) -> None:
-        if not self._changing_inputs("Changing the working size", lambda: self.model.set_size(size)):
+        if not self._changing_inputs("Changing the working size", lambda: self.model.session.set_size(size)):
             self.run_panel.size.blockSignals(True)  # refused: the field shows the size in use again
-            self.run_panel.size.setValue(self.model.size)
+            self.run_panel.size.setValue(self.model.session.size)
             self.run_panel.size.blockSignals(False)
 
     def _set_image_transform(self, theta, tx, ty) -> None:
         m = self.model
-        if 0 <= m.selected < m.n:
-            self._changing_inputs("Transforming an image", lambda: m.set_transform(m.selected, theta, tx, ty))
+        if 0 <= m.session.selected < m.session.n:
+            self._changing_inputs("Transforming an image",
+                                  lambda: m.session.set_transform(m.session.selected, theta, tx, ty))
 
     def start_run(self) -> bool:
         if self.model.refuse_while_loading():
             return False
-        if self.model.n < 2:
+        if self.model.session.n < 2:
             self.dialog(QMessageBox.Icon.Warning, "Cannot start", "Add at least 2 images before starting a run.")
             return False
         if not self.projects.confirm_discard("Starting again"):
@@ -224,21 +228,21 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------ clusters and inspect
     def rename_cluster(self, cluster, name=None) -> None:
         m = self.model
-        if m.book is None:
+        if m.session.book is None:
             return
         if name is None:
-            name, ok = QInputDialog.getText(self, "Rename cluster", "New name:", text=m.book.name_of(cluster))
+            name, ok = QInputDialog.getText(self, "Rename cluster", "New name:", text=m.session.book.name_of(cluster))
             if not ok:
                 return
-        m.rename_cluster(cluster, name)
+        m.session.rename_cluster(cluster, name)
 
     def inspect_pair(self, i, j) -> None:
-        self.model.select([i, j] if i != j else [i])
-        self.model.inspect(i, j)
+        self.model.session.select([i, j] if i != j else [i])
+        self.model.session.inspect(i, j)
 
     # ------------------------------------------------------------ dialogs
     def show_skipped(self) -> None:
-        skipped = self.model.data.skipped
+        skipped = self.model.session.data.skipped
         text = "\n".join(f"{s['path']}: {s['reason']}" for s in skipped) or "Nothing was skipped."
         self.dialog(QMessageBox.Icon.Information, "Skipped files", f"{len(skipped)} file(s) were skipped.", text)
 

@@ -1,6 +1,6 @@
-"""The studio model: the Qt face of the Qt-free :class:`~iastudio.core.session.Session`.
+"""The studio model: the driver of the Qt-free :class:`~iastudio.core.session.Session`'s background work.
 
-The session holds and changes the state; this adapter turns its events into Qt signals and drives its
+The session holds and changes the state and emits typed events the views connect to; this adapter drives its
 runs in a standard thread worker (superqt's generator worker), and the reading of image files (decode
 and preprocess, :func:`~iastudio.core.session.read_images`) in a function worker.  The workers' output
 reaches the GUI thread only through queued signals, and only the GUI thread changes the session; views
@@ -21,17 +21,10 @@ from iastudio.core.cluster_means import cluster_invariant_means
 from iastudio.core.frames import FrameBuilder
 from iastudio.core.session import Session, read_images, run_subset, stream_run
 
+from .events import listen
+
 log = logging.getLogger(__name__)
 QUEUED = Qt.ConnectionType.QueuedConnection
-
-# Read-only state and plain actions taken straight from the session (its docstrings apply).
-_STATE = ("data", "size", "canvas", "base", "transforms", "working", "selection", "book", "edits", "latest",
-          "final", "run", "state", "project_path", "dirty", "n", "selected", "result", "history", "busy")
-_ACTIONS = ("load_demo", "add_paths", "clear", "set_size", "apply_random_transforms", "reset_transforms",
-            "set_transform", "select", "select_cluster", "edit_clusters", "undo", "redo", "reread", "inspect",
-            "move_images", "rename_cluster", "merge_clusters", "split_cluster", "new_cluster_from_selection",
-            "to_project", "save_project", "autosave", "open_project", "work_at_risk", "discard_run",
-            "can_resume", "cluster_images")
 
 
 def gpu_status() -> tuple[bool, str]:
@@ -44,21 +37,13 @@ def gpu_status() -> tuple[bool, str]:
 
 
 class StudioModel(QObject):
-    """Signals for the session's events, and the thread worker that runs it."""
+    """The driver of the session's background work: its runs, the reading of images, edited clusters' means.
 
-    imagesChanged = Signal()
-    transformsChanged = Signal()
-    selectionChanged = Signal(list)  # image indices
-    clustersChanged = Signal()
-    historyChanged = Signal()  # undo/redo availability or texts changed
-    inspectReady = Signal(dict)
-    projectChanged = Signal()  # path or dirty flag changed
-    message = Signal(str)  # plain one-line status messages
-    runStateChanged = Signal(str)  # a RunState value
-    frameReady = Signal(object)  # latest Frame or None (views pull at <= 30 fps)
-    progressChanged = Signal(float, str, float)  # fraction, text, eta seconds (-1 unknown)
-    runFinished = Signal(object)  # Frame
-    runFailed = Signal(str, str)  # message, traceback
+    The session (:attr:`session`) holds the state and emits its own typed events, which the views connect
+    to (:func:`~iastudio.app.events.listen`); this object only starts the workers, hands what they return
+    to the session on the GUI thread, and says how the reading of images goes.
+    """
+
     imagesLoading = Signal(int, int, str)  # files done, total, the file being read now
     imagesLoaded = Signal(list)  # the skipped files: a load ended (its images are in the session, if any)
     loadFailed = Signal(str, str)  # message, traceback: the loading itself failed (not one file)
@@ -68,15 +53,6 @@ class StudioModel(QObject):
     def __init__(self, parent=None, *, session: Session | None = None):
         super().__init__(parent)
         self.session = session or Session()
-        ev = self.session.events
-        for name, signal in (("images", self.imagesChanged), ("transforms", self.transformsChanged),
-                             ("selection", self.selectionChanged), ("clusters", self.clustersChanged),
-                             ("history", self.historyChanged), ("inspect", self.inspectReady),
-                             ("project", self.projectChanged), ("message", self.message),
-                             ("frame", self.frameReady), ("progress", self.progressChanged),
-                             ("finished", self.runFinished), ("failed", self.runFailed)):
-            ev.connect(name, signal.emit)
-        ev.connect("state", lambda s: self.runStateChanged.emit(str(s)))
         self._progressed.connect(self._on_progress, QUEUED)
         self._reading.connect(self.imagesLoading, QUEUED)
         self.builder: FrameBuilder | None = None
@@ -91,19 +67,10 @@ class StudioModel(QObject):
         self._t_launch = 0.0
         self.means_worker = None  # computing the invariant means of edited clusters, while it does
         self._means_again = False
-        self.clustersChanged.connect(self._update_cluster_means)
+        listen(self.session.events.clusters, self._update_cluster_means)
         app = QCoreApplication.instance()
         if app is not None:
             app.aboutToQuit.connect(self.shutdown)
-
-    def __getattr__(self, name):
-        if name in _STATE or name in _ACTIONS:
-            return getattr(self.__dict__["session"] if "session" in self.__dict__ else None, name)
-        raise AttributeError(name)
-
-    @property
-    def history_frames(self) -> list:
-        return self.session.frames
 
     # ---------------------------------------------------------------- loading images
     @property
@@ -114,7 +81,7 @@ class StudioModel(QObject):
     def refuse_while_loading(self) -> bool:
         """True (with a message) while images are loading: the inputs must not change meanwhile."""
         if self.loading:
-            self.message.emit("Wait for the images to load, or cancel the loading.")
+            self.session.message("Wait for the images to load, or cancel the loading.")
         return self.loading
 
     def load_paths(self, paths, *, replace: bool = False, size: int | None = None) -> bool:
@@ -146,7 +113,7 @@ class StudioModel(QObject):
         """Stop loading after the file being read; what was read is kept."""
         if self.loading and not self._load_cancel.is_set():
             self._load_cancel.set()
-            self.message.emit("Cancelling: the file being read is the last one.")
+            self.session.message("Cancelling: the file being read is the last one.")
 
     def _loaded(self, loaded) -> None:
         if self.loader is None:  # abandoned (the window closed)
@@ -154,7 +121,7 @@ class StudioModel(QObject):
         action = "Opening a folder" if self._load_replace else "Adding images"
         if len(loaded.data) and self.confirm is not None and not self.confirm(action):
             self.loader = None  # the user kept their work: nothing read is added
-            self.message.emit(f"Nothing {'opened' if self._load_replace else 'added'}: your work is kept as it was.")
+            self.session.message(f"Nothing {'opened' if self._load_replace else 'added'}: your work is kept as it was.")
             self.imagesLoaded.emit([])
             return
         try:

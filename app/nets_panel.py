@@ -1,6 +1,7 @@
 """The Networks panel: train an equivariant attention network and watch its attention turn with the input.
 
-Training runs in a :class:`NetsWorker` living in its own QThread; only queued signals cross. The
+Training runs in a superqt function worker (on Qt's thread pool, as the studio's runs do); its epochs and
+batches reach the panel through queued signals, its end through the worker's ``returned``/``errored``. The
 state (data, trained model, history) is the Qt-free :class:`NetsState`; the widgets only draw it.
 Without PyTorch the panel says how to add it and nothing else is affected.
 """
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QEvent, Qt, QThreadPool, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
     QGridLayout,
@@ -26,6 +27,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from superqt.utils import create_worker
 
 from . import theme
 from .edition import nets_hint
@@ -57,31 +59,12 @@ class NetsState:
     result: object = None  # iastudio.core.nets.train.TrainResult
 
 
-class NetsWorker(QObject):
-    """Trains in its own thread; reports through queued signals."""
+def train_in_background(name, data, epochs, *, on_epoch, on_batch, should_stop):
+    """Train ``name`` on ``data`` (what the panel's worker thread runs); ``(model, TrainResult)``."""
+    from iastudio.core.nets.train import train_model
 
-    epochDone = Signal(dict)
-    batchDone = Signal(int, int)
-    finished = Signal(object, object)  # model, TrainResult
-    failed = Signal(str, str)
-
-    def __init__(self):
-        super().__init__()
-        self.stop_flag = threading.Event()
-
-    @Slot(str, object, int)
-    def train(self, name, data, epochs):
-        from iastudio.core.nets.train import train_model
-
-        self.stop_flag.clear()
-        try:
-            model, res = train_model(name, data, epochs=epochs, batch=64, device="auto",
-                                     on_epoch=self.epochDone.emit, on_batch=self.batchDone.emit,
-                                     should_stop=self.stop_flag.is_set, eval_subset=200)
-            self.finished.emit(model, res)
-        except Exception as exc:  # noqa: BLE001 - shown as one line, traceback logged
-            log.exception("network training failed")
-            self.failed.emit(str(exc) or type(exc).__name__, traceback.format_exc())
+    return train_model(name, data, epochs=epochs, batch=64, device="auto", on_epoch=on_epoch, on_batch=on_batch,
+                       should_stop=should_stop, eval_subset=200)
 
 
 class NetsPanel(QWidget):
@@ -93,14 +76,17 @@ class NetsPanel(QWidget):
         Returns the studio's current :class:`iastudio.core.imageset.ImageSet` (used when "Current image set" is chosen).
     """
 
-    _train = Signal(str, object, int)
+    trainingEnded = Signal()  # a training finished, failed or was stopped (the panel shows which)
+    _epoch = Signal(dict)  # emitted in the worker thread, queued to the GUI thread
+    _batch = Signal(int, int)  # emitted in the worker thread, queued to the GUI thread
 
     def __init__(self, imageset_source=None, parent=None):
         super().__init__(parent)
         self.imageset_source = imageset_source or (lambda: None)
         self.state = NetsState()
         self.available = torch_available()
-        self.thread = None
+        self.worker = None  # the training worker, while it runs
+        self._stop_flag = threading.Event()
         lay = QVBoxLayout(self)
         self.status = QLabel()
         self.status.setWordWrap(True)
@@ -117,7 +103,11 @@ class NetsPanel(QWidget):
         lay.addWidget(self.status)
         lay.addLayout(self._build_body(), 1)
         self._map_items: list = []
-        self._start_worker()
+        self._epoch.connect(self._on_epoch, Qt.ConnectionType.QueuedConnection)
+        self._batch.connect(self._on_batch, Qt.ConnectionType.QueuedConnection)
+        app = QCoreApplication.instance()
+        if app is not None:
+            app.aboutToQuit.connect(self.shutdown)
         self.train_button.clicked.connect(self.start_training)
         self.stop_button.clicked.connect(self.stop_training)
         for box in (self.angle, self.image_index, self.query_row, self.query_col):
@@ -196,21 +186,6 @@ class NetsPanel(QWidget):
         body.addLayout(inspect, 3)
         return body
 
-    def _start_worker(self) -> None:
-        self.thread = QThread()
-        self.thread.setObjectName("ia-nets-worker")
-        self.worker = NetsWorker()
-        self.worker.moveToThread(self.thread)
-        self._train.connect(self.worker.train)
-        self.worker.epochDone.connect(self._on_epoch)
-        self.worker.batchDone.connect(self._on_batch)
-        self.worker.finished.connect(self._on_finished)
-        self.worker.failed.connect(self._on_failed)
-        self.thread.start()
-        app = QCoreApplication.instance()
-        if app is not None:
-            app.aboutToQuit.connect(self.shutdown)
-
     def restyle(self) -> None:
         """The plots in the palette's colours and the widget's font (dark desktops, presentation mode)."""
         if self.available and hasattr(self, "curve_plot"):
@@ -237,7 +212,7 @@ class NetsPanel(QWidget):
         return from_imageset(iset, name="current image set")
 
     def start_training(self):
-        if self.state.model is None and self.stop_button.isEnabled():
+        if self.worker is not None:  # one training at a time
             return
         try:
             data = self.load_data()
@@ -252,10 +227,15 @@ class NetsPanel(QWidget):
         self.stop_button.setEnabled(True)
         self.status.setText(f"Training {self.state.model_name} on {data.name} ({len(data.x_train)} train / "
                             f"{len(data.x_test)} test images)…")
-        self._train.emit(self.state.model_name, data, self.epochs.value())
+        self._stop_flag = stop = threading.Event()
+        self.worker = create_worker(train_in_background, self.state.model_name, data, self.epochs.value(),
+                                    on_epoch=self._epoch.emit, on_batch=self._batch.emit, should_stop=stop.is_set,
+                                    _start_thread=False,
+                                    _connect={"returned": self._on_returned, "errored": self._on_errored})
+        self.worker.start()
 
     def stop_training(self):
-        self.worker.stop_flag.set()
+        self._stop_flag.set()
         self.status.setText("Stopping after this batch…")
 
     @Slot(int, int)
@@ -272,8 +252,9 @@ class NetsPanel(QWidget):
         self.status.setText(f"Epoch {rec['epoch']}: train loss {rec['train_loss']:.3f}, "
                             f"test accuracy {100 * rec['test_accuracy']:.1f}%")
 
-    @Slot(object, object)
-    def _on_finished(self, model, res):
+    def _on_returned(self, trained):
+        self.worker = None
+        model, res = trained
         self.state.model, self.state.result = model, res
         self.train_button.setEnabled(True)
         self.stop_button.setEnabled(False)
@@ -283,12 +264,15 @@ class NetsPanel(QWidget):
                             f"invariance error (90°) {res.invariance_error_90:.1e}{extra}")
         self.image_index.setMaximum(max(0, len(self.state.data.x_test) - 1))
         self.update_inspection()
+        self.trainingEnded.emit()
 
-    @Slot(str, str)
-    def _on_failed(self, message, _tb):
+    def _on_errored(self, exc):
+        self.worker = None
+        log.error("network training failed\n%s", "".join(traceback.format_exception(exc)))
         self.train_button.setEnabled(True)
         self.stop_button.setEnabled(False)
-        self.status.setText(f"Training failed: {message} (details in the log)")
+        self.status.setText(f"Training failed: {str(exc) or type(exc).__name__} (details in the log)")
+        self.trainingEnded.emit()
 
     # ------------------------------------------------------------ inspection
     def update_inspection(self, *_):
@@ -336,9 +320,8 @@ class NetsPanel(QWidget):
 
     # ------------------------------------------------------------ lifetime
     def shutdown(self, timeout_ms: int = 10000) -> bool:
-        if self.thread is None:
+        """Stop the training (after its batch) and wait for the worker; True if it ended in time."""
+        self._stop_flag.set()
+        if self.worker is None:
             return True
-        self.worker.stop_flag.set()
-        self.thread.quit()
-        ok = self.thread.wait(timeout_ms)
-        return ok
+        return QThreadPool.globalInstance().waitForDone(timeout_ms)

@@ -28,6 +28,7 @@ from superqt.utils import create_worker
 from iastudio.core.logs import log_dir
 from iastudio.core.project import ProjectError, save_project
 
+from .events import listen
 from .home import announce, app_home, home_problem
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ class ProjectController(QObject):
         self._autosave_timer.setSingleShot(True)
         self._autosave_timer.setInterval(AUTOSAVE_DELAY_MS)
         self._autosave_timer.timeout.connect(self.autosave)
-        self.model.projectChanged.connect(self._changed)
+        listen(self.model.session.events.project, self._changed)
         self._autosaving: ProjectWrite | None = None  # the autosave being written
         self._autosave_again = False  # asked for while one was written: one more write after it
         self._saving: ProjectWrite | None = None  # File > Save being written
@@ -151,8 +152,8 @@ class ProjectController(QObject):
         A save being written is waited for first: it may be what makes the work saved.
         """
         self.wait_for(self._saving)
-        risk = self.model.work_at_risk()
-        if not risk or not self.model.dirty:
+        risk = self.model.session.work_at_risk()
+        if not risk or not self.model.session.dirty:
             return True
         answer = self.ask(self.window, "Discard your work?",
                           f"{action} discards {risk} (not saved yet). Save the project first?")
@@ -168,8 +169,8 @@ class ProjectController(QObject):
         """
         self.wait_for(self._saving)
         m = self.model
-        if m.dirty and m.n:
-            name = Path(m.project_path).name if m.project_path else "this session"
+        if m.session.dirty and m.session.n:
+            name = Path(m.session.project_path).name if m.session.project_path else "this session"
             answer = self.ask(self.window, "Save changes?", f"Save the changes to {name} before closing?",
                               save_text="Save…", discard_text="Don't save")
             if answer == CANCEL or (answer == SAVE and not self.save(wait=True)):
@@ -187,7 +188,7 @@ class ProjectController(QObject):
         return app_home() / "autosave" / "autosave.iaproj"
 
     def _changed(self) -> None:
-        if self.model.dirty:
+        if self.model.session.dirty:
             self._autosave_timer.start()
 
     @property
@@ -213,7 +214,7 @@ class ProjectController(QObject):
             self.wait_for(self._autosaving)
             try:
                 self.window.sync.remember_view()
-                if self.model.autosave(self.autosave_path()):
+                if self.model.session.autosave(self.autosave_path()):
                     log.info("autosaved to %s", self.autosave_path())
                     return True
             except Exception:  # noqa: BLE001 - autosave must never disturb the user
@@ -222,7 +223,7 @@ class ProjectController(QObject):
         if self._autosaving is not None:
             self._autosave_again = True
             return True
-        if not self.model.n:
+        if not self.model.session.n:
             return False
         try:
             self.window.sync.remember_view()
@@ -315,7 +316,7 @@ class ProjectController(QObject):
         if self.model.refuse_while_loading() or (ask and not self.confirm_discard("Opening a project")):
             return False
         try:
-            proj = self.model.open_project(path)
+            proj = self.model.session.open_project(path)
         except ProjectError as exc:
             w.dialog(QMessageBox.Icon.Warning, "Cannot open the project", str(exc))
             return False
@@ -335,8 +336,8 @@ class ProjectController(QObject):
 
     def save(self, *, wait: bool = True) -> bool:
         """Save to the project's own file (Save as… when there is none); see :meth:`save_to`."""
-        if self.model.project_path:
-            return self.save_to(self.model.project_path, wait=wait)
+        if self.model.session.project_path:
+            return self.save_to(self.model.session.project_path, wait=wait)
         return self.save_as(wait=wait)
 
     def save_as(self, *, wait: bool = True) -> bool:
@@ -358,12 +359,12 @@ class ProjectController(QObject):
         self.wait_for(self._saving)
         try:
             self.window.sync.remember_view()
-            project, revision = self.model.to_project(), self.model.session.revision
+            project, revision = self.model.session.to_project(), self.model.session.revision
         except Exception as exc:  # noqa: BLE001 - shown, the session goes on
             log.exception("saving %s failed", path)
             self._cannot_save(path, exc)
             return False
-        self.model.message.emit(f"Saving {path}…")
+        self.model.session.message(f"Saving {path}…")
         self._saving = job = self._write(path, project, revision=revision, on_end=self._saved, start=not wait)
         if wait:
             self.wait_for(job)  # written here

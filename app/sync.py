@@ -1,4 +1,4 @@
-"""Keeps every panel and view of the window in step with the model (they only draw what they are given)."""
+"""Keeps every panel and view of the window in step with the session (they only draw what they are given)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +8,7 @@ from iastudio.core.filenames import display_name
 from iastudio.core.frames import book_frame, weight_range
 
 from .docks import show_view
+from .events import listen
 
 WAITING = {"weights_view": "Computing the invariant similarity of every pair… W appears when it is done.",
            "means_view": "The invariant means appear after the similarity stage.",
@@ -16,23 +17,23 @@ WAITING = {"weights_view": "Computing the invariant similarity of every pair… 
 
 
 class ViewSync:
-    """Connects the model's signals to the window's panels and views."""
+    """Connects the session's events to the window's panels and views."""
 
     def __init__(self, window):
-        self.w, self.m = window, window.model
+        self.w, self.session = window, window.model.session
         self.drawn = None  # the frame the views show
         self._drawn_key = None  # (frame id, scrubbed?) of what the views show
         self._levels = (None, (0.0, 1.0))  # (key of the frames it was computed on, W's fixed levels)
         self.redraws = 0
-        m = self.m
-        m.imagesChanged.connect(self.images_changed)
-        m.transformsChanged.connect(self.transforms_changed)
-        m.selectionChanged.connect(self.selection_changed)
-        m.clustersChanged.connect(self.clusters_changed)
-        m.inspectReady.connect(self.show_inspect)
-        m.runStateChanged.connect(window.run_panel.set_state)
-        m.progressChanged.connect(window.run_panel.set_progress)
-        m.runFinished.connect(self.finished)
+        s = self.session
+        listen(s.events.images, self.images_changed)
+        listen(s.events.transforms, self.transforms_changed)
+        listen(s.events.selection, self.selection_changed)
+        listen(s.events.clusters, self.clusters_changed)
+        listen(s.events.inspect, self.show_inspect)
+        listen(s.events.state, window.run_panel.set_state)
+        listen(s.events.progress, window.run_panel.set_progress)
+        listen(s.events.finished, self.finished)
         window.scrubber.positionChanged.connect(self.redraw)
         window.images_panel.view.selectionModel().selectionChanged.connect(self.thumb_selection)
         window.transform_panel.show_original.toggled.connect(lambda _: self.update_preview())
@@ -41,38 +42,38 @@ class ViewSync:
         window.clusters_panel.k.valueChanged.connect(lambda _: self.remember_view())
 
     def images_changed(self) -> None:
-        w, m = self.w, self.m
-        w.images_panel.thumbs.set_images(m.working, m.data.paths)
-        w.images_panel.set_summary(m.data.summary() if m.n else "No images.", len(m.data.skipped))
-        w.weights_view.set_names(m.data.paths)
+        w, s = self.w, self.session
+        w.images_panel.thumbs.set_images(s.working, s.data.paths)
+        w.images_panel.set_summary(s.data.summary() if s.n else "No images.", len(s.data.skipped))
+        w.weights_view.set_names(s.data.paths)
         w.transform_panel.clear_image()
-        w.run_panel.clusters.setMaximum(max(1, m.n))
-        if w.run_panel.size.value() != m.size:
+        w.run_panel.clusters.setMaximum(max(1, s.n))
+        if w.run_panel.size.value() != s.size:
             w.run_panel.size.blockSignals(True)
-            w.run_panel.size.setValue(m.size)
+            w.run_panel.size.setValue(s.size)
             w.run_panel.size.blockSignals(False)
 
     def transforms_changed(self) -> None:
-        self.w.images_panel.thumbs.update_images(self.m.working)
-        if self.m.book is not None:
-            self.w.images_panel.thumbs.set_labels(self.m.book.labels)
+        self.w.images_panel.thumbs.update_images(self.session.working)
+        if self.session.book is not None:
+            self.w.images_panel.thumbs.set_labels(self.session.book.labels)
         self.update_preview()
 
     def thumb_selection(self, *_) -> None:
         rows = sorted(i.row() for i in self.w.images_panel.view.selectionModel().selectedIndexes())
-        self.m.select(rows)
+        self.session.select(rows)
         if len(rows) == 2:
             self.w.inspect_pair(rows[0], rows[1])
 
     def selection_changed(self, sel) -> None:
-        w, m = self.w, self.m
+        w, s = self.w, self.session
         self._select_thumbnails(sel)
         w.convergence_view.select(sel)
         w.weights_view.set_selection(sel)
-        w.means_view.set_selection(sel, None if m.book is None else np.asarray(m.book.labels))
+        w.means_view.set_selection(sel, None if s.book is None else np.asarray(s.book.labels))
         if sel:
-            t = m.transforms[sel[0]]
-            w.transform_panel.load_image(display_name(m.data.paths[sel[0]]), float(np.rad2deg(t[0])),
+            t = s.transforms[sel[0]]
+            w.transform_panel.load_image(display_name(s.data.paths[sel[0]]), float(np.rad2deg(t[0])),
                                          float(t[1]), float(t[2]))
             self.update_preview()
 
@@ -92,41 +93,41 @@ class ViewSync:
             view.scrollTo(thumbs.index(sel[0]))
 
     def update_preview(self) -> None:
-        m = self.m
-        if 0 <= m.selected < m.n:
-            src = m.base if self.w.transform_panel.show_original.isChecked() else m.working
-            self.w.transform_panel.set_preview(src[m.selected])
+        s = self.session
+        if 0 <= s.selected < s.n:
+            src = s.base if self.w.transform_panel.show_original.isChecked() else s.working
+            self.w.transform_panel.set_preview(src[s.selected])
 
     def clusters_changed(self) -> None:
-        m, book = self.m, self.m.book
+        s, book = self.session, self.session.book
         self.w.images_panel.thumbs.set_labels(None if book is None else book.labels)
         means = {}
-        shown = self.with_book(m.final)
+        shown = self.with_book(s.final)
         if book is not None and shown is not None and shown.cluster_means is not None:
             means = dict(zip(shown.cluster_ids, shown.cluster_means))  # the same means the views draw
         self.w.clusters_panel.set_book(book, means)
-        if m.final is None:
+        if s.final is None:
             self.w.clusters_panel.show_evidence(None)  # no "Run: 4 clusters …" of a run that was discarded
         self.w.update_title()
         self.drawn = None  # the views draw the edited clusters
         self.redraw()
-        if m.final is not None and m.final is m.latest:
-            self.w.compare_view.show_final(self.with_book(m.final), m.data.labels if m.data.has_labels else None)
+        if s.final is not None and s.final is s.latest:
+            self.w.compare_view.show_final(self.with_book(s.final), s.data.labels if s.data.has_labels else None)
 
     def with_book(self, frame):
         """``frame`` drawn with the session's edited clusters (:func:`book_frame`) when there are any."""
-        m, book = self.m, self.m.book
+        s, book = self.session, self.session.book
         if (frame is None or book is None or book.n != len(frame.snapshot.labels)
-                or len(m.working) != book.n):
+                or len(s.working) != book.n):
             return frame
-        return book_frame(frame, book.labels, book.names, images=m.working, means=m.session.cluster_means)
+        return book_frame(frame, book.labels, book.names, images=s.working, means=s.cluster_means)
 
     def redraw(self) -> None:
         """Draw the latest frame if it is new, or the frame the scrubber picks (the timer calls this at <= 30 fps)."""
-        w, frames = self.w, self.m.history_frames
+        w, frames = self.w, self.session.frames
         w.scrubber.set_count(len(frames), lambda i: _describe(frames[i]))
         picked = w.scrubber.chosen()
-        frame = self.m.latest if picked is None else frames[picked]
+        frame = self.session.latest if picked is None else frames[picked]
         key = (id(frame), picked is not None)
         if frame is self.drawn and key == self._drawn_key:
             return
@@ -134,14 +135,14 @@ class ViewSync:
         if frame is None:  # the data changed: stale views go back to their hints
             for view in (w.weights_view, w.means_view, w.convergence_view, w.compare_view):
                 view.clear()
-            if self.m.busy:
+            if self.session.busy:
                 self.show_waiting()
             return
         frame = self.with_book(frame)
         w.weights_view.show_frame(frame, levels=None if picked is None else self.run_levels(frames))
         w.means_view.show_frame(frame)
         w.convergence_view.show_frame(frame)
-        w.convergence_view.select(self.m.selection)
+        w.convergence_view.select(self.session.selection)
         self.redraws += 1
 
     def show_waiting(self) -> None:
@@ -158,9 +159,9 @@ class ViewSync:
 
     def finished(self, frame) -> None:
         self.redraw()
-        m = self.m
-        self.w.clusters_panel.show_evidence(frame.result, m.data.paths)
-        self.w.compare_view.show_final(self.with_book(frame), m.data.labels if m.data.has_labels else None)
+        s = self.session
+        self.w.clusters_panel.show_evidence(frame.result, s.data.paths)
+        self.w.compare_view.show_final(self.with_book(frame), s.data.labels if s.data.has_labels else None)
 
     def project_opened(self, project) -> None:
         """The Run panel shows the opened project's run settings (none saved: left as they are)."""
@@ -183,7 +184,7 @@ class ViewSync:
         """Keep how the window shows the work in the session (saved with the project): one mean per
         cluster or per image, the Clusters tab's k, and the Run panel's settings as the user left them."""
         cp = self.w.clusters_panel
-        self.m.session.view_state.update(per_cluster=self.w.means_view.per_cluster.isChecked(),
+        self.session.view_state.update(per_cluster=self.w.means_view.per_cluster.isChecked(),
                                          k="auto" if cp.k_auto.isChecked() else cp.k.value(),
                                          run_panel=self.w.run_panel.settings_state())
 
@@ -192,12 +193,12 @@ class ViewSync:
         show_view(self.w, self.w.inspect_view)  # in front of its tabs (left closed if the user closed it)
 
     def select_cluster_of_label(self, label) -> None:
-        if self.m.book is not None:
-            lab = np.asarray(self.m.book.labels)
+        if self.session.book is not None:
+            lab = np.asarray(self.session.book.labels)
         else:
-            lab = self.m.latest.snapshot.labels if self.m.latest is not None else None
+            lab = self.session.latest.snapshot.labels if self.session.latest is not None else None
         if lab is not None:
-            self.m.select(np.flatnonzero(lab == label).tolist())
+            self.session.select(np.flatnonzero(lab == label).tolist())
 
 
 def _describe(frame) -> str:

@@ -8,6 +8,7 @@ the window is fitted to its screen.
 from __future__ import annotations
 
 from .context_menus import install_context_menus
+from .events import listen
 from .layout import fit_to_screen
 from .panels import RunPanel
 from .tooltips import install_tooltip_wrapping
@@ -31,17 +32,17 @@ def update_run_actions(window, state: str) -> None:
 
 def _images_changed(window) -> None:
     m = window.model
-    window.images_panel.set_skipped(m.data.skipped)
-    if m.latest is None:  # new images, nothing run on them yet: every view shows its hint again
+    window.images_panel.set_skipped(m.session.data.skipped)
+    if m.session.latest is None:  # new images, nothing run on them yet: every view shows its hint again
         for view in views_of(window):
             view.clear()
 
 
 def _run_state(window, state: str) -> None:
     update_run_actions(window, state)
-    if state == "running" and window.model.final is None:
+    if state == "running" and window.model.session.final is None:
         window.compare_view.clear()  # the last comparison is about another run
-        if window.model.latest is None:  # nothing drawn yet: say what is being computed, not "open a folder"
+        if window.model.session.latest is None:  # nothing drawn yet: say what is being computed, not "open a folder"
             window.sync.show_waiting()
 
 
@@ -51,14 +52,14 @@ def _paper_mode(window) -> None:
 
     window.run_panel.paper_mode.setChecked(True)
     show_view(window, window.run_panel, reopen=True)
-    window.model.message.emit("Paper mode is on: press Start to run the paper's plain iteration.")
+    window.model.session.message("Paper mode is on: press Start to run the paper's plain iteration.")
 
 
 def install_ui_extras(window) -> None:
     m = window.model
-    m.imagesChanged.connect(lambda: _images_changed(window))
-    m.runStateChanged.connect(lambda state: _run_state(window, state))
-    update_run_actions(window, m.state)
+    listen(m.session.events.images, lambda: _images_changed(window))
+    listen(m.session.events.state, lambda state: _run_state(window, state))
+    update_run_actions(window, m.session.state)
     install_context_menus(window)
     install_tooltip_wrapping()  # every tooltip wraps, not one line as wide as its text
     window.convergence_view.paperModeRequested.connect(lambda: _paper_mode(window))

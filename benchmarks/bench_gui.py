@@ -87,12 +87,12 @@ def main(argv=None):
     timer.setInterval(50)
     timer.timeout.connect(probe.post)
     frames = []
-    w.model.frameReady.connect(lambda f: frames.append(time.perf_counter()))
+    w.model.session.events.frame.connect(lambda f: frames.append(time.perf_counter()))
     costs = {"new map": [], "same map": []}
 
     def forced_redraw():
         # while the worker computes: redraw every panel from a new frame and time it
-        latest = w.model.latest
+        latest = w.model.session.latest
         if latest is None:
             return
         # a copy of the latest frame stands in for a new one (the same pictures, nothing drawn reused), by
@@ -115,12 +115,12 @@ def main(argv=None):
     w.start_run()
     timer.start()
     redraw_timer.start()
-    while time.perf_counter() - t0 < args.seconds and w.model.state == "running":
+    while time.perf_counter() - t0 < args.seconds and w.model.session.state == "running":
         app.processEvents()
         time.sleep(0.002)
     timer.stop()
     redraw_timer.stop()
-    state = w.model.state
+    state = w.model.session.state
     w.model.stop()
     if args.screenshot:
         w.resize(1280, 800)  # the size of the README's pictures (the offscreen screen is only 800 x 800)

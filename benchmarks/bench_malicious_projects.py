@@ -3,7 +3,7 @@
 Each project is built on the fly (zip bombs streamed through zlib, never
 written uncompressed), then opened in a fresh Python process — by
 ``iastudio.core.project.load_project`` and, with ``--app``, by the app's model
-(``StudioModel.open_project``, offscreen) — which reports the peak resident
+(``StudioModel().session.open_project``, offscreen) — which reports the peak resident
 memory *above its own baseline after imports* and the wall time.  A valid
 project at the library's inflate budget (256 MiB of images in a ~260 KB file)
 is measured too, as the largest thing a small file can make the loader hold.
@@ -58,14 +58,14 @@ if app:
     qa = QApplication([])
     from iastudio.app.model import StudioModel
     model = StudioModel()
-    model.load_demo("shapes")
+    model.session.load_demo("shapes")
 import gc; gc.collect()
 # reset the high-water mark so only the opening counts
 open("/proc/self/clear_refs", "w").write("5")
 base = rss()
 t = time.perf_counter()
 try:
-    (model.open_project if app else load_project)({path!r})
+    (model.session.open_project if app else load_project)({path!r})
     outcome = "loaded"
 except ProjectError as exc:
     outcome = "refused: " + str(exc)[:90]

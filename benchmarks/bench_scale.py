@@ -489,13 +489,13 @@ def bench_autosave(n, size, frames=7, k=30):
             app.processEvents()
             time.sleep(0.01)
         m = w.model
-        m.rename_cluster(0, "renamed")
+        m.session.rename_cluster(0, "renamed")
         t0 = time.perf_counter()
-        snapshot = [m.to_project() for _ in range(5)]
+        snapshot = [m.session.to_project() for _ in range(5)]
         t_snap = (time.perf_counter() - t0) / 5
         del snapshot
         t0 = time.perf_counter()
-        m.autosave(w.projects.autosave_path())  # the old way: written on the GUI thread
+        m.session.autosave(w.projects.autosave_path())  # the old way: written on the GUI thread
         t_old = time.perf_counter() - t0
         ticks = []
         timer = QTimer()

@@ -42,12 +42,12 @@ def _finished_window(app):
     w.projects.ask = lambda *a, **k: "discard"  # a throwaway session
     w.show()
     m = w.model
-    m.load_demo("shapes")
+    m.session.load_demo("shapes")
     w.run_panel.size.setValue(40)
-    m.apply_random_transforms(rotation_deg=180, shift_percent=8, seed=1)
+    m.session.apply_random_transforms(rotation_deg=180, shift_percent=8, seed=1)
     assert m.start(backend="numpy", iterations=2)
-    if not _wait(app, lambda: m.state == "finished"):
-        raise SystemExit(f"the run did not finish (state {m.state})")
+    if not _wait(app, lambda: m.session.state == "finished"):
+        raise SystemExit(f"the run did not finish (state {m.session.state})")
     show_view(w, w.compare_view)
     w.redraw()
     return w
@@ -93,8 +93,8 @@ def _show_me(app):
     w.show()
     w.resize(1280, 800)
     assert show_me(w)
-    if not _wait(app, lambda: w.model.state == "finished"):
-        raise SystemExit(f"Show me did not finish (state {w.model.state})")
+    if not _wait(app, lambda: w.model.session.state == "finished"):
+        raise SystemExit(f"Show me did not finish (state {w.model.session.state})")
     _wait(app, lambda: False, 0.5)
     w.redraw()
     return w

@@ -772,80 +772,10 @@ intensity, readout
         return lambda src, col: trans.transform(src, col)
 
     def _advance(self):
-        s = self.settings
-        xp = self.backend.xp
         if self._stage == _Phase.SIMILARITY:
-            dist, trans, mirrored, probes = sim = self._distances(self._features)
-            self._history.append(_view(dist, fill_missing=True))
-            labels, choice = self._read_labels(dist, probes)
-            if self._guard_rejects(labels):
-                self._stage = _Phase.FINISHING
-                return self._advance()
-            settled = self.settings.guarded and self._same_clusters(labels)
-            if self._input_sim is None:
-                self._input_sim = sim
-                if s.beta == "auto":
-                    self._bandwidth = local_bandwidth(dist, neighbor=choice.scale)
-            w, beta = attention_weights(dist, s.beta if s.beta == "auto" else float(s.beta), bandwidth=self._bandwidth)
-            prev = self._weights
-            self._sim, self._weights, self._beta = sim, w, beta
-            self._labels, self._k_choice = labels, choice
-            if settled:
-                self._notes.append(f"iteration {self._accepted} left the clusters as they were: stopped there "
-                                   f"(more iterations would only sharpen W and the means)")
-            if settled or (prev is not None and _max_abs_diff(w, prev) < s.converge_tol):
-                self._stage = _Phase.FINISHING  # the clusters settled, or W stopped moving: converged
-                return self._advance()
-            self._stage = _Phase.MEANS
-            t0 = time.perf_counter()
-            if s.method == "ia":
-                init = self._init_of(trans) if s.init == "pairwise" else None
-                if _is_sparse(w):
-                    self._mean_src, w_src = self._features, w
-                else:
-                    self._mean_src, w_src, init = self._with_mirrors(self._features, w, init, mirrored)
-                    w_src = xp.asarray(w_src, dtype=np.float32)
-                if s.mean_solver == "gradient":  # Algorithm 1: the sample mean first
-                    self._mean_state = start_descent_means(self._mean_src, w_src, init, tol=s.weight_tol)
-                else:
-                    self._mean_state = start_invariant_means(self._mean_src, w_src, init, tol=s.weight_tol,
-                                                             mass=s.weight_mass)
-            self._timings["mean_s"] += time.perf_counter() - t0
-            return self._snapshot(Stage.SIMILARITY)
+            return self._advance_similarity()
         if self._stage == _Phase.MEANS:
-            t0 = time.perf_counter()
-            if s.method == "ka":
-                w = xp.asarray(self._weights, dtype=np.float32)
-                feats = xp.tensordot(w.T, self._features, axes=1)
-                self._mean_state = None
-                done = True
-            elif s.mean_solver == "gradient":
-                self._mean_state = descent_step(self._mean_src, self._mean_state, learning_rate=s.learning_rate,
-                                                sigmas=s.sigmas)
-                feats = self._mean_state.means
-                done = self._mean_state.step >= s.mean_steps
-            else:
-                self._mean_state = invariant_mean_step(self._mean_src, self._mean_state, sigmas=s.sigmas,
-                                                       rtol=s.mean_rtol, client=self.client,
-                                                       check=self._check_cancel)
-                feats = self._mean_state.means
-                done = self._mean_state.step >= s.mean_steps or self._mean_state.converged
-            self._timings["mean_s"] += time.perf_counter() - t0
-            if not done:
-                if self._mean_state.step % max(1, s.snapshot_every) == 0:
-                    return self._snapshot(Stage.MEANS)
-                return None
-            self._prev = (self._features, self._sim, self._weights, self._labels, self._k_choice, self._beta)
-            self._features = feats
-            self._accepted += 1
-            snap = self._snapshot(Stage.ITERATION)
-            self._mean_state = None
-            if self._iteration >= s.iterations:
-                self._stage = _Phase.FINAL
-            else:
-                self._iteration += 1
-                self._stage = _Phase.SIMILARITY
-            return snap
+            return self._advance_means()
         if self._stage == _Phase.FINAL:
             sim = self._distances(self._features)
             dist = sim[0]
@@ -860,6 +790,86 @@ intensity, readout
             self._finish()
             return self._snapshot(Stage.DONE)
         raise RuntimeError(f"unknown stage {self._stage}")
+
+    def _advance_similarity(self):
+        """The similarity of the current features, W from it, and the start of the means (or the end)."""
+        s = self.settings
+        xp = self.backend.xp
+        dist, trans, mirrored, probes = sim = self._distances(self._features)
+        self._history.append(_view(dist, fill_missing=True))
+        labels, choice = self._read_labels(dist, probes)
+        if self._guard_rejects(labels):
+            self._stage = _Phase.FINISHING
+            return self._advance()
+        settled = self.settings.guarded and self._same_clusters(labels)
+        if self._input_sim is None:
+            self._input_sim = sim
+            if s.beta == "auto":
+                self._bandwidth = local_bandwidth(dist, neighbor=choice.scale)
+        w, beta = attention_weights(dist, s.beta if s.beta == "auto" else float(s.beta), bandwidth=self._bandwidth)
+        prev = self._weights
+        self._sim, self._weights, self._beta = sim, w, beta
+        self._labels, self._k_choice = labels, choice
+        if settled:
+            self._notes.append(f"iteration {self._accepted} left the clusters as they were: stopped there "
+                               f"(more iterations would only sharpen W and the means)")
+        if settled or (prev is not None and _max_abs_diff(w, prev) < s.converge_tol):
+            self._stage = _Phase.FINISHING  # the clusters settled, or W stopped moving: converged
+            return self._advance()
+        self._stage = _Phase.MEANS
+        t0 = time.perf_counter()
+        if s.method == "ia":
+            init = self._init_of(trans) if s.init == "pairwise" else None
+            if _is_sparse(w):
+                self._mean_src, w_src = self._features, w
+            else:
+                self._mean_src, w_src, init = self._with_mirrors(self._features, w, init, mirrored)
+                w_src = xp.asarray(w_src, dtype=np.float32)
+            if s.mean_solver == "gradient":  # Algorithm 1: the sample mean first
+                self._mean_state = start_descent_means(self._mean_src, w_src, init, tol=s.weight_tol)
+            else:
+                self._mean_state = start_invariant_means(self._mean_src, w_src, init, tol=s.weight_tol,
+                                                         mass=s.weight_mass)
+        self._timings["mean_s"] += time.perf_counter() - t0
+        return self._snapshot(Stage.SIMILARITY)
+
+    def _advance_means(self):
+        """One step of the means (or the kernel average): a snapshot now and then, the iteration at its end."""
+        s = self.settings
+        xp = self.backend.xp
+        t0 = time.perf_counter()
+        if s.method == "ka":
+            w = xp.asarray(self._weights, dtype=np.float32)
+            feats = xp.tensordot(w.T, self._features, axes=1)
+            self._mean_state = None
+            done = True
+        elif s.mean_solver == "gradient":
+            self._mean_state = descent_step(self._mean_src, self._mean_state, learning_rate=s.learning_rate,
+                                            sigmas=s.sigmas)
+            feats = self._mean_state.means
+            done = self._mean_state.step >= s.mean_steps
+        else:
+            self._mean_state = invariant_mean_step(self._mean_src, self._mean_state, sigmas=s.sigmas,
+                                                   rtol=s.mean_rtol, client=self.client,
+                                                   check=self._check_cancel)
+            feats = self._mean_state.means
+            done = self._mean_state.step >= s.mean_steps or self._mean_state.converged
+        self._timings["mean_s"] += time.perf_counter() - t0
+        if not done:
+            if self._mean_state.step % max(1, s.snapshot_every) == 0:
+                return self._snapshot(Stage.MEANS)
+            return None
+        self._prev = (self._features, self._sim, self._weights, self._labels, self._k_choice, self._beta)
+        self._features = feats
+        self._accepted += 1
+        snap = self._snapshot(Stage.ITERATION)
+        self._mean_state = None
+        if self._iteration >= s.iterations:
+            self._stage = _Phase.FINAL
+        else:
+            self._iteration += 1
+            self._stage = _Phase.SIMILARITY
+        return snap
 
     def _with_mirrors(self, images, weights, init, mirrored):
         """E(2): sources ``[v; flip(v)]``, with weights and starts routed by the mirror flags.

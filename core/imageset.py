@@ -487,26 +487,14 @@ def read_entries(jobs, *, progress=None, load=None):
         them); a stack's memory-mapped pages are released as it is read, so
         a stack is never held twice.
     """
-    from collections import OrderedDict, deque
+    from collections import deque
 
-    from .stacks import StackMember, open_stack, star_members
+    from .stacks import StackMember, star_members
 
     queue = deque(jobs)
-    stacks: OrderedDict = OrderedDict()
+    stack_of = _OpenStacks()
     reads = 0
     done = 0
-
-    def stack_of(path):
-        key = str(path)
-        if key in stacks:
-            stacks.move_to_end(key)
-            return stacks[key]
-        st = open_stack(path)
-        stacks[key] = st
-        if len(stacks) > 4:
-            stacks.popitem(last=False)[1].close()
-        return st
-
     try:
         while queue:
             item, label = queue[0]
@@ -547,7 +535,34 @@ def read_entries(jobs, *, progress=None, load=None):
                     exc = ImageLoadError("too large to decode in the memory available")
                 yield Entry(name, label, error=exc)
     finally:
-        for st in stacks.values():
+        stack_of.close()
+
+
+class _OpenStacks:
+    """The stacks :func:`read_entries` has open, at most ``keep`` (the least recently read is closed)."""
+
+    def __init__(self, keep: int = 4):
+        from collections import OrderedDict
+
+        self.keep = keep
+        self.stacks: OrderedDict = OrderedDict()
+
+    def __call__(self, path):
+        """The open stack of ``path`` (opened now if it is not)."""
+        from .stacks import open_stack
+
+        key = str(path)
+        if key in self.stacks:
+            self.stacks.move_to_end(key)
+            return self.stacks[key]
+        st = open_stack(path)
+        self.stacks[key] = st
+        if len(self.stacks) > self.keep:
+            self.stacks.popitem(last=False)[1].close()
+        return st
+
+    def close(self) -> None:
+        for st in self.stacks.values():
             st.close()
 
 

@@ -205,6 +205,23 @@ def preprocess(
         raise ValueError("size must be at least 8 pixels")
     if scale not in ("content", "frame"):
         raise ValueError("scale must be 'content' or 'frame'")
+    prepared, frames, report = _prepared_set(images, scale=scale, grayscale=grayscale, invert=invert,
+                                             subtract_background=subtract_background, denoise=denoise)
+    side = int(canvas_size) if canvas_size is not None else None
+    if scale == "content":
+        side = side or size + size % 2
+    placed = [_place_frame(img, size) if fr is None else _place_content(img, fr, side)
+              for img, fr in zip(prepared, frames)]
+    if side is None:
+        radius = max((content_radius(p[0]) for p in placed), default=0.0)
+        side = max(size, int(np.ceil(2 * (radius + _MARGIN))))
+        side += side % 2  # even sides keep the centre between pixels for even images
+    out, scales, offsets = _compose(placed, [fr is not None for fr in frames], side, grayscale=grayscale)
+    return Canvas(unit_norm(out), scales, offsets, [img.shape[:2] for img in prepared], report)
+
+
+def _prepared_set(images, *, scale, grayscale, invert, subtract_background, denoise):
+    """:func:`preprocess`'s first half: ``(prepared images, content frames or None, denoise report)``."""
     prepared, frames = [], []
     report = None
     raw = [_prepare(img, i, grayscale=grayscale, invert=invert) for i, img in enumerate(images)]
@@ -219,17 +236,7 @@ def preprocess(
         prepared.append(img)
     if report is not None and report.applied:
         frames = _one_scale(frames)
-    side = int(canvas_size) if canvas_size is not None else None
-    if scale == "content":
-        side = side or size + size % 2
-    placed = [_place_frame(img, size) if fr is None else _place_content(img, fr, side)
-              for img, fr in zip(prepared, frames)]
-    if side is None:
-        radius = max((content_radius(p[0]) for p in placed), default=0.0)
-        side = max(size, int(np.ceil(2 * (radius + _MARGIN))))
-        side += side % 2  # even sides keep the centre between pixels for even images
-    out, scales, offsets = _compose(placed, [fr is not None for fr in frames], side, grayscale=grayscale)
-    return Canvas(unit_norm(out), scales, offsets, [img.shape[:2] for img in prepared], report)
+    return prepared, frames, report
 
 
 def _one_scale(frames):

@@ -267,6 +267,18 @@ def save_project(path, project: Project, *, embed: bool = True) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent, name=path.name)
+    arrays, sparse, frames = _project_arrays(project, embed=embed)
+    manifest = _manifest(project, arrays, sparse, frames)
+    with atomic_write(path) as fh:
+        with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
+            zf.writestr("manifest.json", _json_bytes(manifest))
+            for name, arr in arrays.items():
+                zf.writestr(f"arrays/{name}.npy", _npy_bytes(arr))
+    return path
+
+
+def _project_arrays(project: Project, *, embed: bool) -> tuple[dict, dict, list]:
+    """The arrays :func:`save_project` writes, by entry name; the sparse ones' types; the history's frames."""
     import scipy.sparse as sp
 
     arrays: dict[str, np.ndarray] = {}
@@ -282,8 +294,7 @@ def save_project(path, project: Project, *, embed: bool = True) -> Path:
         for part, values in parts.items():
             arrays[f"{key}.{part}"] = values
 
-    n = project.n
-    arrays["transforms"] = np.zeros((n, 3)) if project.transforms is None else project.transforms
+    arrays["transforms"] = np.zeros((project.n, 3)) if project.transforms is None else project.transforms
     if embed and project.base is not None:
         arrays["base"] = project.base.astype(np.float32)
     for key in ("scale", "offset"):
@@ -300,11 +311,16 @@ def save_project(path, project: Project, *, embed: bool = True) -> Path:
         for key in _FRAME_KEYS:
             if fr.get(key) is not None:
                 put(f"history/{k:04d}_{key}", fr[key], key in _SPARSE_FRAME)
+    return arrays, sparse, frames
+
+
+def _manifest(project: Project, arrays: dict, sparse: dict, frames: list) -> dict:
+    """The ``manifest.json`` of a project whose arrays are ``arrays`` (see :func:`_project_arrays`)."""
     manifest = {
         "format": FORMAT,
         "format_version": 2 if sparse else 1,
         "app_version": __version__,
-        "n_images": n,
+        "n_images": project.n,
         "paths": [str(p) for p in project.paths],
         "labels": list(project.labels),
         "skipped": list(project.skipped),
@@ -318,12 +334,7 @@ def save_project(path, project: Project, *, embed: bool = True) -> Path:
     }
     if sparse:
         manifest["sparse"] = dict(sorted(sparse.items()))
-    with atomic_write(path) as fh:
-        with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
-            zf.writestr("manifest.json", _json_bytes(manifest))
-            for name, arr in arrays.items():
-                zf.writestr(f"arrays/{name}.npy", _npy_bytes(arr))
-    return path
+    return manifest
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -536,6 +547,15 @@ class _Manifest:
 
     def __init__(self, name: str, m: dict):
         self.name = name
+        self.n, self.paths, self.labels, self.skipped, self.size = self._images(m)
+        self.params = self._parameters(m)
+        self.edits, self.frames = self._history(m)
+        self.names, self.sparse = self._arrays(m, self.frames)
+        self.clusters = self._clusters(m, self.n)
+        self.version = str(m.get("app_version", ""))[:100]
+
+    def _images(self, m: dict) -> tuple:
+        """``(n, paths, labels, skipped, size)``, checked."""
         bad = self._bad
         paths = m.get("paths")
         if not isinstance(paths, list) or not all(isinstance(p, str) and 0 < len(p) <= 4096 and "\x00" not in p
@@ -560,6 +580,11 @@ class _Manifest:
         size = m.get("size", 64)
         if not _is_int(size) or not 2 <= size <= MAX_SIDE:
             bad(f"working size {str(size)[:20]} is out of range")
+        return n, paths, labels, skipped, size
+
+    def _parameters(self, m: dict) -> dict:
+        """The run's parameters, with the values the app reads back checked."""
+        bad = self._bad
         params = m.get("parameters") or {}
         if not isinstance(params, dict):
             bad("'parameters' is not an object")
@@ -576,6 +601,11 @@ class _Manifest:
                 KChoice.from_dict(params["k_choice"])
             except ValueError:
                 bad("'k_choice' is malformed")
+        return params
+
+    def _history(self, m: dict) -> tuple[list, list]:
+        """``(edits, frames)``: the names of the cluster edits and the run history's frames, checked."""
+        bad = self._bad
         edits = m.get("edits", [])
         if not isinstance(edits, list) or not all(isinstance(e, str) for e in edits):
             bad("'edits' must be a list of texts")
@@ -588,6 +618,11 @@ class _Manifest:
                     or fr.get("stage") not in _STAGES:
                 bad("a run-history frame is malformed")
             frames.append({"iteration": int(fr["iteration"]), "stage": Stage(fr["stage"])})
+        return edits, frames
+
+    def _arrays(self, m: dict, frames: list) -> tuple[list, dict]:
+        """``(names, sparse)``: the arrays listed (each one allowed) and the sparse ones' types."""
+        bad = self._bad
         names = m.get("arrays", [])
         if not isinstance(names, list) or not all(isinstance(a, str) for a in names) or len(set(names)) != len(names):
             bad("the list of arrays is malformed")
@@ -610,9 +645,13 @@ class _Manifest:
             lacking = [part for part in _SPARSE_PARTS if f"{key}.{part}" not in listed]
             if lacking:
                 bad(f"the sparse array '{key}' lacks its {lacking[0]}")
-        self.clusters = m.get("clusters")
-        if self.clusters is not None:
-            c = self.clusters
+        return names, sparse
+
+    def _clusters(self, m: dict, n: int):
+        """The clusters' JSON (checked against ``n`` images), or None."""
+        bad = self._bad
+        c = m.get("clusters")
+        if c is not None:
             if not isinstance(c, dict) or not isinstance(c.get("labels"), list) or len(c["labels"]) != n:
                 bad("the clusters do not match the images")
             limit = 10 * n + 1000
@@ -622,10 +661,7 @@ class _Manifest:
             if not isinstance(nm, dict) or not all(
                     isinstance(v, str) and len(v) <= 1000 and _cluster_key(k, limit) for k, v in nm.items()):
                 bad("the cluster names are malformed")
-        self.n, self.paths, self.labels, self.skipped, self.size = n, paths, labels, skipped, size
-        self.params, self.edits, self.frames, self.names = params, edits, frames, names
-        self.sparse = sparse
-        self.version = str(m.get("app_version", ""))[:100]
+        return c
 
     def _bad(self, why: str):
         raise ProjectError(f"{self.name}: inconsistent contents ({why})")

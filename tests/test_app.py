@@ -25,7 +25,7 @@ def _logs(tmp_path, monkeypatch):
 
 
 def _wait_state(qtbot, window, states, timeout=60000):
-    qtbot.waitUntil(lambda: window.model.state in states, timeout=timeout)
+    qtbot.waitUntil(lambda: window.model.session.state in states, timeout=timeout)
 
 
 def test_title_size_and_gpu_choice(window):
@@ -41,7 +41,7 @@ def test_title_size_and_gpu_choice(window):
 def test_demo_loading_and_summary(window):
     window.images_panel.demo_box.setCurrentIndex(1)
     window.images_panel.demo_box.activated.emit(1)  # "shapes"
-    assert window.model.n == 18
+    assert window.model.session.n == 18
     assert window.images_panel.thumbs.rowCount() == 18
     assert "18 images · 3 labels" in window.images_panel.summary.text()
     icon = window.images_panel.thumbs.data(window.images_panel.thumbs.index(0), Qt.ItemDataRole.DecorationRole)
@@ -50,27 +50,28 @@ def test_demo_loading_and_summary(window):
 
 def test_random_transforms_apply_and_reset(window):
     m = window.model
-    m.load_demo("shapes")
-    before = m.working.copy()
+    m.session.load_demo("shapes")
+    before = m.session.working.copy()
     window.transform_panel.seed.setValue(3)
     window.transform_panel.apply_btn.click()
-    assert np.abs(np.rad2deg(m.transforms[:, 0])).max() > 20
-    assert not np.allclose(m.working, before)
-    np.testing.assert_allclose(np.linalg.norm(m.working.reshape(m.n, -1), axis=1), 1, atol=1e-4, rtol=1e-5)
+    assert np.abs(np.rad2deg(m.session.transforms[:, 0])).max() > 20
+    assert not np.allclose(m.session.working, before)
+    np.testing.assert_allclose(np.linalg.norm(m.session.working.reshape(m.session.n, -1), axis=1), 1,
+                               atol=1e-4, rtol=1e-5)
     window.transform_panel.reset_btn.click()
-    assert np.array_equal(m.working, m.base)
+    assert np.array_equal(m.session.working, m.session.base)
 
 
 def test_per_image_transform_and_preview(window, qtbot):
     m = window.model
-    m.load_demo("shapes")
+    m.session.load_demo("shapes")
     window.images_panel.view.setCurrentIndex(window.images_panel.thumbs.index(4))
-    assert m.selected == 4 and m.selection == [4]
-    other = m.working[5].copy()
+    assert m.session.selected == 4 and m.session.selection == [4]
+    other = m.session.working[5].copy()
     window.transform_panel.theta.setValue(90.0)
-    assert m.transforms[4, 0] == pytest.approx(np.pi / 2)
-    assert np.array_equal(m.working[5], other)  # only the selected image changed
-    assert not np.allclose(m.working[4], m.base[4])
+    assert m.session.transforms[4, 0] == pytest.approx(np.pi / 2)
+    assert np.array_equal(m.session.working[5], other)  # only the selected image changed
+    assert not np.allclose(m.session.working[4], m.session.base[4])
     assert window.transform_panel.theta_slider.value() == 90
     pix = window.transform_panel.preview.pixmap()
     assert pix is not None and not pix.isNull()
@@ -80,18 +81,18 @@ def test_per_image_transform_and_preview(window, qtbot):
 
 def test_full_run_panels_match_the_engine(window, qtbot):
     m = window.model
-    m.load_demo("shapes")
+    m.session.load_demo("shapes")
     window.run_panel.size.setValue(32)
     window.transform_panel.apply_btn.click()
     frames = []
-    m.frameReady.connect(frames.append)
+    m.session.events.frame.connect(frames.append)
     window.run_panel.start_btn.click()
-    assert m.state == "running" and not window.run_panel.start_btn.isEnabled()
+    assert m.session.state == "running" and not window.run_panel.start_btn.isEnabled()
     _wait_state(qtbot, window, ("finished", "failed"))
-    assert m.state == "finished"
+    assert m.session.state == "finished"
     window.redraw()
-    res = m.final.result
-    order = m.final.order
+    res = m.session.final.result
+    order = m.session.final.order
     np.testing.assert_allclose(window.weights_view.image_item.image, res.weights[np.ix_(order, order)],
                                rtol=1e-5, atol=1e-8)
     assert window.means_view.n_tiles == 18
@@ -105,29 +106,29 @@ def test_full_run_panels_match_the_engine(window, qtbot):
     assert {"similarity", "means", "done"} <= stages
     assert window.run_panel.progress.value() == 1000
     # the same run done directly gives the same W
-    direct = AttentionRun(m.working, backend="numpy", **window.run_panel.options()).run()
+    direct = AttentionRun(m.session.working, backend="numpy", **window.run_panel.options()).run()
     np.testing.assert_allclose(direct.weights, res.weights, rtol=1e-5, atol=1e-8)
 
 
 def test_stop_within_a_second_and_resume_to_the_same_result(window, qtbot):
     m = window.model
-    m.load_demo("digits")
+    m.session.load_demo("digits")
     window.run_panel.size.setValue(24)
     window.run_panel.iterations.setValue(2)
     window.run_panel.start_btn.click()
-    qtbot.waitUntil(lambda: m.latest is not None and m.latest.snapshot.stage == "means", timeout=60000)
+    qtbot.waitUntil(lambda: m.session.latest is not None and m.session.latest.snapshot.stage == "means", timeout=60000)
     import time
 
     t0 = time.monotonic()
     window.run_panel.stop_btn.click()
     _wait_state(qtbot, window, ("stopped", "finished"), timeout=30000)
     assert time.monotonic() - t0 < 5.0  # prompt, with room for a loaded machine
-    assert m.state == "stopped" and window.run_panel.resume_btn.isEnabled()
+    assert m.session.state == "stopped" and window.run_panel.resume_btn.isEnabled()
     window.run_panel.resume_btn.click()
     _wait_state(qtbot, window, ("finished",), timeout=120000)
-    direct = AttentionRun(m.working, backend="numpy", **window.run_panel.options()).run()
-    assert np.array_equal(m.final.result.weights, direct.weights)
-    assert np.array_equal(m.final.result.labels, direct.labels)
+    direct = AttentionRun(m.session.working, backend="numpy", **window.run_panel.options()).run()
+    assert np.array_equal(m.session.final.result.weights, direct.weights)
+    assert np.array_equal(m.session.final.result.labels, direct.labels)
 
 
 def test_errors_reach_a_dialog(window, qtbot, monkeypatch):
@@ -136,7 +137,7 @@ def test_errors_reach_a_dialog(window, qtbot, monkeypatch):
         yield  # pragma: no cover
 
     monkeypatch.setattr(AttentionRun, "steps", boom)
-    window.model.load_demo("shapes")
+    window.model.session.load_demo("shapes")
     window.run_panel.start_btn.click()
     _wait_state(qtbot, window, ("failed",))
     box = window.last_dialog
@@ -154,20 +155,20 @@ def test_gpu_failure_falls_back_to_cpu(window, qtbot, monkeypatch):
 
     monkeypatch.setattr(AttentionRun, "steps", flaky)
     m = window.model
-    m.load_demo("shapes")
+    m.session.load_demo("shapes")
     window.run_panel.size.setValue(24)
     messages = []
-    m.message.connect(messages.append)
+    m.session.events.message.connect(messages.append)
     assert m.start(backend=Backend("cupy", np, "Fake GPU"), iterations=1)
     _wait_state(qtbot, window, ("finished", "failed"))
-    assert m.state == "finished"
+    assert m.session.state == "finished"
     assert any("continuing on the CPU" in t for t in messages)
 
 
 def test_start_with_fewer_than_two_images_is_refused(window):
     assert window.start_run() is False
     assert window.last_dialog is not None and "at least 2 images" in window.last_dialog.text()
-    assert window.model.state == "idle"
+    assert window.model.session.state == "idle"
 
 
 def _drop(qtbot, window, paths):
@@ -189,11 +190,11 @@ def test_drag_and_drop_files_and_unreadable_ones(window, qtbot, tmp_path):
         Image.fromarray(np.roll(img, k, axis=1)).save(tmp_path / f"{k}.png")
     (tmp_path / "bad.png").write_text("garbage")
     messages = []
-    window.model.message.connect(messages.append)
+    window.model.session.events.message.connect(messages.append)
     _drop(qtbot, window, [tmp_path / "bad.png"])
-    assert window.model.n == 0 and "bad.png" in messages[-1]
+    assert window.model.session.n == 0 and "bad.png" in messages[-1]
     _drop(qtbot, window, [tmp_path])
-    assert window.model.n == 3
+    assert window.model.session.n == 3
     assert "skipped 1" in messages[-1] and "bad.png" in messages[-1]
     assert "details" in window.images_panel.summary.text()
 
@@ -202,9 +203,9 @@ def test_closing_during_a_run_stops_cleanly(qtbot):
     w = MainWindow()
     qtbot.addWidget(w)
     w.show()
-    w.model.load_demo("digits")
+    w.model.session.load_demo("digits")
     w.run_panel.start_btn.click()
-    qtbot.waitUntil(lambda: w.model.latest is not None, timeout=60000)
+    qtbot.waitUntil(lambda: w.model.session.latest is not None, timeout=60000)
     w.close()
     assert QThreadPool.globalInstance().activeThreadCount() == 0
 
@@ -228,12 +229,14 @@ def test_the_warp_is_set_up_on_a_background_thread_after_start(qtbot, monkeypatc
     monkeypatch.setattr(warp_module, "_KERNEL", None)  # as in a fresh process
     seen = []
     real = warp_module._compiled
-    monkeypatch.setattr(warp_module, "_compiled", lambda: seen.append(threading.current_thread().name) or real())
-    thread = prepare_warp_later(50)
-    assert thread.ident is None and warp_module._KERNEL is None  # nothing yet: the window paints first
-    qtbot.waitUntil(lambda: thread.ident is not None, timeout=30000)
-    thread.join(60)
-    assert seen == ["ia-prepare-warp"] and warp_module._KERNEL is not None
+    monkeypatch.setattr(warp_module, "_compiled", lambda: seen.append(threading.current_thread()) or real())
+    worker = prepare_warp_later(50)
+    with qtbot.waitSignal(worker.finished, timeout=60000):
+        assert seen == []  # nothing yet: the window paints first
+        assert warp_module._KERNEL is None
+    assert len(seen) == 1
+    assert seen[0] is not threading.main_thread()  # set up off the GUI thread
+    assert warp_module._KERNEL is not None
 
 
 def test_missing_system_library_gives_a_readable_message(monkeypatch, capsys, tmp_path):
@@ -262,18 +265,18 @@ def test_missing_system_library_gives_a_readable_message(monkeypatch, capsys, tm
 
 def test_heatmap_hover_names_the_pair(window, qtbot):
     m = window.model
-    m.load_demo("shapes")
+    m.session.load_demo("shapes")
     window.run_panel.size.setValue(24)
     window.run_panel.iterations.setValue(1)
     window.start_run()
     _wait_state(qtbot, window, ("finished",))
     window.redraw()
 
-    order = m.final.order
+    order = m.session.final.order
     window.weights_view._hover(PointerEvent(2.5, 1.5))  # row 1, column 2 of the grouped matrix
     i, j = int(order[1]), int(order[2])
     text = window.weights_view.hover.text()
-    w = m.final.result.weights
+    w = m.session.final.result.weights
     assert f"i = {i} ({i:03d})" in text and f"j = {j} ({j:03d})" in text and f"{w[i, j]:.4f}" in text
 
 
@@ -293,12 +296,12 @@ def test_adding_files_keeps_the_transforms_already_set(window, tmp_path):
         Image.fromarray(np.roll(img, k, axis=0)).save(tmp_path / f"a{k}.png")
     Image.fromarray(img.T).save(tmp_path / "b.png")
     m = window.model
-    m.add_paths([tmp_path / "a0.png", tmp_path / "a1.png"])
-    m.set_transform(1, 30.0, 1.5, -2.0)
-    m.add_paths([tmp_path / "b.png"])
-    assert m.n == 3
-    assert np.allclose(m.transforms[1], [np.deg2rad(30), 1.5, -2.0]) and not m.transforms[2].any()
-    assert not np.allclose(m.working[1], m.base[1])
+    m.session.add_paths([tmp_path / "a0.png", tmp_path / "a1.png"])
+    m.session.set_transform(1, 30.0, 1.5, -2.0)
+    m.session.add_paths([tmp_path / "b.png"])
+    assert m.session.n == 3
+    assert np.allclose(m.session.transforms[1], [np.deg2rad(30), 1.5, -2.0]) and not m.session.transforms[2].any()
+    assert not np.allclose(m.session.working[1], m.session.base[1])
 
 
 def test_k_evidence_and_blank_images_shown_after_a_run(window, qtbot, tmp_path):
@@ -311,13 +314,13 @@ def test_k_evidence_and_blank_images_shown_after_a_run(window, qtbot, tmp_path):
         Image.fromarray((np.rot90(img, k % 4) * 255).astype(np.uint8)).save(d / f"{k}.png")
     Image.fromarray(np.zeros((64, 64), np.uint8)).save(d / "empty-scan.png")
     m = window.model
-    m.add_paths([str(d)])
+    m.session.add_paths([str(d)])
     window.run_panel.size.setValue(24)
     window.run_panel.iterations.setValue(1)
     window.run_panel.start_btn.click()
     _wait_state(qtbot, window, ("finished",))
     text = window.clusters_panel.evidence.text()
-    res = m.final.result
+    res = m.session.final.result
     assert res.n_clusters == 3 and f"Run: {res.k_choice.describe(3)}" in text
     assert "1 blank image in a cluster of its own: empty-scan.png" in text
     window.clusters_panel.grab().save(str(tmp_path / "clusters_panel.png"))
@@ -328,31 +331,34 @@ def test_frames_and_results_arrive_on_the_gui_thread(window, qtbot):
     from PySide6.QtWidgets import QApplication
 
     m = window.model
-    m.load_demo("shapes")
+    m.session.load_demo("shapes")
     window.run_panel.size.setValue(24)
     threads = []
-    m.frameReady.connect(lambda _f: threads.append(QThread.currentThread() is QApplication.instance().thread()))
-    m.runFinished.connect(lambda _f: threads.append(QThread.currentThread() is QApplication.instance().thread()))
+    def on_gui_thread(_frame):
+        threads.append(QThread.currentThread() is QApplication.instance().thread())
+
+    m.session.events.frame.connect(on_gui_thread)
+    m.session.events.finished.connect(on_gui_thread)
     assert m.start(backend="numpy", iterations=1, mean_steps=2)
     _wait_state(qtbot, window, ("finished", "failed"))
-    assert m.state == "finished" and len(threads) >= 3 and all(threads)
+    assert m.session.state == "finished" and len(threads) >= 3 and all(threads)
 
 
 def test_run_panel_dask_field_reaches_the_run(window, qtbot):
     """Run panel → Dask cluster: an address that cannot work is refused with the reason; local:1 runs there."""
     pytest.importorskip("distributed")
     m = window.model
-    m.load_demo("shapes")
+    m.session.load_demo("shapes")
     window.run_panel.size.setValue(16)
     window.run_panel.iterations.setValue(1)
     assert "Dask" in window.run_panel.dask.toolTip()
     messages = []
-    m.message.connect(messages.append)
+    m.session.events.message.connect(messages.append)
     window.run_panel.dask.setText("local:many")
     assert window.start_run() is False
-    assert "whole number of workers" in messages[-1] and m.run is None
+    assert "whole number of workers" in messages[-1] and m.session.run is None
     window.run_panel.dask.setText("local:1")
     assert window.start_run()
     _wait_state(qtbot, window, ("finished", "failed"))
-    assert m.state == "finished" and m.run.client is not None
+    assert m.session.state == "finished" and m.session.run.client is not None
     assert window.run_panel.dask_address() == "local:1"

@@ -14,7 +14,7 @@ from PySide6.QtCore import QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 
 import iastudio.app.projects as projects  # noqa: E402
-import iastudio.core.session as session_module  # noqa: E402
+import iastudio.core.session_project as session_module  # noqa: E402  (where Session.save_project writes)
 from iastudio.app.main_window import MainWindow  # noqa: E402
 from iastudio.core.project import load_project, save_project  # noqa: E402
 
@@ -67,7 +67,7 @@ def test_an_autosave_is_written_in_a_worker_while_the_window_goes_on(window, qtb
     w, m = window, window.model
     _open(w, tmp_path)
     held = HeldWrites(monkeypatch)
-    assert m.rename_cluster(0, "first")
+    assert m.session.rename_cluster(0, "first")
     t0 = time.perf_counter()
     assert w.projects.autosave()  # returns at once: the GUI thread only took the snapshot
     assert time.perf_counter() - t0 < 2.0
@@ -80,10 +80,10 @@ def test_an_autosave_is_written_in_a_worker_while_the_window_goes_on(window, qtb
     qtbot.waitUntil(lambda: len(ticks) >= 5, timeout=30000)  # the event loop runs while the file is written
     timer.stop()
     assert held.log == [("start", "first", False, False)]  # in a worker thread, still held
-    assert m.rename_cluster(0, "second")  # an edit while the first write is in flight
+    assert m.session.rename_cluster(0, "second")  # an edit while the first write is in flight
     for _ in range(3):
         assert w.projects.autosave()  # asked for again and again: one more write after it, not a queue
-    assert m.rename_cluster(0, "third")
+    assert m.session.rename_cluster(0, "third")
     assert w.projects.autosave()
     held.release.set()
     qtbot.waitUntil(lambda: not w.projects.writing, timeout=WAIT_S * 1000)
@@ -91,7 +91,7 @@ def test_an_autosave_is_written_in_a_worker_while_the_window_goes_on(window, qtb
     assert held.log == [("start", "first", False, False), ("end", "first"),
                         ("start", "third", False, False), ("end", "third")]  # the latest state wins
     assert load_project(w.projects.autosave_path()).clusters.name_of(0) == "third"
-    assert m.dirty  # an autosave never makes the project's own file look saved
+    assert m.session.dirty  # an autosave never makes the project's own file look saved
 
 
 def test_closing_waits_for_the_autosave_in_flight_then_writes_the_final_state(qtbot, tmp_path, monkeypatch):
@@ -102,10 +102,10 @@ def test_closing_waits_for_the_autosave_in_flight_then_writes_the_final_state(qt
     _open(w, tmp_path)
     lock = w.projects.lock
     held = HeldWrites(monkeypatch, lock)
-    assert m.rename_cluster(0, "first")
+    assert m.session.rename_cluster(0, "first")
     assert w.projects.autosave()
     qtbot.waitUntil(held.started.is_set, timeout=WAIT_S * 1000)
-    assert m.rename_cluster(0, "final")  # made while "first" is written; closing comes before its autosave
+    assert m.session.rename_cluster(0, "final")  # made while "first" is written; closing comes before its autosave
     threading.Timer(0.3, held.release.set).start()
     assert w.close()  # "Save changes?" is answered "discard" (conftest)
     assert held.log == [("start", "first", False, True), ("end", "first"),
@@ -125,7 +125,7 @@ def test_a_failed_autosave_is_logged_and_does_not_disturb_the_user(window, qtbot
 
     monkeypatch.setattr(projects, "save_project", disk_full, raising=False)
     monkeypatch.setattr(session_module, "save_project", disk_full)
-    assert m.rename_cluster(0, "kept")
+    assert m.session.rename_cluster(0, "kept")
     with caplog.at_level(logging.INFO, logger="iastudio.app.projects"):
         assert w.projects.autosave()
         qtbot.waitUntil(lambda: not w.projects.writing, timeout=WAIT_S * 1000)
@@ -133,9 +133,9 @@ def test_a_failed_autosave_is_logged_and_does_not_disturb_the_user(window, qtbot
     failed = [r for r in caplog.records if r.getMessage() == "autosave failed"]
     assert failed and failed[0].levelno == logging.ERROR and "No space left" in caplog.text
     assert w.last_dialog is None and not _visible_boxes()  # no dialog for an autosave
-    assert m.dirty and m.project_path == str(path) and m.book.name_of(0) == "kept"
+    assert m.session.dirty and m.session.project_path == str(path) and m.session.book.name_of(0) == "kept"
     monkeypatch.setattr(projects, "save_project", save_project)  # the disk has room again
-    assert m.rename_cluster(0, "again")
+    assert m.session.rename_cluster(0, "again")
     assert w.projects.autosave()
     qtbot.waitUntil(lambda: not w.projects.writing, timeout=WAIT_S * 1000)
     assert load_project(w.projects.autosave_path()).clusters.name_of(0) == "again"
@@ -145,22 +145,22 @@ def test_save_writes_in_a_worker_and_marks_saved_only_what_it_wrote(window, qtbo
     w, m = window, window.model
     path = _open(w, tmp_path)
     held = HeldWrites(monkeypatch, only=path)  # an autosave may come in between: not held
-    assert m.rename_cluster(0, "saved")
+    assert m.session.rename_cluster(0, "saved")
     w.save_action.trigger()  # File > Save returns while its file is written
     qtbot.waitUntil(held.started.is_set, timeout=WAIT_S * 1000)
     assert held.log == [("start", "saved", False, False)]
-    assert m.dirty and w.windowTitle().endswith("*")  # not saved until it is written
+    assert m.session.dirty and w.windowTitle().endswith("*")  # not saved until it is written
     assert "Saving" in w.statusBar().currentMessage()
-    assert m.rename_cluster(1, "later")  # an edit while the save is written
+    assert m.session.rename_cluster(1, "later")  # an edit while the save is written
     held.release.set()
     qtbot.waitUntil(lambda: not w.projects.writing, timeout=WAIT_S * 1000)
     p = load_project(path)
     assert p.clusters.name_of(0) == "saved" and p.clusters.name_of(1) != "later"
-    assert m.dirty and w.windowTitle().endswith("*")  # the later edit is not in the file
-    assert w.statusBar().currentMessage() == f"Saved {path}" and m.project_path == str(path)
+    assert m.session.dirty and w.windowTitle().endswith("*")  # the later edit is not in the file
+    assert w.statusBar().currentMessage() == f"Saved {path}" and m.session.project_path == str(path)
     w.save_action.trigger()  # nothing changes while this one is written: clean
     qtbot.waitUntil(lambda: not w.projects.writing, timeout=WAIT_S * 1000)
-    assert not m.dirty and not w.windowTitle().endswith("*")
+    assert not m.session.dirty and not w.windowTitle().endswith("*")
     assert load_project(path).clusters.name_of(1) == "later"
 
 
@@ -173,11 +173,11 @@ def test_a_failed_save_shows_the_dialog_and_the_work_stays_unsaved(window, qtbot
 
     monkeypatch.setattr(projects, "save_project", disk_full, raising=False)
     monkeypatch.setattr(session_module, "save_project", disk_full)
-    assert m.rename_cluster(0, "unsaved")
+    assert m.session.rename_cluster(0, "unsaved")
     w.save_action.trigger()
     qtbot.waitUntil(lambda: w.last_dialog is not None, timeout=WAIT_S * 1000)
     assert w.last_dialog.windowTitle() == "Cannot save" and "No space left on device" in w.last_dialog.text()
-    assert m.dirty and m.project_path == str(path) and "Saved" not in w.statusBar().currentMessage()
+    assert m.session.dirty and m.session.project_path == str(path) and "Saved" not in w.statusBar().currentMessage()
     assert load_project(path).clusters.name_of(0) != "unsaved"
 
 
@@ -186,19 +186,20 @@ def test_opening_another_project_while_an_autosave_is_written(window, qtbot, tmp
     _open(w, tmp_path, "a")
     other = save_project(tmp_path / "b.iaproj", good_project(n=12, seed=3))
     held = HeldWrites(monkeypatch)
-    assert m.rename_cluster(0, "of a")
+    assert m.session.rename_cluster(0, "of a")
     assert w.projects.autosave()
     qtbot.waitUntil(held.started.is_set, timeout=WAIT_S * 1000)
     assert w.projects.open_project(str(other))  # not held up by the autosave of the old session
-    assert m.n == 12 and m.project_path == str(other) and not m.dirty
+    assert m.session.n == 12 and m.session.project_path == str(other) and not m.session.dirty
     held.release.set()
     qtbot.waitUntil(lambda: not w.projects.writing, timeout=WAIT_S * 1000)
     # the old state was written whole, then the opened project (its finished run asks for an autosave)
     assert held.log == [("start", "of a", False, False), ("end", "of a"),
                         ("start", "Cluster 1", False, False), ("end", "Cluster 1")]
     assert load_project(w.projects.autosave_path()).n == 12
-    assert m.project_path == str(other) and not m.dirty  # the old write changed nothing of the new session
-    assert m.rename_cluster(0, "of b")
+    # the old write changed nothing of the new session
+    assert m.session.project_path == str(other) and not m.session.dirty
+    assert m.session.rename_cluster(0, "of b")
     assert w.projects.autosave()
     qtbot.waitUntil(lambda: not w.projects.writing, timeout=WAIT_S * 1000)
     auto = load_project(w.projects.autosave_path())

@@ -24,14 +24,14 @@ def win(qapp, home):
     w = MainWindow()
     w.show()
     m = w.model
-    m.load_demo("shapes")
+    m.session.load_demo("shapes")
     w.run_panel.size.setValue(24)
     w.run_panel.iterations.setValue(1)
     w.run_panel.clusters_auto.setChecked(False)
     w.run_panel.clusters.setValue(3)
     w.start_run()
-    _wait(qapp, lambda: m.state in ("finished", "failed"))
-    assert m.state == "finished"
+    _wait(qapp, lambda: m.session.state in ("finished", "failed"))
+    assert m.session.state == "finished"
     w.redraw()
     yield w
     w.close()
@@ -40,10 +40,10 @@ def win(qapp, home):
 @pytest.fixture
 def fresh(win):
     s = win.model.session
-    s.book = ClusterBook.from_labels(win.model.final.result.labels)
+    s.book = ClusterBook.from_labels(win.model.session.final.result.labels)
     s.history.clear()
     s.edits = []
-    s.events.emit("clusters")
+    s.events.clusters.emit()
     return win
 
 
@@ -61,20 +61,20 @@ def test_book_order_groups_clusters_unassigned_last():
 
 def test_merge_drives_every_view(fresh, qapp):
     w, m = fresh, fresh.model
-    run_labels = np.asarray(m.final.result.labels)
+    run_labels = np.asarray(m.session.final.result.labels)
     k = int(run_labels.max()) + 1
     assert k >= 3
     # the first and the last cluster: in the run's order another cluster lies between them
-    assert m.merge_clusters([k - 1, 0])
+    assert m.session.merge_clusters([k - 1, 0])
     qapp.processEvents()
-    book = np.asarray(m.book.labels)
+    book = np.asarray(m.session.book.labels)
     merged = np.flatnonzero(np.isin(run_labels, [k - 1, 0]))
     assert (book[merged] == k - 1).all()
 
     # W: the merged cluster's rows are contiguous, and the shown matrix is W in that order
     pos = {int(g): r for r, g in enumerate(w.weights_view.order)}
     assert _contiguous([pos[i] for i in merged])
-    W = m.final.snapshot.weights
+    W = m.session.final.snapshot.weights
     order = w.weights_view.order
     assert_allclose(w.weights_view.image_item.image, W[np.ix_(order, order)])
 
@@ -82,13 +82,13 @@ def test_merge_drives_every_view(fresh, qapp):
     shown = w.convergence_view.point_colours()
     colours = {shown[i] for i in merged}
     assert len(colours) == 1
-    others = np.setdiff1d(np.arange(m.n), merged)
+    others = np.setdiff1d(np.arange(m.session.n), merged)
     assert colours.isdisjoint({shown[i] for i in others})
 
     # the means: one per cluster of the book (k - 1)
     w.means_view.per_cluster.setChecked(True)
     assert w.means_view.n_tiles == k - 1
-    assert sorted(w.means_view._tile_ids) == m.book.cluster_ids()
+    assert sorted(w.means_view._tile_ids) == m.session.book.cluster_ids()
     # KA vs IA compares the book's clusters too
     assert w.compare_view.n_tiles == k - 1
     w.means_view.per_cluster.setChecked(False)
@@ -102,51 +102,51 @@ def test_convergence_curves_follow_merge_split_and_move(fresh, qapp):
     """The curves drawn are read with the edited clusters: merging raises within-cluster max, moving an image
     out (unassigned) takes it out of both curves; undo draws the run's curves again."""
     w, m = fresh, fresh.model
-    view, history = w.convergence_view, list(m.final.distance_history)
+    view, history = w.convergence_view, list(m.session.final.distance_history)
     assert len(history) >= 2
     run = _drawn_curves(view)
-    assert_allclose(run["within_max"], convergence_curves(history, m.final.result.labels)["within_max"])
+    assert_allclose(run["within_max"], convergence_curves(history, m.session.final.result.labels)["within_max"])
     assert "clusters as listed" in view.caption.text()
-    assert m.merge_clusters([0, 1])
+    assert m.session.merge_clusters([0, 1])
     qapp.processEvents()
     merged = _drawn_curves(view)
-    want = convergence_curves(history, m.book.labels)
+    want = convergence_curves(history, m.session.book.labels)
     for key in ("within_max", "between_min", "median"):
         assert_allclose(merged[key], np.maximum(want[key], 1e-6), rtol=1e-9, err_msg=key)
     assert (merged["within_max"] > run["within_max"] * 1.5).all()  # two shapes in one cluster: far apart
     assert_allclose(merged["median"], run["median"])  # the median follows no cluster
-    assert m.split_cluster(m.book.cluster_ids()[0], 2)  # a split: the curves follow again
+    assert m.session.split_cluster(m.session.book.cluster_ids()[0], 2)  # a split: the curves follow again
     qapp.processEvents()
     assert_allclose(_drawn_curves(view)["within_max"],
-                    np.maximum(convergence_curves(history, m.book.labels)["within_max"], 1e-6))
-    labels = np.asarray(m.book.labels)
-    far = int(np.argmax([np.asarray(history[-1])[i, labels == labels[i]].max() for i in range(m.n)]))
-    assert m.move_images([far], -1)  # unassigned: in neither curve
+                    np.maximum(convergence_curves(history, m.session.book.labels)["within_max"], 1e-6))
+    labels = np.asarray(m.session.book.labels)
+    far = int(np.argmax([np.asarray(history[-1])[i, labels == labels[i]].max() for i in range(m.session.n)]))
+    assert m.session.move_images([far], -1)  # unassigned: in neither curve
     qapp.processEvents()
     kept = labels.copy()
     kept[far] = -1
     assert_allclose(_drawn_curves(view)["within_max"],
                     np.maximum(convergence_curves(history, kept)["within_max"], 1e-6))
     for _ in range(3):
-        assert m.undo()
+        assert m.session.undo()
     qapp.processEvents()
     assert_allclose(_drawn_curves(view)["within_max"], run["within_max"])
 
 
 def test_rename_shows_in_captions(fresh, qapp):
     w, m = fresh, fresh.model
-    assert m.rename_cluster(1, "Stars of the show")
+    assert m.session.rename_cluster(1, "Stars of the show")
     qapp.processEvents()
     assert "Stars of the show" in w.means_view.caption.text()
     assert "Stars of the show" in w.compare_view.caption.text()
-    assert m.undo()
+    assert m.session.undo()
     qapp.processEvents()
     assert "Stars of the show" not in w.means_view.caption.text()
 
 
 def test_move_to_unassigned_is_grey_and_last(fresh, qapp):
     w, m = fresh, fresh.model
-    assert m.move_images([0, 5], -1)
+    assert m.session.move_images([0, 5], -1)
     qapp.processEvents()
     order = w.weights_view.order
     assert set(order[-2:].tolist()) == {0, 5}
@@ -157,11 +157,11 @@ def test_move_to_unassigned_is_grey_and_last(fresh, qapp):
 
 def test_book_frame_means_kept_for_unchanged_clusters(fresh):
     m = fresh.model
-    final = m.final
+    final = m.session.final
     labels = np.asarray(final.result.labels).copy()
     k = int(labels.max()) + 1
     labels[labels == 1] = 0  # merge 1 into 0
-    fr = book_frame(final, labels, {c: f"c{c}" for c in range(k)}, images=m.working)
+    fr = book_frame(final, labels, {c: f"c{c}" for c in range(k)}, images=m.session.working)
     assert fr.cluster_ids == [c for c in range(k) if c != 1]
     assert fr.cluster_names == [f"c{c}" for c in fr.cluster_ids]
     for row, c in enumerate(fr.cluster_ids):
@@ -171,9 +171,10 @@ def test_book_frame_means_kept_for_unchanged_clusters(fresh):
             assert_allclose(fr.cluster_means[row], final.snapshot.means[centre])
         else:
             assert_allclose(fr.cluster_means[row], final.cluster_means[c])
-        assert_allclose(fr.plain_means[row], m.working[members].mean(axis=0), rtol=1e-5, atol=1e-6)
+        assert_allclose(fr.plain_means[row], m.session.working[members].mean(axis=0), rtol=1e-5, atol=1e-6)
     own = np.full(final.snapshot.means.shape[1:], 0.5, np.float32)  # computed by cluster_invariant_means
-    with_own = book_frame(final, labels, {}, images=m.working, means={cluster_key(np.flatnonzero(labels == 0)): own})
+    with_own = book_frame(final, labels, {}, images=m.session.working,
+                          means={cluster_key(np.flatnonzero(labels == 0)): own})
     assert_allclose(with_own.cluster_means[0], own)
     assert final.snapshot.labels is not fr.snapshot.labels
     assert_allclose(final.snapshot.labels, final.result.labels)  # the run's frame is untouched
@@ -182,9 +183,9 @@ def test_book_frame_means_kept_for_unchanged_clusters(fresh):
 def test_reread_only_on_the_buttons(fresh, qapp):
     w, m = fresh, fresh.model
     cp = w.clusters_panel
-    assert m.merge_clusters([0, 1])
-    merged = m.book
-    n_edits = len(m.history.edits)
+    assert m.session.merge_clusters([0, 1])
+    merged = m.session.book
+    n_edits = len(m.session.history.edits)
     emitted = []
     cp.rereadK.connect(emitted.append)
     cp.rereadThreshold.connect(emitted.append)
@@ -195,16 +196,16 @@ def test_reread_only_on_the_buttons(fresh, qapp):
         cp.k_auto.setChecked(not cp.k_auto.isChecked())
         cp.k_auto.setChecked(False)
         qapp.processEvents()
-        assert emitted == [] and m.book == merged and len(m.history.edits) == n_edits
+        assert emitted == [] and m.session.book == merged and len(m.session.history.edits) == n_edits
         cp.k.setValue(4)
         cp.k_apply.click()
         assert emitted == [4]
-        assert len(m.book.cluster_ids()) == 4 and len(m.history.edits) == n_edits + 1
-        assert m.undo() and m.book == merged
+        assert len(m.session.book.cluster_ids()) == 4 and len(m.session.history.edits) == n_edits + 1
+        assert m.session.undo() and m.session.book == merged
         cp.threshold.setValue(1.99)
         cp.t_apply.click()
-        assert len(m.book.cluster_ids()) == 1 and len(m.history.edits) == n_edits + 1
-        assert m.undo() and m.book == merged
+        assert len(m.session.book.cluster_ids()) == 1 and len(m.session.history.edits) == n_edits + 1
+        assert m.session.undo() and m.session.book == merged
     finally:
         cp.rereadK.disconnect(emitted.append)
         cp.rereadThreshold.disconnect(emitted.append)
@@ -232,8 +233,8 @@ def test_reopened_project_restores_run_panel_and_ka_vs_ia(fresh, qapp, tmp_path)
         assert rp.options() == w.run_panel.options()
         assert rp.options()["iterations"] == 1 and rp.options()["clusters"] == 3
         assert other.compare_view.caption.text() == w.compare_view.caption.text()
-        assert_allclose(other.model.final.ka_labels, m.final.ka_labels)
-        for key in m.final.curves:
-            assert_allclose(other.model.final.curves[key], m.final.curves[key], rtol=1e-6)
+        assert_allclose(other.model.session.final.ka_labels, m.session.final.ka_labels)
+        for key in m.session.final.curves:
+            assert_allclose(other.model.session.final.curves[key], m.session.final.curves[key], rtol=1e-6)
     finally:
         other.close()

@@ -33,13 +33,13 @@ def win(qapp, home):
     w = MainWindow()
     w.show()
     m = w.model
-    m.load_demo("shapes")
+    m.session.load_demo("shapes")
     w.run_panel.size.setValue(24)
     w.transform_panel.seed.setValue(2)
     w.transform_panel.apply_btn.click()
     w.start_run()
-    _wait(qapp, lambda: m.state in ("finished", "failed"))
-    assert m.state == "finished"
+    _wait(qapp, lambda: m.session.state in ("finished", "failed"))
+    assert m.session.state == "finished"
     w.redraw()
     yield w
     w.close()
@@ -50,12 +50,12 @@ def fresh(win):
     """The window with the run's clusters and an empty undo history."""
     m = win.model
     s = m.session
-    s.book = ClusterBook.from_labels(m.final.result.labels)
+    s.book = ClusterBook.from_labels(m.session.final.result.labels)
     s.history.clear()
     s.edits = []
-    s.events.emit("clusters")
-    s.events.emit("history")
-    m.select([])
+    s.events.clusters.emit()
+    s.events.history.emit()
+    m.session.select([])
     return win
 
 
@@ -96,7 +96,7 @@ def test_cluster_icons_are_the_means_drawn_upright_and_centred(fresh):
     """The icons show the cluster means in the means view's canonical pose, not in some medoid's pose."""
     w, m = fresh, fresh.model
     lst = w.clusters_panel.list
-    shown = w.sync.with_book(m.final)
+    shown = w.sync.with_book(m.session.final)
     raw_tilts = []
     for row, c in enumerate(shown.cluster_ids):
         item = lst.item(row)
@@ -113,60 +113,61 @@ def test_cluster_icons_are_the_means_drawn_upright_and_centred(fresh):
 
 def test_every_edit_kind_undoes_and_redoes(fresh, qapp):
     w, m = fresh, fresh.model
-    start = m.book
-    history = m.history
+    start = m.session.book
+    history = m.session.history
 
     def check(edit, expect):
-        before = m.book
+        before = m.session.book
         edit()
-        assert expect(m.book), m.book
-        after = m.book
+        assert expect(m.session.book), m.session.book
+        after = m.session.book
         w.undo_action.trigger()
-        assert m.book == before
+        assert m.session.book == before
         w.redo_action.trigger()
-        assert m.book == after
+        assert m.session.book == after
 
     thumbs_drag = fresh.images_panel.thumbs.mimeData([fresh.images_panel.thumbs.index(0)])
     assert bytes(thumbs_drag.data(MIME_IMAGES)) == b"0"
     check(lambda: _drop_on_cluster(w, [0, 1], 1), lambda b: b.labels[0] == 1 and b.labels[1] == 1)
     check(lambda: w.rename_cluster(1, "sevens"), lambda b: b.names[1] == "sevens")
-    check(lambda: w.model.merge_clusters([0, 2]), lambda b: set(b.labels) == {0, 1})
-    check(lambda: w.model.split_cluster(1, 2), lambda b: len(b.cluster_ids()) == 3)
-    m.select([3, 4])
-    check(w.model.new_cluster_from_selection, lambda b: b.labels[3] == b.labels[4] and b.labels[3] not in start.labels)
-    m.select([5])
+    check(lambda: w.model.session.merge_clusters([0, 2]), lambda b: set(b.labels) == {0, 1})
+    check(lambda: w.model.session.split_cluster(1, 2), lambda b: len(b.cluster_ids()) == 3)
+    m.session.select([3, 4])
+    check(w.model.session.new_cluster_from_selection,
+          lambda b: b.labels[3] == b.labels[4] and b.labels[3] not in start.labels)
+    m.session.select([5])
     check(lambda: w.clusters_panel.unassign_btn.click(), lambda b: b.labels[5] == UNASSIGNED)
     w.clusters_panel.k.setValue(2)
     check(w.clusters_panel.k_apply.click, lambda b: len(b.cluster_ids()) == 2)
     w.clusters_panel.threshold.setValue(0.001)
     check(w.clusters_panel.t_apply.click, lambda b: len(b.cluster_ids()) > 3)
-    assert len(history.edits) == 8 and len(m.edits) == 8
+    assert len(history.edits) == 8 and len(m.session.edits) == 8
     assert w.undo_action.shortcut().toString() == "Ctrl+Z"
     assert "Ctrl+Shift+Z" in [s.toString() for s in w.redo_action.shortcuts()]
     while history.can_undo:
-        m.undo()
-    assert m.book == start and m.edits == []
+        m.session.undo()
+    assert m.session.book == start and m.session.edits == []
 
 
 def test_rereading_is_instant_and_exact(fresh):
     m = fresh.model
     fresh.clusters_panel.k.setValue(3)
     fresh.clusters_panel.k_apply.click()
-    assert adjusted_rand_score(m.book.array(), m.final.result.labels) == 1.0  # the shapes, read again
+    assert adjusted_rand_score(m.session.book.array(), m.session.final.result.labels) == 1.0  # the shapes, read again
     fresh.clusters_panel.threshold.setValue(1.9)  # everything within 1.9: one cluster
     fresh.clusters_panel.t_apply.click()
-    assert len(m.book.cluster_ids()) == 1
+    assert len(m.session.book.cluster_ids()) == 1
 
 
 def test_selection_stays_in_sync_across_views(fresh):
     w, m = fresh, fresh.model
     w.clusters_panel.clusterSelected.emit(2)
-    members = m.book.members(2).tolist()
-    assert m.selection == members
+    members = m.session.book.members(2).tolist()
+    assert m.session.selection == members
     thumbs = sorted(i.row() for i in w.images_panel.view.selectionModel().selectedIndexes())
     assert thumbs == members
     assert w.convergence_view.highlighted == members
-    order = m.final.order
+    order = m.session.final.order
     pos = {int(i): r for r, i in enumerate(order)}
     over = w.weights_view.overlay.image
     tinted = sorted(int(r) for r in np.flatnonzero(over[:, :, 3].min(axis=1) > 0))  # whole rows tinted
@@ -174,10 +175,10 @@ def test_selection_stays_in_sync_across_views(fresh):
     assert (w.means_view.overlay.image[..., 3] > 0).any()
     # clicking a point on the map selects that image everywhere
     w.convergence_view.pointClicked.emit(7)
-    assert m.selection == [7] and w.convergence_view.highlighted == [7]
+    assert m.session.selection == [7] and w.convergence_view.highlighted == [7]
     assert [i.row() for i in w.images_panel.view.selectionModel().selectedIndexes()] == [7]
     w.means_view.tileClicked.emit(3)
-    assert m.selection == [3]
+    assert m.session.selection == [3]
 
 
 def test_inspect_a_decision(fresh):
@@ -188,7 +189,7 @@ def test_inspect_a_decision(fresh):
     assert info["score"] > 0.95  # same shape: the alignment explains the pair
     assert "θ =" in w.inspect_view.caption.text()
     assert w.inspect_view.items["aligned"].image is not None
-    cross = m.inspect(0, 17)
+    cross = m.session.inspect(0, 17)
     assert cross["score"] < info["score"]
     # selecting exactly two thumbnails inspects them too
     sm = w.images_panel.view.selectionModel()
@@ -207,14 +208,14 @@ def test_exports_match_the_state(fresh, tmp_path):
     with open(csv_path, newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label", "cluster_name"]
-    assert [int(r["cluster"]) - 1 for r in rows] == list(m.book.labels)  # numbered from 1, as the names are
+    assert [int(r["cluster"]) - 1 for r in rows] == list(m.session.book.labels)  # numbered from 1, as the names are
     assert all(r["cluster_name"] in ("horses", f"Cluster {r['cluster']}") for r in rows)
     assert rows[0]["cluster_name"] == "horses" and float(rows[0]["score"]) > 0.9
     folder = w.exports.folders(True, str(tmp_path / "aligned"))
     counts = {p.name: len(list(p.iterdir())) for p in (tmp_path / "aligned").iterdir()}
     assert counts == {"horses": 6, "Cluster 2": 6, "Cluster 3": 6} and folder
     img = np.asarray(Image.open(next((tmp_path / "aligned" / "horses").iterdir())))
-    assert img.shape[:2] == m.working.shape[1:3] and img.max() > 200
+    assert img.shape[:2] == m.session.working.shape[1:3] and img.max() > 200
     w.exports.folders(False, str(tmp_path / "orig"))
     assert sum(len(list(p.iterdir())) for p in (tmp_path / "orig").iterdir()) == 18
     w.exports.panels(str(tmp_path / "panels"))
@@ -224,31 +225,32 @@ def test_exports_match_the_state(fresh, tmp_path):
         assert (tmp_path / "panels" / f"{name}.pdf").read_bytes().startswith(b"%PDF")
     gif = w.exports.gif(str(tmp_path / "conv.gif"))
     frames = Image.open(gif)
-    assert frames.n_frames == len(m.history_frames) >= 2
+    assert frames.n_frames == len(m.session.frames) >= 2
 
 
 def test_save_open_round_trip_through_the_app(fresh, tmp_path, qapp):
     w, m = fresh, fresh.model
     w.rename_cluster(1, "sevens")
-    w.model.move_images([0], 2)
+    w.model.session.move_images([0], 2)
     path = tmp_path / "p.iaproj"
     assert w.projects.save_to(str(path))
-    assert not m.dirty and w.windowTitle().endswith("p.iaproj")
-    book, edits, working = m.book, list(m.edits), m.working.copy()
-    hist = [f.snapshot.weights.copy() for f in m.history_frames]
+    assert not m.session.dirty and w.windowTitle().endswith("p.iaproj")
+    book, edits, working = m.session.book, list(m.session.edits), m.session.working.copy()
+    hist = [f.snapshot.weights.copy() for f in m.session.frames]
     w2 = MainWindow()
     try:
         assert w2.projects.open_project(str(path))
         m2 = w2.model
-        assert m2.book == book and m2.edits == edits
-        assert np.array_equal(m2.working, working) and np.array_equal(m2.transforms, m.transforms)
-        assert all(np.array_equal(a, f.snapshot.weights) for a, f in zip(hist, m2.history_frames))
+        assert m2.session.book == book and m2.session.edits == edits
+        assert np.array_equal(m2.session.working, working)
+        assert np.array_equal(m2.session.transforms, m.session.transforms)
+        assert all(np.array_equal(a, f.snapshot.weights) for a, f in zip(hist, m2.session.frames))
         w2.redraw()
         assert np.array_equal(w2.weights_view.image_item.image, w.weights_view.image_item.image)
         assert w2.clusters_panel.list.item(1).text().startswith("sevens")
         # the run's k read-out and notes come back with it
         evidence = w.clusters_panel.evidence.text()
-        assert evidence.startswith("Run: ") and m.final.result.notes[0] in evidence
+        assert evidence.startswith("Run: ") and m.session.final.result.notes[0] in evidence
         assert w2.clusters_panel.evidence.text() == evidence
         w2.clusters_panel.grab().save(str(tmp_path / "reopened_clusters_panel.png"))
         assert str(path) in w2.projects.recent("recent/projects")
@@ -261,10 +263,10 @@ def test_save_open_round_trip_through_the_app(fresh, tmp_path, qapp):
 def test_corrupted_project_is_refused_cleanly(fresh, tmp_path):
     bad = tmp_path / "bad.iaproj"
     bad.write_bytes(b"PK\x03\x04 this is not really a zip")
-    before = fresh.model.n
+    before = fresh.model.session.n
     assert fresh.projects.open_project(str(bad)) is False
     assert "truncated or corrupted" in fresh.last_dialog.text()
-    assert fresh.model.n == before
+    assert fresh.model.session.n == before
 
 
 def test_moved_originals_open_from_embedded_images(qapp, home, tmp_path):
@@ -278,20 +280,20 @@ def test_moved_originals_open_from_embedded_images(qapp, home, tmp_path):
         Image.fromarray(base.T).save(src / "b" / f"{k}.png")
     w = MainWindow()
     try:
-        w.model.add_paths([src])
+        w.model.session.add_paths([src])
         path = tmp_path / "moved.iaproj"
-        w.model.save_project(path)
+        w.model.session.save_project(path)
         (src / "a" / "1.png").unlink()
         w2 = MainWindow()
         try:
             assert w2.projects.open_project(str(path))
-            assert w2.model.n == 6
+            assert w2.model.session.n == 6
             assert "1.png" in w2.last_dialog.detailedText()
             assert "missing" in w2.last_dialog.text()
         finally:
             w2.close()
         path_small = tmp_path / "small.iaproj"
-        w.model.save_project(path_small, embed=False)
+        w.model.session.save_project(path_small, embed=False)
         w3 = MainWindow()
         try:
             assert not w3.projects.open_project(str(path_small))
@@ -317,8 +319,8 @@ def test_autosave_and_crash_recovery(fresh, home, qapp, monkeypatch):
     monkeypatch.setattr(QMessageBox, "exec", lambda self: QMessageBox.StandardButton.Yes)
     w2 = MainWindow(recover=True)
     try:
-        _wait(qapp, lambda: w2.model.n == 18, 10)
-        assert offered and w2.model.book is not None and w2.model.dirty
+        _wait(qapp, lambda: w2.model.session.n == 18, 10)
+        assert offered and w2.model.session.book is not None and w2.model.session.dirty
     finally:
         w2.close()
     assert not lock.exists()  # a clean close removes it
@@ -379,24 +381,24 @@ def test_about_help_and_geometry(fresh, qapp, monkeypatch):
 
 def test_split_by_re_running_ia_on_a_cluster(fresh, qapp):
     w, m = fresh, fresh.model
-    w.model.merge_clusters([0, 1])
-    merged = m.book
+    w.model.session.merge_clusters([0, 1])
+    merged = m.session.book
     assert len(merged.cluster_ids()) == 2
     lst = w.clusters_panel.list
     lst.item(0).setSelected(True)
     progress = []
-    m.progressChanged.connect(lambda f, text, eta: progress.append(text))
+    m.session.events.progress.connect(lambda f, text, eta: progress.append(text))
     w.clusters_panel.rerun_btn.click()
-    assert m.state == "splitting" and not w.run_panel.start_btn.isEnabled()
-    _wait(qapp, lambda: m.state != "splitting", 60)
+    assert m.session.state == "splitting" and not w.run_panel.start_btn.isEnabled()
+    _wait(qapp, lambda: m.session.state != "splitting", 60)
     assert progress and all(t.startswith("re-running Cluster 1") for t in progress)  # the split shows progress
-    assert len(m.book.cluster_ids()) == 3
+    assert len(m.session.book.cluster_ids()) == 3
     from sklearn.metrics import adjusted_rand_score
 
-    assert adjusted_rand_score(m.final.result.labels, m.book.labels) == 1.0  # the shapes, apart again
-    assert m.history.undo_text.startswith("Split Cluster 1 by re-running")
+    assert adjusted_rand_score(m.session.final.result.labels, m.session.book.labels) == 1.0  # the shapes, apart again
+    assert m.session.history.undo_text.startswith("Split Cluster 1 by re-running")
     w.undo_action.trigger()
-    assert m.book == merged
+    assert m.session.book == merged
 
 
 def test_recent_list_survives_a_restart_with_one_entry(fresh):

@@ -155,7 +155,7 @@ def test_presentation_mode_closes_every_control_panel_and_puts_them_back(win, qa
 
 def test_inspecting_brings_its_panel_forward_unless_it_was_closed(win, qapp):
     w, m = win, win.model
-    m.load_demo("shapes")
+    m.session.load_demo("shapes")
     qapp.processEvents()
     assert is_shown(w, w.convergence_view)
     w.inspect_pair(0, 1)

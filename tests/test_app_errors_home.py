@@ -11,6 +11,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from iastudio.app import errors  # noqa: E402
+from iastudio.app.events import listen  # noqa: E402
 from iastudio.app.home import app_home  # noqa: E402
 from iastudio.app.projects import settings  # noqa: E402
 from iastudio.core.attention import AttentionRun  # noqa: E402
@@ -35,9 +36,9 @@ def test_uncaught_exception_in_a_slot_shows_a_visible_top_level_window(window, q
     def broken_slot(_text):
         raise ZeroDivisionError("simulated bug in a slot")
 
-    window.model.message.connect(broken_slot)
-    window.model.message.emit("hello")  # the slot raises; PySide hands it to sys.excepthook
-    window.model.message.disconnect(broken_slot)
+    connected = listen(window.model.session.events.message, broken_slot)
+    window.model.session.message("hello")  # the callback raises; listen hands it to sys.excepthook
+    window.model.session.events.message.disconnect(connected)
     qtbot.waitUntil(lambda: errors.current_error_dialog() is not None, timeout=30000)
     box = errors.current_error_dialog()
     assert box.isVisible() and box.isWindow()  # the old hook made it an invisible child of the window
@@ -46,8 +47,8 @@ def test_uncaught_exception_in_a_slot_shows_a_visible_top_level_window(window, q
     assert "simulated bug" in box.text() and "Traceback" not in box.text()
     assert any(b.text() == "Open log folder" for b in box.buttons())
     # the session goes on: the window still works behind the dialog
-    window.model.load_demo("shapes")
-    assert window.model.n == 18 and window.images_panel.thumbs.rowCount() == 18
+    window.model.session.load_demo("shapes")
+    assert window.model.session.n == 18 and window.images_panel.thumbs.rowCount() == 18
 
 
 @pytest.mark.qt_no_exception_capture
@@ -96,14 +97,14 @@ def test_a_failed_run_shows_the_error_window(window, qtbot, monkeypatch):
         yield  # pragma: no cover
 
     monkeypatch.setattr(AttentionRun, "steps", boom)
-    window.model.load_demo("shapes")
+    window.model.session.load_demo("shapes")
     window.run_panel.start_btn.click()
-    qtbot.waitUntil(lambda: window.model.state == "failed", timeout=60000)
+    qtbot.waitUntil(lambda: window.model.session.state == "failed", timeout=60000)
     box = window.last_dialog
     assert isinstance(box, errors.ErrorDialog) and box.isVisible() and box.isWindow()
     assert "simulated failure" in box.text() and str(log_dir()) in box.informativeText()
-    window.model.load_demo("shapes")  # and the session goes on
-    assert window.model.state != "failed" or window.run_panel.start_btn.isEnabled()
+    window.model.session.load_demo("shapes")  # and the session goes on
+    assert window.model.session.state != "failed" or window.run_panel.start_btn.isEnabled()
 
 
 def test_the_app_home_is_movable_and_the_tests_use_a_temporary_one(tmp_path, monkeypatch):

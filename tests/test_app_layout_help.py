@@ -44,12 +44,12 @@ def run_win(qapp, home):
     w = MainWindow()
     w.resize(1280, 800)
     w.show()
-    w.model.load_demo("shapes")
+    w.model.session.load_demo("shapes")
     w.run_panel.size.setValue(24)
     w.run_panel.iterations.setValue(1)
     w.start_run()
-    _wait(qapp, lambda: w.model.state in ("finished", "failed"))
-    assert w.model.state == "finished"
+    _wait(qapp, lambda: w.model.session.state in ("finished", "failed"))
+    assert w.model.session.state == "finished"
     w.redraw()
     qapp.processEvents()
     yield w
@@ -64,7 +64,7 @@ def test_long_names_do_not_widen_the_window(run_win, qapp):
     qapp.processEvents()
     width = w.width()
     long = "/data/" + "a_really_long_folder_name_" * 12 + "image.png"
-    w.weights_view.set_names([long] * w.model.n)
+    w.weights_view.set_names([long] * w.model.session.n)
     w.weights_view._hover(PointerEvent(0.5, 1.5))  # hovering W names both images
     assert "a_really_long" in w.weights_view.hover.text()
     w.means_view.caption.setText("means " * 80)
@@ -131,11 +131,11 @@ def test_w_and_the_means_share_the_middle_and_the_colour_bar_leaves_w_room(qtbot
     qtbot.wait(50)
     left, right = w.central_splitter.sizes()
     assert abs(left - right) <= 2
-    w.model.load_demo("shapes")
+    w.model.session.load_demo("shapes")
     w.run_panel.size.setValue(24)
     w.run_panel.iterations.setValue(1)
     w.start_run()
-    qtbot.waitUntil(lambda: w.model.state == "finished", timeout=60000)
+    qtbot.waitUntil(lambda: w.model.session.state == "finished", timeout=60000)
     w.redraw()
     view = w.weights_view
     qtbot.wait(50)
@@ -177,18 +177,18 @@ def test_views_say_what_to_do_until_they_have_data(window, qtbot):
         assert len(v.hint.text()) > 20 and not any(p.isVisibleTo(v) for p in v.plot_widgets())
     assert "Run" in window.weights_view.hint.text()
     m = window.model
-    m.load_demo("shapes")
+    m.session.load_demo("shapes")
     window.run_panel.size.setValue(24)
     window.run_panel.iterations.setValue(1)
     window.start_run()
-    qtbot.waitUntil(lambda: m.state == "finished", timeout=60000)
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=60000)
     window.redraw()
     for v in views[:4]:
         assert not v.empty and v.plot_widgets()[0].isVisibleTo(v)
     assert window.inspect_view.empty  # nothing inspected yet
     window.inspect_pair(0, 1)
     qtbot.waitUntil(lambda: not window.inspect_view.empty, timeout=10000)
-    m.load_demo("digits")  # new images: back to the hints
+    m.session.load_demo("digits")  # new images: back to the hints
     assert all(v.empty for v in views)
 
 
@@ -234,7 +234,7 @@ def test_plots_and_hints_follow_a_dark_palette(run_win, qapp, tmp_path):
         assert np.median(h) < 70 and h.max() > 170
     finally:
         QApplication.setPalette(old)
-        run_win.compare_view.show_final(run_win.model.final)
+        run_win.compare_view.show_final(run_win.model.session.final)
         qapp.processEvents()
     img = _grab(run_win.weights_view.plot, tmp_path / "w2.png")
     corner = img.convert("RGB").getpixel((img.width - 3, 3))  # W fills its square box: read the background
@@ -243,10 +243,10 @@ def test_plots_and_hints_follow_a_dark_palette(run_win, qapp, tmp_path):
 
 def test_exported_panels_leave_out_the_selection_and_the_colour_bar_handles(run_win, qapp, tmp_path):
     w = run_win
-    w.model.select([])
+    w.model.session.select([])
     qapp.processEvents()
     w.exports.panels(str(tmp_path / "plain"))
-    w.model.select([2, 5])
+    w.model.session.select([2, 5])
     qapp.processEvents()
     assert w.weights_view.overlay.isVisible() and w.weights_view.colorbar.region.isVisible()
     w.exports.panels(str(tmp_path / "selected"))
@@ -255,7 +255,7 @@ def test_exported_panels_leave_out_the_selection_and_the_colour_bar_handles(run_
         b = np.asarray(Image.open(tmp_path / "selected" / f"{name}.png"))
         assert a.shape == b.shape and np.array_equal(a, b), name  # the red tint is not in the picture
     assert w.weights_view.overlay.isVisible() and w.weights_view.colorbar.region.isVisible()  # still shown
-    w.model.select([])
+    w.model.session.select([])
 
 
 def test_the_legend_sits_clear_of_the_curves(run_win, qapp):
@@ -271,15 +271,15 @@ def test_the_legend_sits_clear_of_the_curves(run_win, qapp):
 def test_one_cluster_is_singular(window, qtbot):
     assert count_of(1, "cluster") == "1 cluster" and count_of(3, "cluster") == "3 clusters"
     m = window.model
-    m.load_demo("shapes")
+    m.session.load_demo("shapes")
     window.run_panel.size.setValue(24)
     window.run_panel.iterations.setValue(1)
     window.run_panel.clusters_auto.setChecked(False)
     window.run_panel.clusters.setValue(1)
     messages = []
-    m.message.connect(messages.append)
+    m.session.events.message.connect(messages.append)
     window.start_run()
-    qtbot.waitUntil(lambda: m.state == "finished", timeout=60000)
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=60000)
     assert any(t.startswith("Done: 1 cluster in") for t in messages), messages
     assert window.compare_view.caption.text().startswith("1 cluster found")
 
@@ -329,18 +329,18 @@ def test_the_shortcut_list_is_read_from_the_actions(window):
 
 
 def test_double_click_a_thumbnail_shows_it_large_with_its_path(window, qtbot):
-    window.model.load_demo("shapes")
+    window.model.session.load_demo("shapes")
     index = window.images_panel.thumbs.index(4)
     window.images_panel.view.doubleClicked.emit(index)
     dlg = window.image_dialog
     assert dlg.isVisible()
-    path = window.model.data.paths[4]
+    path = window.model.session.data.paths[4]
     assert dlg.path.text() == path and Path(path).name.split("/")[-1] in dlg.name_label.text()
     assert dlg.picture.pixmap().width() >= 256
 
 
 def test_thumbnail_size_slider(window):
-    window.model.load_demo("shapes")
+    window.model.session.load_demo("shapes")
     panel = window.images_panel
     panel.thumb_size.setValue(120)
     assert panel.view.iconSize() == QSize(120, 120)
@@ -352,28 +352,28 @@ def test_thumbnail_size_slider(window):
 
 def test_context_menus_call_the_existing_edits(run_win, qapp):
     w, m = run_win, run_win.model
-    book = m.book
+    book = m.session.book
     menu = cluster_menu(w, 0)
     texts = [a.text() for a in menu.actions() if a.text()]
     assert any(t.startswith("Select the images") for t in texts)
     assert any(t.startswith("Rename") for t in texts) and any(t.startswith("Merge") for t in texts)
     assert any(t.startswith("Split") for t in texts)
     next(a for a in menu.actions() if a.text().startswith("Select the images")).trigger()
-    assert m.selection == book.members(0).tolist()
+    assert m.session.selection == book.members(0).tolist()
     # thumbnails: move two images to another cluster, then undo
     target = next(c for c in book.cluster_ids() if c != book.labels[0])
     tmenu = thumbnail_menu(w, [0, 1])
     move = next(a.menu() for a in tmenu.actions() if a.menu() is not None)
     assert move.title() == "Move 2 images to"
     next(a for a in move.actions() if a.text() == book.name_of(target)).trigger()
-    assert m.book.labels[0] == target and m.book.labels[1] == target
+    assert m.session.book.labels[0] == target and m.session.book.labels[1] == target
     w.undo_action.trigger()
-    assert m.book == book
+    assert m.session.book == book
     inspect = next(a for a in tmenu.actions() if a.text().startswith("Inspect"))
     assert inspect.isEnabled()
     unassign = next(a for a in thumbnail_menu(w, [3]).actions() if a.text().startswith("Unassign"))
     unassign.trigger()
-    assert m.book.labels[3] == UNASSIGNED
+    assert m.session.book.labels[3] == UNASSIGNED
     w.undo_action.trigger()
     # right-click really opens them
     lst = w.clusters_panel.list
@@ -409,15 +409,15 @@ def test_run_menu_and_settings_follow_the_run_state(window, qtbot):
     assert window.start_action.isEnabled()
     assert not window.stop_action.isEnabled() and not window.resume_action.isEnabled()  # idle: nothing to act on
     m = window.model
-    m.load_demo("digits")
+    m.session.load_demo("digits")
     window.run_panel.iterations.setValue(1)
     states = []
-    m.runStateChanged.connect(lambda s: states.append((s, window.stop_action.isEnabled(),
+    m.session.events.state.connect(lambda s: states.append((s, window.stop_action.isEnabled(),
                                                        window.start_action.isEnabled(),
                                                        window.run_panel.iterations.isEnabled(),
                                                        window.run_panel.method.isEnabled())))
     window.start_action.trigger()
-    qtbot.waitUntil(lambda: m.state in ("finished", "failed"), timeout=60000)
+    qtbot.waitUntil(lambda: m.session.state in ("finished", "failed"), timeout=60000)
     assert ("running", True, False, False, False) in states  # settings locked while it runs
     assert window.run_panel.iterations.isEnabled() and window.start_action.isEnabled()
     assert not window.run_panel.beta.isEnabled()  # still follows its 'auto' box
@@ -437,7 +437,7 @@ def test_skipped_files_are_listed_in_the_panel(window, qtbot, tmp_path):
     lst = window.images_panel.skipped_list
     assert lst.isVisible() and lst.count() == 1 and "broken.png" in lst.item(0).text()
     assert str(folder / "broken.png") in lst.item(0).toolTip()
-    window.model.load_demo("shapes")
+    window.model.session.load_demo("shapes")
     assert not lst.isVisible()
 
 

@@ -16,6 +16,7 @@ from PySide6.QtCore import QThreadPool, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QPushButton  # noqa: E402
 
 import iastudio.core.session as session_module  # noqa: E402
+import iastudio.core.session_inputs as inputs_module  # noqa: E402  (where images are read)
 from iastudio.app.errors import current_error_dialog  # noqa: E402
 from iastudio.app.main_window import MainWindow  # noqa: E402
 
@@ -40,7 +41,7 @@ class SlowDecoder:
     def __init__(self, monkeypatch, ticks=(0,), fail=None):
         self.entered, self.release = threading.Event(), threading.Event()
         self.names, self.threads, self.ticks, self.ticks_while_blocked = [], set(), ticks, None
-        real = session_module.load_image
+        real = inputs_module.load_image
 
         def decode(path):
             name = Path(path).name
@@ -55,7 +56,7 @@ class SlowDecoder:
                 raise fail[name]
             return real(path)
 
-        monkeypatch.setattr(session_module, "load_image", decode)
+        monkeypatch.setattr(inputs_module, "load_image", decode)
 
 
 def _ticking(window):
@@ -78,11 +79,11 @@ def test_the_window_stays_responsive_while_a_file_is_read(window, qtbot, tmp_pat
     dlg = window.loading_dialog
     qtbot.waitUntil(dlg.isVisible, timeout=WAIT_MS)  # shown (after its delay) while the worker is stuck
     assert "Reading slow.png (2 of 3)" in dlg.labelText() and dlg.value() == 1 and dlg.maximum() == 3
-    assert window.model.loading and window.model.n == 0 and not slow.release.is_set()
+    assert window.model.loading and window.model.session.n == 0 and not slow.release.is_set()
     with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS):
         slow.release.set()
     assert slow.ticks_while_blocked >= 20
-    assert window.model.n == 3 and not window.model.loading and window.loading_dialog is None
+    assert window.model.session.n == 3 and not window.model.loading and window.loading_dialog is None
     assert window.images_panel.thumbs.rowCount() == 3 and "3 images" in window.images_panel.summary.text()
 
 
@@ -90,7 +91,7 @@ def test_cancel_keeps_the_images_read_and_reads_no_more(window, qtbot, tmp_path,
     slow = SlowDecoder(monkeypatch)
     files = _pngs(tmp_path, ["a.png", "b.png", "slow.png", "d.png", "e.png"])
     messages = []
-    window.model.message.connect(messages.append)
+    window.model.session.events.message.connect(messages.append)
     assert window.load_paths(files)
     qtbot.waitUntil(slow.entered.is_set, timeout=WAIT_MS)
     dlg = window.loading_dialog
@@ -100,7 +101,7 @@ def test_cancel_keeps_the_images_read_and_reads_no_more(window, qtbot, tmp_path,
     with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS) as loaded:
         slow.release.set()
     m = window.model
-    assert [Path(p).name for p in m.data.paths] == ["a.png", "b.png", "slow.png"]  # the file being read is kept
+    assert [Path(p).name for p in m.session.data.paths] == ["a.png", "b.png", "slow.png"]  # the file being read is kept
     assert slow.names == ["a.png", "b.png", "slow.png"]  # the rest was never decoded
     assert [(Path(s["path"]).name, s["reason"]) for s in loaded.args[0]] == [
         ("d.png", "not loaded: cancelled"), ("e.png", "not loaded: cancelled")]
@@ -112,10 +113,10 @@ def test_a_bad_file_is_skipped_and_named_without_a_traceback(window, qtbot, tmp_
     files = _pngs(tmp_path, ["a.png", "odd.png", "b.png"])
     (tmp_path / "bad.png").write_text("garbage")
     messages = []
-    window.model.message.connect(messages.append)
+    window.model.session.events.message.connect(messages.append)
     with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS) as loaded:
         assert window.load_paths([files[0], tmp_path / "bad.png", *files[1:]])
-    assert window.model.n == 2
+    assert window.model.session.n == 2
     reasons = {Path(s["path"]).name: s["reason"] for s in loaded.args[0]}
     assert reasons == {"bad.png": "not an image (the file's contents are not a readable image)",
                        "odd.png": "could not be decoded (ZeroDivisionError: a decoder bug)"}
@@ -138,11 +139,11 @@ def test_files_are_read_in_a_worker_and_the_session_changes_on_the_gui_thread(wi
         return real_add(self, *a, **k)
 
     monkeypatch.setattr(session_module.Session, "add_loaded", add_loaded)
-    window.model.session.events.connect("images", lambda: seen.append(("images", threading.current_thread())))
+    window.model.session.events.images.connect(lambda: seen.append(("images", threading.current_thread())))
     window.model.imagesLoading.connect(lambda *a: seen.append(("progress", threading.current_thread())))
     with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS):
         window.load_paths(_pngs(tmp_path, ["a.png", "b.png"]))
-    assert window.model.n == 2 and slow.names == ["a.png", "b.png"]
+    assert window.model.session.n == 2 and slow.names == ["a.png", "b.png"]
     assert slow.threads and gui not in slow.threads  # decoded in a worker thread
     kinds = [k for k, _ in seen]
     assert kinds.count("progress") == 2 and "add_loaded" in kinds and "images" in kinds
@@ -153,7 +154,7 @@ def test_what_would_change_the_inputs_waits_for_the_loading(window, qtbot, tmp_p
     slow = SlowDecoder(monkeypatch)
     files = _pngs(tmp_path, ["a.png", "slow.png"])
     messages = []
-    window.model.message.connect(messages.append)
+    window.model.session.events.message.connect(messages.append)
     assert window.load_paths(files)
     qtbot.waitUntil(slow.entered.is_set, timeout=WAIT_MS)
     refused = {"another loading": window.load_paths(_pngs(tmp_path, ["c.png"])),
@@ -162,10 +163,10 @@ def test_what_would_change_the_inputs_waits_for_the_loading(window, qtbot, tmp_p
                "a project": window.projects.open_project(str(tmp_path / "x.iaproj"))}
     assert refused == dict.fromkeys(refused, False)
     assert messages.count("Wait for the images to load, or cancel the loading.") == 4
-    assert window.model.n == 0 and window.last_dialog is None
+    assert window.model.session.n == 0 and window.last_dialog is None
     with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS):
         slow.release.set()
-    assert [Path(p).name for p in window.model.data.paths] == ["a.png", "slow.png"]
+    assert [Path(p).name for p in window.model.session.data.paths] == ["a.png", "slow.png"]
 
 
 def test_closing_while_loading_stops_it_and_leaves_no_thread(qtbot, tmp_path, monkeypatch):
@@ -181,24 +182,24 @@ def test_closing_while_loading_stops_it_and_leaves_no_thread(qtbot, tmp_path, mo
     assert w.close()
     assert QThreadPool.globalInstance().activeThreadCount() == 0
     QApplication.processEvents()  # the worker's last (queued) result arrives, and is dropped
-    assert slow.names == ["a.png", "slow.png"] and w.model.n == 0 and loaded == []
+    assert slow.names == ["a.png", "slow.png"] and w.model.session.n == 0 and loaded == []
 
 
 def test_a_loading_that_fails_as_a_whole_is_an_error_window_and_changes_nothing(window, qtbot, tmp_path,
                                                                                   monkeypatch):
-    window.model.load_demo("shapes")
+    window.model.session.load_demo("shapes")
 
     def broken(paths):
         raise ValueError("the folder listing broke")
 
-    monkeypatch.setattr(session_module, "image_files", broken)
+    monkeypatch.setattr(inputs_module, "image_files", broken)
     with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS) as loaded:
         assert window.load_paths([tmp_path])
     box = current_error_dialog()
     try:
         assert box is not None and box.windowTitle() == "Loading the images failed"
         assert box.message == "the folder listing broke" and "Traceback" in box.detailedText()
-        assert loaded.args == [[]] and not window.model.loading and window.model.n == 18
+        assert loaded.args == [[]] and not window.model.loading and window.model.session.n == 18
         assert window.loading_dialog is None
     finally:
         if box is not None:

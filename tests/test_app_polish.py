@@ -32,11 +32,11 @@ def win(qapp, home):
     w.projects.ask = lambda *a, **k: "discard"
     w.resize(1280, 800)
     w.show()
-    w.model.load_demo("shapes")
+    w.model.session.load_demo("shapes")
     w.run_panel.size.setValue(24)
     w.start_run()
-    wait_until(qapp, lambda: w.model.state in ("finished", "failed"), 120)
-    assert w.model.state == "finished"
+    wait_until(qapp, lambda: w.model.session.state in ("finished", "failed"), 120)
+    assert w.model.session.state == "finished"
     w.redraw()
     qapp.processEvents()
     yield w
@@ -77,7 +77,7 @@ def _range_fits(view, n):
 
 
 def test_w_fills_its_view_at_every_size_and_after_a_new_run(win, qapp):
-    view, n = win.weights_view, win.model.n
+    view, n = win.weights_view, win.model.session.n
     for size in SIZES + ((1280, 800),):
         win.resize(*size)
         _settle(qapp)
@@ -87,7 +87,7 @@ def test_w_fills_its_view_at_every_size_and_after_a_new_run(win, qapp):
     _settle(qapp)
     assert not _range_fits(view, n)
     view.clear()
-    view.show_frame(win.model.final)
+    view.show_frame(win.model.session.final)
     _settle(qapp)
     assert _range_fits(view, n)
 
@@ -179,7 +179,7 @@ def test_panels_export_at_print_resolution_and_as_vector_figures(win, qapp, tmp_
     assert weights_svg.count(">W_ij<") == 1
     # W's picture is the W drawn: 18 x 18 cells, its blocks the clusters (brighter inside than between)
     w = win.weights_view.image_item.image
-    assert w.shape == (win.model.n, win.model.n)
+    assert w.shape == (win.model.session.n, win.model.session.n)
 
 
 def test_exported_csv_numbers_clusters_as_their_names(win, tmp_path):
@@ -228,7 +228,7 @@ def test_a_run_stopped_after_iteration_1_says_so_in_the_plot(win, qapp):
     show_view(win, view)
     win.redraw()
     _settle(qapp)
-    assert len(win.model.final.curves["median"]) <= 2
+    assert len(win.model.session.final.curves["median"]) <= 2
     assert view.note.isVisible()
     assert "left the clusters as they were" in view.note.text() and "Paper mode" in view.note.text()
     assert not win.run_panel.paper_mode.isChecked()

@@ -21,56 +21,56 @@ def stopped(qapp, home):
     w = MainWindow()
     w.show()
     m = w.model
-    m.load_demo("shapes")
+    m.session.load_demo("shapes")
     w.run_panel.size.setValue(24)
     w.run_panel.beta_auto.setChecked(False)  # an explicit β runs every iteration (auto stops once settled)
     w.run_panel.iterations.setValue(30)  # long enough to be stopped mid-run
     assert w.start_run()
-    _wait(qapp, lambda: m.latest is not None or m.state != "running")
+    _wait(qapp, lambda: m.session.latest is not None or m.session.state != "running")
     m.stop()
-    _wait(qapp, lambda: m.state in ("stopped", "finished", "failed"))
-    assert m.state == "stopped"
-    assert m.can_resume() and w.resume_action.isEnabled() and w.run_panel.resume_btn.isEnabled()
+    _wait(qapp, lambda: m.session.state in ("stopped", "finished", "failed"))
+    assert m.session.state == "stopped"
+    assert m.session.can_resume() and w.resume_action.isEnabled() and w.run_panel.resume_btn.isEnabled()
     yield w
-    if m.busy:
+    if m.session.busy:
         m.stop()
-        _wait(qapp, lambda: not m.busy)
+        _wait(qapp, lambda: not m.session.busy)
     w.close()
 
 
 def _resume_impossible(w):
     m = w.model
-    assert not m.can_resume()
+    assert not m.session.can_resume()
     assert not w.resume_action.isEnabled() and not w.run_panel.resume_btn.isEnabled()
     assert m.resume() is False
-    assert m.state != "running"
+    assert m.session.state != "running"
 
 
 def test_new_transforms_discard_the_stopped_run(stopped, qapp):
     w, m = stopped, stopped.model
-    before = m.working.copy()
+    before = m.session.working.copy()
     w.transform_panel.seed.setValue(5)
     w.transform_panel.apply_btn.click()
     qapp.processEvents()
-    assert not np.allclose(m.working, before)  # the images did change
+    assert not np.allclose(m.session.working, before)  # the images did change
     _resume_impossible(w)
-    assert m.run is None and m.latest is None
+    assert m.session.run is None and m.session.latest is None
     w.resume_action.trigger()  # a disabled action's shortcut does nothing either
-    assert m.state != "running"
+    assert m.session.state != "running"
 
     w.run_panel.iterations.setValue(1)
     assert w.start_run()
-    _wait(qapp, lambda: m.state in ("finished", "failed"))
-    assert m.state == "finished"
-    assert m.final.result.labels.shape == (m.n,)
-    assert_allclose(m.run.inputs, m.working)  # the run was made on the transformed images
+    _wait(qapp, lambda: m.session.state in ("finished", "failed"))
+    assert m.session.state == "finished"
+    assert m.session.final.result.labels.shape == (m.session.n,)
+    assert_allclose(m.session.run.inputs, m.session.working)  # the run was made on the transformed images
 
 
 def test_loading_another_demo_while_stopped(stopped, qapp):
     w, m = stopped, stopped.model
-    n_shapes = m.n
+    n_shapes = m.session.n
     assert w.load_demo("digits")
     qapp.processEvents()
-    assert m.n > 0 and m.n != n_shapes
+    assert m.session.n > 0 and m.session.n != n_shapes
     _resume_impossible(w)
-    assert m.run is None and m.final is None and m.book is None
+    assert m.session.run is None and m.session.final is None and m.session.book is None

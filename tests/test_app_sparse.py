@@ -172,7 +172,7 @@ def _w_drawn(window):
     """(title, shown block, order) of the window's W panel after a redraw, checked against the run's own W."""
     window.redraw()
     view = window.weights_view
-    w = window.model.final.snapshot.weights
+    w = window.model.session.final.snapshot.weights
     assert sp.issparse(w) and w.shape == (N, N)
     shown, order = view.image_item.image, view.order
     assert shown.shape == (order.size, order.size) and 390 <= order.size <= 402 and shown.max() > 0
@@ -191,22 +191,22 @@ def test_a_sparse_run_saves_and_reopens_in_the_window_and_autosaves(window, tmp_
     assert "W of" in title and f"of {N:,} images" in title
     assert_allclose(shown, proj.result["weights"].toarray()[np.ix_(order, order)])  # the run's final W, 0 off it
     window.rename_cluster(0, "renamed")  # unsaved work on the big run
-    assert window.model.dirty
+    assert window.model.session.dirty
     assert window.projects.autosave(wait=True)  # used to log "cannot be stored in a project yet"
     auto = load_project(window.projects.autosave_path())
     assert type(auto.result["weights"]) is sp.csr_matrix and auto.clusters.name_of(0) == "renamed"
     saved = tmp_path / "saved.iaproj"
     assert window.projects.save_to(str(saved))  # File > Save: no "Cannot save" dialog
-    assert not window.model.dirty and window.model.project_path == str(saved)
+    assert not window.model.session.dirty and window.model.session.project_path == str(saved)
     back = load_project(saved)
     for key in ("weights", "input_distances", "final_distances"):
         assert type(back.result[key]) is sp.csr_matrix
         assert_allclose(back.result[key].toarray(), proj.result[key].toarray())
     assert window.projects.open_project(str(saved))  # reopened in the window: the same drawing
     again_title, again, again_order = _w_drawn(window)
-    assert again_title == title and window.model.book.name_of(0) == "renamed"
+    assert again_title == title and window.model.session.book.name_of(0) == "renamed"
     assert_allclose(again, proj.result["weights"].toarray()[np.ix_(again_order, again_order)])
-    assert window.model.final.result.weights.nnz == proj.result["weights"].nnz
+    assert window.model.session.final.result.weights.nnz == proj.result["weights"].nnz
 
 
 def _counting(monkeypatch, module, name, log):

@@ -34,7 +34,7 @@ def test_a_dropped_stack_and_star_file_become_images_named_by_number(window, qtb
     event = QDropEvent(QPointF(10, 10), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
     with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS):
         window.dropEvent(event)
-    names = [Path(p).name for p in window.model.data.paths]
+    names = [Path(p).name for p in window.model.session.data.paths]
     assert names == ["s.mrcs#1", "s.mrcs#2", "s.mrcs#3", "s.mrcs#4", "s.mrcs#5", "s.mrcs#2", "s.mrcs#4"]
     assert window.images_panel.thumbs.rowCount() == 7 and "7 images" in window.images_panel.summary.text()
 
@@ -54,7 +54,7 @@ def test_add_files_offers_stacks_and_reads_them(window, qtbot, tmp_path, monkeyp
         window.add_files()
     first = asked[0].split(";;")[0]
     assert all(f"*.{ext}" in first for ext in ("mrcs", "mrc", "star", "npy", "tif", "png"))
-    assert [Path(p).name for p in window.model.data.paths] == ["s.mrcs#1", "s.mrcs#2", "s.mrcs#3"]
+    assert [Path(p).name for p in window.model.session.data.paths] == ["s.mrcs#1", "s.mrcs#2", "s.mrcs#3"]
 
 
 def test_cluster_folders_name_each_stack_image_apart(tmp_path):
@@ -64,7 +64,7 @@ def test_cluster_folders_name_each_stack_image_apart(tmp_path):
     from iastudio.core.clusterbook import ClusterBook
 
     stack = _particles(tmp_path / "s.mrcs", n=3)
-    model = SimpleNamespace(data=SimpleNamespace(paths=[f"{stack}#{k}" for k in (1, 2, 3)]), n=3,
-                            book=ClusterBook.from_labels([0, 0, 1]), working=np.ones((3, 8, 8), np.float32))
-    out = export_cluster_folders(model, tmp_path / "out", aligned=False)
+    session = SimpleNamespace(data=SimpleNamespace(paths=[f"{stack}#{k}" for k in (1, 2, 3)]), n=3,
+                              book=ClusterBook.from_labels([0, 0, 1]), working=np.ones((3, 8, 8), np.float32))
+    out = export_cluster_folders(session, tmp_path / "out", aligned=False)
     assert sorted(p.name for p in out.rglob("*.png")) == ["s_1.png", "s_2.png", "s_3.png"]

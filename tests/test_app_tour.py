@@ -36,11 +36,11 @@ def win(qtbot, home):
 
 
 def _short_run(w, qtbot):
-    w.model.load_demo("shapes")
+    w.model.session.load_demo("shapes")
     w.run_panel.size.setValue(24)
     w.run_panel.iterations.setValue(2)
     assert w.model.start(backend="numpy", mean_steps=2, **w.run_panel.options())
-    qtbot.waitUntil(lambda: w.model.state == "finished", timeout=120000)
+    qtbot.waitUntil(lambda: w.model.session.state == "finished", timeout=120000)
     w.redraw()
 
 
@@ -48,7 +48,7 @@ def test_scrubber_shows_recorded_frames_with_a_fixed_colour_scale(win, qtbot):
     sc, wv = win.scrubber, win.weights_view
     assert not sc.slider.isEnabled() and "Run to step" in sc.label.text()  # no run: disabled, with a hint
     _short_run(win, qtbot)
-    frames = win.model.history_frames
+    frames = win.model.session.frames
     assert len(frames) >= 3 and sc.slider.isEnabled() and sc.chosen() is None  # live at the end
     levels = weight_range(frames)
     sc.slider.setValue(0)  # as a user dragging it to the left end
@@ -62,7 +62,7 @@ def test_scrubber_shows_recorded_frames_with_a_fixed_colour_scale(win, qtbot):
         np.testing.assert_allclose(wv.colorbar.levels(), levels)
         np.testing.assert_allclose(win.convergence_view.coords, frames[i].mds)
     sc.slider.setValue(sc.slider.maximum())  # "Live": the final frame
-    final = win.model.final
+    final = win.model.session.final
     assert sc.chosen() is None and win.sync.drawn is final
     np.testing.assert_allclose(wv.image_item.image,
                                np.asarray(final.snapshot.weights)[np.ix_(final.order, final.order)])
@@ -83,13 +83,13 @@ def test_paper_mode_runs_identity_start_and_fixed_beta_and_w_fills_in(win, qtbot
     images = preprocess(load_demo("shapes").images[:4], size=16).images
     assert AttentionRun(images, **opts).settings == AttentionRun(images, preset="paper").settings
     m = win.model
-    m.load_demo(PAPER_DEMO["demo"], seed=PAPER_DEMO["seed"])
+    m.session.load_demo(PAPER_DEMO["demo"], seed=PAPER_DEMO["seed"])
     rp.size.setValue(PAPER_DEMO["size"])
     assert m.start(backend="numpy", **(opts | {"clusters": PAPER_DEMO["clusters"], "beta": PAPER_DEMO["beta"],
                                                "iterations": PAPER_DEMO["iterations"]}))
-    qtbot.waitUntil(lambda: m.state == "finished", timeout=180000)
-    labels = np.asarray(m.data.labels)
-    per_iteration = _w_per_iteration(m.history_frames)
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=180000)
+    labels = np.asarray(m.session.data.labels)
+    per_iteration = _w_per_iteration(m.session.frames)
     share = [class_share(w, labels) for w in per_iteration.values()]
     blocks = [block_diagonality(w, labels) for w in per_iteration.values()]
     print("paper mode per iteration: share inside the shapes", np.round(share, 3), "block-diagonality",
@@ -100,7 +100,7 @@ def test_paper_mode_runs_identity_start_and_fixed_beta_and_w_fills_in(win, qtbot
     assert all(b >= a - 0.005 for a, b in zip(blocks, blocks[1:]))  # ...iteration by iteration
     from sklearn.metrics import adjusted_rand_score
 
-    assert adjusted_rand_score(labels, m.result.labels) == 1.0  # and the three shapes come out
+    assert adjusted_rand_score(labels, m.session.result.labels) == 1.0  # and the three shapes come out
     rp.paper_mode.setChecked(False)
     assert "preset" not in rp.options() and rp.beta_auto.isChecked()
 
@@ -108,10 +108,11 @@ def test_paper_mode_runs_identity_start_and_fixed_beta_and_w_fills_in(win, qtbot
 def test_show_me_asks_before_unsaved_work_is_lost(win, qtbot, monkeypatch):
     asked = []
     monkeypatch.setattr(win.projects, "confirm_discard", lambda action: asked.append(action) or False)
-    win.model.load_demo("digits")
-    n = win.model.n
+    win.model.session.load_demo("digits")
+    n = win.model.session.n
     win.show_me_action.trigger()
-    assert asked == ["Showing the demo"] and win.model.n == n and win.model.state == "idle"  # Cancel kept it
+    assert asked == ["Showing the demo"]  # Cancel kept it
+    assert win.model.session.n == n and win.model.session.state == "idle"
 
 
 @pytest.mark.slow  # the paper preset's fixed-step means: minutes on a 2-core CPU
@@ -120,13 +121,14 @@ def test_show_me_runs_the_demo_and_ends_on_a_large_comparison(win, qtbot):
     win.show_me_action.trigger()
     m = win.model
     rp = win.run_panel
-    assert m.state == "running" and rp.paper_mode.isChecked()
+    assert m.session.state == "running" and rp.paper_mode.isChecked()
     assert not rp.clusters_auto.isChecked() and rp.clusters.value() == PAPER_DEMO["clusters"]
-    qtbot.waitUntil(lambda: m.state == "finished", timeout=180000)
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=180000)
     qtbot.waitUntil(lambda: "ARI" in win.compare_view.caption.text(), timeout=30000)
-    assert m.n == 18 and m.data.paths[0].startswith(f"demo:{PAPER_DEMO['demo']}/")
-    assert np.degrees(np.abs(m.data.true_transforms[:, 0])).max() > 45  # the shapes come turned at random
-    blocks = [block_diagonality(w, np.asarray(m.data.labels)) for w in _w_per_iteration(m.history_frames).values()]
+    assert m.session.n == 18 and m.session.data.paths[0].startswith(f"demo:{PAPER_DEMO['demo']}/")
+    assert np.degrees(np.abs(m.session.data.true_transforms[:, 0])).max() > 45  # the shapes come turned at random
+    blocks = [block_diagonality(w, np.asarray(m.session.data.labels))
+              for w in _w_per_iteration(m.session.frames).values()]
     assert blocks[0] < 0.8 and blocks[-1] > 0.97  # the scrubber has W's blocks filling in to replay
     assert is_shown(win, win.compare_view)
     # the comparison is the large view (W and the means keep their minimum height); docks settle in the event loop
@@ -140,8 +142,8 @@ def test_the_ia_means_are_drawn_upright_and_centred(win, qtbot):
     from iastudio.core.pose import intensity_moments
 
     _short_run(win, qtbot)
-    win.sync.finished(win.model.final)
-    means = win.model.final.cluster_means
+    win.sync.finished(win.model.session.final)
+    means = win.model.session.final.cluster_means
     h = means.shape[1]
     img = win.compare_view.items[1].image
     cols = min(len(means), 4)

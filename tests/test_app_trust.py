@@ -40,16 +40,16 @@ def win(qtbot, home):
 def _run(w, qtbot, **options):
     m = w.model
     assert m.start(backend="numpy", **(RUN | options))
-    qtbot.waitUntil(lambda: m.state == "finished", timeout=120000)
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=120000)
 
 
 def _saved_project(w, qtbot, path):
     """The shapes demo at 24 px, run, saved to ``path`` (the window's project, clean)."""
-    w.model.load_demo("shapes")
-    w.model.set_size(24)
+    w.model.session.load_demo("shapes")
+    w.model.session.set_size(24)
     _run(w, qtbot)
     assert w.projects.save_to(str(path))
-    assert w.model.project_path == str(path) and not w.model.dirty
+    assert w.model.session.project_path == str(path) and not w.model.session.dirty
     return path.read_bytes()
 
 
@@ -72,17 +72,17 @@ def test_a_new_set_is_untitled_and_save_asks_for_a_file(win, qtbot, tmp_path, mo
         for i in range(3):
             Image.fromarray(np.full((10, 10), 60 * (i + 1), np.uint8)).save(folder / f"o{i}.png")
         win.open_folder(str(folder))
-        qtbot.waitUntil(lambda: not m.loading and m.n == 3, timeout=30000)
+        qtbot.waitUntil(lambda: not m.loading and m.session.n == 3, timeout=30000)
     else:
         win.show_me_action.trigger()
-        qtbot.waitUntil(lambda: m.state == "finished", timeout=180000)
-    assert m.project_path is None and _title(win).startswith("untitled")
+        qtbot.waitUntil(lambda: m.session.state == "finished", timeout=180000)
+    assert m.session.project_path is None and _title(win).startswith("untitled")
     chosen = tmp_path / "new.iaproj"
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(chosen), ""))
     QTest.keyClick(win, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier)  # Ctrl+S: asks for a file ...
     qtbot.waitUntil(lambda: chosen.exists() and not win.projects.writing, timeout=30000)
     assert project.read_bytes() == before  # ... and P is untouched
-    assert m.project_path == str(chosen)
+    assert m.session.project_path == str(chosen)
 
 
 def test_adding_images_to_a_project_keeps_it_the_projects(win, qtbot, tmp_path):
@@ -92,7 +92,8 @@ def test_adding_images_to_a_project_keeps_it_the_projects(win, qtbot, tmp_path):
     Image.fromarray(np.full((10, 10), 90, np.uint8)).save(extra)
     assert win.load_paths([str(extra)])
     qtbot.waitUntil(lambda: not win.model.loading, timeout=30000)
-    assert win.model.n == 19 and win.model.project_path == str(project)  # the same project, grown by one
+    # the same project, grown by one
+    assert win.model.session.n == 19 and win.model.session.project_path == str(project)
 
 
 # ------------------------------------------------------------------ 2. the size field
@@ -104,21 +105,21 @@ def _type_into(spin, text):
 
 def test_the_working_size_applies_once_typing_is_finished(win, qtbot, asked):
     m, size = win.model, win.run_panel.size
-    m.load_demo("shapes")
-    m.set_size(24)
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
     _run(win, qtbot)
-    final = m.final
+    final = m.session.final
     _type_into(size, "96")
-    assert asked == [] and m.size == 24 and m.final is final  # typing: nothing asked, nothing applied
+    assert asked == [] and m.session.size == 24 and m.session.final is final  # typing: nothing asked, nothing applied
     asked.answer = "cancel"
     QTest.keyClick(size.lineEdit(), Qt.Key.Key_Return)
     assert len(asked) == 1 and "working size" in asked[0][1]
-    assert m.size == 24 and m.final is final and size.value() == 24  # Cancel: the field shows 24 again
+    assert m.session.size == 24 and m.session.final is final and size.value() == 24  # Cancel: the field shows 24 again
     asked.answer = "discard"
     _type_into(size, "128")
     QTest.keyClick(size.lineEdit(), Qt.Key.Key_Return)
-    assert len(asked) == 2 and m.size == 128 and m.working.shape[1:] == (128, 128)
-    assert m.final is None  # the run on the 24 px images was discarded, as agreed
+    assert len(asked) == 2 and m.session.size == 128 and m.session.working.shape[1:] == (128, 128)
+    assert m.session.final is None  # the run on the 24 px images was discarded, as agreed
 
 
 # ------------------------------------------------------------------ 3. Add files that hold no image
@@ -128,35 +129,36 @@ def test_adding_a_file_with_no_image_changes_nothing(win, qtbot, tmp_path, asked
     notes = tmp_path / "notes.txt"
     notes.write_text("not an image")
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(notes)], ""))
-    final, book = m.final, m.book
+    final, book = m.session.final, m.session.book
     win.images_panel.addFiles.emit()
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)
-    assert m.final is final and m.book is book and not m.dirty and asked == []
+    assert m.session.final is final and m.session.book is book and not m.session.dirty and asked == []
     assert "Nothing added" in win.statusBar().currentMessage()
-    assert any(s["path"].endswith("notes.txt") for s in m.data.skipped)  # listed under "details"
-    assert m.merge_clusters([0, 1])  # unsaved edits: still nothing asked, nothing lost
+    assert any(s["path"].endswith("notes.txt") for s in m.session.data.skipped)  # listed under "details"
+    assert m.session.merge_clusters([0, 1])  # unsaved edits: still nothing asked, nothing lost
     win.images_panel.addFiles.emit()
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)
-    assert asked == [] and m.edits == ["Merge 2 clusters"] and m.final is final
+    assert asked == [] and m.session.edits == ["Merge 2 clusters"] and m.session.final is final
 
 
 def test_adding_real_images_asks_after_reading_and_cancel_keeps_the_edits(win, qtbot, tmp_path, asked):
     m = win.model
-    m.load_demo("shapes")
-    m.set_size(24)
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
     _run(win, qtbot)
-    assert m.merge_clusters([0, 1])
+    assert m.session.merge_clusters([0, 1])
     img = tmp_path / "one.png"
     Image.fromarray(np.full((10, 10), 90, np.uint8)).save(img)
     asked.answer = "cancel"
     assert win.load_paths([str(img)])
     assert asked == []  # not before reading
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)
-    assert len(asked) == 1 and m.n == 18 and m.edits == ["Merge 2 clusters"] and m.final is not None
+    assert len(asked) == 1
+    assert m.session.n == 18 and m.session.edits == ["Merge 2 clusters"] and m.session.final is not None
     asked.answer = "discard"
     assert win.load_paths([str(img)])
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)
-    assert len(asked) == 2 and m.n == 19 and m.final is None
+    assert len(asked) == 2 and m.session.n == 19 and m.session.final is None
 
 
 # ------------------------------------------------------------------ 4. Show me, paper mode
@@ -174,10 +176,10 @@ def test_paper_mode_is_never_shown_next_to_beta_auto(win):
 def _show_me(win, qtbot):
     m = win.model
     win.show_me_action.trigger()
-    assert m.state == "running"
-    qtbot.waitUntil(lambda: m.state == "finished", timeout=180000)
+    assert m.session.state == "running"
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=180000)
     qtbot.waitUntil(lambda: "ARI" in win.compare_view.caption.text(), timeout=30000)
-    return m.final, len({f.snapshot.iteration for f in m.history_frames}), win.compare_view.caption.text()
+    return m.session.final, len({f.snapshot.iteration for f in m.session.frames}), win.compare_view.caption.text()
 
 
 @pytest.mark.slow
@@ -187,28 +189,29 @@ def test_show_me_is_the_same_every_time_and_puts_the_users_settings_back(win, qt
     rp.set_options({"beta": "auto"})  # ... when a project set β to auto (the issue's case)
     rp.iterations.setValue(3)
     rp.angle_step.setValue(10)
-    m.set_size(40)
+    m.session.set_size(40)
     mine = rp.settings_state()
     first, iterations, caption = _show_me(win, qtbot)
     assert iterations >= 4 and "IA ARI 1.00" in caption
     assert rp.settings_state() == mine  # the user's settings are back ...
-    assert m.size == PAPER_DEMO["size"] and rp.size.value() == PAPER_DEMO["size"]  # ... the demo set keeps its size
+    # ... the demo set keeps its size
+    assert m.session.size == PAPER_DEMO["size"] and rp.size.value() == PAPER_DEMO["size"]
     second, iterations_again, caption_again = _show_me(win, qtbot)
     assert iterations_again == iterations and caption_again == caption
     assert_allclose(second.snapshot.weights, first.snapshot.weights, atol=1e-6)
     assert rp.settings_state() == mine
     win.images_panel.demoChosen.emit("shapes")  # the next set is read at the user's own size again
-    assert m.size == 40 and rp.size.value() == 40
+    assert m.session.size == 40 and rp.size.value() == 40
 
 
 def test_paper_mode_is_saved_and_restored_with_a_project(win, qtbot, tmp_path):
     rp, m = win.run_panel, win.model
-    m.load_demo("shapes")
-    m.set_size(24)
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
     rp.paper_mode.setChecked(True)
     rp.iterations.setValue(1)
     assert m.start(backend="numpy", mean_steps=2, **rp.options())
-    qtbot.waitUntil(lambda: m.state == "finished", timeout=120000)
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=120000)
     path = tmp_path / "paper.iaproj"
     assert win.projects.save_to(str(path))
     rp.paper_mode.setChecked(False)
@@ -223,27 +226,27 @@ def test_an_edited_clusters_mean_is_recomputed_in_a_worker_not_averaged(win, qtb
     from iastudio.core.cluster_means import cluster_key
 
     m = win.model
-    m.load_demo("shapes")
-    m.set_size(24)
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
     _run(win, qtbot, clusters=3)
-    labels = np.asarray(m.book.labels)
+    labels = np.asarray(m.session.book.labels)
     target = int(labels[0])
     moved = int(np.flatnonzero(labels != target)[0])
-    m.move_images([moved], target)
+    m.session.move_images([moved], target)
     qtbot.waitUntil(lambda: m.means_worker is None and not m.session.missing_cluster_means(), timeout=60000)
-    joined = cluster_key(np.flatnonzero(np.asarray(m.book.labels) == target))
-    shown = win.sync.with_book(m.final)
+    joined = cluster_key(np.flatnonzero(np.asarray(m.session.book.labels) == target))
+    shown = win.sync.with_book(m.session.final)
     row = shown.cluster_ids.index(target)
     assert_allclose(shown.cluster_means[row], m.session.cluster_means[joined])  # what the views draw
 
 
 def test_views_never_show_stale_text(win, qtbot):
     m, rp = win.model, win.run_panel
-    m.load_demo("shapes")
-    m.set_size(24)
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
     _run(win, qtbot)
     win.weights_view.hover.setText("i=1, j=2 of the old set")
-    m.select([0])
+    m.session.select([0])
     assert "Image:" in win.transform_panel.image_label.text()
     assert win.clusters_panel.evidence.text().startswith("Run:")
     win.images_panel.demoChosen.emit("digits")  # another set
@@ -255,7 +258,7 @@ def test_views_never_show_stale_text(win, qtbot):
     assert m.start(backend="numpy", iterations=1, mean_steps=2)
     win.redraw()
     assert "Open a folder" not in win.weights_view.hint.text()  # says what is being computed
-    qtbot.waitUntil(lambda: m.state == "finished", timeout=120000)
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=120000)
     assert rp.progress.format() == "done"
 
 
@@ -267,17 +270,17 @@ def test_a_recovered_session_is_its_projects_with_its_settings(win, qtbot, tmp_p
     win.run_panel.iterations.setValue(5)
     win.run_panel.angle_step.setValue(10)
     win.means_view.per_cluster.setChecked(True)
-    assert win.model.merge_clusters([0, 1])  # unsaved work, then the app "crashes"
+    assert win.model.session.merge_clusters([0, 1])  # unsaved work, then the app "crashes"
     assert win.projects.autosave(wait=True)
     (home / "session.lock").write_text("4242")
     monkeypatch.setattr(QMessageBox, "exec", lambda self: QMessageBox.StandardButton.Yes)
     w2 = MainWindow(recover=True)
     qtbot.addWidget(w2)
     try:
-        qtbot.waitUntil(lambda: w2.model.n == 18, timeout=30000)
+        qtbot.waitUntil(lambda: w2.model.session.n == 18, timeout=30000)
         m2 = w2.model
-        assert m2.project_path == str(project) and m2.dirty and w2.windowTitle().endswith("P.iaproj*")
-        assert m2.edits == ["Merge 2 clusters"]
+        assert m2.session.project_path == str(project) and m2.session.dirty and w2.windowTitle().endswith("P.iaproj*")
+        assert m2.session.edits == ["Merge 2 clusters"]
         assert w2.run_panel.iterations.value() == 5 and w2.run_panel.angle_step.value() == 10
         assert w2.means_view.per_cluster.isChecked()
         message = w2.statusBar().currentMessage()
@@ -291,13 +294,13 @@ def test_a_stopped_run_is_autosaved(win, qtbot):
     from iastudio.core.project import load_project
 
     m = win.model
-    m.load_demo("digits")
-    m.set_size(24)
+    m.session.load_demo("digits")
+    m.session.set_size(24)
     assert m.start(backend="numpy", iterations=3, mean_steps=4)
-    qtbot.waitUntil(lambda: m.latest is not None, timeout=120000)
+    qtbot.waitUntil(lambda: m.session.latest is not None, timeout=120000)
     m.stop()
-    qtbot.waitUntil(lambda: m.state in ("stopped", "finished"), timeout=120000)
-    if m.state == "finished":
+    qtbot.waitUntil(lambda: m.session.state in ("stopped", "finished"), timeout=120000)
+    if m.session.state == "finished":
         pytest.skip("the run ended before it could be stopped")
     auto = win.projects.autosave_path()
     qtbot.waitUntil(lambda: not win.projects.writing and auto.exists(), timeout=30000)

@@ -27,16 +27,17 @@ def win(qapp, home, tmp_path_factory):
     save_project(folder / "mine.iaproj", good_project(n=8, side=12, frames=2, seed=5))
     assert w.projects.open_project(str(folder / "mine.iaproj"))
     w.rename_cluster(0, "my edit")
-    assert w.model.dirty
+    assert w.model.session.dirty
     yield w
     w.close()
 
 
 def _state(w):
     m = w.model
-    return {"title": w.windowTitle(), "path": m.project_path, "dirty": m.dirty, "n": m.n,
-            "paths": list(m.data.paths), "book": m.book, "edits": list(m.edits), "working": m.working.copy(),
-            "frames": [id(f) for f in m.history_frames], "final": id(m.final), "transforms": m.transforms.copy(),
+    s = m.session
+    return {"title": w.windowTitle(), "path": s.project_path, "dirty": s.dirty, "n": s.n,
+            "paths": list(s.data.paths), "book": s.book, "edits": list(s.edits), "working": s.working.copy(),
+            "frames": [id(f) for f in s.frames], "final": id(s.final), "transforms": s.transforms.copy(),
             "thumbs": w.images_panel.thumbs.rowCount(), "clusters": w.clusters_panel.list.count()}
 
 
@@ -102,7 +103,7 @@ def test_malicious_projects_never_change_the_session(win, qapp, tmp_path):
     for path, expect in _malicious(tmp_path).values():
         _refused(win, path, qapp, expect)
     # Save still writes the user's own session to the user's own file (D2)
-    mine = win.model.project_path
+    mine = win.model.session.project_path
     assert win.projects.save()
     p = load_project(mine)
     assert p.clusters.name_of(0) == "my edit" and p.n == 8 and p.paths[0] == "demo:shapes/000"
@@ -118,9 +119,10 @@ def test_failure_while_rebuilding_the_run_is_a_dialog_not_a_half_load(win, qapp,
     monkeypatch.setattr(iastudio.core.frames, "classical_mds", broken)
     _refused(win, path, qapp, "Eigenvalues did not converge")
     monkeypatch.undo()
-    before = win.model.project_path
+    before = win.model.session.project_path
     assert win.projects.open_project(str(path))  # the same file opens once nothing is broken
-    assert win.model.n == 6 and win.model.project_path == str(path) != before and not win.model.dirty
+    s = win.model.session
+    assert s.n == 6 and s.project_path == str(path) != before and not s.dirty
     assert win.windowTitle().endswith("other.iaproj")
 
 
@@ -150,7 +152,7 @@ def test_a_loaded_but_odd_project_opens_and_draws(win, qapp, tmp_path):
     assert win.projects.open_project(str(path))
     win.redraw()
     qapp.processEvents()
-    assert win.model.n == 5 and win.model.final is None and len(win.model.history_frames) == 2
+    assert win.model.session.n == 5 and win.model.session.final is None and len(win.model.session.frames) == 2
     assert win.images_panel.thumbs.rowCount() == 5
 
 
@@ -208,7 +210,7 @@ def test_every_fuzzed_project_either_opens_and_draws_or_is_refused_visibly(qapp,
                 if w.projects.open_project(str(path)):
                     opened += 1
                     w.redraw()
-                    assert w.model.project_path == str(path) and w.model.n == 4
+                    assert w.model.session.project_path == str(path) and w.model.session.n == 4
                 else:
                     refused += 1
                     qapp.processEvents()

@@ -15,7 +15,7 @@ from _malicious import good_project  # noqa: E402
 from PySide6.QtWidgets import QLabel  # noqa: E402
 
 import iastudio.app.projects as projects  # noqa: E402
-import iastudio.core.session as session_module  # noqa: E402
+import iastudio.core.session_project as session_module  # noqa: E402  (where Session.save_project writes)
 from iastudio.core.project import save_project  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,8 +66,8 @@ def test_the_window_opens_with_settings_autosave_and_lock_off(qtbot, tmp_path, m
     assert reason in labels[0] and "\n" not in labels[0]
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    w.model.load_demo("shapes")  # the session works as ever; only what needs the home is off
-    assert w.model.n == 18
+    w.model.session.load_demo("shapes")  # the session works as ever; only what needs the home is off
+    assert w.model.session.n == 18
     assert p.autosave() is False and p.autosave(wait=True) is False
     assert w.close()
     w.model.shutdown(5000)
@@ -126,7 +126,7 @@ def test_a_full_disk_under_the_home_puts_no_traceback_on_stderr(window, tmp_path
     try:
         path = save_project(tmp_path / "p.iaproj", good_project(n=10, seed=1))
         assert window.projects.open_project(str(path))
-        assert window.model.rename_cluster(0, "unsaved")
+        assert window.model.session.rename_cluster(0, "unsaved")
         capfd.readouterr()
         assert window.projects.autosave(wait=True) is False
         err = capfd.readouterr().err

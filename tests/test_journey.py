@@ -93,39 +93,39 @@ def test_a_users_journey(qtbot, home, tmp_path, monkeypatch, asked):
     # open a folder with the button
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(folder))
     _click(w.images_panel.open_btn)
-    qtbot.waitUntil(lambda: not m.loading and m.n == 9, timeout=60000)
+    qtbot.waitUntil(lambda: not m.loading and m.session.n == 9, timeout=60000)
     assert "9 images" in w.images_panel.summary.text()
 
     # the working size, typed as people type: nothing happens until Enter
     rp.size.setFocus()
     rp.size.lineEdit().selectAll()
     QTest.keyClicks(rp.size.lineEdit(), "32")
-    assert m.size == 64
+    assert m.session.size == 64
     QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Return)
-    assert m.size == 32 and m.working.shape[1:] == (32, 32)
+    assert m.session.size == 32 and m.session.working.shape[1:] == (32, 32)
 
     # run with Ctrl+R
     rp.iterations.setValue(1)
     _keys(qtbot, w, Qt.Key.Key_R)
-    qtbot.waitUntil(lambda: m.state == "finished", timeout=180000)
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=180000)
     w.redraw()
-    assert m.book is not None and len(m.book.cluster_ids()) == 3
+    assert m.session.book is not None and len(m.session.book.cluster_ids()) == 3
     assert not w.weights_view.empty and w.weights_view.image_item.image.shape == (9, 9)
     _shot(w, shots, "02-finished")
 
     # move one image, rename its cluster, undo the move with Ctrl+Z
-    book = m.book
+    book = m.session.book
     target = book.cluster_ids()[1]
     moved = int(np.flatnonzero(np.asarray(book.labels) != target)[0])
     w.clusters_panel.list.imagesDropped.emit([moved], target)  # what dropping its thumbnail on the bin emits
-    assert m.book.labels[moved] == target and m.dirty
+    assert m.session.book.labels[moved] == target and m.session.dirty
     monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("triangles", True))
     w.clusters_panel.list.setCurrentRow(0)
     _click(w.clusters_panel.rename_btn)
-    assert "triangles" in m.book.names.values()
+    assert "triangles" in m.session.book.names.values()
     _keys(qtbot, w, Qt.Key.Key_Z)  # undo the rename
     _keys(qtbot, w, Qt.Key.Key_Z)  # and the move
-    assert m.book.labels[moved] == book.labels[moved]
+    assert m.session.book.labels[moved] == book.labels[moved]
     _shot(w, shots, "03-edited")
 
     # export the assignments (Ctrl+E)
@@ -139,7 +139,7 @@ def test_a_users_journey(qtbot, home, tmp_path, monkeypatch, asked):
     project = tmp_path / "mine.iaproj"
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(project), ""))
     _keys(qtbot, w, Qt.Key.Key_S)
-    qtbot.waitUntil(lambda: project.exists() and not m.dirty, timeout=30000)
+    qtbot.waitUntil(lambda: project.exists() and not m.session.dirty, timeout=30000)
     saved = project.read_bytes()
     assert w.windowTitle().endswith("mine.iaproj")
 
@@ -147,19 +147,19 @@ def test_a_users_journey(qtbot, home, tmp_path, monkeypatch, asked):
     notes = tmp_path / "notes.txt"
     notes.write_text("not an image")
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *a, **k: ([str(notes)], ""))
-    final = m.final
+    final = m.session.final
     _click(w.images_panel.add_btn)
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)
-    assert m.final is final and not m.dirty and asked == []
+    assert m.session.final is final and not m.session.dirty and asked == []
 
     # major 1 and 4: Show me twice; the demo is untitled, Save asks for a new file, mine.iaproj is untouched
     captions = []
     for _ in range(2):
         w.show_me_action.trigger()
-        qtbot.waitUntil(lambda: m.state == "finished", timeout=180000)
+        qtbot.waitUntil(lambda: m.session.state == "finished", timeout=180000)
         qtbot.waitUntil(lambda: "ARI" in w.compare_view.caption.text(), timeout=30000)
         captions.append(w.compare_view.caption.text())
-        assert m.project_path is None and "untitled" in w.windowTitle()
+        assert m.session.project_path is None and "untitled" in w.windowTitle()
     assert captions[0] == captions[1] and "IA ARI 1.00" in captions[0]
     _shot(w, shots, "04-show-me")
     other = tmp_path / "demo.iaproj"
@@ -184,7 +184,7 @@ def test_a_users_journey(qtbot, home, tmp_path, monkeypatch, asked):
     qtbot.addWidget(w2)
     w2.show()
     assert w2.projects.open_project(str(project))
-    assert list(w2.model.book.labels) == list(labels) and w2.model.n == 9
+    assert list(w2.model.session.book.labels) == list(labels) and w2.model.session.n == 9
     w2.redraw()
     assert not w2.weights_view.empty
     _shot(w2, shots, "06-reopened")

@@ -1,6 +1,8 @@
 """The Networks panel: trains a tiny model for one epoch in its worker thread and draws turning attention."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
@@ -44,7 +46,7 @@ def test_panel_trains_one_epoch_and_attention_turns(qtbot, tmp_path):
     panel.data_box.setCurrentText(CURRENT_SET)
     panel.model_box.setCurrentText("a-p4cnn")
     panel.epochs.setValue(1)
-    with qtbot.waitSignal(panel.worker.finished, timeout=120000):
+    with qtbot.waitSignal(panel.trainingEnded, timeout=120000):
         panel.train_button.click()
     qtbot.waitUntil(lambda: panel.state.model is not None, timeout=30000)
     # the live curve got the epoch, the status reports the result
@@ -64,4 +66,35 @@ def test_panel_trains_one_epoch_and_attention_turns(qtbot, tmp_path):
         assert_allclose(after[1 + (h + 1) % 4], np.rot90(before[1 + h]), atol=1e-5)
     assert "True label" in panel.prediction.text()
     panel.grab().save(str(tmp_path / "nets_panel_90.png"))
+    assert panel.shutdown()
+
+
+def test_training_runs_in_a_worker_and_a_failure_is_shown_not_raised(qtbot, monkeypatch):
+    pytest.importorskip("torch", reason="PyTorch is not installed (optional extra [nets])")
+    import iastudio.app.nets_panel as np_mod
+
+    threads = []
+
+    def failing(name, data, epochs, *, on_epoch, on_batch, should_stop):
+        threads.append(threading.current_thread())
+        on_batch(3, 3)
+        on_epoch({"epoch": 1, "train_loss": 0.5, "test_accuracy": 0.25})
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(np_mod, "train_in_background", failing)
+    iset = _labelled_set()
+    panel = np_mod.NetsPanel(lambda: iset)
+    qtbot.addWidget(panel)
+    panel.data_box.setCurrentText(np_mod.CURRENT_SET)
+    with qtbot.waitSignal(panel.trainingEnded, timeout=60000):
+        panel.train_button.click()
+    assert threads and threads[0] is not threading.main_thread()  # trained off the GUI thread
+    x, y = panel.acc_curve.getData()  # the epoch reached the curve (queued to the GUI thread)
+    assert list(x) == [1]
+    assert_allclose(y, [0.25])
+    assert panel.progress.value() == 3
+    assert panel.status.text() == "Training failed: CUDA out of memory (simulated) (details in the log)"
+    assert panel.train_button.isEnabled()
+    assert not panel.stop_button.isEnabled()
+    assert panel.worker is None
     assert panel.shutdown()

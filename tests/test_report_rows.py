@@ -81,7 +81,7 @@ def test_app_exports_get_the_umask_mode(tmp_path, umask_027):
     export._png(tmp_path / "one.png", np.random.default_rng(0).random((8, 8)))
     frames = [SimpleNamespace(snapshot=SimpleNamespace(weights=np.eye(4), means=np.random.default_rng(k).random(
         (4, 8, 8))), order=np.arange(4)) for k in range(2)]
-    export.export_gif(SimpleNamespace(history_frames=frames), tmp_path / "run.gif")
+    export.export_gif(SimpleNamespace(frames=frames), tmp_path / "run.gif")
     assert _mode(tmp_path / "one.png") == _mode(tmp_path / "run.gif") == umask_027
     assert sorted(os.listdir(tmp_path)) == ["one.png", "run.gif"]
     import imageio.v3 as iio

@@ -28,7 +28,7 @@ def finished_project(tmp_path_factory):
 def _events(session):
     seen = []
     for name in ("images", "transforms", "clusters", "history", "state", "message", "frame", "finished"):
-        session.events.connect(name, lambda *a, _n=name: seen.append((_n, a)))
+        getattr(session.events, name).connect(lambda *a, _n=name: seen.append((_n, a)))
     return seen
 
 
@@ -99,7 +99,7 @@ def test_inputs_are_frozen_while_a_run_works_and_a_changed_input_discards_the_ru
     run = s.start(backend="numpy", **RUN)
     assert run is not None and s.state == RunState.RUNNING
     messages = []
-    s.events.connect("message", messages.append)
+    s.events.message.connect(messages.append)
     assert not s.set_size(32) and s.size == 24
     assert not s.apply_random_transforms(rotation_deg=90, shift_percent=5, seed=1)
     assert "Stop the run" in messages[-1]
@@ -213,7 +213,7 @@ def test_elapsed_time_counts_every_stretch_of_a_resumed_run(finished_project):
     fresh.on_stopped(2.0)
     assert fresh.resume() is not None
     messages = []
-    fresh.events.connect("message", messages.append)
+    fresh.events.message.connect(messages.append)
     frame = copy.copy(s.final)
     fresh.on_finished(frame, 3.0)
     assert fresh.elapsed == pytest.approx(5.0) and frame.elapsed == pytest.approx(5.0)
@@ -224,7 +224,7 @@ def test_a_bad_dask_address_refuses_to_start_and_says_why():
     s = Session(size=16)
     s.load_demo("shapes")
     messages = []
-    s.events.connect("message", messages.append)
+    s.events.message.connect(messages.append)
     assert s.start(backend="numpy", dask="local:many", **RUN) is None
     assert s.run is None and s.state == RunState.IDLE
     assert "Cannot start" in messages[-1] and "whole number of workers" in messages[-1]
@@ -308,6 +308,21 @@ def test_stopping_read_images_keeps_what_was_read(tmp_path):
     assert loaded.data.skipped == [{"path": str(f), "reason": "not loaded: cancelled"} for f in files[2:]]
     s = Session(size=16)
     said = []
-    s.events.connect("message", said.append)
+    s.events.message.connect(said.append)
     assert s.add_paths(files, progress=lambda done, total, path: done < 3) == loaded.data.skipped[1:]
     assert s.n == 3 and said[-1] == "Added 3 images; skipped 1: d.png (not loaded: cancelled)"
+
+
+def test_the_events_are_typed_signals_that_carry_the_new_state():
+    s = Session(size=16)
+    s.load_demo("shapes")
+    states, selections, messages = [], [], []
+    s.events.state.connect(states.append)
+    s.events.selection.connect(selections.append)
+    s.events.message.connect(messages.append)
+    s.select([3, 1, 3])
+    assert selections == [[3, 1]]
+    s.run_here(iterations=1, mean_steps=1, clusters=3)
+    assert states == ["idle", "running", "finished"]  # start() discards the last run first
+    assert messages[-1].startswith("Done: 3 clusters")
+    assert s.events.state.signature.parameters["p0"].annotation is str  # typed: what a connection can check

@@ -127,6 +127,29 @@ def offgroup_angles(group: Group) -> list[float]:
     return [math.pi * (2 * k + 1) / n for k in range(n)]
 
 
+def _train_epoch(model, opt, xtr, ytr, *, batch, rng, dev, done, total, on_batch, should_stop):
+    """One epoch of :func:`train_model`: ``(summed loss, correct, seen, batches done, stopped)``."""
+    model.train()
+    tot_loss, tot_correct, seen, stopped = 0.0, 0, 0, False
+    for idx in _batches(len(xtr), batch, rng):
+        xb, yb = xtr[idx].unsqueeze(1).to(dev), ytr[idx].to(dev)
+        opt.zero_grad(set_to_none=True)
+        logits = model(xb)
+        loss = F.cross_entropy(logits, yb)
+        loss.backward()
+        opt.step()
+        tot_loss += float(loss.detach()) * len(idx)
+        tot_correct += int((logits.argmax(1) == yb).sum())
+        seen += len(idx)
+        done += 1
+        if on_batch is not None:
+            on_batch(done, total)
+        if should_stop is not None and should_stop():
+            stopped = True
+            break
+    return tot_loss, tot_correct, seen, done, stopped
+
+
 def train_model(name: str, data, *, epochs: int = 10, batch: int = 64, lr: float = 1e-3, weight_decay: float = 1e-4,
                 seed: int = 0, device: str = "auto", model_options=None, on_epoch=None, on_batch=None,
                 should_stop=None, eval_subset: int | None = None):
@@ -171,24 +194,9 @@ def train_model(name: str, data, *, epochs: int = 10, batch: int = 64, lr: float
     n_batches = math.ceil(len(xtr) / batch)
     history, t0, done, stopped = [], time.perf_counter(), 0, False
     for epoch in range(1, epochs + 1):
-        model.train()
-        tot_loss, tot_correct, seen = 0.0, 0, 0
-        for idx in _batches(len(xtr), batch, rng):
-            xb, yb = xtr[idx].unsqueeze(1).to(dev), ytr[idx].to(dev)
-            opt.zero_grad(set_to_none=True)
-            logits = model(xb)
-            loss = F.cross_entropy(logits, yb)
-            loss.backward()
-            opt.step()
-            tot_loss += float(loss.detach()) * len(idx)
-            tot_correct += int((logits.argmax(1) == yb).sum())
-            seen += len(idx)
-            done += 1
-            if on_batch is not None:
-                on_batch(done, n_batches * epochs)
-            if should_stop is not None and should_stop():
-                stopped = True
-                break
+        tot_loss, tot_correct, seen, done, stopped = _train_epoch(
+            model, opt, xtr, ytr, batch=batch, rng=rng, dev=dev, done=done, total=n_batches * epochs,
+            on_batch=on_batch, should_stop=should_stop)
         test_acc, test_loss = evaluate(model, data.x_test, data.y_test, device=dev)
         rec = {"epoch": epoch, "train_loss": tot_loss / max(seen, 1), "train_accuracy": tot_correct / max(seen, 1),
                "test_loss": test_loss, "test_accuracy": test_acc, "seconds": time.perf_counter() - t0}

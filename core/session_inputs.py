@@ -1,0 +1,261 @@
+"""The session's inputs: the images, their working size and transforms (a part of ``Session``).
+
+Also :func:`read_images`, what a driver thread runs to read and preprocess files without touching a
+session, and :class:`LoadedImages`, what it hands to :meth:`SessionInputs.add_loaded`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import se2
+from .demos import load_demo
+from .filenames import display_name, printable
+from .imageset import ImageSet, image_files, load_image, no_usable_images, read_entries, skip_entry
+from .preprocess import Canvas, apply_transforms, preprocess
+from .wording import count_of
+
+
+class SessionInputs:
+    """The image set and its transforms: loaded, added, resized, transformed (a part of ``Session``).
+
+    The inputs are frozen while a run works on them; changing them discards a finished or stopped run
+    (:meth:`~iastudio.core.session.Session.work_at_risk` says what that loses).
+    """
+
+    # ------------------------------------------------------------------ images
+    def load_demo(self, name: str, *, seed: int = 0, size: int | None = None) -> bool:
+        """Replace the set by the demo ``name`` (a new, untitled set), at working ``size`` if given."""
+        if not self._inputs_may_change("loading other images"):
+            return False
+        if size is not None:
+            self.size = int(size)
+        self._set_data(load_demo(name, seed=seed), untitled=True)
+        self.message(f"Loaded demo '{name}': {self.data.summary()}")
+        return True
+
+    def add_paths(self, paths, progress=None, *, replace: bool = False) -> list[dict]:
+        """Add files/folders (or replace the set with them); returns the skipped list (also in a message).
+
+        Reads them here with :func:`read_images` (``progress(done, total, path)`` is called before each
+        file; returning False stops the loading and keeps what was read).  A GUI reads them in a worker
+        thread instead and gives the result to :meth:`add_loaded`.
+        """
+        if not self.begin_adding():
+            return []
+        return self.add_loaded(read_images(paths, size=self.size, progress=progress), replace=replace)
+
+    def begin_adding(self) -> bool:
+        """May images be read for this session now?  False (with a message) while a run works on the inputs.
+
+        Nothing is discarded here: the run they would no longer match goes only when :meth:`add_loaded`
+        actually adds something (a file that holds no image changes nothing).
+        """
+        if self.busy:
+            self.message("Stop the run before adding images.")
+            return False
+        return True
+
+    def add_loaded(self, loaded: LoadedImages, *, replace: bool = False, size: int | None = None) -> list[dict]:
+        """Add images read by :func:`read_images` (or replace the set with them); returns the skipped list.
+
+        Call it on the thread that owns the session.  Refused (returning ``[]``) while a run works on
+        the inputs; images preprocessed at another working size than the session's are done again.
+        Nothing read (no file held an image): nothing changes but the list of skipped files.
+        ``size`` (with ``replace``): the new set's working size.
+        """
+        if not self.begin_adding():
+            return []
+        new = loaded.data
+        if not len(new):  # nothing to add: the set, the run and the project stay exactly as they were
+            exc = no_usable_images(new.skipped)
+            self.data.skipped.extend(exc.skipped)
+            self.events.images.emit()
+            self.message(f"Nothing {'opened' if replace else 'added'}: {exc}")
+            return exc.skipped
+        if not self._inputs_may_change("adding images"):
+            return []
+        if replace and size is not None:
+            self.size = int(size)
+        canvas = loaded.canvas if loaded.size == self.size else preprocess(new.images, size=self.size)
+        kept = None if replace or not self.n else self.transforms.copy()
+        if kept is None:
+            self._set_data(new, canvas, untitled=replace)
+        else:
+            old = self.canvas  # None when its side differs: the whole set is preprocessed again
+            same = old is not None and old.images.shape[1:] == canvas.images.shape[1:]
+            self._set_data(self.data.extend(new), stack_canvases([old, canvas]) if same else None)
+        if kept is not None and kept.any():  # the transforms already set stay; new images start untransformed
+            self.transforms[: len(kept)] = kept
+            self._update_working()
+        msg = f"Added {count_of(len(new), 'image')}"
+        if new.skipped:
+            msg += f"; skipped {len(new.skipped)}: " + "; ".join(
+                f"{printable(display_name(s['path']))} ({printable(s['reason'])})" for s in new.skipped[:3])
+        self.message(msg)
+        return new.skipped
+
+    def set_images(self, data: ImageSet) -> bool:
+        """Replace the image set by ``data`` (an :class:`~iastudio.core.imageset.ImageSet`)."""
+        if not self._inputs_may_change("replacing the images"):
+            return False
+        self._set_data(data, untitled=True)
+        return True
+
+    def clear(self) -> bool:
+        if not self._inputs_may_change("clearing the images"):
+            return False
+        self._set_data(ImageSet([], [], [], []), untitled=True)
+        return True
+
+    def set_size(self, size: int) -> bool:
+        """Change the working size (the images are preprocessed again; transforms are rescaled)."""
+        size = int(size)
+        if size == self.size:
+            return True
+        if not self._inputs_may_change("changing the working size"):
+            return False
+        old = self.base.shape[1] if self.n else self.size
+        self.size = size
+        if self.n:
+            t = self.transforms.copy()
+            self._preprocess()
+            t[:, 1:] *= self.base.shape[1] / old
+            self.transforms = t
+            self._update_working()
+            self.events.images.emit()
+        return True
+
+    def _set_data(self, data: ImageSet, canvas: Canvas | None = None, *, untitled: bool = False) -> None:
+        """Install ``data``, with ``canvas`` as its preprocessed images (None: preprocess them here).
+
+        ``untitled``: ``data`` is a new set, not the opened project's (a demo, another folder): the
+        session is no longer that project's, and saving it asks for a file (as after *New*).
+        """
+        if untitled:
+            self.project_path = None
+        self.data = data
+        if canvas is None:
+            self._preprocess()
+        else:
+            self.canvas, self.base = canvas, canvas.images
+        self.transforms = np.zeros((self.n, 3))
+        self.working = self.base
+        self.selection = []
+        self.discard_run()
+        self.events.images.emit()
+        self.events.transforms.emit()
+        self.events.selection.emit([])
+        self._mark_dirty()
+
+    def _preprocess(self) -> None:
+        if self.n:
+            self.canvas = preprocess(self.data.images, size=self.size)
+            self.base = self.canvas.images
+        else:
+            self.canvas = None
+            self.base = np.zeros((0, self.size, self.size), np.float32)
+
+    # ------------------------------------------------------------------ transforms
+    def apply_random_transforms(self, *, rotation_deg: float, shift_percent: float, seed: int) -> bool:
+        if not self.n or not self._inputs_may_change("transforming the images"):
+            return False
+        shift = shift_percent / 100.0 * self.base.shape[1]
+        self.transforms = se2.random_transforms(self.n, rotation_range=rotation_deg, shift_range=shift, seed=seed)
+        self._update_working()
+        return True
+
+    def reset_transforms(self) -> bool:
+        if not self._inputs_may_change("resetting the transforms"):
+            return False
+        self.transforms = np.zeros((self.n, 3))
+        self._update_working()
+        return True
+
+    def set_transform(self, i: int, theta_deg: float, tx: float, ty: float) -> bool:
+        if not self._inputs_may_change("transforming an image"):
+            return False
+        self.transforms[i] = (np.deg2rad(theta_deg), tx, ty)
+        self._update_working(only=i)
+        return True
+
+    def _update_working(self, only: int | None = None) -> None:
+        if not self.n or not self.transforms.any():
+            self.working = self.base  # the originals, exactly
+        elif only is None:
+            self.working = apply_transforms(self.base, self.transforms)
+        else:
+            w = self.working.copy()
+            w[only] = apply_transforms(self.base[only][None], self.transforms[only][None])[0]
+            self.working = w
+        self.events.transforms.emit()
+        self._mark_dirty()
+
+
+@dataclass
+class LoadedImages:
+    """Images read and preprocessed by :func:`read_images`, not yet in a session.
+
+    Attributes
+    ----------
+    data : ImageSet
+        The images read (maybe none) and every file skipped, with its reason.
+    canvas : Canvas or None
+        ``data``'s images preprocessed at ``size``; None when there are none.
+    size : int
+        The working size they were preprocessed at.
+    """
+
+    data: ImageSet
+    canvas: Canvas | None
+    size: int
+
+
+def read_images(paths, *, size: int, progress=None) -> LoadedImages:
+    """Read and preprocess image files and folders, one file at a time, without touching any session.
+
+    What a driver thread runs so that the thread owning the session only commits the result
+    (:meth:`Session.add_loaded`).  A file that cannot be read or prepared is skipped with its reason,
+    as in :func:`~iastudio.core.imageset.load_images`.
+
+    Parameters
+    ----------
+    paths : str, Path or sequence of them
+        Image files, stacks, STAR files and folders (folders searched recursively; subfolder names become
+        labels); a stack's images are read one at a time (:func:`~iastudio.core.imageset.read_entries`).
+    size : int
+        The working size to preprocess at (:func:`~iastudio.core.preprocess.preprocess`).
+    progress : callable(done, total, path), optional
+        Called before each image is read: ``done`` images are done and ``path`` is next (``total`` grows as
+        stacks are opened).  Returning
+        ``False`` stops there; what was read is kept and the rest is skipped ("not loaded: cancelled").
+
+    Returns
+    -------
+    LoadedImages
+    """
+    files, skipped = image_files(paths)
+    images, names, labels, canvases = [], [], [], []
+    for entry in read_entries(files, progress=progress, load=load_image):
+        if entry.error is None:
+            try:
+                canvases.append(preprocess([entry.image], size=size))  # per image: the same as all at once
+            except Exception as exc:  # noqa: BLE001 - one file never ends the set
+                entry.error = exc
+        if entry.error is not None:
+            skipped.append(skip_entry(entry.name, entry.error))
+            continue
+        images.append(entry.image)
+        names.append(entry.name)
+        labels.append(entry.label)
+    return LoadedImages(ImageSet(images, names, labels, skipped), stack_canvases(canvases), int(size))
+
+
+def stack_canvases(canvases) -> Canvas | None:
+    """One :class:`~iastudio.core.preprocess.Canvas` of the given ones' images in order (same side); None for none."""
+    cs = [c for c in canvases if c is not None]
+    if not cs:
+        return None
+    return Canvas(np.concatenate([c.images for c in cs]), np.concatenate([c.scale for c in cs]),
+                  np.concatenate([c.offset for c in cs]), [shape for c in cs for shape in c.original_shape])

@@ -1,0 +1,233 @@
+"""The session's run: prepared here, stepped by a driver, its frames taken back (part of ``Session``).
+
+The session runs nothing itself: :meth:`SessionRun.start` prepares an
+:class:`~iastudio.core.attention.AttentionRun`, a driver (the app's worker thread, or
+:meth:`SessionRun.run_here`) steps it with :func:`stream_run` and hands each item back to
+:meth:`SessionRun.take` on the session's thread.  Resume only continues a stopped run on the very
+images it started with.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from .attention import AttentionRun, RunState
+from .backend import BackendUnavailableError
+from .clusterbook import ClusterBook
+from .distributed import DaskUnavailableError
+from .frames import Frame, FrameBuilder
+from .project import RECORDED_STAGES
+from .wording import count_of
+
+log = logging.getLogger(__name__)
+
+
+class SessionRun:
+    """Start, stop, resume, and the frames, end or failure of a run (a part of ``Session``)."""
+
+    def start(self, *, backend: str = "auto", dask: str | None = None, **options) -> AttentionRun | None:
+        """Prepare a new run on the transformed set (the driver steps it); None (with a message) when refused.
+
+        ``dask``: a Dask scheduler to run the alignment and the means on (``"local:N"`` or an address such
+        as ``"tcp://host:8786"``); the client is kept for later runs and closed by :meth:`close`.
+        """
+        if self.busy:
+            self.message("A run is already going.")
+            return None
+        if self.n < 2:
+            self.message("Add at least 2 images before starting a run.")
+            return None
+        options.setdefault("snapshot_every", 1)  # the window shows every mean step
+        try:
+            if dask:
+                options["client"] = self._dask_client(dask)
+            run = AttentionRun(self.working, backend=backend, **options)
+        except (ValueError, BackendUnavailableError, DaskUnavailableError) as exc:
+            self.message(f"Cannot start: {exc}")
+            return None
+        self.discard_run()
+        self.run = run
+        self.subset_run = None
+        self._set_state(RunState.RUNNING)
+        self.message(f"Running {str(options.get('method', 'ia')).upper()} on {self.n} images "
+                     f"({run.backend.describe()})")
+        return run
+
+    def run_here(self, *, backend: str = "numpy", **options):
+        """Start a run and drive it to its end in this thread (scripts, tests); the finished run's result.
+
+        Returns None when the run was refused, stopped or failed (the events say why).
+        """
+        run = self.start(backend=backend, **options)
+        if run is None:
+            return None
+        try:
+            for item in stream_run(run, FrameBuilder()):
+                self.take(item)
+        except Exception as exc:  # noqa: BLE001 - reported as the app would, then re-raised for the caller
+            self.on_failed(str(exc) or type(exc).__name__)
+            raise
+        return self.result
+
+    def take(self, item: tuple) -> None:
+        """Apply one item of :func:`stream_run` (the driver calls this on the session's thread)."""
+        kind = item[0]
+        if kind == "frame":
+            self.on_frame(item[1])
+        elif kind == "finished":
+            self.on_finished(item[1], item[2])
+        elif kind == "stopped":
+            self.on_stopped(item[1])
+        elif kind == "cpu":
+            self.run = item[1]
+            self.message(item[2])
+
+    def _dask_client(self, address: str):
+        """The client of ``address``, connected once and kept (raises DaskUnavailableError)."""
+        from .distributed import connect
+
+        if address not in self._clients:
+            self._clients[address] = connect(address)
+        return self._clients[address]
+
+    def close(self) -> None:
+        """Stop any run and close the Dask clients this session opened."""
+        from .distributed import close
+
+        self.stop()
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            close(client)
+
+    def can_resume(self) -> bool:
+        """A stopped run on exactly the current images (inputs are frozen while a run exists)."""
+        return (self.run is not None and not self.run.finished and self.state == RunState.STOPPED
+                and self.run.inputs.shape == self.working.shape and np.array_equal(self.run.inputs, self.working))
+
+    def resume(self) -> AttentionRun | None:
+        if not self.can_resume():
+            return None
+        self._set_state(RunState.RUNNING)
+        self.message("Resumed.")  # not "Stopped. Resume continues …" while it runs
+        return self.run
+
+    def stop(self) -> None:
+        for run in (self.run, self.subset_run):
+            if run is not None:
+                run.cancel()
+        if self.state == RunState.RUNNING:
+            self._set_state(RunState.STOPPING)
+
+    def on_frame(self, frame: Frame) -> None:
+        """A frame of the running run (the driver calls this on the session's thread)."""
+        self.latest = frame
+        if frame.snapshot.stage in RECORDED_STAGES:
+            self.frames.append(frame)
+        self.events.frame.emit(frame)
+
+    def on_progress(self, fraction: float, text: str, eta: float) -> None:
+        self.events.progress.emit(fraction, text, eta)
+
+    def on_finished(self, frame: Frame, elapsed: float = 0.0) -> None:
+        """The run finished: ``frame`` carries its result."""
+        self.elapsed += elapsed
+        frame.elapsed = self.elapsed
+        self.latest = self.final = frame
+        if self.frames and self.frames[-1].snapshot is frame.snapshot:
+            self.frames[-1] = frame  # the final frame of the last recorded snapshot: recorded once
+        elif not self.frames or self.frames[-1] is not frame:
+            self.frames.append(frame)
+        self.history.clear()
+        self.edits = []
+        self._apply_book(ClusterBook.from_labels(frame.result.labels))
+        self.events.history.emit()
+        self._mark_dirty()
+        self._set_state(RunState.FINISHED)
+        self.events.frame.emit(frame)
+        self.events.finished.emit(frame)
+        k = frame.result.n_clusters
+        self.message(f"Done: {count_of(k, 'cluster')} in {self.elapsed:.1f} s")
+
+    def on_stopped(self, elapsed: float = 0.0) -> None:
+        self.elapsed += elapsed
+        self._set_state(RunState.STOPPED)
+        self.message("Stopped. Resume continues where it stopped.")
+
+    def on_failed(self, message: str, traceback_text: str = "") -> None:
+        self._set_state(RunState.FAILED)
+        self.events.failed.emit(message, traceback_text)
+
+    # ------------------------------------------------------------------ split by re-running on a subset
+    def start_subset(self, cluster: int) -> tuple[AttentionRun, np.ndarray] | None:
+        """Prepare an Invariant Attention run on one cluster's images alone (``(run, members)``)."""
+        if self.book is None or self.busy:
+            return None
+        members = self.book.members(cluster)
+        if len(members) < 3:
+            self.message("A cluster needs at least 3 images to be re-run.")
+            return None
+        opts = {} if self.run is None else {
+            k: v for k, v in vars(self.run.settings).items() if k not in ("clusters", "snapshot_every")}
+        self.subset_run = AttentionRun(self.working[members], backend="numpy", clusters="auto", **opts)
+        self._set_state(RunState.SPLITTING)
+        self.message(f"Re-running {self.book.name_of(cluster)} ({len(members)} images)…")
+        return self.subset_run, members
+
+    def on_subset_done(self, cluster: int, members: np.ndarray, labels) -> bool:
+        """The subset run ended (``labels`` None when it failed or was stopped); split when it found groups."""
+        self.subset_run = None
+        self._set_state(RunState.FINISHED if self.final is not None else RunState.IDLE)
+        if labels is None:
+            self.message("The re-run did not finish; nothing was split.")
+            return False
+        k = int(np.max(labels)) + 1
+        if k < 2:
+            self.message(f"Re-running {self.book.name_of(cluster)} found a single group; "
+                         "use Split with k to force one.")
+            return False
+        if list(self.book.members(cluster)) != list(members):
+            self.message("The cluster changed during the re-run; nothing was split.")
+            return False
+        return self.edit_clusters(f"Split {self.book.name_of(cluster)} by re-running ({k} groups)",
+                                  self.book.split(cluster, labels))
+
+
+def stream_run(run: AttentionRun, builder: FrameBuilder):
+    """Step ``run`` for a driver thread, yielding what the session takes, as tuples.
+
+    ``("frame", Frame)`` for each snapshot, then ``("finished", Frame, seconds)`` (the frame carries the
+    result) or ``("stopped", seconds)`` when the run was cancelled.  When the GPU fails the run goes on
+    from the start on the CPU, after ``("cpu", new_run, message)``.
+    """
+    t0 = time.perf_counter()
+    try:
+        yield from _step(run, builder, t0)
+    except Exception as exc:
+        if run.backend.name != "cupy":
+            raise
+        log.exception("GPU run failed; falling back to the CPU")
+        cpu = run.on_backend("numpy")
+        cpu.on_progress = run.on_progress
+        yield ("cpu", cpu, f"The GPU failed ({exc}); continuing on the CPU.")
+        builder.reset()
+        yield from _step(cpu, builder, t0)
+
+
+def _step(run: AttentionRun, builder: FrameBuilder, t0: float):
+    last = None
+    for snap in run.steps():
+        last = snap
+        yield ("frame", builder.frame(snap, elapsed=time.perf_counter() - t0))
+    if run.finished:
+        yield ("finished", builder.final(run, last, elapsed=time.perf_counter() - t0), time.perf_counter() - t0)
+    else:
+        yield ("stopped", time.perf_counter() - t0)
+
+
+def run_subset(run: AttentionRun):
+    """Run a subset run to its end (for a driver thread); its labels, or None when it was cancelled."""
+    for _ in run.steps():
+        pass
+    return run.result().labels if run.finished else None
