@@ -92,24 +92,43 @@ def build(gpu: bool, nets: bool = False) -> None:
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
 
 
-def strip_python_libraries() -> int:
-    """Strip debug symbols from the interpreter's own libraries (libpython, lib-dynload) on Linux.
+def _loads(paths: list[Path]) -> list[Path]:
+    """The libraries among ``paths`` that the dynamic loader refuses (each tried in a fresh process)."""
+    code = ("import ctypes, sys\nfor p in sys.argv[1:]:\n    try:\n        ctypes.CDLL(p)\n"
+            "    except OSError:\n        print(p)\n")
+    out = subprocess.run([sys.executable, "-c", code, *map(str, paths)], capture_output=True, text=True)
+    if out.returncode != 0:  # the checking process itself died: check one at a time
+        return [p for p in paths if subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True,
+                                                   text=True).stdout.strip()]
+    return [Path(line) for line in out.stdout.splitlines()]
 
-    Only these: PyPI wheels' libraries are left alone (stripping OpenBLAS breaks it).
+
+def strip_libraries() -> int:
+    """Strip the symbol tables from the bundle's shared libraries on Linux, and check that each still loads.
+
+    All but the libraries auditwheel grafted into the wheels (the ``*.libs`` folders, OpenBLAS among them:
+    stripping those breaks them); a library that no longer loads is put back as it was.
     Returns the bytes saved.
     """
     strip = shutil.which("strip")
     if not sys.platform.startswith("linux") or strip is None:
         return 0
-    internal = BUNDLE / "_internal"
-    targets = list(internal.glob("libpython3*.so*")) + list(internal.glob("python3*/lib-dynload/*.so"))
+    targets = [f for f in (BUNDLE / "_internal").rglob("*.so*") if f.is_file() and not f.is_symlink()
+               and not any(part.endswith(".libs") for part in f.relative_to(BUNDLE).parts)]
     saved = 0
-    for f in targets:
-        if f.is_symlink() or not f.is_file():
-            continue
-        before = f.stat().st_size
-        subprocess.run([strip, "--strip-unneeded", str(f)], check=True)
-        saved += before - f.stat().st_size
+    with tempfile.TemporaryDirectory(prefix="ia-strip-") as keep:
+        originals = {}
+        for i, f in enumerate(targets):
+            before = f.stat().st_size
+            originals[f] = Path(keep) / str(i)
+            shutil.copy2(f, originals[f])
+            if subprocess.run([strip, "--strip-unneeded", str(f)], capture_output=True).returncode != 0:
+                shutil.copy2(originals[f], f)
+            saved += before - f.stat().st_size
+        for f in _loads(targets):
+            print(f"  {f.relative_to(BUNDLE)} does not load once stripped: kept as it was")
+            saved -= originals[f].stat().st_size - f.stat().st_size
+            shutil.copy2(originals[f], f)
     return saved
 
 
@@ -306,9 +325,9 @@ def main(argv=None) -> int:
     if not exe_path().exists():
         raise SystemExit(f"BUILD FAILED: {exe_path()} was not produced")
     if not args.skip_build:
-        print(f"stripped {strip_python_libraries() / 1e6:.0f} MB of debug symbols from the Python runtime")
         print(f"left out {prune_orphan_libraries() / 1e6:.1f} MB of system libraries nothing in the bundle links")
         print(f"slimmed Qt's ICU data by {slim_icu_data() / 1e6:.1f} MB")
+        print(f"stripped {strip_libraries() / 1e6:.1f} MB of symbol tables from the libraries")
         if sys.platform.startswith("linux"):  # the per-user installer travels inside the archive
             shutil.copy2(ROOT / "build_scripts" / "install_linux.sh", BUNDLE / "install_linux.sh")
     print_size_table()
