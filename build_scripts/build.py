@@ -193,15 +193,15 @@ def _icu_works(lib_dir: Path) -> bool:
 def slim_icu_data() -> int:
     """Rebuild Qt's ``libicudata`` with only the data items :func:`icu_item_kept` keeps (Linux).
 
-    Needs ``icupkg`` (Debian/Ubuntu: icu-devtools), ``nm``/``readelf`` and a C compiler; without them, or if the
-    slimmed ICU fails to start, the library is left as it was.  Returns the bytes saved.
+    Needs ``icupkg`` (Debian/Ubuntu: icu-devtools) and binutils (``nm``, ``readelf``, ``as``, ``ld``); without
+    them, or if the slimmed ICU fails to start, the library is left as it was.  Returns the bytes saved.
     """
     if not sys.platform.startswith("linux"):
         return 0
     libs = [p for p in BUNDLE.rglob("libicudata.so.*") if p.is_file() and not p.is_symlink()]
-    tools = [shutil.which(t) for t in ("icupkg", "nm", "readelf", "cc")]
+    tools = [shutil.which(t) for t in ("icupkg", "nm", "readelf", "as", "ld")]
     if not libs or None in tools:
-        print("ICU data kept whole (needs icupkg from icu-devtools, binutils and cc)")
+        print("ICU data kept whole (needs icupkg from icu-devtools, and binutils)")
         return 0
     saved = 0
     for lib in libs:
@@ -221,7 +221,8 @@ def slim_icu_data() -> int:
                 f'.section .rodata\n.balign 16\n.globl {symbol}\n.type {symbol}, @object\n{symbol}:\n'
                 f'.incbin "{tmp / "out" / f"{package}.dat"}"\n.size {symbol}, . - {symbol}\n'
                 '.section .note.GNU-stack,"",@progbits\n')
-            _run("cc", "-shared", "-nostdlib", f"-Wl,-soname,{soname}", "-o", str(tmp / soname), str(tmp / "data.s"))
+            _run("as", str(tmp / "data.s"), "-o", str(tmp / "data.o"))
+            _run("ld", "-shared", "-soname", soname, "-o", str(tmp / soname), str(tmp / "data.o"))
             before = lib.stat().st_size
             shutil.copy2(lib, tmp / "original")
             shutil.copyfile(tmp / soname, lib)
