@@ -205,36 +205,43 @@ def slim_icu_data() -> int:
         return 0
     saved = 0
     for lib in libs:
-        with tempfile.TemporaryDirectory(prefix="ia-icu-") as tmp:
-            tmp = Path(tmp)
-            symbol, blob = _elf_symbol_bytes(lib, r"icudt\d+_dat")
-            package = symbol[: -len("_dat")] + "l"  # icudt73l: the entries' prefix, from the file's name
-            (tmp / "in").mkdir()
-            (tmp / "out").mkdir()
-            (tmp / "in" / f"{package}.dat").write_bytes(blob)
-            items = _run("icupkg", "-l", str(tmp / "in" / f"{package}.dat")).split()
-            (tmp / "drop.txt").write_text("".join(i + "\n" for i in items if not icu_item_kept(i)))
-            _run("icupkg", "-r", str(tmp / "drop.txt"), str(tmp / "in" / f"{package}.dat"),
-                 str(tmp / "out" / f"{package}.dat"))
-            soname = re.search(r"soname: \[(.+?)\]", _run("readelf", "-d", str(lib))).group(1)
-            (tmp / "data.s").write_text(
-                f'.section .rodata\n.balign 16\n.globl {symbol}\n.type {symbol}, @object\n{symbol}:\n'
-                f'.incbin "{tmp / "out" / f"{package}.dat"}"\n.size {symbol}, . - {symbol}\n'
-                '.section .note.GNU-stack,"",@progbits\n')
-            _run("as", str(tmp / "data.s"), "-o", str(tmp / "data.o"))
-            _run("ld", "-shared", "-soname", soname, "-o", str(tmp / soname), str(tmp / "data.o"))
-            before = lib.stat().st_size
-            shutil.copy2(lib, tmp / "original")
-            shutil.copyfile(tmp / soname, lib)
-            if not _icu_works(lib.parent):
-                shutil.copyfile(tmp / "original", lib)
-                print(f"ICU data kept whole: the slimmed {lib.name} did not start")
-                continue
-            kept = sum(map(icu_item_kept, items))
-            after = lib.stat().st_size
-            print(f"ICU data: kept {kept} of {len(items)} items, {before / 1e6:.1f} -> {after / 1e6:.1f} MB")
-            saved += before - after
+        try:
+            saved += _slim_icu_library(lib)
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+            print(f"ICU data kept whole: {lib.name}: {exc}")
     return saved
+
+
+def _slim_icu_library(lib: Path) -> int:
+    with tempfile.TemporaryDirectory(prefix="ia-icu-") as tmp:
+        tmp = Path(tmp)
+        symbol, blob = _elf_symbol_bytes(lib, r"icudt\d+_dat")
+        package = symbol[: -len("_dat")] + "l"  # icudt73l: the entries' prefix, from the file's name
+        (tmp / "in").mkdir()
+        (tmp / "out").mkdir()
+        (tmp / "in" / f"{package}.dat").write_bytes(blob)
+        items = _run("icupkg", "-l", str(tmp / "in" / f"{package}.dat")).split()
+        (tmp / "drop.txt").write_text("".join(i + "\n" for i in items if not icu_item_kept(i)))
+        _run("icupkg", "-r", str(tmp / "drop.txt"), str(tmp / "in" / f"{package}.dat"),
+             str(tmp / "out" / f"{package}.dat"))
+        soname = re.search(r"soname: \[(.+?)\]", _run("readelf", "-d", str(lib))).group(1)
+        (tmp / "data.s").write_text(
+            f'.section .rodata\n.balign 16\n.globl {symbol}\n.type {symbol}, @object\n{symbol}:\n'
+            f'.incbin "{tmp / "out" / f"{package}.dat"}"\n.size {symbol}, . - {symbol}\n'
+            '.section .note.GNU-stack,"",@progbits\n')
+        _run("as", str(tmp / "data.s"), "-o", str(tmp / "data.o"))
+        _run("ld", "-shared", "-soname", soname, "-o", str(tmp / soname), str(tmp / "data.o"))
+        before = lib.stat().st_size
+        shutil.copy2(lib, tmp / "original")
+        shutil.copyfile(tmp / soname, lib)
+        if not _icu_works(lib.parent):
+            shutil.copyfile(tmp / "original", lib)
+            print(f"ICU data kept whole: the slimmed {lib.name} did not start")
+            return 0
+        kept = sum(map(icu_item_kept, items))
+        after = lib.stat().st_size
+        print(f"ICU data: kept {kept} of {len(items)} items, {before / 1e6:.1f} -> {after / 1e6:.1f} MB")
+        return before - after
 
 
 def _needed(lib: Path) -> list[str]:
