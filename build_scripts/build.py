@@ -6,7 +6,7 @@
     python build_scripts/build.py --nets     # include PyTorch for the Networks panel (needs the nets extra)
 
 Produces ``dist/InvariantAttentionStudio/`` (executable ``ia-studio``, or
-``ia-studio.exe`` on Windows) and ``dist/InvariantAttentionStudio-<version>-<os>-<arch>.tar.gz``
+``ia-studio.exe`` on Windows) and ``dist/InvariantAttentionStudio-<version>-<os>-<arch>.tar.xz``
 (``.zip`` on Windows).  Then runs the frozen ``ia-studio --selftest`` offscreen and
 times a cold start to the first window; the build fails loudly if the self-test fails.
 """
@@ -42,7 +42,8 @@ def component(rel: Path) -> str:
     """The top-level component a bundled file belongs to: its package (``scipy.libs`` counts as ``scipy``)."""
     parts = rel.parts
     if parts[0] != "_internal":
-        return f"{parts[0]} (launcher and the Python modules' archive)" if len(parts) == 1 else parts[0]
+        launcher = parts[0] in ("ia-studio", "ia-studio.exe")
+        return f"{parts[0]} (launcher and the Python modules' archive)" if launcher else parts[0]
     if len(parts) == 2:  # a loose file in _internal: the Python runtime and the libraries it links
         name = parts[1]
         if name.startswith(("libpython", "base_library")):
@@ -115,6 +116,8 @@ def strip_libraries() -> int:
         return 0
     targets = [f for f in (BUNDLE / "_internal").rglob("*.so*") if f.is_file() and not f.is_symlink()
                and not any(part.endswith(".libs") for part in f.relative_to(BUNDLE).parts)]
+    unloadable = set(_loads(targets))  # (a plugin for hardware this machine lacks): left as it is
+    targets = [f for f in targets if f not in unloadable]
     saved = 0
     with tempfile.TemporaryDirectory(prefix="ia-strip-") as keep:
         originals = {}
@@ -276,11 +279,37 @@ def prune_orphan_libraries() -> int:
     return saved
 
 
+def link_duplicate_libraries() -> int:
+    """Replace a wheel's copy of a library another wheel already ships by a link to it (Linux, macOS).
+
+    NumPy's and SciPy's wheels each graft the same libgfortran and libquadmath into their ``*.libs``
+    folders; the dynamic loader follows the link and loads one copy.  Returns the bytes saved.
+    """
+    import hashlib
+
+    if sys.platform == "win32":
+        return 0
+    first: dict[tuple[int, str], Path] = {}
+    saved = 0
+    for f in sorted((BUNDLE / "_internal").glob("*.libs/*")):
+        if not f.is_file() or f.is_symlink():
+            continue
+        key = (f.stat().st_size, hashlib.sha256(f.read_bytes()).hexdigest())
+        if key not in first:
+            first[key] = f
+            continue
+        saved += f.stat().st_size
+        f.unlink()
+        f.symlink_to(os.path.relpath(first[key], f.parent))
+    return saved
+
+
 def archive() -> Path:
     osname = {"win32": "windows", "darwin": "macos"}.get(sys.platform, sys.platform.rstrip("0123456789"))
     arch = platform.machine().lower().replace("amd64", "x86_64")
     base = DIST / f"InvariantAttentionStudio-{version()}-{osname}-{arch}"
-    fmt = "zip" if sys.platform == "win32" else "gztar"
+    # xz packs the Linux and macOS bundle about a fifth smaller than gzip (tar xf unpacks either)
+    fmt = "zip" if sys.platform == "win32" else "xztar"
     for old in DIST.glob(base.name + ".*"):
         old.unlink()
     return Path(shutil.make_archive(str(base), fmt, root_dir=DIST, base_dir=BUNDLE.name))
@@ -336,6 +365,7 @@ def main(argv=None) -> int:
         print(f"left out {prune_orphan_libraries() / 1e6:.1f} MB of system libraries nothing in the bundle links")
         print(f"slimmed Qt's ICU data by {slim_icu_data() / 1e6:.1f} MB")
         print(f"stripped {strip_libraries() / 1e6:.1f} MB of symbol tables from the libraries")
+        print(f"linked {link_duplicate_libraries() / 1e6:.1f} MB of libraries two wheels both ship")
         if sys.platform.startswith("linux"):  # the per-user installer travels inside the archive
             shutil.copy2(ROOT / "build_scripts" / "install_linux.sh", BUNDLE / "install_linux.sh")
     print_size_table()

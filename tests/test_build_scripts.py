@@ -30,6 +30,7 @@ def test_icu_items_kept_are_the_root_and_english_data(build, item, kept):
 
 @pytest.mark.parametrize("path, component", [
     ("ia-studio", "ia-studio (launcher and the Python modules' archive)"),
+    ("install_linux.sh", "install_linux.sh"),
     ("_internal/libpython3.11.so.1.0", "Python runtime"),
     ("_internal/base_library.zip", "Python runtime"),
     ("_internal/python3.11/lib-dynload/_json.cpython-311-x86_64-linux-gnu.so", "Python runtime"),
