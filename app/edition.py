@@ -5,16 +5,21 @@ it says what it does without the optional parts and where the edition with them 
 """
 from __future__ import annotations
 
-import sys
+from iastudio.core.extras import is_packaged
 
-__all__ = ["can_draw_figures", "figures_hint", "gpu_note_text", "is_packaged", "nets_hint"]
+__all__ = ["can_draw_figures", "edition_text", "figures_hint", "gpu_note_text", "is_packaged", "nets_hint"]
 
 _PREFIX = "the GPU backend is not available: "
 
 
-def is_packaged() -> bool:
-    """True in the installer's app (a PyInstaller bundle), False in a Python install."""
-    return bool(getattr(sys, "frozen", False))
+def edition_text() -> str:
+    """*Help → About*'s line on what this edition does and where the one with more comes from."""
+    if is_packaged():
+        return ("Edition: the installed app. It clusters, edits and exports (CSV, cluster folders, the animation) "
+                "on the CPU. Networks (PyTorch), an NVIDIA GPU (CuPy), STAR files, Dask clusters and exported "
+                "figures come with the studio installed with Python and its extras "
+                "(see the documentation, page “Install”).")
+    return "Edition: installed with Python (the optional extras add networks, the GPU, STAR files and Dask)."
 
 
 def gpu_note_text(reason: str) -> str:

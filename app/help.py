@@ -172,6 +172,7 @@ def about_text(model) -> str:
     from iastudio.core.logs import log_dir
     from iastudio.core.warp import describe_code, describe_gpu_code
 
+    from .edition import edition_text
     from .model import gpu_status
 
     try:
@@ -194,6 +195,7 @@ def about_text(model) -> str:
         f"Backend: {backend}",
         f"GPU: {reason if ok else 'none — running on the CPU (' + reason + ')'}",
         f"Logs: {log_dir()}",
+        edition_text(),
         "Nothing is downloaded or sent anywhere.",
     ])
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -57,6 +58,56 @@ def check_window(window) -> list[tuple[str, bool, str]]:
     return checks
 
 
+def check_reachable_paths(window, folder) -> list[tuple[str, bool, str]]:
+    """What a user reaches besides the run: each demo, each image and stack format, the exports, About.
+
+    These import the parts of SciPy, scikit-learn, Pillow and imageio that the run itself does not, so the
+    frozen self-test fails where the installer left out something the app needs.
+    """
+    from pathlib import Path
+
+    import imageio.v3 as iio
+    import mrcfile
+    import tifffile
+
+    from iastudio.core.demos import DEMO_NAMES, load_demo
+    from iastudio.core.imageset import load_images
+
+    from .edition import is_packaged
+    from .export import export_assignments, export_cluster_folders, export_gif
+    from .help import about_text
+
+    folder = Path(folder)
+    checks = []
+    sizes = {name: len(load_demo(name).images) for name in DEMO_NAMES}
+    checks.append(("every demo loads", all(sizes.values()), ", ".join(f"{k} {v}" for k, v in sizes.items())))
+    rng = np.random.default_rng(0)
+    img = (rng.random((24, 20)) * 255).astype(np.uint8)
+    files = folder / "formats"
+    files.mkdir()
+    for ext in ("png", "jpg", "bmp", "tif"):
+        iio.imwrite(files / f"one.{ext}", img)
+    tifffile.imwrite(files / "pages.tif", np.stack([img, img[::-1]]))
+    np.save(files / "one.npy", img.astype(np.float32))
+    with mrcfile.new(files / "stack.mrcs") as mrc:
+        mrc.set_data(np.stack([img, img[:, ::-1]]).astype(np.float32))
+    loaded = load_images(files)
+    checks.append(("PNG, JPEG, BMP, TIFF, multi-page TIFF, NPY, MRC stack read", len(loaded.images) == 9
+                   and not loaded.skipped, f"{len(loaded.images)} images, {len(loaded.skipped)} skipped"))
+    m = window.model
+    csv = export_assignments(m, folder / "clusters.csv")
+    tree = export_cluster_folders(m, folder / "clusters", aligned=True)
+    gif = export_gif(m, folder / "run.gif")
+    pngs = list(Path(tree).rglob("*.png"))
+    checks.append(("exports: CSV, aligned cluster folders, animation", csv.stat().st_size > 0 and len(pngs) == m.n
+                   and gif.stat().st_size > 0, f"{len(pngs)} images in folders, GIF {gif.stat().st_size} bytes"))
+    about = about_text(m)
+    frozen_says_pip = is_packaged() and "pip install" in about  # the installed app cannot pip install
+    checks.append(("Help → About names the edition", "Edition:" in about and not frozen_says_pip,
+                   next(line for line in about.splitlines() if line.startswith("Edition:"))[:60]))
+    return checks
+
+
 def run_selftest(window, app: QApplication, screenshot: str | None = None, timeout_s: float = 300) -> int:
     m = window.model
     m.session.load_demo("shapes", seed=0)
@@ -73,6 +124,11 @@ def run_selftest(window, app: QApplication, screenshot: str | None = None, timeo
         return 1
     window.redraw()
     checks = check_window(window)
+    with tempfile.TemporaryDirectory(prefix="ia-selftest-") as folder:
+        try:
+            checks += check_reachable_paths(window, folder)
+        except Exception as exc:  # noqa: BLE001 - a missing module or a broken export is a failed check
+            checks.append(("demos, formats, exports, About", False, f"{type(exc).__name__}: {exc}"))
     if screenshot:
         QTimer.singleShot(0, lambda: None)
         app.processEvents()

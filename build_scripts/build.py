@@ -6,7 +6,7 @@
     python build_scripts/build.py --nets     # include PyTorch for the Networks panel (needs the nets extra)
 
 Produces ``dist/InvariantAttentionStudio/`` (executable ``ia-studio``, or
-``ia-studio.exe`` on Windows) and ``dist/InvariantAttentionStudio-<version>-<os>-<arch>.tar.gz``
+``ia-studio.exe`` on Windows) and ``dist/InvariantAttentionStudio-<version>-<os>-<arch>.tar.xz``
 (``.zip`` on Windows).  Then runs the frozen ``ia-studio --selftest`` offscreen and
 times a cold start to the first window; the build fails loudly if the self-test fails.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,45 @@ def folder_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
+def component(rel: Path) -> str:
+    """The top-level component a bundled file belongs to: its package (``scipy.libs`` counts as ``scipy``)."""
+    parts = rel.parts
+    if parts[0] != "_internal":
+        launcher = parts[0] in ("ia-studio", "ia-studio.exe")
+        return f"{parts[0]} (launcher and the Python modules' archive)" if launcher else parts[0]
+    if len(parts) == 2:  # a loose file in _internal: the Python runtime and the libraries it links
+        name = parts[1]
+        if name.startswith(("libpython", "base_library")):
+            return "Python runtime"
+        return "system libraries (_internal/*.so)" if ".so" in name or name.endswith(".dll") else "other files"
+    top = parts[1]
+    if top.startswith("python3") or top == "lib-dynload":
+        return "Python runtime"
+    return top[: -len(".libs")] if top.endswith(".libs") else top.split("-")[0]
+
+
+def size_table(root: Path = BUNDLE, top: int = 25) -> list[tuple[str, int]]:
+    """Bytes by top-level component, largest first (the rest summed in one row)."""
+    sizes: dict[str, int] = {}
+    for f in root.rglob("*"):
+        if f.is_file() and not f.is_symlink():
+            key = component(f.relative_to(root))
+            sizes[key] = sizes.get(key, 0) + f.stat().st_size
+    rows = sorted(sizes.items(), key=lambda kv: -kv[1])
+    if len(rows) > top:
+        rows = rows[:top] + [(f"{len(rows) - top} others", sum(v for _, v in rows[top:]))]
+    return rows
+
+
+def print_size_table(root: Path = BUNDLE) -> None:
+    rows = size_table(root)
+    total = sum(v for _, v in rows)
+    print(f"{'component':<58} {'MB':>7} {'share':>6}")
+    for name, size in rows:
+        print(f"{name:<58} {size / 1e6:7.1f} {100 * size / total:5.1f}%")
+    print(f"{'total':<58} {total / 1e6:7.1f}")
+
+
 def exe_path() -> Path:
     if sys.platform == "darwin" and (DIST / "Invariant Attention Studio.app").exists():
         return DIST / "Invariant Attention Studio.app" / "Contents" / "MacOS" / "ia-studio"
@@ -53,24 +93,214 @@ def build(gpu: bool, nets: bool = False) -> None:
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
 
 
-def strip_python_libraries() -> int:
-    """Strip debug symbols from the interpreter's own libraries (libpython, lib-dynload) on Linux.
+def _loads(paths: list[Path]) -> list[Path]:
+    """The libraries among ``paths`` that the dynamic loader refuses (each tried in a fresh process)."""
+    code = ("import ctypes, sys\nfor p in sys.argv[1:]:\n    try:\n        ctypes.CDLL(p)\n"
+            "    except OSError:\n        print(p)\n")
+    out = subprocess.run([sys.executable, "-c", code, *map(str, paths)], capture_output=True, text=True)
+    if out.returncode != 0:  # the checking process itself died: check one at a time
+        return [p for p in paths if subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True,
+                                                   text=True).stdout.strip()]
+    return [Path(line) for line in out.stdout.splitlines()]
 
-    Only these: PyPI wheels' libraries are left alone (stripping OpenBLAS breaks it).
+
+def strip_libraries() -> int:
+    """Strip the symbol tables from the bundle's shared libraries on Linux, and check that each still loads.
+
+    All but the libraries auditwheel grafted into the wheels (the ``*.libs`` folders, OpenBLAS among them:
+    stripping those breaks them); a library that no longer loads is put back as it was.
     Returns the bytes saved.
     """
     strip = shutil.which("strip")
     if not sys.platform.startswith("linux") or strip is None:
         return 0
-    internal = BUNDLE / "_internal"
-    targets = list(internal.glob("libpython3*.so*")) + list(internal.glob("python3*/lib-dynload/*.so"))
+    targets = [f for f in (BUNDLE / "_internal").rglob("*.so*") if f.is_file() and not f.is_symlink()
+               and not any(part.endswith(".libs") for part in f.relative_to(BUNDLE).parts)]
+    unloadable = set(_loads(targets))  # (a plugin for hardware this machine lacks): left as it is
+    targets = [f for f in targets if f not in unloadable]
     saved = 0
-    for f in targets:
-        if f.is_symlink() or not f.is_file():
+    with tempfile.TemporaryDirectory(prefix="ia-strip-") as keep:
+        originals = {}
+        for i, f in enumerate(targets):
+            before = f.stat().st_size
+            originals[f] = Path(keep) / str(i)
+            shutil.copy2(f, originals[f])
+            if subprocess.run([strip, "--strip-unneeded", str(f)], capture_output=True).returncode != 0:
+                shutil.copy2(originals[f], f)
+            saved += before - f.stat().st_size
+        for f in _loads(targets):
+            print(f"  {f.relative_to(BUNDLE)} does not load once stripped: kept as it was")
+            saved -= originals[f].stat().st_size - f.stat().st_size
+            shutil.copy2(originals[f], f)
+    return saved
+
+
+# ICU's data the Qt window reads: the collation, break-iterator and normalisation data, the root and English
+# locales and the time-zone tables.  Left out: the other locales' names (languages, regions, currencies,
+# units, time zones), their collations, transliterators, spell-out rules and the legacy code pages (.cnv):
+# Qt has its own locale tables, and the app reads and writes only UTF-8 and Latin-1 (built into ICU's code).
+_ICU_LOCALE = re.compile(r"^[a-z]{2,3}(_[A-Za-z0-9]+)*\.res$")
+_ICU_KEPT_LOCALES = {"root.res", "en.res", "res_index.res", "pool.res"}
+
+
+def icu_item_kept(item: str) -> bool:
+    """Whether the ICU data item ``item`` (``"coll/de.res"``, as ``icupkg -l`` lists it) stays in the bundle."""
+    *tree, name = item.split("/")
+    if not tree:
+        return not name.endswith(".cnv") and (name in _ICU_KEPT_LOCALES or not _ICU_LOCALE.match(name))
+    if tree[0] == "brkitr":  # small, and its root rules depend on the dictionaries
+        return True
+    if tree[0] == "coll":
+        return name in _ICU_KEPT_LOCALES or not name.endswith(".res")
+    return name in _ICU_KEPT_LOCALES
+
+
+def _run(*cmd: str) -> str:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def _elf_symbol_bytes(lib: Path, pattern: str) -> tuple[str, bytes]:
+    """The name and bytes of the exported data symbol in ``lib`` whose name matches ``pattern``."""
+    for line in _run("nm", "-D", "-S", "--defined-only", str(lib)).splitlines():
+        f = line.split()
+        if len(f) == 4 and re.fullmatch(pattern, f[3]):
+            addr, size, name = int(f[0], 16), int(f[1], 16), f[3]
+            break
+    else:
+        raise RuntimeError(f"{lib.name} exports no {pattern}")
+    for line in _run("readelf", "-S", "-W", str(lib)).splitlines():
+        m = re.search(r"\]\s+\S+\s+\S+\s+([0-9a-f]{16})\s+([0-9a-f]+)\s+([0-9a-f]+)", line)
+        if m:
+            start, offset, length = (int(g, 16) for g in m.groups())
+            if start <= addr < start + length:
+                with lib.open("rb") as fh:
+                    fh.seek(addr - start + offset)
+                    return name, fh.read(size)
+    raise RuntimeError(f"{name} lies outside {lib.name}'s sections")
+
+
+def _icu_works(lib_dir: Path) -> bool:
+    """ICU in ``lib_dir`` starts and opens a collator (a fresh process, so the build's own ICU is not used)."""
+    uc = next(lib_dir.glob("libicuuc.so.*"), None)
+    i18n = next(lib_dir.glob("libicui18n.so.*"), None)
+    if uc is None or i18n is None:
+        return False
+    v = uc.name.rsplit(".", 1)[-1]
+    code = (f"import ctypes; uc = ctypes.CDLL({str(uc)!r}); i18n = ctypes.CDLL({str(i18n)!r}); e = ctypes.c_int(0)\n"
+            f"uc.u_init_{v}(ctypes.byref(e)); assert e.value <= 0, e.value\n"
+            f"i18n.ucol_open_{v}.restype = ctypes.c_void_p\n"
+            f"assert i18n.ucol_open_{v}(b'de_DE', ctypes.byref(e)) and e.value <= 0, e.value\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+def slim_icu_data() -> int:
+    """Rebuild Qt's ``libicudata`` with only the data items :func:`icu_item_kept` keeps (Linux).
+
+    Needs ``icupkg`` (Debian/Ubuntu: icu-devtools) and binutils (``nm``, ``readelf``, ``as``, ``ld``); without
+    them, or if the slimmed ICU fails to start, the library is left as it was.  Returns the bytes saved.
+    """
+    if not sys.platform.startswith("linux"):
+        return 0
+    libs = [p for p in BUNDLE.rglob("libicudata.so.*") if p.is_file() and not p.is_symlink()]
+    tools = [shutil.which(t) for t in ("icupkg", "nm", "readelf", "as", "ld")]
+    if not libs or None in tools:
+        print("ICU data kept whole (needs icupkg from icu-devtools, and binutils)")
+        return 0
+    saved = 0
+    for lib in libs:
+        try:
+            saved += _slim_icu_library(lib)
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+            print(f"ICU data kept whole: {lib.name}: {exc}")
+    return saved
+
+
+def _slim_icu_library(lib: Path) -> int:
+    with tempfile.TemporaryDirectory(prefix="ia-icu-") as tmp:
+        tmp = Path(tmp)
+        symbol, blob = _elf_symbol_bytes(lib, r"icudt\d+_dat")
+        package = symbol[: -len("_dat")] + "l"  # icudt73l: the entries' prefix, from the file's name
+        (tmp / "in").mkdir()
+        (tmp / "out").mkdir()
+        (tmp / "in" / f"{package}.dat").write_bytes(blob)
+        items = _run("icupkg", "-l", str(tmp / "in" / f"{package}.dat")).split()
+        (tmp / "drop.txt").write_text("".join(i + "\n" for i in items if not icu_item_kept(i)))
+        _run("icupkg", "-r", str(tmp / "drop.txt"), str(tmp / "in" / f"{package}.dat"),
+             str(tmp / "out" / f"{package}.dat"))
+        soname = re.search(r"soname: \[(.+?)\]", _run("readelf", "-d", str(lib))).group(1)
+        (tmp / "data.s").write_text(
+            f'.section .rodata\n.balign 16\n.globl {symbol}\n.type {symbol}, @object\n{symbol}:\n'
+            f'.incbin "{tmp / "out" / f"{package}.dat"}"\n.size {symbol}, . - {symbol}\n'
+            '.section .note.GNU-stack,"",@progbits\n')
+        _run("as", str(tmp / "data.s"), "-o", str(tmp / "data.o"))
+        _run("ld", "-shared", "-soname", soname, "-o", str(tmp / soname), str(tmp / "data.o"))
+        before = lib.stat().st_size
+        shutil.copy2(lib, tmp / "original")
+        shutil.copyfile(tmp / soname, lib)
+        if not _icu_works(lib.parent):
+            shutil.copyfile(tmp / "original", lib)
+            print(f"ICU data kept whole: the slimmed {lib.name} did not start")
+            return 0
+        kept = sum(map(icu_item_kept, items))
+        after = lib.stat().st_size
+        print(f"ICU data: kept {kept} of {len(items)} items, {before / 1e6:.1f} -> {after / 1e6:.1f} MB")
+        return before - after
+
+
+def _needed(lib: Path) -> list[str]:
+    return re.findall(r"NEEDED.*\[(.+?)\]", subprocess.run(["readelf", "-d", str(lib)], capture_output=True,
+                                                              text=True).stdout)
+
+
+def prune_orphan_libraries() -> int:
+    """Delete the system libraries in ``_internal/`` that nothing in the bundle links (Linux).
+
+    They are what a left-out part (the GTK theme, Qt's network TLS) linked; the interpreter's own
+    ``libpython`` is opened by the launcher and stays.  Returns the bytes saved.
+    """
+    readelf = shutil.which("readelf")
+    internal = BUNDLE / "_internal"
+    if not sys.platform.startswith("linux") or readelf is None:
+        return 0
+    elf = [p for p in internal.rglob("*.so*") if p.is_file() and not p.is_symlink()]
+    loose = {p.name: p for p in elf if p.parent == internal}
+    wanted = [n for p in elf if p.parent != internal for n in _needed(p)] + _needed(exe_path())
+    reached: set[str] = set()
+    while wanted:
+        name = wanted.pop()
+        if name in loose and name not in reached:
+            reached.add(name)
+            wanted += _needed(loose[name])
+    saved = 0
+    for name, path in sorted(loose.items()):
+        if name not in reached and not name.startswith("libpython"):
+            saved += path.stat().st_size
+            path.unlink()
+    return saved
+
+
+def link_duplicate_libraries() -> int:
+    """Replace a wheel's copy of a library another wheel already ships by a link to it (Linux, macOS).
+
+    NumPy's and SciPy's wheels each graft the same libgfortran and libquadmath into their ``*.libs``
+    folders; the dynamic loader follows the link and loads one copy.  Returns the bytes saved.
+    """
+    import hashlib
+
+    if sys.platform == "win32":
+        return 0
+    first: dict[tuple[int, str], Path] = {}
+    saved = 0
+    for f in sorted((BUNDLE / "_internal").glob("*.libs/*")):
+        if not f.is_file() or f.is_symlink():
             continue
-        before = f.stat().st_size
-        subprocess.run([strip, "--strip-unneeded", str(f)], check=True)
-        saved += before - f.stat().st_size
+        key = (f.stat().st_size, hashlib.sha256(f.read_bytes()).hexdigest())
+        if key not in first:
+            first[key] = f
+            continue
+        saved += f.stat().st_size
+        f.unlink()
+        f.symlink_to(os.path.relpath(first[key], f.parent))
     return saved
 
 
@@ -78,7 +308,8 @@ def archive() -> Path:
     osname = {"win32": "windows", "darwin": "macos"}.get(sys.platform, sys.platform.rstrip("0123456789"))
     arch = platform.machine().lower().replace("amd64", "x86_64")
     base = DIST / f"InvariantAttentionStudio-{version()}-{osname}-{arch}"
-    fmt = "zip" if sys.platform == "win32" else "gztar"
+    # xz packs the Linux and macOS bundle about a fifth smaller than gzip (tar xf unpacks either)
+    fmt = "zip" if sys.platform == "win32" else "xztar"
     for old in DIST.glob(base.name + ".*"):
         old.unlink()
     return Path(shutil.make_archive(str(base), fmt, root_dir=DIST, base_dir=BUNDLE.name))
@@ -131,14 +362,18 @@ def main(argv=None) -> int:
     if not exe_path().exists():
         raise SystemExit(f"BUILD FAILED: {exe_path()} was not produced")
     if not args.skip_build:
-        print(f"stripped {strip_python_libraries() / 1e6:.0f} MB of debug symbols from the Python runtime")
+        print(f"left out {prune_orphan_libraries() / 1e6:.1f} MB of system libraries nothing in the bundle links")
+        print(f"slimmed Qt's ICU data by {slim_icu_data() / 1e6:.1f} MB")
+        print(f"stripped {strip_libraries() / 1e6:.1f} MB of symbol tables from the libraries")
+        print(f"linked {link_duplicate_libraries() / 1e6:.1f} MB of libraries two wheels both ship")
         if sys.platform.startswith("linux"):  # the per-user installer travels inside the archive
             shutil.copy2(ROOT / "build_scripts" / "install_linux.sh", BUNDLE / "install_linux.sh")
+    print_size_table()
     arc = archive()
     onedir_mb = folder_size(BUNDLE) / 1e6
     arc_mb = arc.stat().st_size / 1e6
-    print(f"onedir {BUNDLE}: {onedir_mb:.0f} MB (goal <= 250 MB)")
-    print(f"archive {arc.name}: {arc_mb:.0f} MB (goal <= 110 MB)")
+    print(f"onedir {BUNDLE}: {onedir_mb:.0f} MB (goal <= 200 MB)")
+    print(f"archive {arc.name}: {arc_mb:.0f} MB (goal <= 90 MB)")
     fastest, slowest = smoke_test()
     print(f"cold start to the first window: {fastest:.2f} s best, {slowest:.2f} s worst of 3 (goal <= 3 s)")
     return 0

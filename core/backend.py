@@ -22,6 +22,8 @@ from types import ModuleType
 
 import numpy as np
 
+from .extras import missing_extra
+
 __all__ = [
     "Backend",
     "BackendUnavailableError",
@@ -130,7 +132,7 @@ def get_backend(name: str = "auto") -> Backend:
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, ImportError):
-        return "CuPy is not installed (pip install 'invariant-attention-studio[gpu]')"
+        return missing_extra("CuPy", extra="gpu")
     text = str(exc).strip() or type(exc).__name__
     return f"no working CUDA device ({text})"
 

@@ -30,6 +30,8 @@ from __future__ import annotations
 import logging
 import time
 
+from .extras import missing_extra
+
 __all__ = ["DaskUnavailableError", "MAX_HANDSHAKE_BYTES", "connect", "map_chunks", "n_workers", "probe_scheduler"]
 
 log = logging.getLogger(__name__)
@@ -47,9 +49,7 @@ def _import_distributed():
     try:
         import distributed
     except ImportError as exc:
-        raise DaskUnavailableError(
-            "Dask is not installed (pip install 'invariant-attention-studio[dask]')"
-        ) from exc
+        raise DaskUnavailableError(missing_extra("Dask", extra="dask")) from exc
     return distributed
 
 

@@ -42,6 +42,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import numpy as np
 
+from .extras import missing_extra
 from .imageset import MAX_PIXELS, ImageLoadError, os_reason, regular_file_size
 
 __all__ = [
@@ -507,8 +508,8 @@ def star_members(path) -> list[StackMember | Path]:
     try:
         import starfile
     except ImportError:
-        raise ImageLoadError("reading STAR files needs the 'starfile' package "
-                             "(pip install 'invariant-attention-studio[relion]')") from None
+        raise ImageLoadError("reading STAR files needs the 'starfile' package (the .mrcs stacks it lists "
+                             f"open directly): {missing_extra('starfile', extra='relion')}") from None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

