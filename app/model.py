@@ -167,7 +167,11 @@ class StudioModel(QObject):
         self.session.stop()
 
     def _launch(self, run) -> None:
-        _warm_imports()
+        try:
+            _warm_imports()
+        except Exception as exc:  # noqa: BLE001 -- e.g. a module an installed edition lacks: the run fails, shown
+            self._on_error(exc)
+            return
         self._t_launch = time.perf_counter()
         run.on_progress = lambda fraction, text: self._progressed.emit(fraction, text)  # worker thread
         # handlers given at creation (superqt re-raises errors in the GUI thread when no handler was)

@@ -60,3 +60,22 @@ def test_the_model_drives_the_session_but_is_no_proxy_of_it(qapp):
     model.session.load_demo("shapes")
     assert model.session.n == 18
     assert model.shutdown(5000)
+
+
+def test_a_run_that_fails_before_its_worker_starts_ends_failed_not_running(qapp, monkeypatch):
+    """A module the installed edition lacks, found while launching, must not leave the run 'running'."""
+    from iastudio.app import model as model_module
+
+    def missing():
+        raise ImportError("No module named 'sklearn.cluster'")
+
+    monkeypatch.setattr(model_module, "_warm_imports", missing)
+    model = model_module.StudioModel()
+    model.session.load_demo("shapes")
+    failed = []
+    listen(model.session.events.failed, lambda message, tb: failed.append((message, tb)))
+    model.start(backend="numpy")
+    assert model.session.state == "failed"
+    assert failed[0][0] == "No module named 'sklearn.cluster'"
+    assert "ImportError" in failed[0][1]
+    assert model.shutdown(5000)
