@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import scipy.sparse as sp
 
-from . import se2
+from . import options, se2
 from .attention import AttentionRun, RunState
 from .backend import BackendUnavailableError
 from .cluster_means import cluster_key
@@ -135,7 +135,7 @@ class Session:
     def __init__(self, *, size: int = 64):
         self.events = Events(EVENTS)
         self.data = ImageSet([], [], [], [])
-        self.size = int(size)
+        self.size = options.check("size", int(size))
         self.canvas: Canvas | None = None
         self.base = np.zeros((0, self.size, self.size), np.float32)  # preprocessed originals
         self.transforms = np.zeros((0, 3))  # applied per image (canvas px)
@@ -238,7 +238,7 @@ class Session:
         if not self._inputs_may_change("loading other images"):
             return False
         if size is not None:
-            self.size = int(size)
+            self.size = options.check("size", int(size))
         self._set_data(load_demo(name, seed=seed), untitled=True)
         self.message(f"Loaded demo '{name}': {self.data.summary()}")
         return True
@@ -285,7 +285,7 @@ class Session:
         if not self._inputs_may_change("adding images"):
             return []
         if replace and size is not None:
-            self.size = int(size)
+            self.size = options.check("size", int(size))
         canvas = loaded.canvas if loaded.size == self.size else preprocess(new.images, size=self.size)
         kept = None if replace or not self.n else self.transforms.copy()
         if kept is None:
@@ -322,6 +322,9 @@ class Session:
         size = int(size)
         if size == self.size:
             return True
+        if problem := options.problem("size", size, label="the working size"):
+            self.message(problem[0].upper() + problem[1:] + ".")
+            return False
         if not self._inputs_may_change("changing the working size"):
             return False
         old = self.base.shape[1] if self.n else self.size
