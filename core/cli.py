@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, options, se2
+from . import options, se2
+from ._version import __version__
 from .atomic import ResultFolder, signals_held
 from .backend import threads
 from .demos import DEMO_NAMES, load_demo

@@ -18,12 +18,12 @@ import threading
 import numpy as np
 
 from .backend import array_module, as_worker, block_elements, in_worker, threads
+from .keys import KEYS_A, PAD
 
 __all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp", "parallel_map", "describe_code",
            "describe_gpu_code", "prepare"]
 
-KEYS_A = -0.5
-_PAD = 4  # zero border; a tap index is clipped into it when it falls far outside
+_PAD = PAD  # zero border; a tap index is clipped into it when it falls far outside
 _CHUNK_ELEMENTS = 1 << 17  # output pixels per vectorised block when blocks run on several cores
 _SINGLE_CHUNK_ELEMENTS = 1 << 15  # on one core: smaller blocks, whose temporaries stay in the CPU cache
 _KERNEL_ELEMENTS = 1 << 16  # output pixels per call of the compiled loop (no temporaries: small blocks balance cores)
