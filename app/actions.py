@@ -10,16 +10,7 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QLineEdit
 
 from .help import add_help_actions
-from .layout import add_view_menu
-
-
-def add_action(window, menu, text, slot, shortcut=None) -> QAction:
-    act = QAction(text, window)
-    if shortcut is not None:
-        act.setShortcut(QKeySequence(shortcut))
-    act.triggered.connect(slot)
-    menu.addAction(act)
-    return act
+from .layout import add_action, add_view_menu
 
 
 def build_menus(window) -> None:
