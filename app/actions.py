@@ -120,10 +120,11 @@ class UndoAnywhere(QObject):
         QApplication.instance().installEventFilter(self)
 
     def eventFilter(self, obj, event):
-        if event.type() == QEvent.Type.ShortcutOverride and isinstance(obj, (QAbstractSpinBox, QLineEdit)):
-            if obj.window() is self.window and _matches(event, (self.window.undo_action, self.window.redo_action)):
-                event.ignore()
-                return True
+        if (event.type() == QEvent.Type.ShortcutOverride and isinstance(obj, (QAbstractSpinBox, QLineEdit))
+                and obj.window() is self.window
+                and _matches(event, (self.window.undo_action, self.window.redo_action))):
+            event.ignore()
+            return True
         return False
 
 

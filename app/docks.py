@@ -8,14 +8,28 @@ with :data:`LAYOUT_VERSION`: a state saved by another layout (or a damaged one) 
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from PySide6.QtCore import QByteArray, Qt
 from PySide6.QtGui import QAction, QFont
 from PySide6.QtWidgets import QDockWidget, QGroupBox, QMainWindow, QTabWidget
 
-__all__ = ["CONTROLS", "DOCKS", "LAYOUT_VERSION", "add_docks", "add_dock_actions", "dock_of", "is_presentation_mode",
-           "is_shown", "reset_layout", "restore_window", "save_window", "set_presentation_mode", "show_view"]
+__all__ = [
+    "CONTROLS",
+    "DOCKS",
+    "LAYOUT_VERSION",
+    "add_dock_actions",
+    "add_docks",
+    "dock_of",
+    "is_presentation_mode",
+    "is_shown",
+    "reset_layout",
+    "restore_window",
+    "save_window",
+    "set_presentation_mode",
+    "show_view",
+]
 
 LAYOUT_VERSION = 1  # bump when the set of docks or their names change: older saved layouts are then ignored
 GEOMETRY_KEY, STATE_KEY = "window/geometry", "window/state"
@@ -74,7 +88,7 @@ def _arrange(window) -> None:
         window.addDockWidget(area, d[next(s.name for s in DOCKS if s.area == area)])
     window.splitDockWidget(d["images"], d["run"], Qt.Orientation.Vertical)
     for group in (("run", "transforms", "clusters"), ("convergence", "compare", "inspect", "networks")):
-        for before, name in zip(group, group[1:]):
+        for before, name in itertools.pairwise(group):
             window.tabifyDockWidget(d[before], d[name])
     d["run"].raise_()
     d["convergence"].raise_()

@@ -98,7 +98,7 @@ class StudioModel(QObject):
 
     def __getattr__(self, name):
         if name in _STATE or name in _ACTIONS:
-            return getattr(self.__dict__["session"] if "session" in self.__dict__ else None, name)
+            return getattr(self.__dict__.get("session", None), name)
         raise AttributeError(name)
 
     @property

@@ -741,9 +741,9 @@ class ClustersPanel(QGroupBox):
         if book is None:
             return
         counts = book.counts()
-        ids = [c for c in book.cluster_ids() + [UNASSIGNED] if c in means]
+        ids = [c for c in [*book.cluster_ids(), UNASSIGNED] if c in means]
         posed = dict(zip(ids, canonical_pose(np.stack([means[c] for c in ids])))) if ids else {}
-        for c in book.cluster_ids() + [UNASSIGNED]:
+        for c in [*book.cluster_ids(), UNASSIGNED]:
             it = QListWidgetItem(f"{book.name_of(c)}  ({counts[c]})")
             it.setData(Qt.ItemDataRole.UserRole, c)
             if c in posed:

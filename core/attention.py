@@ -34,7 +34,7 @@ from .similarity import check_finite, invariant_distances, plain_distances
 from .warp import warp
 from .weights import attention_weights, local_bandwidth
 
-__all__ = ["Stage", "RunState", "Settings", "Snapshot", "AttentionRun", "RunResult", "RESULT_ARRAYS"]
+__all__ = ["RESULT_ARRAYS", "AttentionRun", "RunResult", "RunState", "Settings", "Snapshot", "Stage"]
 
 
 class Stage(StrEnum):

@@ -9,6 +9,7 @@ beside ``--out`` and moved into place only when complete.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
 import math
@@ -243,10 +244,8 @@ def _on_signal(signum, _frame):
 def _install_signal_handlers():
     old = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
+        with contextlib.suppress(ValueError, OSError):  # not the main thread
             old[sig] = signal.signal(sig, _on_signal)
-        except (ValueError, OSError):  # not the main thread
-            pass
     return old
 
 

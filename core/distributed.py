@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 
-__all__ = ["DaskUnavailableError", "MAX_HANDSHAKE_BYTES", "connect", "map_chunks", "n_workers", "probe_scheduler"]
+__all__ = ["MAX_HANDSHAKE_BYTES", "DaskUnavailableError", "connect", "map_chunks", "n_workers", "probe_scheduler"]
 
 log = logging.getLogger(__name__)
 

@@ -128,7 +128,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("method", str, "ia", "ia: Invariant Attention; ka: plain kernel attention baseline",
            choices=("ia", "ka")),
     Option("clusters", int, "auto", "number of clusters (at most the number of images) or auto",
-           minimum=1, words=("auto",), metavar="K|auto", typical=3),
+           minimum=1, maximum=10_000, words=("auto",), metavar="K|auto", typical=3),
     Option("beta", float, "auto", "RBF bandwidth on unit-norm images (auto: from near-neighbour distances)",
            minimum=0.0, open_minimum=True, maximum=1e4, words=("auto",), metavar="B|auto", typical=10.0),
     Option("iterations", int, 3, "IA iterations, at most (fewer when the clusters settle)",
@@ -204,7 +204,7 @@ def problem(name: str, value, *, label: str | None = None) -> str | None:
         if opt.choices and value not in opt.choices:
             return f"{label} must be one of {', '.join(map(repr, opt.choices))}, got {value!r}"
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+    if isinstance(value, bool) or (not isinstance(value, (int, float)) and not hasattr(value, "__float__")):
         return f"{label} must be {_expects(opt)}, got {value!r}"
     v = float(value)
     if not math.isfinite(v):

@@ -52,9 +52,24 @@ from .clusterbook import UNASSIGNED, ClusterBook
 from .clustering import KChoice
 from .regular import open_regular
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "Project", "ProjectError", "open_regular", "save_project", "load_project",
-           "RECORDED_STAGES", "HISTORY_ARRAYS", "history_entry", "MAX_IMAGES", "MAX_MANIFEST_BYTES",
-           "MAX_JSON_DEPTH", "MAX_FRAMES", "MAX_SIDE", "inflated_limit"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "HISTORY_ARRAYS",
+    "MAX_FRAMES",
+    "MAX_IMAGES",
+    "MAX_JSON_DEPTH",
+    "MAX_MANIFEST_BYTES",
+    "MAX_SIDE",
+    "RECORDED_STAGES",
+    "Project",
+    "ProjectError",
+    "history_entry",
+    "inflated_limit",
+    "load_project",
+    "open_regular",
+    "save_project",
+]
 
 FORMAT = "invariant-attention-studio project"
 FORMAT_VERSION = 2
@@ -317,7 +332,7 @@ def save_project(path, project: Project, *, embed: bool = True) -> Path:
     }
     if sparse:
         manifest["sparse"] = dict(sorted(sparse.items()))
-    with atomic_write(path) as fh:
+    with atomic_write(path) as fh:  # noqa: SIM117 - the file, then the zip in it
         with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
             zf.writestr("manifest.json", _json_bytes(manifest))
             for name, arr in arrays.items():
@@ -610,9 +625,9 @@ class _Manifest:
             if fr["distances"] is None or fr["labels"] is None:
                 bad(f"run-history frame {k} lacks its distances or labels")
         result = {k[len("result/"):]: v for k, v in arrays.items() if k.startswith("result/")}
-        if "run_labels" in result and "cluster_means" in result:
-            if result["cluster_means"].shape[0] != int(result["run_labels"].max()) + 1:
-                bad("the cluster means do not match the run's clusters")
+        if ("run_labels" in result and "cluster_means" in result
+                and result["cluster_means"].shape[0] != int(result["run_labels"].max()) + 1):
+            bad("the cluster means do not match the run's clusters")
         book = None
         if self.clusters is not None:
             book = ClusterBook.from_json(self.clusters, n)

@@ -48,7 +48,8 @@ def _saved_project(w, qtbot, path):
     w.model.set_size(24)
     _run(w, qtbot)
     assert w.projects.save_to(str(path))
-    assert w.model.project_path == str(path) and not w.model.dirty
+    assert w.model.project_path == str(path)
+    assert not w.model.dirty
     return path.read_bytes()
 
 
@@ -75,7 +76,8 @@ def test_a_new_set_is_untitled_and_save_asks_for_a_file(win, qtbot, tmp_path, mo
     else:
         win.show_me_action.trigger()
         qtbot.waitUntil(lambda: m.state == "finished", timeout=180000)
-    assert m.project_path is None and _title(win).startswith("untitled")
+    assert m.project_path is None
+    assert _title(win).startswith("untitled")
     chosen = tmp_path / "new.iaproj"
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(chosen), ""))
     QTest.keyClick(win, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier)  # Ctrl+S: asks for a file ...
@@ -91,7 +93,8 @@ def test_adding_images_to_a_project_keeps_it_the_projects(win, qtbot, tmp_path):
     Image.fromarray(np.full((10, 10), 90, np.uint8)).save(extra)
     assert win.load_paths([str(extra)])
     qtbot.waitUntil(lambda: not win.model.loading, timeout=30000)
-    assert win.model.n == 19 and win.model.project_path == str(project)  # the same project, grown by one
+    assert win.model.n == 19
+    assert win.model.project_path == str(project)
 
 
 # ------------------------------------------------------------------ 2. the size field
@@ -108,15 +111,22 @@ def test_the_working_size_applies_once_typing_is_finished(win, qtbot, asked):
     _run(win, qtbot)
     final = m.final
     _type_into(size, "96")
-    assert asked == [] and m.size == 24 and m.final is final  # typing: nothing asked, nothing applied
+    assert asked == []
+    assert m.size == 24
+    assert m.final is final
     asked.answer = "cancel"
     QTest.keyClick(size.lineEdit(), Qt.Key.Key_Return)
-    assert len(asked) == 1 and "working size" in asked[0][1]
-    assert m.size == 24 and m.final is final and size.value() == 24  # Cancel: the field shows 24 again
+    assert len(asked) == 1
+    assert "working size" in asked[0][1]
+    assert m.size == 24
+    assert m.final is final
+    assert size.value() == 24
     asked.answer = "discard"
     _type_into(size, "128")
     QTest.keyClick(size.lineEdit(), Qt.Key.Key_Return)
-    assert len(asked) == 2 and m.size == 128 and m.working.shape[1:] == (128, 128)
+    assert len(asked) == 2
+    assert m.size == 128
+    assert m.working.shape[1:] == (128, 128)
     assert m.final is None  # the run on the 24 px images was discarded, as agreed
 
 
@@ -130,13 +140,18 @@ def test_adding_a_file_with_no_image_changes_nothing(win, qtbot, tmp_path, asked
     final, book = m.final, m.book
     win.images_panel.addFiles.emit()
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)
-    assert m.final is final and m.book is book and not m.dirty and asked == []
+    assert m.final is final
+    assert m.book is book
+    assert not m.dirty
+    assert asked == []
     assert "Nothing added" in win.statusBar().currentMessage()
     assert any(s["path"].endswith("notes.txt") for s in m.data.skipped)  # listed under "details"
     assert m.merge_clusters([0, 1])  # unsaved edits: still nothing asked, nothing lost
     win.images_panel.addFiles.emit()
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)
-    assert asked == [] and m.edits == ["Merge 2 clusters"] and m.final is final
+    assert asked == []
+    assert m.edits == ["Merge 2 clusters"]
+    assert m.final is final
 
 
 def test_adding_real_images_asks_after_reading_and_cancel_keeps_the_edits(win, qtbot, tmp_path, asked):
@@ -151,23 +166,31 @@ def test_adding_real_images_asks_after_reading_and_cancel_keeps_the_edits(win, q
     assert win.load_paths([str(img)])
     assert asked == []  # not before reading
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)
-    assert len(asked) == 1 and m.n == 18 and m.edits == ["Merge 2 clusters"] and m.final is not None
+    assert len(asked) == 1
+    assert m.n == 18
+    assert m.edits == ["Merge 2 clusters"]
+    assert m.final is not None
     asked.answer = "discard"
     assert win.load_paths([str(img)])
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)
-    assert len(asked) == 2 and m.n == 19 and m.final is None
+    assert len(asked) == 2
+    assert m.n == 19
+    assert m.final is None
 
 
 # ------------------------------------------------------------------ 4. Show me, paper mode
 def test_paper_mode_is_never_shown_next_to_beta_auto(win):
     rp = win.run_panel
     rp.paper_mode.setChecked(True)
-    assert not rp.beta_auto.isChecked() and rp.beta.value() == PAPER_MODE["beta"]
+    assert not rp.beta_auto.isChecked()
+    assert rp.beta.value() == PAPER_MODE["beta"]
     rp.set_options({"beta": "auto", "iterations": 3})  # an opened project's settings
-    assert rp.beta_auto.isChecked() and not rp.paper_mode.isChecked()
+    assert rp.beta_auto.isChecked()
+    assert not rp.paper_mode.isChecked()
     rp.paper_mode.setChecked(True)
     rp.beta_auto.setChecked(True)  # clicked by the user
-    assert not rp.paper_mode.isChecked() and "init" not in rp.options()
+    assert not rp.paper_mode.isChecked()
+    assert "init" not in rp.options()
 
 
 def _show_me(win, qtbot):
@@ -189,15 +212,19 @@ def test_show_me_is_the_same_every_time_and_puts_the_users_settings_back(win, qt
     m.set_size(40)
     mine = rp.settings_state()
     first, iterations, caption = _show_me(win, qtbot)
-    assert iterations >= PAPER_MODE["iterations"] and "IA ARI 1.00" in caption
+    assert iterations >= PAPER_MODE["iterations"]
+    assert "IA ARI 1.00" in caption
     assert rp.settings_state() == mine  # the user's settings are back ...
-    assert m.size == PAPER_DEMO["size"] and rp.size.value() == PAPER_DEMO["size"]  # ... the demo set keeps its size
+    assert m.size == PAPER_DEMO["size"]
+    assert rp.size.value() == PAPER_DEMO["size"]
     second, iterations_again, caption_again = _show_me(win, qtbot)
-    assert iterations_again == iterations and caption_again == caption
+    assert iterations_again == iterations
+    assert caption_again == caption
     assert_allclose(second.snapshot.weights, first.snapshot.weights, atol=1e-6)
     assert rp.settings_state() == mine
     win.images_panel.demoChosen.emit("shapes")  # the next set is read at the user's own size again
-    assert m.size == 40 and rp.size.value() == 40
+    assert m.size == 40
+    assert rp.size.value() == 40
 
 
 def test_paper_mode_is_saved_and_restored_with_a_project(win, qtbot, tmp_path):
@@ -213,7 +240,9 @@ def test_paper_mode_is_saved_and_restored_with_a_project(win, qtbot, tmp_path):
     rp.paper_mode.setChecked(False)
     assert rp.beta_auto.isChecked()
     assert win.projects.open_project(str(path))
-    assert rp.paper_mode.isChecked() and not rp.beta_auto.isChecked() and rp.beta.value() == PAPER_MODE["beta"]
+    assert rp.paper_mode.isChecked()
+    assert not rp.beta_auto.isChecked()
+    assert rp.beta.value() == PAPER_MODE["beta"]
     assert rp.iterations.value() == 1  # the project's own iterations, not paper mode's 6
 
 
@@ -250,7 +279,8 @@ def test_views_never_show_stale_text(win, qtbot):
     assert win.transform_panel.image_label.text().startswith("Select a thumbnail")
     assert win.transform_panel.preview.pixmap().isNull()
     assert win.clusters_panel.evidence.text() == ""
-    assert rp.progress.value() == 0 and "idle" in rp.progress.format()  # not a full bar
+    assert rp.progress.value() == 0
+    assert "idle" in rp.progress.format()
     assert m.start(backend="numpy", iterations=1, mean_steps=2)
     win.redraw()
     assert "Open a folder" not in win.weights_view.hint.text()  # says what is being computed
@@ -275,12 +305,16 @@ def test_a_recovered_session_is_its_projects_with_its_settings(win, qtbot, tmp_p
     try:
         qtbot.waitUntil(lambda: w2.model.n == 18, timeout=30000)
         m2 = w2.model
-        assert m2.project_path == str(project) and m2.dirty and w2.windowTitle().endswith("P.iaproj*")
+        assert m2.project_path == str(project)
+        assert m2.dirty
+        assert w2.windowTitle().endswith("P.iaproj*")
         assert m2.edits == ["Merge 2 clusters"]
-        assert w2.run_panel.iterations.value() == 5 and w2.run_panel.angle_step.value() == 10
+        assert w2.run_panel.iterations.value() == 5
+        assert w2.run_panel.angle_step.value() == 10
         assert w2.means_view.per_cluster.isChecked()
         message = w2.statusBar().currentMessage()
-        assert message.startswith("Recovered the last session (P.iaproj") and "autosave" not in message
+        assert message.startswith("Recovered the last session (P.iaproj")
+        assert "autosave" not in message
     finally:
         w2.projects.ask = lambda *a, **k: "discard"
         w2.close()
@@ -301,7 +335,9 @@ def test_a_stopped_run_is_autosaved(win, qtbot):
     auto = win.projects.autosave_path()
     qtbot.waitUntil(lambda: not win.projects.writing and auto.exists(), timeout=30000)
     saved = load_project(auto)
-    assert saved.n == 40 and len(saved.history) >= 1 and saved.parameters.get("iterations") == 3
+    assert saved.n == 40
+    assert len(saved.history) >= 1
+    assert saved.parameters.get("iterations") == 3
 
 
 def test_figures_without_matplotlib_say_so_instead_of_failing(win, monkeypatch):
@@ -314,5 +350,6 @@ def test_figures_without_matplotlib_say_so_instead_of_failing(win, monkeypatch):
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: pytest.fail("no folder is asked for"))
     assert win.exports.panels() is None
     box = win.last_dialog
-    assert box.windowTitle() == "Figures need matplotlib" and "pip install" not in box.text()
+    assert box.windowTitle() == "Figures need matplotlib"
+    assert "pip install" not in box.text()
     assert "CSV" in box.text()  # what still works

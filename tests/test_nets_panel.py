@@ -50,11 +50,13 @@ def test_panel_trains_one_epoch_and_attention_turns(qtbot, tmp_path):
     # the live curve got the epoch, the status reports the result
     x, _ = panel.acc_curve.getData()
     assert list(x) == [1]
-    assert "test accuracy" in panel.status.text() and panel.train_button.isEnabled()
+    assert "test accuracy" in panel.status.text()
+    assert panel.train_button.isEnabled()
     assert panel.progress.value() == panel.progress.maximum() > 0
     # input + one attention map per rotation of p4
     items = panel._map_items
-    assert len(items) == 5 and [t.text for _, _, t in items][1:] == ["0°", "90°", "180°", "270°"]
+    assert len(items) == 5
+    assert [t.text for _, _, t in items][1:] == ["0°", "90°", "180°", "270°"]
     before = [np.array(item.image) for _, item, _ in items]
     panel.grab().save(str(tmp_path / "nets_panel_0.png"))
     panel.angle.setValue(90)
