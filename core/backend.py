@@ -22,6 +22,8 @@ from types import ModuleType
 
 import numpy as np
 
+from .options import check
+
 __all__ = [
     "Backend",
     "BackendUnavailableError",
@@ -146,7 +148,20 @@ def array_module(a) -> ModuleType:
 
 
 def to_host(a, dtype=None) -> np.ndarray:
-    """Return ``a`` as a NumPy array on the host (copying from the GPU if needed)."""
+    """Return ``a`` as a NumPy array on the host (copying from the GPU if needed).
+
+    Parameters
+    ----------
+    a : array_like
+        A NumPy or CuPy array, or anything :func:`numpy.asarray` takes.
+    dtype : data-type, optional
+        The result's type (default: ``a``'s).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``a`` on the host; ``a`` itself when it is already a NumPy array of that type.
+    """
     if array_module(a) is not np:
         a = a.get()
     return np.asarray(a, dtype=dtype)
@@ -203,12 +218,15 @@ def set_threads(n: int | None) -> int | None:
         the warp's thread pool (:func:`iastudio.core.warp.parallel_map`), the
         FFTs' ``workers=`` and the nearest-neighbour search for the whole
         process.
+
+    Returns
+    -------
+    int or None
+        The setting before this call.
     """
     global _THREADS
     if n is not None:
-        n = int(n)
-        if n < 1:
-            raise ValueError("threads must be at least 1")
+        n = check("threads", int(n))  # the limits declared for --threads
     with _THREADS_LOCK:
         previous, _THREADS = _THREADS, n
     return previous
@@ -216,7 +234,18 @@ def set_threads(n: int | None) -> int | None:
 
 @contextlib.contextmanager
 def use_threads(n: int | None):
-    """:func:`set_threads` ``n`` inside the block, the previous setting after it (``None``: no change)."""
+    """:func:`set_threads` ``n`` inside the block, the previous setting after it (``None``: no change).
+
+    Parameters
+    ----------
+    n : int or None
+        Threads for the engine's CPU work inside the block.
+
+    Yields
+    ------
+    None
+        Control, with ``n`` threads set.
+    """
     if n is None:
         yield
         return

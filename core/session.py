@@ -534,11 +534,11 @@ class Session:
     def alignment_options(self) -> dict:
         """The run's alignment search (``angle_step``, ``rotation_range``), live or saved; ``{}``: the defaults."""
         params = vars(self.run.settings) if self.run is not None else self._opened_parameters
-        opts = {}
+        opts: dict = {}
         step, rr = params.get("angle_step"), params.get("rotation_range")
-        if isinstance(step, (int, float)) and not isinstance(step, bool) and 0 < step <= 90:
+        if step is not None and options.problem("angle_step", step) is None:  # the declared limits (no bools)
             opts["angle_step"] = float(step)
-        if rr is None or (isinstance(rr, (int, float)) and not isinstance(rr, bool) and 0 < rr <= 180):
+        if options.problem("rotation_range", rr) is None:  # None: the whole circle
             opts["rotation_range"] = rr
         return opts
 
@@ -826,7 +826,7 @@ class Session:
             note = (f"; {len(missing)} original file(s) moved or missing, using the embedded images: "
                     + ", ".join(display_name(p) for p in missing[:5]))
         self.message(f"Opened {path}: {proj.n} images{note}")
-        proj.missing = missing
+        proj.missing = missing  # type: ignore[attr-defined]  # for the front end's notice
         return proj
 
     def _install(self, st: dict) -> None:
