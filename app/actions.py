@@ -11,16 +11,7 @@ from PySide6.QtWidgets import QAbstractSpinBox, QApplication, QLineEdit
 
 from .events import listen
 from .help import add_help_actions
-from .layout import add_view_menu
-
-
-def add_action(window, menu, text, slot, shortcut=None) -> QAction:
-    act = QAction(text, window)
-    if shortcut is not None:
-        act.setShortcut(QKeySequence(shortcut))
-    act.triggered.connect(slot)
-    menu.addAction(act)
-    return act
+from .layout import add_action, add_view_menu
 
 
 def build_menus(window) -> None:
@@ -130,10 +121,11 @@ class UndoAnywhere(QObject):
         QApplication.instance().installEventFilter(self)
 
     def eventFilter(self, obj, event):
-        if event.type() == QEvent.Type.ShortcutOverride and isinstance(obj, (QAbstractSpinBox, QLineEdit)):
-            if obj.window() is self.window and _matches(event, (self.window.undo_action, self.window.redo_action)):
-                event.ignore()
-                return True
+        if (event.type() == QEvent.Type.ShortcutOverride and isinstance(obj, (QAbstractSpinBox, QLineEdit))
+                and obj.window() is self.window
+                and _matches(event, (self.window.undo_action, self.window.redo_action))):
+            event.ignore()
+            return True
         return False
 
 

@@ -13,10 +13,9 @@ from PySide6.QtWidgets import QMenu
 
 from iastudio.core.demos import DEMO_NAMES, PAPER_DEMO
 
-from .actions import add_action
 from .docks import show_view
 from .events import listen
-from .layout import insert_menu
+from .layout import add_action, insert_menu
 
 __all__ = ["SHOW_ME", "add_demo_menu", "show_me"]
 

@@ -8,14 +8,28 @@ with :data:`LAYOUT_VERSION`: a state saved by another layout (or a damaged one) 
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from PySide6.QtCore import QByteArray, Qt
-from PySide6.QtGui import QAction
+from PySide6.QtGui import QAction, QFont
 from PySide6.QtWidgets import QDockWidget, QGroupBox, QMainWindow, QTabWidget
 
-__all__ = ["CONTROLS", "DOCKS", "LAYOUT_VERSION", "add_docks", "add_dock_actions", "dock_of", "is_shown",
-           "reset_layout", "restore_window", "save_window", "show_view"]
+__all__ = [
+    "CONTROLS",
+    "DOCKS",
+    "LAYOUT_VERSION",
+    "add_dock_actions",
+    "add_docks",
+    "dock_of",
+    "is_presentation_mode",
+    "is_shown",
+    "reset_layout",
+    "restore_window",
+    "save_window",
+    "set_presentation_mode",
+    "show_view",
+]
 
 LAYOUT_VERSION = 1  # bump when the set of docks or their names change: older saved layouts are then ignored
 GEOMETRY_KEY, STATE_KEY = "window/geometry", "window/state"
@@ -23,6 +37,7 @@ LEFT, BOTTOM = Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.BottomDoc
 LEFT_SHARE = 0.29  # of the window's width (370 of 1280 px)
 IMAGES_SHARE = 0.41  # of the left column's height, the rest for the Run / Transforms / Clusters tabs
 BOTTOM_SHARE = 0.47  # of the height below the menus, for the bottom tabs
+PRESENTATION_SCALE = 1.5
 
 
 @dataclass(frozen=True)
@@ -73,7 +88,7 @@ def _arrange(window) -> None:
         window.addDockWidget(area, d[next(s.name for s in DOCKS if s.area == area)])
     window.splitDockWidget(d["images"], d["run"], Qt.Orientation.Vertical)
     for group in (("run", "transforms", "clusters"), ("convergence", "compare", "inspect", "networks")):
-        for before, name in zip(group, group[1:]):
+        for before, name in itertools.pairwise(group):
             window.tabifyDockWidget(d[before], d[name])
     d["run"].raise_()
     d["convergence"].raise_()
@@ -92,8 +107,6 @@ def _default_sizes(window) -> None:
 
 def reset_layout(window) -> None:
     """View → Reset layout: presentation mode off, every panel back in its default place and size."""
-    from .layout import set_presentation_mode
-
     set_presentation_mode(window, False)
     window.restoreState(window.default_layout, LAYOUT_VERSION)  # docked, shown, tabbed as at first
     _default_sizes(window)  # in proportion to the window's size now
@@ -144,8 +157,6 @@ def add_dock_actions(window, menu) -> None:
 
 def save_window(window, store) -> None:
     """Save the window's geometry and its docks' arrangement (presentation mode's hidden panels shown)."""
-    from .layout import set_presentation_mode
-
     set_presentation_mode(window, False)
     store.setValue(GEOMETRY_KEY, window.saveGeometry())
     store.setValue(STATE_KEY, window.saveState(LAYOUT_VERSION))
@@ -163,3 +174,34 @@ def restore_window(window, store) -> bool:
     # Qt checks a state before applying any of it (a refused one leaves the default arrangement) and puts a
     # floating panel saved on a screen that is gone back on one
     return isinstance(state, (QByteArray, bytes)) and window.restoreState(QByteArray(state), LAYOUT_VERSION)
+
+
+def set_presentation_mode(window, on: bool, scale: float = PRESENTATION_SCALE) -> None:
+    """Larger fonts everywhere (plots included) and only the views; ``on=False`` puts everything back.
+
+    The control panels (image set, Run, Transforms, Clusters) are closed, wherever they are docked; leaving
+    restores the arrangement the window had when presentation mode began.
+    """
+    saved = getattr(window, "_presentation", None)
+    if on and saved is None:
+        window._presentation = {"font": QFont(window.font()),
+                                "own_font": window.testAttribute(Qt.WidgetAttribute.WA_SetFont),
+                                "state": window.saveState(LAYOUT_VERSION)}
+        big = QFont(window.font())
+        big.setPointSizeF((big.pointSizeF() if big.pointSizeF() > 0 else 9.0) * scale)
+        window.setFont(big)
+        for name in CONTROLS:
+            window.docks[name].hide()
+    elif not on and saved is not None:
+        window.setFont(saved["font"] if saved["own_font"] else QFont())
+        window.restoreState(saved["state"], LAYOUT_VERSION)
+        window._presentation = None
+    act = getattr(window, "presentation_action", None)
+    if act is not None and act.isChecked() != on:
+        act.blockSignals(True)
+        act.setChecked(on)
+        act.blockSignals(False)
+
+
+def is_presentation_mode(window) -> bool:
+    return getattr(window, "_presentation", None) is not None

@@ -6,6 +6,7 @@ open are added to it (a failing redraw must not stack up dozens of windows).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import traceback
@@ -122,10 +123,8 @@ _relay: _Relay | None = None
 def excepthook(exc_type, exc, tb) -> None:
     """Uncaught exceptions: logged, then shown in the error window (nothing is sent anywhere)."""
     text = "".join(traceback.format_exception(exc_type, exc, tb))
-    try:
+    with contextlib.suppress(Exception):  # never fail inside the hook
         log.error("uncaught exception\n%s", text)
-    except Exception:  # noqa: BLE001 - never fail inside the hook
-        pass
     try:
         app = QApplication.instance()
         if app is None:

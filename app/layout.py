@@ -3,15 +3,16 @@ presentation mode (big text, views only)."""
 from __future__ import annotations
 
 from PySide6.QtCore import QRect, QSize, Qt
-from PySide6.QtGui import QAction, QFont, QGuiApplication, QKeySequence
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QSplitter
 
-__all__ = ["PREFERRED_SIZE", "EvenSplitter", "add_view_menu", "fit_to_screen", "fitted_size", "is_presentation_mode",
-           "set_presentation_mode"]
+from .docks import PRESENTATION_SCALE, is_presentation_mode, set_presentation_mode  # presentation mode lives there
+
+__all__ = ["PREFERRED_SIZE", "PRESENTATION_SCALE", "EvenSplitter", "add_action", "add_view_menu", "fit_to_screen",
+           "fitted_size", "insert_menu", "is_presentation_mode", "set_presentation_mode"]
 
 PREFERRED_SIZE = QSize(1280, 800)
 DECORATION = QSize(8, 32)  # a window frame's likely size before the window manager reports it
-PRESENTATION_SCALE = 1.5
 CENTRAL_MIN_HEIGHT = 240  # px: W, the means, their titles and the iteration slider (the window fits 700 px)
 
 
@@ -51,39 +52,6 @@ def fit_to_screen(window, available: QRect | None = None) -> QRect:
     return available
 
 
-def set_presentation_mode(window, on: bool, scale: float = PRESENTATION_SCALE) -> None:
-    """Larger fonts everywhere (plots included) and only the views; ``on=False`` puts everything back.
-
-    The control panels (image set, Run, Transforms, Clusters) are closed, wherever they are docked; leaving
-    restores the arrangement the window had when presentation mode began.
-    """
-    from .docks import CONTROLS, LAYOUT_VERSION
-
-    saved = getattr(window, "_presentation", None)
-    if on and saved is None:
-        window._presentation = {"font": QFont(window.font()),
-                                "own_font": window.testAttribute(Qt.WidgetAttribute.WA_SetFont),
-                                "state": window.saveState(LAYOUT_VERSION)}
-        big = QFont(window.font())
-        big.setPointSizeF((big.pointSizeF() if big.pointSizeF() > 0 else 9.0) * scale)
-        window.setFont(big)
-        for name in CONTROLS:
-            window.docks[name].hide()
-    elif not on and saved is not None:
-        window.setFont(saved["font"] if saved["own_font"] else QFont())
-        window.restoreState(saved["state"], LAYOUT_VERSION)
-        window._presentation = None
-    act = getattr(window, "presentation_action", None)
-    if act is not None and act.isChecked() != on:
-        act.blockSignals(True)
-        act.setChecked(on)
-        act.blockSignals(False)
-
-
-def is_presentation_mode(window) -> bool:
-    return getattr(window, "_presentation", None) is not None
-
-
 def add_view_menu(window, before: QAction | None = None):
     """A View menu with "Presentation mode" (F5), the panels and "Reset layout", placed before ``before``."""
     from PySide6.QtWidgets import QMenu
@@ -103,6 +71,16 @@ def add_view_menu(window, before: QAction | None = None):
     insert_menu(window, menu, before)
     window.view_menu = menu
     return menu
+
+
+def add_action(window, menu, text, slot, shortcut=None) -> QAction:
+    """A new action ``text`` of ``window`` in ``menu``, calling ``slot``, with an optional ``shortcut``."""
+    act = QAction(text, window)
+    if shortcut is not None:
+        act.setShortcut(QKeySequence(shortcut))
+    act.triggered.connect(slot)
+    menu.addAction(act)
+    return act
 
 
 def insert_menu(window, menu, before=None) -> None:

@@ -31,9 +31,11 @@ from PySide6.QtWidgets import (
 )
 from superqt import QElidingLabel
 
+from iastudio.core import options
 from iastudio.core.clusterbook import UNASSIGNED
 from iastudio.core.demos import DEMO_NAMES, PAPER_MODE
 from iastudio.core.filenames import display_name
+from iastudio.core.options import option
 from iastudio.core.pose import canonical_pose
 from iastudio.core.presets import PRESETS
 from iastudio.core.wording import count_of
@@ -351,6 +353,27 @@ PAPER_BETA = float(PRESETS[PAPER_MODE["preset"]]["beta"])
 PAPER_ITERATIONS = int(PRESETS[PAPER_MODE["preset"]]["iterations"])
 
 
+def option_field(name: str) -> QSpinBox | QDoubleSpinBox:
+    """A spin box for the run option ``name``: range, default, unit and decimals from its declaration.
+
+    The box's object name is the option's name.  An open minimum (β > 0) becomes the smallest value the
+    box shows above it; an option whose default is a word ("auto") or None shows its ``typical`` value,
+    or its maximum (the rotation range's whole circle).
+    """
+    opt = option(name)
+    box = QSpinBox() if opt.kind is int else QDoubleSpinBox()
+    if isinstance(box, QDoubleSpinBox):
+        box.setDecimals(opt.decimals)  # before the range, which it rounds
+    step = 10.0 ** -opt.decimals if isinstance(box, QDoubleSpinBox) else 1
+    box.setRange(opt.minimum + (step if opt.open_minimum else 0), opt.maximum)
+    plain = isinstance(opt.default, (int, float)) and not isinstance(opt.default, bool)
+    box.setValue(opt.default if plain else opt.typical if opt.typical is not None else opt.maximum)
+    if opt.unit:
+        box.setSuffix(f" {opt.unit}")
+    box.setObjectName(name)
+    return box
+
+
 class RunPanel(QGroupBox):
     """Settings, Start / Stop / Resume and the progress bar.
 
@@ -397,6 +420,10 @@ class RunPanel(QGroupBox):
         self.stop_btn.clicked.connect(self.stopRequested)
         self.resume_btn.clicked.connect(self.resumeRequested)
         apply_tooltips(self)
+        for box in (self.beta, self.iterations, self.clusters, self.rotation_range, self.angle_step, self.size):
+            opt = option(box.objectName())
+            values = opt.range_text(unit=True).replace("`", "")
+            box.setToolTip(f"{box.toolTip()}\n\n{values}; default {opt.default_text().replace('`', '')}.")
         self.backend.setToolTip(self.backend.toolTip() + "\n\nGPU here: " + gpu_reason)
         self.set_state("idle")
 
@@ -405,21 +432,22 @@ class RunPanel(QGroupBox):
         self.method = QComboBox()
         self.method.addItem("Invariant Attention (IA)", "ia")
         self.method.addItem("Kernel attention (KA)", "ka")
+        self.method.setCurrentIndex(self.method.findData(option("method").default))
         self.beta_auto = QCheckBox("auto")
-        self.beta_auto.setChecked(True)
-        self.beta = QDoubleSpinBox(minimum=0.01, maximum=10000, value=10, decimals=2)
-        self.beta.setEnabled(False)
-        self.iterations = QSpinBox(minimum=1, maximum=50, value=3)
+        self.beta = option_field("beta")
+        self.iterations = option_field("iterations")
         self.clusters_auto = QCheckBox("auto")
-        self.clusters_auto.setChecked(True)
-        self.clusters = QSpinBox(minimum=1, maximum=1000, value=3)
-        self.clusters.setEnabled(False)
-        self.rotation_range = QDoubleSpinBox(minimum=1, maximum=180, value=180, suffix=" °")
-        self.angle_step = QDoubleSpinBox(minimum=0.5, maximum=45, value=5, suffix=" °")
-        self.size = QSpinBox(minimum=8, maximum=256, value=64, suffix=" px")
+        self.clusters = option_field("clusters")
+        for auto, box in ((self.beta_auto, self.beta), (self.clusters_auto, self.clusters)):
+            auto.setChecked(option(box.objectName()).default == "auto")
+            box.setEnabled(not auto.isChecked())
+        self.rotation_range = option_field("rotation_range")  # its maximum, the whole circle, is None
+        self.angle_step = option_field("angle_step")
+        self.size = option_field("size")
         # Applied once the user has finished typing (Enter, leaving the field, the arrows): "96" is never 9 first.
         self.size.setKeyboardTracking(False)
         self.mirror = QCheckBox("mirror images match")
+        self.mirror.setChecked(option("group").default == "e2")
         self.paper_mode = QCheckBox("as in the paper")
         self.paper_mode.toggled.connect(self._paper_mode_toggled)
         self.beta_auto.toggled.connect(self._beta_auto_toggled)
@@ -427,6 +455,7 @@ class RunPanel(QGroupBox):
         self.backend.addItem("Auto", "auto")
         self.backend.addItem("CPU", "numpy")
         self.backend.addItem("GPU", "cupy")
+        self.backend.setCurrentIndex(self.backend.findData(option("backend").default))
         if not gpu_ok:
             item = self.backend.model().item(2)
             item.setEnabled(False)
@@ -508,6 +537,7 @@ class RunPanel(QGroupBox):
         self.clusters.setEnabled(not self.clusters_auto.isChecked())
 
     def options(self) -> dict:
+        """The run options the fields show (keywords of :class:`~iastudio.core.attention.AttentionRun`)."""
         rr = self.rotation_range.value()
         paper = dict(PAPER_MODE) if self.paper_mode.isChecked() else {}
         return paper | {
@@ -515,7 +545,7 @@ class RunPanel(QGroupBox):
             "beta": "auto" if self.beta_auto.isChecked() else self.beta.value(),
             "iterations": self.iterations.value(),
             "clusters": "auto" if self.clusters_auto.isChecked() else self.clusters.value(),
-            "rotation_range": None if rr >= 180 else rr,
+            "rotation_range": None if rr >= self.rotation_range.maximum() else rr,
             "angle_step": self.angle_step.value(),
             "group": "e2" if self.mirror.isChecked() else "se2",
         }
@@ -525,10 +555,10 @@ class RunPanel(QGroupBox):
 
         The backend is not changed: it depends on the machine, not on the run.
         """
-        def number(key, lo, hi, kind=float):
+        def number(key):
             v = params.get(key)
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
-            return kind(v) if ok else None
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and options.problem(key, v) is None
+            return v if ok else None
 
         # paper mode first (it fills β and the iterations), then the saved values over it
         self.set_paper_mode(params.get("beta") != "auto" and (params.get("preset") == PAPER_MODE["preset"]
@@ -537,19 +567,18 @@ class RunPanel(QGroupBox):
         idx = self.method.findData(method) if isinstance(method, str) else -1
         if idx >= 0:
             self.method.setCurrentIndex(idx)
-        for key, auto, box, lo, hi, kind in (("beta", self.beta_auto, self.beta, 0.01, 10000, float),
-                                             ("clusters", self.clusters_auto, self.clusters, 1, 1000, int)):
+        for key, auto, box in (("beta", self.beta_auto, self.beta), ("clusters", self.clusters_auto, self.clusters)):
             if params.get(key) == "auto":
                 auto.setChecked(True)
-            elif (v := number(key, lo, hi, kind)) is not None:
+            elif (v := number(key)) is not None:
                 auto.setChecked(False)
                 box.setValue(v)
-        if (v := number("iterations", 1, 50, int)) is not None:
-            self.iterations.setValue(v)
+        if (v := number("iterations")) is not None:
+            self.iterations.setValue(int(v))
         if "rotation_range" in params:
-            rr = number("rotation_range", 1, 180)
-            self.rotation_range.setValue(180 if params["rotation_range"] is None or rr is None else rr)
-        if (v := number("angle_step", 0.5, 45)) is not None:
+            rr = number("rotation_range")
+            self.rotation_range.setValue(self.rotation_range.maximum() if rr is None else rr)
+        if (v := number("angle_step")) is not None:
             self.angle_step.setValue(v)
         if params.get("group") in ("se2", "e2"):
             self.mirror.setChecked(params["group"] == "e2")
@@ -715,9 +744,9 @@ class ClustersPanel(QGroupBox):
         if book is None:
             return
         counts = book.counts()
-        ids = [c for c in book.cluster_ids() + [UNASSIGNED] if c in means]
+        ids = [c for c in [*book.cluster_ids(), UNASSIGNED] if c in means]
         posed = dict(zip(ids, canonical_pose(np.stack([means[c] for c in ids])))) if ids else {}
-        for c in book.cluster_ids() + [UNASSIGNED]:
+        for c in [*book.cluster_ids(), UNASSIGNED]:
             it = QListWidgetItem(f"{book.name_of(c)}  ({counts[c]})")
             it.setData(Qt.ItemDataRole.UserRole, c)
             if c in posed:

@@ -387,7 +387,7 @@ class ProjectController(QObject):
     # ------------------------------------------------------------ recent lists
     def remember(self, key: str, value: str) -> None:
         items = [v for v in self.recent(key) if v != value]  # one stored entry comes back as a plain str
-        settings().setValue(key, [value] + items[:MAX_RECENT - 1])
+        settings().setValue(key, [value, *items[:MAX_RECENT - 1]])
         self.refresh_recent()
 
     def recent(self, key: str) -> list[str]:

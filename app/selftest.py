@@ -41,7 +41,7 @@ def check_window(window) -> list[tuple[str, bool, str]]:
     window.means_view.per_cluster.setChecked(False)
     pts = window.convergence_view.n_points
     checks.append(("manifold map: one point per image", pts == m.session.n, f"{pts} points"))
-    xs, ys = window.convergence_view.curves["median"].getData()
+    xs, _ys = window.convergence_view.curves["median"].getData()
     checks.append(("convergence curves: one point per distance computation",
                    xs is not None and len(xs) == len(res.history), f"{0 if xs is None else len(xs)} points"))
     checks.append(("KA vs IA: one tile per cluster", window.compare_view.n_tiles == res.n_clusters,

@@ -158,7 +158,7 @@ def _overlay_rgba(shape, rows=(), cols=()):
     """A transparent RGBA image with the given rows and columns tinted (1 x 1 when none is)."""
     if not len(rows) and not len(cols):
         return _CLEAR
-    over = np.zeros(shape + (4,), np.uint8)
+    over = np.zeros((*shape, 4), np.uint8)
     for r in rows:
         over[r, :] = (255, 60, 60, 90)
     for c in cols:
@@ -446,7 +446,7 @@ class MeansView(_Titled):
         if chosen.isdisjoint(self._tile_ids):
             self.overlay.setImage(_CLEAR, autoLevels=False)
             return
-        over = np.zeros(img.shape[:2] + (4,), np.uint8)
+        over = np.zeros((*img.shape[:2], 4), np.uint8)
         for k, tid in enumerate(self._tile_ids):
             if tid in chosen:
                 r, c = divmod(k, cols)
@@ -569,7 +569,7 @@ class ConvergenceView(_Titled):
         # one scatter per colour (the cluster colours, then grey for unassigned images): no brush per point to
         # set, which at thousands of points is most of the cost of a new map
         self.points = []
-        for brush in self._brushes + [self._grey]:
+        for brush in [*self._brushes, self._grey]:
             item = pg.ScatterPlotItem(size=11, pen=pg.mkPen("k", width=0.5), brush=brush)
             item.sigClicked.connect(self._clicked)
             self.map_plot.addItem(item)

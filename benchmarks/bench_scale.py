@@ -56,6 +56,7 @@ the ARI between the two runs' labels.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import resource
 import subprocess
@@ -229,7 +230,7 @@ def _one(n, size, neighbors, backend, iterations, warmup=False):
                warp=describe_code() if backend == "numpy" else describe_gpu_code(), warmed_up=warmup,
                wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0,
                first_iteration_s=marks[1] if len(marks) > 1 else None,
-               iteration_s=[round(b - a, 3) for a, b in zip(marks, marks[1:])],
+               iteration_s=[round(b - a, 3) for a, b in itertools.pairwise(marks)],
                peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
                clusters=int(res.n_clusters), ari=float(adjusted_rand_score(y, res.labels)),
                similarity_s=res.timings["similarity_s"], mean_s=res.timings["mean_s"],
@@ -505,13 +506,14 @@ def bench_autosave(n, size, frames=7, k=30):
         w.projects.autosave()  # the app's way: the snapshot here, the write in a worker thread
         t_call = time.perf_counter() - t0
         job = w.projects._autosaving  # noqa: SLF001 - the write being measured
-        assert job is not None and not job.ended.is_set()
+        assert job is not None
+        assert not job.ended.is_set()
         while w.projects.writing:
             app.processEvents()
             time.sleep(0.001)
         t_all = time.perf_counter() - t0
         timer.stop()
-        gaps = np.diff([t0] + ticks) * 1e3
+        gaps = np.diff([t0, *ticks]) * 1e3
         print(f"autosave of {n} images ({path.stat().st_size / 1e6:.0f} MB):")
         print(f"  before (written on the GUI thread): the window blocked {t_old:.1f} s")
         print(f"  after: the GUI thread takes the snapshot in {t_snap * 1e3:.2f} ms (Session.to_project; "

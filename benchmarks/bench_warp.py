@@ -66,7 +66,7 @@ def main(argv=None):
     xi, xp_ = b.asarray(images), b.asarray(params)
 
     def ours():
-        out, grad = warp(xi, xp_, gradient=True)
+        out, _grad = warp(xi, xp_, gradient=True)
         to_host(out[:1])
 
     warp(xi[:8], xp_[:8], gradient=True)  # warm-up (and Numba's compile or cache load)

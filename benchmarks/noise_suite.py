@@ -145,4 +145,4 @@ def make_noise_set(spec: NoiseSpec, *, split: str = "tune", seed: int = 0, clean
         signal_var = float(np.mean(truth.var(axis=(1, 2))))
         noisy = truth + rng.normal(0.0, np.sqrt(signal_var / spec.snr), truth.shape)
     out = (list(noisy), labels, clean_views)
-    return out + (truth,) if clean_images else out
+    return (*out, truth) if clean_images else out

@@ -64,7 +64,7 @@ def size_table(root: Path = BUNDLE, top: int = 25) -> list[tuple[str, int]]:
             sizes[key] = sizes.get(key, 0) + f.stat().st_size
     rows = sorted(sizes.items(), key=lambda kv: -kv[1])
     if len(rows) > top:
-        rows = rows[:top] + [(f"{len(rows) - top} others", sum(v for _, v in rows[top:]))]
+        rows = [*rows[:top], (f"{len(rows) - top} others", sum(v for _, v in rows[top:]))]
     return rows
 
 

@@ -4,46 +4,39 @@ The algorithms, with no Qt: arrays in, arrays out (NumPy or CuPy).
 """
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _installed_version
-
-try:  # the version is written once, in pyproject.toml; installs (and the bundle) carry it as metadata
-    __version__ = _installed_version("invariant-attention-studio")
-except PackageNotFoundError:  # a source tree used without installing
-    __version__ = "0+unknown"
-
-from .attention import AttentionRun, RunResult, RunState, Settings, Snapshot, Stage  # noqa: E402
-from .backend import get_backend, set_threads, to_host, use_threads  # noqa: E402
-from .demos import DEMO_NAMES, load_demo  # noqa: E402
-from .imageset import ImageSet, NoUsableImagesError, load_images  # noqa: E402
-from .invariant_mean import invariant_means  # noqa: E402
-from .preprocess import Canvas, preprocess  # noqa: E402
-from .similarity import invariant_distances  # noqa: E402
-from .warp import warp  # noqa: E402
-from .weights import attention_weights, auto_beta  # noqa: E402
+from ._version import __version__
+from .attention import AttentionRun, RunResult, RunState, Settings, Snapshot, Stage
+from .backend import get_backend, set_threads, to_host, use_threads
+from .demos import DEMO_NAMES, load_demo
+from .imageset import ImageSet, NoUsableImagesError, load_images
+from .invariant_mean import invariant_means
+from .preprocess import Canvas, preprocess
+from .similarity import invariant_distances
+from .warp import warp
+from .weights import attention_weights, auto_beta
 
 __all__ = [
-    "__version__",
+    "DEMO_NAMES",
     "AttentionRun",
+    "Canvas",
+    "ImageSet",
+    "NoUsableImagesError",
     "RunResult",
+    "RunState",
     "Settings",
     "Snapshot",
     "Stage",
-    "RunState",
-    "get_backend",
-    "to_host",
-    "set_threads",
-    "use_threads",
-    "DEMO_NAMES",
-    "load_demo",
-    "ImageSet",
-    "NoUsableImagesError",
-    "load_images",
-    "invariant_means",
-    "Canvas",
-    "preprocess",
-    "invariant_distances",
-    "warp",
+    "__version__",
     "attention_weights",
     "auto_beta",
+    "get_backend",
+    "invariant_distances",
+    "invariant_means",
+    "load_demo",
+    "load_images",
+    "preprocess",
+    "set_threads",
+    "to_host",
+    "use_threads",
+    "warp",
 ]

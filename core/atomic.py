@@ -25,8 +25,15 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["umask", "atomic_write", "atomic_write_bytes", "atomic_write_text", "remove_stale_temporaries",
-           "ResultFolder", "signals_held"]
+__all__ = [
+    "ResultFolder",
+    "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "remove_stale_temporaries",
+    "signals_held",
+    "umask",
+]
 
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.(?:tmp|partial)$")
 # project saves of earlier versions (tempfile.mkstemp: no pid), e.g. ".work.iaproj.k3j4h5g6.tmp"
@@ -83,9 +90,8 @@ def atomic_write(path, *, mode: str = "wb", encoding: str | None = None, errors:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with signals_held():
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        with signals_held(), contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
 
 
@@ -188,10 +194,8 @@ def signals_held():
     pending: list[int] = []
     old = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
+        with contextlib.suppress(ValueError, OSError):
             old[sig] = signal.signal(sig, lambda signum, _frame: pending.append(signum))
-        except (ValueError, OSError):
-            pass
     try:
         yield
     finally:

@@ -30,11 +30,12 @@ from .clustering import KChoice, grouping_order, read_clusters, silhouette
 from .descent_mean import descent_step, start_descent_means
 from .invariant_mean import invariant_mean_step, invariant_means, start_invariant_means
 from .neighbors import resolve_neighbors
+from .options import OPTIONS, check, option
 from .similarity import check_finite, invariant_distances, plain_distances
 from .warp import warp
 from .weights import attention_weights, local_bandwidth
 
-__all__ = ["Stage", "RunState", "Settings", "Snapshot", "AttentionRun", "RunResult", "RESULT_ARRAYS"]
+__all__ = ["RESULT_ARRAYS", "AttentionRun", "RunResult", "RunState", "Settings", "Snapshot", "Stage"]
 
 
 class Stage(StrEnum):
@@ -149,12 +150,12 @@ class Settings:
         for the record; its options are already in the other fields.
     """
 
-    method: str = "ia"
-    beta: object = "auto"
-    iterations: int = 3
-    clusters: object = "auto"
-    rotation_range: float | None = None
-    angle_step: float = 5.0
+    method: str = option("method").default
+    beta: object = option("beta").default
+    iterations: int = option("iterations").default
+    clusters: object = option("clusters").default
+    rotation_range: float | None = option("rotation_range").default
+    angle_step: float = option("angle_step").default
     mean_steps: int = 10
     sigmas: tuple = (0.0, 1.0, 2.0)
     init: str = "pairwise"
@@ -164,12 +165,12 @@ class Settings:
     snapshot_every: int = 2
     converge_tol: float = 1e-3
     guard: bool | None = None
-    group: str = "se2"
-    neighbors: object = "auto"
+    group: str = option("group").default
+    neighbors: object = option("neighbors").default
     mean_solver: str = "gauss-newton"
     learning_rate: float = 0.005
     intensity: str = "unit"
-    readout: str = "auto"
+    readout: str = option("readout").default
     preset: str | None = None
 
     @property
@@ -178,19 +179,15 @@ class Settings:
         return self.beta == "auto" if self.guard is None else bool(self.guard)
 
     def validate(self, n: int) -> None:
-        """Raise ``ValueError`` with a plain message for a bad option."""
-        if self.method not in ("ia", "ka"):
-            raise ValueError("method must be 'ia' or 'ka'")
-        if self.beta != "auto" and not (float(self.beta) > 0 and np.isfinite(float(self.beta))):
-            raise ValueError("beta must be a finite number > 0, or 'auto'")
-        if int(self.iterations) < 1:
-            raise ValueError("iterations must be at least 1")
-        if not self.angle_step > 0:
-            raise ValueError("angle step must be > 0")
-        if self.clusters != "auto" and not 1 <= int(self.clusters) <= n:
+        """Raise ``ValueError`` with a plain message for a bad option.
+
+        The declared options (:mod:`iastudio.core.options`) are checked against their declaration.
+        """
+        for opt in OPTIONS:
+            if opt.checked_by == "engine" and opt.name in self.__dataclass_fields__:
+                check(opt.name, getattr(self, opt.name))
+        if self.clusters != "auto" and not int(self.clusters) <= n:
             raise ValueError(f"clusters must be between 1 and the number of images ({n})")
-        if self.group not in ("se2", "e2"):
-            raise ValueError("group must be 'se2' or 'e2'")
         if self.init not in ("pairwise", "identity"):
             raise ValueError("init must be 'pairwise' or 'identity'")
         if not 0 < float(self.weight_mass) <= 1:
@@ -201,18 +198,9 @@ class Settings:
             raise ValueError("learning_rate must be a finite number > 0")
         if self.intensity not in ("unit", "paper"):
             raise ValueError("intensity must be 'unit' or 'paper'")
-        if self.readout not in ("auto", "spectral", "collapse"):
-            raise ValueError("readout must be 'auto', 'spectral' or 'collapse'")
         if self.readout == "collapse" and self.clusters != "auto":
             raise ValueError("the collapse read-out finds the number of clusters itself: leave clusters at 'auto', "
                              "or read out with readout='spectral' (ia-cluster: --readout spectral)")
-        if self.neighbors not in ("all", "auto"):
-            try:
-                ok = int(self.neighbors) >= 1
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
-                raise ValueError("neighbors must be a whole number >= 1, 'all' or 'auto'")
 
 
 @dataclass
@@ -481,8 +469,7 @@ intensity, readout
                  intensity: str = Settings.intensity, readout: str = Settings.readout, preset: str | None = None):
         #: optional ``dask.distributed.Client``: similarity chunks and mean columns run as its tasks
         self.client = client
-        if threads is not None and int(threads) < 1:
-            raise ValueError("threads must be at least 1")
+        check("threads", threads)
         #: CPU threads the steps run on (``None``: one per core, :func:`iastudio.core.backend.threads`)
         self.threads = None if threads is None else int(threads)
         options = dict(

@@ -23,24 +23,25 @@ from types import ModuleType
 import numpy as np
 
 from .extras import missing_extra
+from .options import check
 
 __all__ = [
     "Backend",
     "BackendUnavailableError",
-    "get_backend",
-    "array_module",
-    "to_host",
-    "fft_module",
-    "cpu_count",
-    "threads",
-    "set_threads",
-    "use_threads",
-    "ndimage_module",
     "DeviceOutOfMemory",
     "GpuFallbackWarning",
-    "is_out_of_memory",
+    "array_module",
     "block_elements",
+    "cpu_count",
+    "fft_module",
+    "get_backend",
     "in_blocks",
+    "is_out_of_memory",
+    "ndimage_module",
+    "set_threads",
+    "threads",
+    "to_host",
+    "use_threads",
 ]
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,20 @@ def array_module(a) -> ModuleType:
 
 
 def to_host(a, dtype=None) -> np.ndarray:
-    """Return ``a`` as a NumPy array on the host (copying from the GPU if needed)."""
+    """Return ``a`` as a NumPy array on the host (copying from the GPU if needed).
+
+    Parameters
+    ----------
+    a : array_like
+        A NumPy or CuPy array, or anything :func:`numpy.asarray` takes.
+    dtype : data-type, optional
+        The result's type (default: ``a``'s).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``a`` on the host; ``a`` itself when it is already a NumPy array of that type.
+    """
     if array_module(a) is not np:
         a = a.get()
     return np.asarray(a, dtype=dtype)
@@ -205,12 +219,15 @@ def set_threads(n: int | None) -> int | None:
         the warp's thread pool (:func:`iastudio.core.warp.parallel_map`), the
         FFTs' ``workers=`` and the nearest-neighbour search for the whole
         process.
+
+    Returns
+    -------
+    int or None
+        The setting before this call.
     """
     global _THREADS
     if n is not None:
-        n = int(n)
-        if n < 1:
-            raise ValueError("threads must be at least 1")
+        n = check("threads", int(n))  # the limits declared for --threads
     with _THREADS_LOCK:
         previous, _THREADS = _THREADS, n
     return previous
@@ -218,7 +235,18 @@ def set_threads(n: int | None) -> int | None:
 
 @contextlib.contextmanager
 def use_threads(n: int | None):
-    """:func:`set_threads` ``n`` inside the block, the previous setting after it (``None``: no change)."""
+    """:func:`set_threads` ``n`` inside the block, the previous setting after it (``None``: no change).
+
+    Parameters
+    ----------
+    n : int or None
+        Threads for the engine's CPU work inside the block.
+
+    Yields
+    ------
+    None
+        Control, with ``n`` threads set.
+    """
     if n is None:
         yield
         return

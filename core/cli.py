@@ -9,6 +9,7 @@ beside ``--out`` and moved into place only when complete.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
 import math
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, se2
+from . import options, se2
+from ._version import __version__
 from .atomic import ResultFolder, signals_held
 from .backend import threads
 from .demos import DEMO_NAMES, load_demo
@@ -45,44 +47,30 @@ def _positive_float(name):
     return conv
 
 
-def _beta(text):
-    return "auto" if text == "auto" else _positive_float("--beta")(text)
-
-
-def _whole_number(name, minimum, *, auto=False):
-    """An argparse type: a whole number >= ``minimum`` (or "auto" when allowed)."""
+def _declared(name: str):
+    """An argparse type for the run option ``name``: :func:`iastudio.core.options.parse` (limits included)."""
 
     def conv(text):
-        if auto and text == "auto":
-            return "auto"
         try:
-            v = int(text)
-        except ValueError:
-            extra = " or 'auto'" if auto else ""
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number{extra}, got {text!r}") from None
-        if v < minimum:
-            raise argparse.ArgumentTypeError(f"{name} must be at least {minimum}, got {v}")
-        return v
+            return options.parse(name, text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
+    conv.__name__ = name  # what argparse names in its own messages
     return conv
 
 
-_clusters = _whole_number("--clusters", 1, auto=True)
-_size = _whole_number("--size", 8)
-_iterations = _whole_number("--iterations", 1)
-_threads = _whole_number("--threads", 1)
-
-
-def _neighbors(text):
-    if text in ("all", "auto"):
-        return text
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--neighbors must be a whole number, 'all' or 'auto', got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"--neighbors must be at least 1, got {v}")
-    return v
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options declared in :data:`iastudio.core.options.OPTIONS`: type, limits, default and help from there."""
+    for opt in options.OPTIONS:
+        default = opt.default_text().replace("`", "")
+        values = "" if opt.choices or opt.kind is str else f"; {opt.range_text().replace('`', '')}"
+        text = f"{opt.help}{values} (default: {default})"
+        if opt.choices:
+            p.add_argument(opt.flag, choices=opt.choices, default=opt.default, help=text)
+        else:
+            p.add_argument(opt.flag, type=_declared(opt.name), default=opt.default, metavar=opt.metavar or None,
+                           help=text)
 
 
 def _transform(text):
@@ -104,44 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="*", metavar="INPUT",
                    help="image file, folder (recursive; subfolder names are true labels) or demo:NAME")
     p.add_argument("--out", default="ia-results", help="output folder (default: ./ia-results)")
-    p.add_argument("--method", choices=("ia", "ka"), default="ia",
-                   help="ia: Invariant Attention; ka: plain kernel attention baseline")
-    p.add_argument("--clusters", type=_clusters, default="auto", metavar="K|auto")
-    p.add_argument("--beta", type=_beta, default="auto", metavar="B|auto",
-                   help="RBF bandwidth on unit-norm images (auto: from near-neighbour distances)")
-    p.add_argument("--iterations", type=_iterations, default=3, metavar="N")
-    p.add_argument("--rotation-range", type=_positive_float("--rotation-range"), default=None, metavar="DEG",
-                   help="search relative rotations in [-DEG, DEG] only (default: the whole circle)")
-    p.add_argument("--angle-step", type=_positive_float("--angle-step"), default=5.0, metavar="DEG")
-    p.add_argument("--size", type=_size, default=64, metavar="PX", help="working size in pixels")
-    p.add_argument("--group", choices=("se2", "e2"), default="se2",
-                   help="se2: rotations and shifts (default); e2: also mirror images (a flipped specimen is the "
-                        "same thing); adds a 'mirrored' column to assignments.csv")
-    p.add_argument("--scale", choices=("content", "frame"), default="content",
-                   help="content: scale each image's object to the working size (default); "
-                        "frame: scale each file's longest side to it")
-    p.add_argument("--denoise", choices=("auto", "on", "off"), default="auto",
-                   help="denoise a stack of same-size gray images first (steerable PCA, rotation-invariant); "
-                        "auto: only when the images are noisy (estimated from the frame's corners); "
-                        "summary.json says what it did")
-    p.add_argument("--backend", choices=("auto", "numpy", "cupy"), default="auto")
-    p.add_argument("--threads", type=_threads, default=None, metavar="N",
-                   help="CPU threads the engine runs on (default: one per core this process may use)")
-    p.add_argument("--neighbors", type=_neighbors, default="auto", metavar="K|all|auto",
-                   help="align only each image's K candidate neighbours (auto: all pairs up to 300 images, "
-                        "K=30 above)")
+    _add_run_options(p)
     p.add_argument("--paper", action="store_true",
                    help="run the paper's algorithm as written (the 'paper' preset, iastudio.core.presets): identity "
                         "start, fixed-step gradient descent, the best smoothing level, exact sums, one beta "
                         "(default 2) on the paper's intensity scale, no guard, iterate until W stops moving; "
                         "options given explicitly win")
-    p.add_argument("--readout", choices=("auto", "spectral", "collapse"), default="auto",
-                   help="how clusters are read out: spectral clustering, or collapse (images whose final features "
-                        "coincide; needs --clusters auto); auto: collapse with --paper and --clusters auto, "
-                        "spectral otherwise")
-    p.add_argument("--dask", default=None, metavar="ADDRESS",
-                   help="run the heavy stages on a Dask cluster: local:N (N local worker processes) or "
-                        "tcp://host:8786 (a running 'dask scheduler'); needs the [dask] extra")
     p.add_argument("--transform", type=_transform, default=None, metavar="ROT_DEG,SHIFT_FRAC",
                    help="first apply random transforms: rotation in [-ROT, ROT], shift up to SHIFT_FRAC of the size")
     p.add_argument("--export", choices=("relion",), default=None,
@@ -203,15 +159,6 @@ def gather_inputs(inputs, seed) -> ImageSet:
     return result
 
 
-MAX_SIZE = 512
-"""Largest ``--size`` (px): beyond it one image's search grid needs gigabytes."""
-MAX_ANGLES = 3600
-"""Most angles in the global search: ``--angle-step`` is at least 360 / 3600 = 0.1 degrees."""
-MAX_ITERATIONS = 1000
-MAX_BETA = 1e4
-"""Largest ``--beta``: on unit-norm images every weight underflows beyond it."""
-
-
 def check_options(args) -> str | None:
     """The first problem with the parsed options, in plain words, or None.
 
@@ -245,20 +192,6 @@ def check_options(args) -> str | None:
     dask = getattr(args, "dask", None)
     if dask is not None and not str(dask).strip():
         return "--dask needs a scheduler address: local:N or tcp://host:port (it is empty)"
-    if getattr(args, "size", None) is not None and args.size > MAX_SIZE:
-        return f"--size must be at most {MAX_SIZE} px, got {args.size}"
-    step = getattr(args, "angle_step", None)
-    if step is not None and 360.0 / step > MAX_ANGLES:
-        return f"--angle-step {step:g} gives {360.0 / step:.3g} angles; at most {MAX_ANGLES} (a step of at least " \
-               f"{360.0 / MAX_ANGLES:g} degrees)"
-    rr = getattr(args, "rotation_range", None)
-    if rr is not None and rr > 180:
-        return f"--rotation-range must be at most 180 degrees (the whole circle), got {rr:g}"
-    if getattr(args, "iterations", None) is not None and args.iterations > MAX_ITERATIONS:
-        return f"--iterations must be at most {MAX_ITERATIONS}, got {args.iterations}"
-    beta = getattr(args, "beta", "auto")
-    if beta != "auto" and beta is not None and beta > MAX_BETA:
-        return f"--beta must be at most {MAX_BETA:g} (every weight would be zero), got {beta:g}"
     if getattr(args, "readout", "auto") == "collapse" and getattr(args, "clusters", "auto") != "auto":
         return "--readout collapse finds the number of clusters itself: leave --clusters at auto, or use " \
                "--readout spectral"
@@ -319,10 +252,8 @@ def _on_signal(signum, _frame):
 def _install_signal_handlers():
     old = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
+        with contextlib.suppress(ValueError, OSError):  # not the main thread
             old[sig] = signal.signal(sig, _on_signal)
-        except (ValueError, OSError):  # not the main thread
-            pass
     return old
 
 

@@ -15,7 +15,7 @@ from scipy import sparse
 from .invariant_mean import invariant_means
 from .similarity import invariant_distances
 
-__all__ = ["cluster_key", "cluster_invariant_means", "medoid"]
+__all__ = ["cluster_invariant_means", "cluster_key", "medoid"]
 
 
 def cluster_key(members) -> bytes:
@@ -72,7 +72,7 @@ def cluster_invariant_means(images, clusters, *, distances=None, angle_step: flo
         Mean ``c`` is in the pose of cluster ``c``'s medoid.
     """
     images = np.asarray(images, dtype=np.float32)
-    out = np.zeros((len(clusters),) + images.shape[1:], dtype=np.float32)
+    out = np.zeros((len(clusters), *images.shape[1:]), dtype=np.float32)
     for c, members in enumerate(clusters):
         members = np.asarray(members, dtype=int)
         if members.size == 0:

@@ -75,19 +75,19 @@ from .weights import graph_affinity, local_bandwidth
 
 __all__ = [
     "KChoice",
+    "closest_in_rows",
+    "cluster_labels",
+    "eigengap_k",
+    "eigengaps",
+    "grouping_order",
+    "labels_at_threshold",
     "local_scaling_affinity",
     "nearest_pairs",
-    "closest_in_rows",
-    "eigengaps",
-    "eigengap_k",
-    "select_k",
     "read_clusters",
-    "labels_at_threshold",
-    "split_labels",
-    "silhouette",
-    "cluster_labels",
     "relabel_by_appearance",
-    "grouping_order",
+    "select_k",
+    "silhouette",
+    "split_labels",
 ]
 
 SCALES = (1, 2, 3)  # neighbour ranks m tried for the local bandwidth, smallest first
@@ -742,7 +742,7 @@ def _select(distances, *, scales, min_gap, max_k, probes, near_tie):
     if not sil or max(sil.values()) <= 0:
         return KChoice(1, m, strongest.confidence, "silhouette", [(1, 0.0)]), np.zeros(n, dtype=int)
     k = _near_tie_k(sil, gaps[m] if m in gaps else eigengaps(_affinity(d, m), max_k=max_k), near_tie)
-    ranked = [(k, sil[k])] + sorted(((j, s) for j, s in sil.items() if j != k), key=lambda t: -t[1])[:2]
+    ranked = [(k, sil[k]), *sorted(((j, s) for j, s in sil.items() if j != k), key=lambda t: -t[1])[:2]]
     choice = KChoice(int(k), m, strongest.confidence, "silhouette", [(int(j), float(s)) for j, s in ranked])
     return choice, parts[choice.k]
 

@@ -31,7 +31,7 @@ from . import se2
 from .imageset import ImageSet
 from .warp import warp
 
-__all__ = ["DEMO_NAMES", "PAPER_MODE", "PAPER_DEMO", "load_demo", "base_shapes", "distort"]
+__all__ = ["DEMO_NAMES", "PAPER_DEMO", "PAPER_MODE", "base_shapes", "distort", "load_demo"]
 
 DEMO_NAMES = ("shapes", "digits", "threes", "sketches")
 CANVAS = 64

@@ -42,8 +42,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["DenoiseReport", "estimate_noise", "fourier_bessel_basis", "steerable_pca", "augmented_pca",
-           "denoise", "MODES", "MIN_IMAGES", "AUTO_MAX_SNR"]
+__all__ = [
+    "AUTO_MAX_SNR",
+    "MIN_IMAGES",
+    "MODES",
+    "DenoiseReport",
+    "augmented_pca",
+    "denoise",
+    "estimate_noise",
+    "fourier_bessel_basis",
+    "steerable_pca",
+]
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from .invariant_mean import weight_entries
 from .smoothing import gaussian_smooth
 from .warp import warp
 
-__all__ = ["DescentState", "start_descent_means", "descent_step", "descent_means", "smoothed_gradient"]
+__all__ = ["DescentState", "descent_means", "descent_step", "smoothed_gradient", "start_descent_means"]
 
 _BLOCK = 1 << 22  # elements of the entries' images (times the levels tried) worked on together
 
@@ -118,7 +118,7 @@ def start_descent_means(images, weights, init=None, *, tol: float = 0.0) -> Desc
     src, col, wt = weight_entries(weights, mass=1.0, tol=tol)
     m = weights.shape[1]
     mean = xp.mean(images, axis=0, dtype=np.float64).astype(images.dtype)
-    means = xp.broadcast_to(mean, (m,) + images.shape[1:]).copy()
+    means = xp.broadcast_to(mean, (m, *images.shape[1:])).copy()
     if init is None:
         params = np.zeros((src.size, 3))
     elif callable(init):
@@ -176,7 +176,7 @@ def _column_sum(values, col, m, xp, weights=None):
     onehot[col, np.arange(e)] = w
     flat = values.reshape(e, -1)
     onehot = xp.asarray(onehot, dtype=flat.dtype if flat.dtype.kind == "f" else np.float64)
-    return (onehot @ flat).reshape((m,) + values.shape[1:])
+    return (onehot @ flat).reshape((m, *values.shape[1:]))
 
 
 def _column_blocks(col, m, per_entry):
@@ -254,7 +254,7 @@ def descent_step(images, state: DescentState, *, learning_rate: float, sigmas=(0
         obj[c0:c1] = best[0]
         chosen[c0:c1] = best[3]
     return DescentState(state.entry_src, state.entry_col, state.entry_weight, params, means, state.step + 1,
-                        state.objective + [obj], state.sigma + [chosen])
+                        [*state.objective, obj], [*state.sigma, chosen])
 
 
 def descent_means(images, weights, *, steps: int, learning_rate: float, sigmas=(0.0, 1.0, 2.0),

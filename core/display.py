@@ -13,8 +13,18 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["W_SAMPLE", "TILES_MAX", "KEEP_MAX", "BACKGROUND", "even_sample", "sample_with", "weight_block",
-           "tile_levels", "upright_tiles", "mosaic"]
+__all__ = [
+    "BACKGROUND",
+    "KEEP_MAX",
+    "TILES_MAX",
+    "W_SAMPLE",
+    "even_sample",
+    "mosaic",
+    "sample_with",
+    "tile_levels",
+    "upright_tiles",
+    "weight_block",
+]
 
 W_SAMPLE = 400  # a sparse W (a pruned run above 2,000 images) is drawn for this many images
 TILES_MAX = 1024  # per-image means shown at most; a larger run shows an even sample

@@ -32,7 +32,7 @@ import time
 
 from .extras import missing_extra
 
-__all__ = ["DaskUnavailableError", "MAX_HANDSHAKE_BYTES", "connect", "map_chunks", "n_workers", "probe_scheduler"]
+__all__ = ["MAX_HANDSHAKE_BYTES", "DaskUnavailableError", "connect", "map_chunks", "n_workers", "probe_scheduler"]
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,19 @@ from .display import TILES_MAX, W_SAMPLE, even_sample, mosaic, sample_with, upri
 from .embedding import classical_mds
 from .report import cluster_curves, convergence_curves
 
-__all__ = ["Frame", "FrameBuilder", "plain_means", "frames_from_project", "book_order", "book_frame",
-           "weight_range", "prepare_display", "frame_tiles", "cluster_tiles", "frame_weights"]
+__all__ = [
+    "Frame",
+    "FrameBuilder",
+    "book_frame",
+    "book_order",
+    "cluster_tiles",
+    "frame_tiles",
+    "frame_weights",
+    "frames_from_project",
+    "plain_means",
+    "prepare_display",
+    "weight_range",
+]
 
 
 @dataclass
@@ -151,7 +162,7 @@ def plain_means(images: np.ndarray, labels: np.ndarray, *, n_clusters: int | Non
     images = np.asarray(images)
     labels = np.asarray(labels, dtype=int)
     k = int(labels.max()) + 1 if n_clusters is None else int(n_clusters)
-    out = np.zeros((k,) + images.shape[1:], dtype=np.float32)
+    out = np.zeros((k, *images.shape[1:]), dtype=np.float32)
     for c in range(k):
         if (labels == c).any():
             out[c] = images[labels == c].mean(axis=0)
@@ -161,7 +172,7 @@ def plain_means(images: np.ndarray, labels: np.ndarray, *, n_clusters: int | Non
 def _tile_rows(means, ids, have_ids, have_tiles) -> np.ndarray:
     """Upright tiles of the images ``ids``: the rows of ``have_tiles`` (of ``have_ids``) where there, the rest made."""
     ids = np.asarray(ids, dtype=int)
-    out = np.empty((ids.size,) + means.shape[1:3], dtype=np.uint8)
+    out = np.empty((ids.size, *means.shape[1:3]), dtype=np.uint8)
     found = np.zeros(ids.size, dtype=bool)
     if have_ids is not None and have_tiles is not None and len(have_ids):
         pos = np.full(len(means), -1)
@@ -402,7 +413,7 @@ class FrameBuilder:
         if snapshot.stage == Stage.SIMILARITY:  # each is a new d(S_i, S_j)
             self.history.append(snapshot.distances)
         elif snapshot.stage == Stage.DONE:  # the distances after the iterations kept (the guard may undo one)
-            self.history = self.history[:max(0, int(snapshot.iteration))] + [snapshot.distances]
+            self.history = [*self.history[:max(0, int(snapshot.iteration))], snapshot.distances]
         if self.mds is None or not _same_matrix(snapshot.distances, self._mapped):
             self.mds = _map(snapshot.distances, self.mds)  # a new array: frames share an unchanged map
             self.mds.setflags(write=False)
@@ -573,7 +584,7 @@ def _book_means(frame: Frame, labels: np.ndarray, ids: list, known: dict | None 
     known = known or {}
     means = frame.cluster_means
     changed = edited_clusters(frame, labels, ids)
-    out = np.zeros((len(ids),) + frame.snapshot.means.shape[1:], dtype=np.float32)
+    out = np.zeros((len(ids), *frame.snapshot.means.shape[1:]), dtype=np.float32)
     for row, c in enumerate(ids):
         if c not in changed:
             out[row] = means[c]

@@ -30,16 +30,16 @@ import numpy as np
 __all__ = [
     "IMAGE_EXTENSIONS",
     "MAX_PIXELS",
-    "ImageSet",
-    "NoUsableImagesError",
-    "load_image",
-    "image_files",
-    "load_images",
-    "read_entries",
     "Entry",
     "ImageLoadError",
+    "ImageSet",
+    "NoUsableImagesError",
+    "image_files",
+    "load_image",
+    "load_images",
     "no_usable_images",
     "not_loaded",
+    "read_entries",
     "skip_entry",
 ]
 

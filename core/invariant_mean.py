@@ -47,7 +47,7 @@ from .gauss_newton import gauss_newton_metric, gauss_newton_step
 from .smoothing import gaussian_smooth
 from .warp import parallel_map, warp
 
-__all__ = ["MeanState", "weight_entries", "start_invariant_means", "invariant_mean_step", "invariant_means"]
+__all__ = ["MeanState", "invariant_mean_step", "invariant_means", "start_invariant_means", "weight_entries"]
 
 _BLOCK = 1 << 21  # elements of the entries' images worked on together
 _GPU_BLOCK = 1 << 23  # on a GPU: fewer, larger kernel launches
@@ -115,7 +115,7 @@ def _segment_sum(values, seg, n_seg, xp, weights=None):
     e = flat.shape[0]
     data = xp.ones(e, dtype=flat.dtype) if weights is None else xp.asarray(weights, dtype=flat.dtype)
     mat = sp.coo_matrix((data, (xp.asarray(seg), xp.arange(e))), shape=(n_seg, e)).tocsr()
-    return xp.asarray(mat @ flat).reshape((n_seg,) + values.shape[1:])
+    return xp.asarray(mat @ flat).reshape((n_seg, *values.shape[1:]))
 
 
 def weight_entries(weights, *, mass: float = 1.0, tol: float = 0.0):
@@ -155,11 +155,11 @@ def weight_entries(weights, *, mass: float = 1.0, tol: float = 0.0):
 
     if sp.issparse(weights):
         coo = sp.coo_matrix(weights)
-        n, m = coo.shape
+        _, m = coo.shape
         src, col, w = coo.row.astype(np.int64), coo.col.astype(np.int64), coo.data.astype(float)
     else:
         dense = np.asarray(to_host(weights), dtype=float)
-        n, m = dense.shape
+        _n, m = dense.shape
         src, col = np.nonzero(dense > 0)
         w = dense[src, col]
     order = np.lexsort((-w, col))  # by column, largest first
@@ -218,7 +218,7 @@ def start_invariant_means(images, weights, init=None, *, tol: float = 0.0, mass:
     src_x, col_x = xp.asarray(src), xp.asarray(col)
     wt_x = xp.asarray(wt, dtype=images.dtype)
     params_x = xp.asarray(params)
-    means = xp.zeros((m,) + images.shape[1:], dtype=images.dtype)
+    means = xp.zeros((m, *images.shape[1:]), dtype=images.dtype)
     cache = _new_cache(src.size, images)
     host = []
 
@@ -258,8 +258,8 @@ def _new_cache(e, images):
     if e == 0 or 2 * 4 * per * e > _cache_budget(xp):
         return None
     try:
-        return (xp.empty((e,) + images.shape[1:], dtype=images.dtype),
-                xp.empty((e, 3) + images.shape[1:], dtype=images.dtype))
+        return (xp.empty((e, *images.shape[1:]), dtype=images.dtype),
+                xp.empty((e, 3, *images.shape[1:]), dtype=images.dtype))
     except Exception as exc:
         if is_out_of_memory(exc) or isinstance(exc, MemoryError):
             return None
@@ -378,7 +378,7 @@ def _next_state(state, params, new_means, obj, active, rtol, cache):
     if rtol > 0 and prev_obj is not None:
         new_active &= (prev_obj - obj_h) >= rtol * np.abs(prev_obj)
     return MeanState(state.entry_src, state.entry_col, state.entry_weight, params, new_means,
-                     state.step + 1, state.objective + [obj_h], new_active, cache)
+                     state.step + 1, [*state.objective, obj_h], new_active, cache)
 
 
 def mean_columns_task(images, means, src, col, weight, params, *, sigmas, damping, first_improvement):

@@ -1,6 +1,7 @@
 """Where logs go: tracebacks are written here, never shown to users."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -35,10 +36,8 @@ def log_dir() -> Path:
     """
     env = os.environ.get(LOG_ENV)
     path = Path(env) if env else home_dir() / "logs"
-    try:
+    with contextlib.suppress(OSError):
         path.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        pass
     return path
 
 

@@ -41,15 +41,15 @@ from .weights import graph_affinity
 __all__ = [
     "AUTO_ALL_PAIRS_MAX",
     "AUTO_K",
-    "resolve_neighbors",
-    "invariant_features",
     "candidate_pairs",
-    "probe_pairs",
-    "shared_neighbor_pairs",
-    "pruned_distances",
-    "split_probes",
-    "graph_map",
     "graph_curves",
+    "graph_map",
+    "invariant_features",
+    "probe_pairs",
+    "pruned_distances",
+    "resolve_neighbors",
+    "shared_neighbor_pairs",
+    "split_probes",
 ]
 
 #: ``neighbors="auto"``: every pair up to this many images, ``AUTO_K`` candidates above.

@@ -20,7 +20,7 @@ import numpy as np
 
 from .warp import warp
 
-__all__ = ["canonical_transforms", "canonical_pose", "intensity_moments"]
+__all__ = ["canonical_pose", "canonical_transforms", "intensity_moments"]
 
 
 def intensity_moments(images) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -17,8 +17,15 @@ import numpy as np
 
 from . import se2
 
-__all__ = ["Canvas", "preprocess", "unit_norm", "apply_transforms", "content_frame", "content_radius",
-           "canvas_to_original"]
+__all__ = [
+    "Canvas",
+    "apply_transforms",
+    "canvas_to_original",
+    "content_frame",
+    "content_radius",
+    "preprocess",
+    "unit_norm",
+]
 
 _CONTENT_LEVEL = 0.02  # fraction of an image's maximum that counts as content
 _MARGIN = 2  # pixels kept free around the content disk (Keys kernel support)
@@ -276,7 +283,7 @@ def _compose(placed, in_disk, side, *, grayscale):
     where ``in_disk`` is true the canvas outside the content disk is cleared.
     """
     channels = () if grayscale else (3,)
-    out = np.zeros((len(placed), side, side) + channels, dtype=np.float32)
+    out = np.zeros((len(placed), side, side, *channels), dtype=np.float32)
     offsets = np.zeros((len(placed), 2))
     scales = np.zeros(len(placed))
     disk = _disk(side)
@@ -354,7 +361,7 @@ def _resize(img, s):
     from skimage.transform import resize
 
     h, w = img.shape[:2]
-    out_shape = (max(1, int(round(h * s))), max(1, int(round(w * s)))) + img.shape[2:]
+    out_shape = (max(1, int(round(h * s))), max(1, int(round(w * s))), *img.shape[2:])
     if out_shape == img.shape:
         return img
     return resize(img, out_shape, order=1, anti_aliasing=s < 1, preserve_range=True).astype(np.float32)

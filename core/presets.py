@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PAPER", "PRESETS", "preset_options", "paper_intensity", "unit_beta"]
+__all__ = ["PAPER", "PRESETS", "paper_intensity", "preset_options", "unit_beta"]
 
 PAPER = {
     "init": "identity",

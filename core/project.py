@@ -37,8 +37,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
-import stat
 import struct
 import zipfile
 import zlib
@@ -47,15 +45,31 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .atomic import atomic_write, remove_stale_temporaries
 from .attention import RESULT_ARRAYS, Stage
 from .clusterbook import UNASSIGNED, ClusterBook
 from .clustering import KChoice
+from .regular import open_regular
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "Project", "ProjectError", "open_regular", "save_project", "load_project",
-           "RECORDED_STAGES", "HISTORY_ARRAYS", "history_entry", "MAX_IMAGES", "MAX_MANIFEST_BYTES",
-           "MAX_JSON_DEPTH", "MAX_FRAMES", "MAX_SIDE", "inflated_limit"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "HISTORY_ARRAYS",
+    "MAX_FRAMES",
+    "MAX_IMAGES",
+    "MAX_JSON_DEPTH",
+    "MAX_MANIFEST_BYTES",
+    "MAX_SIDE",
+    "RECORDED_STAGES",
+    "Project",
+    "ProjectError",
+    "history_entry",
+    "inflated_limit",
+    "load_project",
+    "open_regular",
+    "save_project",
+]
 
 FORMAT = "invariant-attention-studio project"
 FORMAT_VERSION = 2
@@ -269,7 +283,7 @@ def save_project(path, project: Project, *, embed: bool = True) -> Path:
     remove_stale_temporaries(path.parent, name=path.name)
     arrays, sparse, frames = _project_arrays(project, embed=embed)
     manifest = _manifest(project, arrays, sparse, frames)
-    with atomic_write(path) as fh:
+    with atomic_write(path) as fh:  # noqa: SIM117 - the file, then the zip in it
         with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
             zf.writestr("manifest.json", _json_bytes(manifest))
             for name, arr in arrays.items():
@@ -338,70 +352,11 @@ def _manifest(project: Project, arrays: dict, sparse: dict, frames: list) -> dic
 
 
 # ---------------------------------------------------------------------------------------------- loading
-def open_regular(path, *, what: str = "a project file", error: type = ProjectError):
-    """Open ``path`` for reading only if it is a regular file (never blocks on a FIFO or a device).
-
-    Parameters
-    ----------
-    path : str or Path
-    what : str, optional
-        What the file should be, for the message ("a project file", "a model file").
-    error : type, optional
-        The exception raised (a ``ValueError``), its message naming the file and the reason.
-
-    Returns
-    -------
-    fh : binary file object
-        Opened without blocking; the caller closes it.
-    size : int
-        Its size in bytes when opened.
-    """
-    path = Path(path)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        if os.path.lexists(path):
-            raise error(f"{path}: a broken symbolic link (its target does not exist)") from None
-        raise error(f"{path}: the file does not exist") from None
-    except OSError as exc:
-        raise error(f"{path}: cannot be read ({_os_reason(exc)})") from None
-    _require_regular(path, st.st_mode, what, error)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise error(f"{path}: cannot be read ({_os_reason(exc)})") from None
-    st = os.fstat(fd)
-    try:
-        _require_regular(path, st.st_mode, what, error)  # swapped for something else after the first look
-    except error:
-        os.close(fd)
-        raise
-    return os.fdopen(fd, "rb"), st.st_size
-
-
 def _cluster_key(key, limit: int) -> bool:
     """A cluster name's key is a cluster id in ASCII decimal, as written ("3"; not "03", "٣", "+3" or "-1"),
     below ``limit``."""
     return (isinstance(key, str) and 0 < len(key) <= 12 and key.isascii() and key.isdigit()
             and key == str(int(key)) and int(key) < limit)
-
-
-def _require_regular(path, mode, what="a project file", error=ProjectError):
-    if stat.S_ISREG(mode):
-        return
-    kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "not a regular file")
-    raise error(f"{path}: not {what} ({kind})")
-
-
-def _os_reason(exc: OSError) -> str:
-    import errno
-
-    return {errno.EACCES: "permission denied", errno.EPERM: "permission denied",
-            errno.ELOOP: "a symbolic link loop", errno.EISDIR: "a folder"}.get(
-        exc.errno, exc.strerror or type(exc).__name__)
 
 
 def _check_directory(fh, size: int, name: str) -> None:
@@ -483,7 +438,7 @@ def load_project(path, *, max_bytes: int | None = None) -> Project:
     """
     path = Path(path)
     name = path.name or str(path)
-    fh, size = open_regular(path)
+    fh, size = open_regular(path, what="a project file", error=ProjectError)
     try:
         with fh:
             _check_directory(fh, size, name)
@@ -706,9 +661,9 @@ class _Manifest:
             if fr["distances"] is None or fr["labels"] is None:
                 bad(f"run-history frame {k} lacks its distances or labels")
         result = {k[len("result/"):]: v for k, v in arrays.items() if k.startswith("result/")}
-        if "run_labels" in result and "cluster_means" in result:
-            if result["cluster_means"].shape[0] != int(result["run_labels"].max()) + 1:
-                bad("the cluster means do not match the run's clusters")
+        if ("run_labels" in result and "cluster_means" in result
+                and result["cluster_means"].shape[0] != int(result["run_labels"].max()) + 1):
+            bad("the cluster means do not match the run's clusters")
         book = None
         if self.clusters is not None:
             book = ClusterBook.from_json(self.clusters, n)

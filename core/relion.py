@@ -31,7 +31,7 @@ import numpy as np
 
 from . import se2
 
-__all__ = ["relion_pose", "relion_image_name", "write_particles_star", "write_class_averages", "RELION_COLUMNS"]
+__all__ = ["RELION_COLUMNS", "relion_image_name", "relion_pose", "write_class_averages", "write_particles_star"]
 
 RELION_COLUMNS = ["rlnImageName", "rlnClassNumber", "rlnAnglePsi", "rlnOriginXAngst", "rlnOriginYAngst",
                   "rlnOpticsGroup", "iaScore"]

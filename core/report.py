@@ -17,10 +17,25 @@ from .atomic import atomic_write, atomic_write_text
 from .clusterbook import UNASSIGNED
 from .clustering import grouping_order
 
-__all__ = ["ASSIGNMENT_COLUMNS", "PRINT_DPI", "FIGURE_FORMATS", "cluster_number", "assignment_rows",
-           "write_assignments", "write_json", "save_figure", "weights_figure", "mosaic_figure", "curves_figure",
-           "map_figure", "save_means_png", "save_weights_png", "save_convergence_png", "cluster_curves",
-           "convergence_curves"]
+__all__ = [
+    "ASSIGNMENT_COLUMNS",
+    "FIGURE_FORMATS",
+    "PRINT_DPI",
+    "assignment_rows",
+    "cluster_curves",
+    "cluster_number",
+    "convergence_curves",
+    "curves_figure",
+    "map_figure",
+    "mosaic_figure",
+    "save_convergence_png",
+    "save_figure",
+    "save_means_png",
+    "save_weights_png",
+    "weights_figure",
+    "write_assignments",
+    "write_json",
+]
 
 ASSIGNMENT_COLUMNS = ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label"]
 PRINT_DPI = 300  # dots per inch of a PNG figure
@@ -142,7 +157,7 @@ def _tile(images, cols=None):
     cols = cols or int(np.ceil(np.sqrt(n)))
     rows = int(np.ceil(n / cols))
     h, w = imgs.shape[1:3]
-    grid = np.zeros((rows * (h + 2), cols * (w + 2)) + imgs.shape[3:], dtype=np.float32)
+    grid = np.zeros((rows * (h + 2), cols * (w + 2), *imgs.shape[3:]), dtype=np.float32)
     for k in range(n):
         r, c = divmod(k, cols)
         im = imgs[k]

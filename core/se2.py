@@ -19,15 +19,15 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
-    "identity",
-    "compose",
-    "invert",
-    "rotation_matrix",
     "apply_to_points",
-    "random_transforms",
-    "wrap_angle",
-    "to_degrees",
+    "compose",
     "from_degrees",
+    "identity",
+    "invert",
+    "random_transforms",
+    "rotation_matrix",
+    "to_degrees",
+    "wrap_angle",
 ]
 
 

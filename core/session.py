@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 from psygnal import Signal, SignalGroup
 
+from . import options
 from .attention import AttentionRun, RunState
 from .clusterbook import ClusterBook
 from .frames import Frame
@@ -89,7 +90,7 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
     def __init__(self, *, size: int = 64):
         self.events = SessionEvents()
         self.data = ImageSet([], [], [], [])
-        self.size = int(size)
+        self.size = options.check("size", int(size))
         self.canvas: Canvas | None = None
         self.base = np.zeros((0, self.size, self.size), np.float32)  # preprocessed originals
         self.transforms = np.zeros((0, 3))  # applied per image (canvas px)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from . import options
 from .cluster_means import cluster_key
 from .clusterbook import UNASSIGNED, ClusterBook
 from .clustering import labels_at_threshold, read_clusters, split_labels
@@ -205,11 +206,11 @@ class SessionClusters:
     def alignment_options(self) -> dict:
         """The run's alignment search (``angle_step``, ``rotation_range``), live or saved; ``{}``: the defaults."""
         params = vars(self.run.settings) if self.run is not None else self._opened_parameters
-        opts = {}
+        opts: dict = {}
         step, rr = params.get("angle_step"), params.get("rotation_range")
-        if isinstance(step, (int, float)) and not isinstance(step, bool) and 0 < step <= 90:
+        if step is not None and options.problem("angle_step", step) is None:  # the declared limits (no bools)
             opts["angle_step"] = float(step)
-        if rr is None or (isinstance(rr, (int, float)) and not isinstance(rr, bool) and 0 < rr <= 180):
+        if options.problem("rotation_range", rr) is None:  # None: the whole circle
             opts["rotation_range"] = rr
         return opts
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import se2
+from . import options, se2
 from .demos import load_demo
 from .filenames import display_name, printable
 from .imageset import ImageSet, image_files, load_image, no_usable_images, read_entries, skip_entry
@@ -24,13 +24,17 @@ class SessionInputs:
     (:meth:`~iastudio.core.session.Session.work_at_risk` says what that loses).
     """
 
+    # the state this part shares with the others (set in ``Session.__init__``), typed for mypy
+    canvas: Canvas | None
+    project_path: str | None
+
     # ------------------------------------------------------------------ images
     def load_demo(self, name: str, *, seed: int = 0, size: int | None = None) -> bool:
         """Replace the set by the demo ``name`` (a new, untitled set), at working ``size`` if given."""
         if not self._inputs_may_change("loading other images"):
             return False
         if size is not None:
-            self.size = int(size)
+            self.size = options.check("size", int(size))
         self._set_data(load_demo(name, seed=seed), untitled=True)
         self.message(f"Loaded demo '{name}': {self.data.summary()}")
         return True
@@ -77,7 +81,7 @@ class SessionInputs:
         if not self._inputs_may_change("adding images"):
             return []
         if replace and size is not None:
-            self.size = int(size)
+            self.size = options.check("size", int(size))
         canvas = loaded.canvas if loaded.size == self.size else preprocess(new.images, size=self.size)
         kept = None if replace or not self.n else self.transforms.copy()
         if kept is None:
@@ -114,6 +118,9 @@ class SessionInputs:
         size = int(size)
         if size == self.size:
             return True
+        if problem := options.problem("size", size, label="the working size"):
+            self.message(problem[0].upper() + problem[1:] + ".")
+            return False
         if not self._inputs_may_change("changing the working size"):
             return False
         old = self.base.shape[1] if self.n else self.size

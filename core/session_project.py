@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .attention import RunState
+from .attention import AttentionRun, RunState
 from .filenames import display_name
 from .frames import frames_from_project
 from .imageset import ImageSet, load_images
@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 
 class SessionProject:
     """The session to and from a ``.iaproj`` (:mod:`~iastudio.core.project`) (a part of ``Session``)."""
+
+    # the state this part shares with the others (set in ``Session.__init__``), typed for mypy
+    run: AttentionRun | None
 
     def to_project(self, *, autosave: bool = False) -> Project:
         """The session as a :class:`~iastudio.core.project.Project`: a snapshot that later changes do not touch.

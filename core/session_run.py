@@ -27,6 +27,12 @@ log = logging.getLogger(__name__)
 class SessionRun:
     """Start, stop, resume, and the frames, end or failure of a run (a part of ``Session``)."""
 
+    # the state this part shares with the others (set in ``Session.__init__``), typed for mypy
+    latest: Frame | None
+    final: Frame | None
+    run: AttentionRun | None
+    subset_run: AttentionRun | None
+
     def start(self, *, backend: str = "auto", dask: str | None = None, **options) -> AttentionRun | None:
         """Prepare a new run on the transformed set (the driver steps it); None (with a message) when refused.
 

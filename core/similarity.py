@@ -29,6 +29,7 @@ chunks of pairs run as tasks on the cluster.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +39,7 @@ from .backend import array_module, block_elements, fft_module, in_blocks, ndimag
 from .gauss_newton import gauss_newton_step
 from .warp import parallel_map, warp
 
-__all__ = ["SimilarityResult", "invariant_distances", "join_pair_results", "plain_distances", "angle_grid"]
+__all__ = ["SimilarityResult", "angle_grid", "invariant_distances", "join_pair_results", "plain_distances"]
 
 _BLOCK = 1 << 22  # elements per temporary block
 _GPU_BLOCK = 1 << 24  # on a GPU: fewer, larger kernel launches
@@ -262,7 +263,7 @@ def _translation_search(fv_conj, images, pairs_i, pairs_j, angle_idx, angles, p,
         params = np.zeros((ks.size, 3))
         params[:, 0] = angles[ks // n]
         if xp is np:  # the combinations in one part per thread, each warped and transformed on its own
-            fu = np.empty((ks.size, p, p // 2 + 1) + images.shape[3:], dtype=np.result_type(images.dtype, np.complex64))
+            fu = np.empty((ks.size, p, p // 2 + 1, *images.shape[3:]), dtype=np.result_type(images.dtype, np.complex64))
 
             def spectra(lo, hi, fu=fu, params=params, ks=ks):
                 fu[lo:hi] = fft.rfft2(warp(images, params[lo:hi], index=ks[lo:hi] % n), s=(p, p), axes=(1, 2))
@@ -296,7 +297,7 @@ def _even_spans(lo, hi, most, xp):
     if xp is np:
         parts = max(parts, min(threads(), (hi - lo) // 64))
     edges = np.linspace(lo, hi, max(1, parts) + 1).round().astype(int).tolist()
-    return list(zip(edges[:-1], edges[1:]))
+    return list(itertools.pairwise(edges))
 
 
 def _peak(corr, xp):
@@ -356,7 +357,7 @@ def refine_alignment(images, targets, params, *, index=None, target_index=None, 
     if xp is np:  # as many equal chunks on every thread (a last, lone chunk would leave the other cores idle)
         parts = -(-parts // threads()) * threads() if e >= 64 * threads() else parts
     edges = np.linspace(0, e, max(1, parts) + 1).round().astype(int).tolist()
-    spans = [slice(lo, hi) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo]
+    spans = [slice(lo, hi) for lo, hi in itertools.pairwise(edges) if hi > lo]
 
     def one(sl):
         return _gauss_newton(images, targets, params[sl], index[sl], target_index[sl], steps, xp)
@@ -410,8 +411,8 @@ def _gauss_newton(images, targets, params, index, tindex, steps, xp):
         params[active] = xp.where(better[:, None], cand, params[active])
         f = xp.where(better, f2, f)
         f_all[active] = f
-        r = xp.where(better.reshape((-1,) + tail), r2, r)
-        grad = xp.where(better.reshape((-1, 1) + tail), g2, grad)
+        r = xp.where(better.reshape((-1, *tail)), r2, r)
+        grad = xp.where(better.reshape((-1, 1, *tail)), g2, grad)
         lam[active] = xp.where(better, lam[active] / 3.0, lam[active] * 4.0)
         keep = lam[active] <= 1.0
         active, r, grad, f = active[keep], r[keep], grad[keep], f[keep]

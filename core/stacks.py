@@ -29,6 +29,7 @@ page at a time (TIFF): a stack is never held twice.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import mmap
@@ -46,17 +47,17 @@ from .extras import missing_extra
 from .imageset import MAX_PIXELS, ImageLoadError, os_reason, regular_file_size
 
 __all__ = [
-    "STACK_EXTENSIONS",
+    "MAX_PIXELS_PER_BYTE",
     "MAX_STACK_IMAGES",
     "MAX_STACK_PIXELS",
-    "MAX_PIXELS_PER_BYTE",
     "MAX_STAR_BYTES",
-    "StackMember",
+    "STACK_EXTENSIONS",
     "Stack",
+    "StackMember",
     "member_name",
-    "split_member",
-    "source_file",
     "open_stack",
+    "source_file",
+    "split_member",
     "star_members",
 ]
 
@@ -212,10 +213,8 @@ class MrcStack(Stack):
     def release(self):
         raw = getattr(self._mrc.data, "_mmap", None)
         if raw is not None and hasattr(mmap, "MADV_DONTNEED"):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 raw.madvise(mmap.MADV_DONTNEED)
-            except (OSError, ValueError):
-                pass
 
     def close(self):
         self._data = None
@@ -251,9 +250,9 @@ class NpyStack(Stack):
             with open(path, "rb") as fh:
                 version = fmt.read_magic(fh)
                 if version == (1, 0):
-                    shape, fortran, dtype = fmt.read_array_header_1_0(fh)
+                    shape, _fortran, dtype = fmt.read_array_header_1_0(fh)
                 elif version == (2, 0):
-                    shape, fortran, dtype = fmt.read_array_header_2_0(fh)
+                    shape, _fortran, dtype = fmt.read_array_header_2_0(fh)
                 else:
                     raise ImageLoadError(f"unsupported .npy version {version[0]}.{version[1]}")
                 offset = fh.tell()
@@ -296,10 +295,8 @@ class NpyStack(Stack):
     def release(self):
         raw = getattr(self._arr, "_mmap", None) or getattr(getattr(self._arr, "base", None), "_mmap", None)
         if raw is not None and hasattr(mmap, "MADV_DONTNEED"):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 raw.madvise(mmap.MADV_DONTNEED)
-            except (OSError, ValueError):
-                pass
 
     def close(self):
         raw = getattr(self._arr, "_mmap", None)

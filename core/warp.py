@@ -18,12 +18,20 @@ import threading
 import numpy as np
 
 from .backend import array_module, as_worker, block_elements, in_worker, threads
+from .keys import KEYS_A, PAD
 
-__all__ = ["KEYS_A", "keys_kernel", "keys_kernel_derivative", "warp", "parallel_map", "describe_code",
-           "describe_gpu_code", "prepare"]
+__all__ = [
+    "KEYS_A",
+    "describe_code",
+    "describe_gpu_code",
+    "keys_kernel",
+    "keys_kernel_derivative",
+    "parallel_map",
+    "prepare",
+    "warp",
+]
 
-KEYS_A = -0.5
-_PAD = 4  # zero border; a tap index is clipped into it when it falls far outside
+_PAD = PAD  # zero border; a tap index is clipped into it when it falls far outside
 _CHUNK_ELEMENTS = 1 << 17  # output pixels per vectorised block when blocks run on several cores
 _SINGLE_CHUNK_ELEMENTS = 1 << 15  # on one core: smaller blocks, whose temporaries stay in the CPU cache
 _KERNEL_ELEMENTS = 1 << 16  # output pixels per call of the compiled loop (no temporaries: small blocks balance cores)
@@ -166,7 +174,7 @@ def warp(images, params, *, index=None, gradient=False, parallel=True, out=None)
     params = params.reshape(-1, 3)
     b = params.shape[0]
     index = _source_index(index, images.shape[0], b, xp)
-    out, grad = _outputs(out, gradient, (b,) + images.shape[1:], dtype, xp)
+    out, grad = _outputs(out, gradient, (b, *images.shape[1:]), dtype, xp)
     kernel = _compiled() if xp is np else _cuda()
     if kernel is not None and xp is not np:  # the CUDA kernel reads the sources as they are: no padded copy
         images = images.astype(dtype, copy=False)
@@ -207,7 +215,7 @@ def _warp_blocks(images, params, index, out, grad, *, kernel, parallel, xp):
     pad_width = [(0, 0), (_PAD, _PAD), (_PAD, _PAD)] + [(0, 0)] * (images.ndim - 3)
     padded = xp.pad(images, pad_width)
     hp, wp = h + 2 * _PAD, w + 2 * _PAD
-    flat = padded.reshape((n_src * hp * wp,) + images.shape[3:])
+    flat = padded.reshape((n_src * hp * wp, *images.shape[3:]))
     # several cores: big blocks (small NumPy calls would queue on the GIL); one core: cache-sized blocks
     several = xp is np and _pool() is not None  # this call or its callers run on several cores
     threaded = several and parallel and not _in_worker()
@@ -446,9 +454,9 @@ def describe_gpu_code() -> str:
 def _outputs(out, gradient, shape, dtype, xp):
     """``(out, grad)`` to write into: the caller's (checked) or new; ``grad`` is None without ``gradient``."""
     if out is None:
-        return xp.empty(shape, dtype=dtype), xp.empty((shape[0], 3) + shape[1:], dtype=dtype) if gradient else None
+        return xp.empty(shape, dtype=dtype), xp.empty((shape[0], 3, *shape[1:]), dtype=dtype) if gradient else None
     given = tuple(out) if gradient else (out,)
-    wanted = [shape, (shape[0], 3) + shape[1:]][:len(given)]
+    wanted = [shape, (shape[0], 3, *shape[1:])][:len(given)]
     if len(given) != (2 if gradient else 1) or any(a.shape != s or a.dtype != dtype for a, s in zip(given, wanted)):
         raise ValueError("out does not match the result's shape and dtype")
     if not all(getattr(getattr(a, "flags", None), "writeable", True) for a in given):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .warp import KEYS_A
+from .keys import KEYS_A
 
 __all__ = ["SOURCE", "keys_warp"]
 

@@ -15,8 +15,7 @@ import math
 
 import numba
 
-from .warp import _PAD as PAD  # the zero border the caller pads the images with
-from .warp import KEYS_A
+from .keys import KEYS_A, PAD  # PAD: the zero border the caller pads the images with
 
 
 def _compiled(**options):

@@ -21,8 +21,16 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["rbf_similarity", "column_normalize", "attention_weights", "auto_beta", "local_bandwidth",
-           "graph_affinity", "class_share", "block_diagonality"]
+__all__ = [
+    "attention_weights",
+    "auto_beta",
+    "block_diagonality",
+    "class_share",
+    "column_normalize",
+    "graph_affinity",
+    "local_bandwidth",
+    "rbf_similarity",
+]
 
 
 SIGMA_FLOOR = 0.02  # distances below this (unit-norm images) are resampling noise, not differences

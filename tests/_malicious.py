@@ -10,6 +10,7 @@ import json
 import struct
 import zipfile
 import zlib
+from pathlib import Path
 
 import numpy as np
 
@@ -161,11 +162,11 @@ def manifest_bomb(path, *, inflated: int, declared=None):
 def many_members(path, count: int):
     """A zip whose end record declares ``count`` entries and a huge directory."""
     raw_zip(path, [_deflated("manifest.json", b"{}")])
-    data = bytearray(open(path, "rb").read())
+    data = bytearray(Path(path).read_bytes())
     at = data.rfind(b"PK\x05\x06")
     struct.pack_into("<HH", data, at + 8, min(count, 0xFFFE), min(count, 0xFFFE))
     struct.pack_into("<I", data, at + 12, 0x7FFFFFF0)
-    open(path, "wb").write(bytes(data))
+    Path(path).write_bytes(bytes(data))
     return path
 
 

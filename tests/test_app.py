@@ -32,7 +32,8 @@ def test_title_size_and_gpu_choice(window):
     assert window.windowTitle().startswith(f"Invariant Attention Studio {__version__}")
     # 1280 x 800, or less where the screen is smaller: the whole window fits the screen it opens on
     avail = window.screen().availableGeometry()
-    assert window.width() == min(1280, avail.width() - 8) and window.height() == min(800, avail.height() - 32)
+    assert window.width() == min(1280, avail.width() - 8)
+    assert window.height() == min(800, avail.height() - 32)
     gpu_item = window.run_panel.backend.model().item(2)
     if not gpu_item.isEnabled():  # no GPU here: disabled, with the reason
         assert gpu_status()[1] in gpu_item.toolTip()
@@ -45,7 +46,8 @@ def test_demo_loading_and_summary(window):
     assert window.images_panel.thumbs.rowCount() == 18
     assert "18 images · 3 labels" in window.images_panel.summary.text()
     icon = window.images_panel.thumbs.data(window.images_panel.thumbs.index(0), Qt.ItemDataRole.DecorationRole)
-    assert not icon.isNull() and icon.width() > 10
+    assert not icon.isNull()
+    assert icon.width() > 10
 
 
 def test_random_transforms_apply_and_reset(window):
@@ -66,7 +68,8 @@ def test_per_image_transform_and_preview(window, qtbot):
     m = window.model
     m.session.load_demo("shapes")
     window.images_panel.view.setCurrentIndex(window.images_panel.thumbs.index(4))
-    assert m.session.selected == 4 and m.session.selection == [4]
+    assert m.session.selected == 4
+    assert m.session.selection == [4]
     other = m.session.working[5].copy()
     window.transform_panel.theta.setValue(90.0)
     assert m.session.transforms[4, 0] == pytest.approx(np.pi / 2)
@@ -74,9 +77,10 @@ def test_per_image_transform_and_preview(window, qtbot):
     assert not np.allclose(m.session.working[4], m.session.base[4])
     assert window.transform_panel.theta_slider.value() == 90
     pix = window.transform_panel.preview.pixmap()
-    assert pix is not None and not pix.isNull()
+    assert pix is not None
+    assert not pix.isNull()
     window.transform_panel.show_original.setChecked(True)
-    assert not window.transform_panel.preview.pixmap().toImage() == pix.toImage()
+    assert window.transform_panel.preview.pixmap().toImage() != pix.toImage()
 
 
 def test_full_run_panels_match_the_engine(window, qtbot):
@@ -87,7 +91,8 @@ def test_full_run_panels_match_the_engine(window, qtbot):
     frames = []
     m.session.events.frame.connect(frames.append)
     window.run_panel.start_btn.click()
-    assert m.session.state == "running" and not window.run_panel.start_btn.isEnabled()
+    assert m.session.state == "running"
+    assert not window.run_panel.start_btn.isEnabled()
     _wait_state(qtbot, window, ("finished", "failed"))
     assert m.session.state == "finished"
     window.redraw()
@@ -101,7 +106,9 @@ def test_full_run_panels_match_the_engine(window, qtbot):
     assert "IA ARI 1.00" in window.compare_view.caption.text()
     assert frames[0] is None  # Start first clears what the views showed
     frames = frames[1:]
-    assert len(frames) >= 3 and window.redraws >= 1 and None not in frames
+    assert len(frames) >= 3
+    assert window.redraws >= 1
+    assert None not in frames
     stages = {f.snapshot.stage for f in frames}
     assert {"similarity", "means", "done"} <= stages
     assert window.run_panel.progress.value() == 1000
@@ -123,7 +130,8 @@ def test_stop_within_a_second_and_resume_to_the_same_result(window, qtbot):
     window.run_panel.stop_btn.click()
     _wait_state(qtbot, window, ("stopped", "finished"), timeout=30000)
     assert time.monotonic() - t0 < 5.0  # prompt, with room for a loaded machine
-    assert m.session.state == "stopped" and window.run_panel.resume_btn.isEnabled()
+    assert m.session.state == "stopped"
+    assert window.run_panel.resume_btn.isEnabled()
     window.run_panel.resume_btn.click()
     _wait_state(qtbot, window, ("finished",), timeout=120000)
     direct = AttentionRun(m.session.working, backend="numpy", **window.run_panel.options()).run()
@@ -141,7 +149,8 @@ def test_errors_reach_a_dialog(window, qtbot, monkeypatch):
     window.run_panel.start_btn.click()
     _wait_state(qtbot, window, ("failed",))
     box = window.last_dialog
-    assert isinstance(box, QMessageBox) and "simulated failure" in box.text()
+    assert isinstance(box, QMessageBox)
+    assert "simulated failure" in box.text()
     assert "Traceback" in box.detailedText()
 
 
@@ -167,7 +176,8 @@ def test_gpu_failure_falls_back_to_cpu(window, qtbot, monkeypatch):
 
 def test_start_with_fewer_than_two_images_is_refused(window):
     assert window.start_run() is False
-    assert window.last_dialog is not None and "at least 2 images" in window.last_dialog.text()
+    assert window.last_dialog is not None
+    assert "at least 2 images" in window.last_dialog.text()
     assert window.model.session.state == "idle"
 
 
@@ -192,10 +202,12 @@ def test_drag_and_drop_files_and_unreadable_ones(window, qtbot, tmp_path):
     messages = []
     window.model.session.events.message.connect(messages.append)
     _drop(qtbot, window, [tmp_path / "bad.png"])
-    assert window.model.session.n == 0 and "bad.png" in messages[-1]
+    assert window.model.session.n == 0
+    assert "bad.png" in messages[-1]
     _drop(qtbot, window, [tmp_path])
     assert window.model.session.n == 3
-    assert "skipped 1" in messages[-1] and "bad.png" in messages[-1]
+    assert "skipped 1" in messages[-1]
+    assert "bad.png" in messages[-1]
     assert "details" in window.images_panel.summary.text()
 
 
@@ -216,7 +228,8 @@ def test_selftest_entry_point(qtbot, tmp_path, capsys):
     shot = tmp_path / "shot.png"
     assert main(["--selftest", "--screenshot", str(shot)]) == 0
     out = capsys.readouterr().out
-    assert "FAIL" not in out and "W heatmap = result W" in out
+    assert "FAIL" not in out
+    assert "W heatmap = result W" in out
     assert Image.open(shot).size[0] >= 700
 
 
@@ -258,7 +271,8 @@ def test_missing_system_library_gives_a_readable_message(monkeypatch, capsys, tm
     assert entry.missing_system_libraries("offscreen") == [("libEGL.so.1", "libegl1")]
     assert entry.main(["--quit-after-show"]) == 1
     err = capsys.readouterr().err
-    assert "libEGL.so.1" in err and "apt-get install libegl1" in err
+    assert "libEGL.so.1" in err
+    assert "apt-get install libegl1" in err
     log = (tmp_path / "home" / "logs" / "ia-studio.log").read_text()
     assert "libEGL.so.1" in log
 
@@ -277,7 +291,9 @@ def test_heatmap_hover_names_the_pair(window, qtbot):
     i, j = int(order[1]), int(order[2])
     text = window.weights_view.hover.text()
     w = m.session.final.result.weights
-    assert f"i = {i} ({i:03d})" in text and f"j = {j} ({j:03d})" in text and f"{w[i, j]:.4f}" in text
+    assert f"i = {i} ({i:03d})" in text
+    assert f"j = {j} ({j:03d})" in text
+    assert f"{w[i, j]:.4f}" in text
 
 
 def test_log_ticks_are_readable():
@@ -286,7 +302,8 @@ def test_log_ticks_are_readable():
     labels = [t[1] for t in log_ticks(0.01, 0.8)]
     assert labels == ["0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "1"]
     narrow = [t[1] for t in log_ticks(0.3, 0.6)]
-    assert len(narrow) >= 3 and "0.5" in narrow
+    assert len(narrow) >= 3
+    assert "0.5" in narrow
 
 
 def test_adding_files_keeps_the_transforms_already_set(window, tmp_path):
@@ -300,7 +317,8 @@ def test_adding_files_keeps_the_transforms_already_set(window, tmp_path):
     m.session.set_transform(1, 30.0, 1.5, -2.0)
     m.session.add_paths([tmp_path / "b.png"])
     assert m.session.n == 3
-    assert np.allclose(m.session.transforms[1], [np.deg2rad(30), 1.5, -2.0]) and not m.session.transforms[2].any()
+    assert np.allclose(m.session.transforms[1], [np.deg2rad(30), 1.5, -2.0])
+    assert not m.session.transforms[2].any()
     assert not np.allclose(m.session.working[1], m.session.base[1])
 
 
@@ -321,7 +339,8 @@ def test_k_evidence_and_blank_images_shown_after_a_run(window, qtbot, tmp_path):
     _wait_state(qtbot, window, ("finished",))
     text = window.clusters_panel.evidence.text()
     res = m.session.final.result
-    assert res.n_clusters == 3 and f"Run: {res.k_choice.describe(3)}" in text
+    assert res.n_clusters == 3
+    assert f"Run: {res.k_choice.describe(3)}" in text
     assert "1 blank image in a cluster of its own: empty-scan.png" in text
     window.clusters_panel.grab().save(str(tmp_path / "clusters_panel.png"))
 
@@ -341,7 +360,9 @@ def test_frames_and_results_arrive_on_the_gui_thread(window, qtbot):
     m.session.events.finished.connect(on_gui_thread)
     assert m.start(backend="numpy", iterations=1, mean_steps=2)
     _wait_state(qtbot, window, ("finished", "failed"))
-    assert m.session.state == "finished" and len(threads) >= 3 and all(threads)
+    assert m.session.state == "finished"
+    assert len(threads) >= 3
+    assert all(threads)
 
 
 def test_run_panel_dask_field_reaches_the_run(window, qtbot):
@@ -356,9 +377,11 @@ def test_run_panel_dask_field_reaches_the_run(window, qtbot):
     m.session.events.message.connect(messages.append)
     window.run_panel.dask.setText("local:many")
     assert window.start_run() is False
-    assert "whole number of workers" in messages[-1] and m.session.run is None
+    assert "whole number of workers" in messages[-1]
+    assert m.session.run is None
     window.run_panel.dask.setText("local:1")
     assert window.start_run()
     _wait_state(qtbot, window, ("finished", "failed"))
-    assert m.session.state == "finished" and m.session.run.client is not None
+    assert m.session.state == "finished"
+    assert m.session.run.client is not None
     assert window.run_panel.dask_address() == "local:1"

@@ -129,11 +129,17 @@ def test_a_failed_autosave_is_logged_and_does_not_disturb_the_user(window, qtbot
     with caplog.at_level(logging.INFO, logger="iastudio.app.projects"):
         assert w.projects.autosave()
         qtbot.waitUntil(lambda: not w.projects.writing, timeout=WAIT_S * 1000)
-    assert threads and not any(threads)  # written (and failed) in the worker (the 1.5 s timer may add one under load)
+    assert threads
+    assert not any(threads)
     failed = [r for r in caplog.records if r.getMessage() == "autosave failed"]
-    assert failed and failed[0].levelno == logging.ERROR and "No space left" in caplog.text
-    assert w.last_dialog is None and not _visible_boxes()  # no dialog for an autosave
-    assert m.session.dirty and m.session.project_path == str(path) and m.session.book.name_of(0) == "kept"
+    assert failed
+    assert failed[0].levelno == logging.ERROR
+    assert "No space left" in caplog.text
+    assert w.last_dialog is None
+    assert not _visible_boxes()
+    assert m.session.dirty
+    assert m.session.project_path == str(path)
+    assert m.session.book.name_of(0) == "kept"
     monkeypatch.setattr(projects, "save_project", save_project)  # the disk has room again
     assert m.session.rename_cluster(0, "again")
     assert w.projects.autosave()
@@ -149,18 +155,23 @@ def test_save_writes_in_a_worker_and_marks_saved_only_what_it_wrote(window, qtbo
     w.save_action.trigger()  # File > Save returns while its file is written
     qtbot.waitUntil(held.started.is_set, timeout=WAIT_S * 1000)
     assert held.log == [("start", "saved", False, False)]
-    assert m.session.dirty and w.windowTitle().endswith("*")  # not saved until it is written
+    assert m.session.dirty
+    assert w.windowTitle().endswith("*")
     assert "Saving" in w.statusBar().currentMessage()
     assert m.session.rename_cluster(1, "later")  # an edit while the save is written
     held.release.set()
     qtbot.waitUntil(lambda: not w.projects.writing, timeout=WAIT_S * 1000)
     p = load_project(path)
-    assert p.clusters.name_of(0) == "saved" and p.clusters.name_of(1) != "later"
-    assert m.session.dirty and w.windowTitle().endswith("*")  # the later edit is not in the file
-    assert w.statusBar().currentMessage() == f"Saved {path}" and m.session.project_path == str(path)
+    assert p.clusters.name_of(0) == "saved"
+    assert p.clusters.name_of(1) != "later"
+    assert m.session.dirty
+    assert w.windowTitle().endswith("*")
+    assert w.statusBar().currentMessage() == f"Saved {path}"
+    assert m.session.project_path == str(path)
     w.save_action.trigger()  # nothing changes while this one is written: clean
     qtbot.waitUntil(lambda: not w.projects.writing, timeout=WAIT_S * 1000)
-    assert not m.session.dirty and not w.windowTitle().endswith("*")
+    assert not m.session.dirty
+    assert not w.windowTitle().endswith("*")
     assert load_project(path).clusters.name_of(1) == "later"
 
 
@@ -176,8 +187,11 @@ def test_a_failed_save_shows_the_dialog_and_the_work_stays_unsaved(window, qtbot
     assert m.session.rename_cluster(0, "unsaved")
     w.save_action.trigger()
     qtbot.waitUntil(lambda: w.last_dialog is not None, timeout=WAIT_S * 1000)
-    assert w.last_dialog.windowTitle() == "Cannot save" and "No space left on device" in w.last_dialog.text()
-    assert m.session.dirty and m.session.project_path == str(path) and "Saved" not in w.statusBar().currentMessage()
+    assert w.last_dialog.windowTitle() == "Cannot save"
+    assert "No space left on device" in w.last_dialog.text()
+    assert m.session.dirty
+    assert m.session.project_path == str(path)
+    assert "Saved" not in w.statusBar().currentMessage()
     assert load_project(path).clusters.name_of(0) != "unsaved"
 
 
@@ -190,7 +204,9 @@ def test_opening_another_project_while_an_autosave_is_written(window, qtbot, tmp
     assert w.projects.autosave()
     qtbot.waitUntil(held.started.is_set, timeout=WAIT_S * 1000)
     assert w.projects.open_project(str(other))  # not held up by the autosave of the old session
-    assert m.session.n == 12 and m.session.project_path == str(other) and not m.session.dirty
+    assert m.session.n == 12
+    assert m.session.project_path == str(other)
+    assert not m.session.dirty
     held.release.set()
     qtbot.waitUntil(lambda: not w.projects.writing, timeout=WAIT_S * 1000)
     # the old state was written whole, then the opened project (its finished run asks for an autosave)
@@ -198,9 +214,11 @@ def test_opening_another_project_while_an_autosave_is_written(window, qtbot, tmp
                         ("start", "Cluster 1", False, False), ("end", "Cluster 1")]
     assert load_project(w.projects.autosave_path()).n == 12
     # the old write changed nothing of the new session
-    assert m.session.project_path == str(other) and not m.session.dirty
+    assert m.session.project_path == str(other)
+    assert not m.session.dirty
     assert m.session.rename_cluster(0, "of b")
     assert w.projects.autosave()
     qtbot.waitUntil(lambda: not w.projects.writing, timeout=WAIT_S * 1000)
     auto = load_project(w.projects.autosave_path())
-    assert auto.n == 12 and auto.clusters.name_of(0) == "of b"
+    assert auto.n == 12
+    assert auto.clusters.name_of(0) == "of b"

@@ -152,7 +152,8 @@ def test_move_to_unassigned_is_grey_and_last(fresh, qapp):
     assert set(order[-2:].tolist()) == {0, 5}
     grey = w.convergence_view._grey.color().name()
     shown = w.convergence_view.point_colours()
-    assert shown[0] == grey and shown[5] == grey
+    assert shown[0] == grey
+    assert shown[5] == grey
 
 
 def test_book_frame_means_kept_for_unchanged_clusters(fresh):
@@ -196,16 +197,22 @@ def test_reread_only_on_the_buttons(fresh, qapp):
         cp.k_auto.setChecked(not cp.k_auto.isChecked())
         cp.k_auto.setChecked(False)
         qapp.processEvents()
-        assert emitted == [] and m.session.book == merged and len(m.session.history.edits) == n_edits
+        assert emitted == []
+        assert m.session.book == merged
+        assert len(m.session.history.edits) == n_edits
         cp.k.setValue(4)
         cp.k_apply.click()
         assert emitted == [4]
-        assert len(m.session.book.cluster_ids()) == 4 and len(m.session.history.edits) == n_edits + 1
-        assert m.session.undo() and m.session.book == merged
+        assert len(m.session.book.cluster_ids()) == 4
+        assert len(m.session.history.edits) == n_edits + 1
+        assert m.session.undo()
+        assert m.session.book == merged
         cp.threshold.setValue(1.99)
         cp.t_apply.click()
-        assert len(m.session.book.cluster_ids()) == 1 and len(m.session.history.edits) == n_edits + 1
-        assert m.session.undo() and m.session.book == merged
+        assert len(m.session.book.cluster_ids()) == 1
+        assert len(m.session.history.edits) == n_edits + 1
+        assert m.session.undo()
+        assert m.session.book == merged
     finally:
         cp.rereadK.disconnect(emitted.append)
         cp.rereadThreshold.disconnect(emitted.append)
@@ -231,7 +238,8 @@ def test_reopened_project_restores_run_panel_and_ka_vs_ia(fresh, qapp, tmp_path)
         assert other.projects.open_project(str(path), remember=False, ask=False)
         qapp.processEvents()
         assert rp.options() == w.run_panel.options()
-        assert rp.options()["iterations"] == 1 and rp.options()["clusters"] == 3
+        assert rp.options()["iterations"] == 1
+        assert rp.options()["clusters"] == 3
         assert other.compare_view.caption.text() == w.compare_view.caption.text()
         assert_allclose(other.model.session.final.ka_labels, m.session.final.ka_labels)
         for key in m.session.final.curves:

@@ -73,7 +73,8 @@ def _drop_on_cluster(w, indices, cluster):
 def test_cluster_list_shows_names_counts_and_means(fresh):
     lst = fresh.clusters_panel.list
     texts = [lst.item(r).text() for r in range(lst.count())]
-    assert texts[:3] == ["Cluster 1  (6)", "Cluster 2  (6)", "Cluster 3  (6)"] and texts[3].startswith("Unassigned")
+    assert texts[:3] == ["Cluster 1  (6)", "Cluster 2  (6)", "Cluster 3  (6)"]
+    assert texts[3].startswith("Unassigned")
     assert not lst.item(0).icon().isNull()
 
 
@@ -85,7 +86,7 @@ def _pixels(qimage) -> np.ndarray:
 def _tilt_and_offset(img) -> tuple[float, float]:
     """Degrees between the long axis and the vertical, and the centre of mass's distance from the centre (px)."""
     _, centroid, cov = intensity_moments(np.asarray(img, float)[None])
-    vals, vecs = np.linalg.eigh(cov[0])
+    _vals, vecs = np.linalg.eigh(cov[0])
     axis = vecs[:, 1]  # (row, col)
     tilt = float(np.degrees(np.arccos(min(1.0, abs(axis[0])))))
     centre = (np.array(img.shape) - 1) / 2.0
@@ -106,7 +107,8 @@ def test_cluster_icons_are_the_means_drawn_upright_and_centred(fresh):
         upright = canonical_pose(shown.cluster_means[row:row + 1])[0]
         assert_array_equal(drawn, _pixels(to_qimage(upright)))  # the upright mean, pixel for pixel
         tilt, offset = _tilt_and_offset(drawn)
-        assert tilt < 12 and offset < 1.5, (c, tilt, offset)  # long axis vertical, centred
+        assert tilt < 12, (c, tilt, offset)  # long axis vertical, centred
+        assert offset < 1.5, (c, tilt, offset)
         raw_tilts.append(_tilt_and_offset(shown.cluster_means[row])[0])
     assert max(raw_tilts) > 20  # the means as the run left them were turned: the pose did something
 
@@ -141,12 +143,14 @@ def test_every_edit_kind_undoes_and_redoes(fresh, qapp):
     check(w.clusters_panel.k_apply.click, lambda b: len(b.cluster_ids()) == 2)
     w.clusters_panel.threshold.setValue(0.001)
     check(w.clusters_panel.t_apply.click, lambda b: len(b.cluster_ids()) > 3)
-    assert len(history.edits) == 8 and len(m.session.edits) == 8
+    assert len(history.edits) == 8
+    assert len(m.session.edits) == 8
     assert w.undo_action.shortcut().toString() == "Ctrl+Z"
     assert "Ctrl+Shift+Z" in [s.toString() for s in w.redo_action.shortcuts()]
     while history.can_undo:
         m.session.undo()
-    assert m.session.book == start and m.session.edits == []
+    assert m.session.book == start
+    assert m.session.edits == []
 
 
 def test_rereading_is_instant_and_exact(fresh):
@@ -175,7 +179,8 @@ def test_selection_stays_in_sync_across_views(fresh):
     assert (w.means_view.overlay.image[..., 3] > 0).any()
     # clicking a point on the map selects that image everywhere
     w.convergence_view.pointClicked.emit(7)
-    assert m.session.selection == [7] and w.convergence_view.highlighted == [7]
+    assert m.session.selection == [7]
+    assert w.convergence_view.highlighted == [7]
     assert [i.row() for i in w.images_panel.view.selectionModel().selectedIndexes()] == [7]
     w.means_view.tileClicked.emit(3)
     assert m.session.selection == [3]
@@ -210,12 +215,15 @@ def test_exports_match_the_state(fresh, tmp_path):
     assert list(rows[0]) == ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label", "cluster_name"]
     assert [int(r["cluster"]) - 1 for r in rows] == list(m.session.book.labels)  # numbered from 1, as the names are
     assert all(r["cluster_name"] in ("horses", f"Cluster {r['cluster']}") for r in rows)
-    assert rows[0]["cluster_name"] == "horses" and float(rows[0]["score"]) > 0.9
+    assert rows[0]["cluster_name"] == "horses"
+    assert float(rows[0]["score"]) > 0.9
     folder = w.exports.folders(True, str(tmp_path / "aligned"))
     counts = {p.name: len(list(p.iterdir())) for p in (tmp_path / "aligned").iterdir()}
-    assert counts == {"horses": 6, "Cluster 2": 6, "Cluster 3": 6} and folder
+    assert counts == {"horses": 6, "Cluster 2": 6, "Cluster 3": 6}
+    assert folder
     img = np.asarray(Image.open(next((tmp_path / "aligned" / "horses").iterdir())))
-    assert img.shape[:2] == m.session.working.shape[1:3] and img.max() > 200
+    assert img.shape[:2] == m.session.working.shape[1:3]
+    assert img.max() > 200
     w.exports.folders(False, str(tmp_path / "orig"))
     assert sum(len(list(p.iterdir())) for p in (tmp_path / "orig").iterdir()) == 18
     w.exports.panels(str(tmp_path / "panels"))
@@ -234,14 +242,16 @@ def test_save_open_round_trip_through_the_app(fresh, tmp_path, qapp):
     w.model.session.move_images([0], 2)
     path = tmp_path / "p.iaproj"
     assert w.projects.save_to(str(path))
-    assert not m.session.dirty and w.windowTitle().endswith("p.iaproj")
+    assert not m.session.dirty
+    assert w.windowTitle().endswith("p.iaproj")
     book, edits, working = m.session.book, list(m.session.edits), m.session.working.copy()
     hist = [f.snapshot.weights.copy() for f in m.session.frames]
     w2 = MainWindow()
     try:
         assert w2.projects.open_project(str(path))
         m2 = w2.model
-        assert m2.session.book == book and m2.session.edits == edits
+        assert m2.session.book == book
+        assert m2.session.edits == edits
         assert np.array_equal(m2.session.working, working)
         assert np.array_equal(m2.session.transforms, m.session.transforms)
         assert all(np.array_equal(a, f.snapshot.weights) for a, f in zip(hist, m2.session.frames))
@@ -250,12 +260,14 @@ def test_save_open_round_trip_through_the_app(fresh, tmp_path, qapp):
         assert w2.clusters_panel.list.item(1).text().startswith("sevens")
         # the run's k read-out and notes come back with it
         evidence = w.clusters_panel.evidence.text()
-        assert evidence.startswith("Run: ") and m.session.final.result.notes[0] in evidence
+        assert evidence.startswith("Run: ")
+        assert m.session.final.result.notes[0] in evidence
         assert w2.clusters_panel.evidence.text() == evidence
         w2.clusters_panel.grab().save(str(tmp_path / "reopened_clusters_panel.png"))
         assert str(path) in w2.projects.recent("recent/projects")
         p = load_project(path)
-        assert p.clusters == book and p.edits == edits
+        assert p.clusters == book
+        assert p.edits == edits
     finally:
         w2.close()
 
@@ -308,7 +320,8 @@ def test_autosave_and_crash_recovery(fresh, home, qapp, monkeypatch):
     w = fresh
     w.projects.autosave(wait=True)
     auto = w.projects.autosave_path()
-    assert auto.exists() and load_project(auto).n == 18
+    assert auto.exists()
+    assert load_project(auto).n == 18
     lock = home / "session.lock"
     lock.write_text("4242")  # what a crashed session leaves behind
     offered = []
@@ -320,7 +333,9 @@ def test_autosave_and_crash_recovery(fresh, home, qapp, monkeypatch):
     w2 = MainWindow(recover=True)
     try:
         _wait(qapp, lambda: w2.model.session.n == 18, 10)
-        assert offered and w2.model.session.book is not None and w2.model.session.dirty
+        assert offered
+        assert w2.model.session.book is not None
+        assert w2.model.session.dirty
     finally:
         w2.close()
     assert not lock.exists()  # a clean close removes it
@@ -340,7 +355,7 @@ def test_about_help_and_geometry(fresh, qapp, monkeypatch):
     for needle in ("Python", "Qt", "NumPy", "CuPy", "Backend", "GPU", f"CPU image warps: {describe_code()}"):
         assert needle in text
     dlg = w.show_about()
-    copy = [b for b in dlg.findChildren(type(w.clusters_panel.rename_btn)) if b.text() == "Copy to clipboard"][0]
+    copy = next(b for b in dlg.findChildren(type(w.clusters_panel.rename_btn)) if b.text() == "Copy to clipboard")
     copy.click()
     assert QApplication.clipboard().text() == text
     dlg.close()
@@ -373,7 +388,8 @@ def test_about_help_and_geometry(fresh, qapp, monkeypatch):
     w2 = MainWindow()
     try:
         # the next window restores exactly what the last one saved
-        assert restored and restored[-1] == saved_at_close[-1]
+        assert restored
+        assert restored[-1] == saved_at_close[-1]
     finally:
         w2.close()
     assert settings().value("window/geometry") is not None
@@ -389,9 +405,11 @@ def test_split_by_re_running_ia_on_a_cluster(fresh, qapp):
     progress = []
     m.session.events.progress.connect(lambda f, text, eta: progress.append(text))
     w.clusters_panel.rerun_btn.click()
-    assert m.session.state == "splitting" and not w.run_panel.start_btn.isEnabled()
+    assert m.session.state == "splitting"
+    assert not w.run_panel.start_btn.isEnabled()
     _wait(qapp, lambda: m.session.state != "splitting", 60)
-    assert progress and all(t.startswith("re-running Cluster 1") for t in progress)  # the split shows progress
+    assert progress
+    assert all(t.startswith("re-running Cluster 1") for t in progress)
     assert len(m.session.book.cluster_ids()) == 3
     from sklearn.metrics import adjusted_rand_score
 

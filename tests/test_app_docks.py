@@ -36,33 +36,43 @@ def _assert_default(w, qapp):
     qapp.processEvents()
     d = w.docks
     for spec in DOCKS:
-        assert not d[spec.name].isFloating() and not d[spec.name].isHidden(), spec.name
+        assert not d[spec.name].isFloating(), spec.name
+        assert not d[spec.name].isHidden(), spec.name
         assert w.dockWidgetArea(d[spec.name]) == spec.area, spec.name
     assert {x.objectName() for x in w.tabifiedDockWidgets(d["run"])} == {"dock-transforms", "dock-clusters"}
     assert len(w.tabifiedDockWidgets(d["convergence"])) == 3
-    assert is_shown(w, w.run_panel) and is_shown(w, w.convergence_view) and is_shown(w, w.images_panel)
-    assert not is_shown(w, w.clusters_panel) and not is_shown(w, w.compare_view)  # behind their tabs
+    assert is_shown(w, w.run_panel)
+    assert is_shown(w, w.convergence_view)
+    assert is_shown(w, w.images_panel)
+    assert not is_shown(w, w.clusters_panel)
+    assert not is_shown(w, w.compare_view)
     central = w.centralWidget().geometry()
     images, run, conv = (d[k].geometry() for k in ("images", "run", "convergence"))
-    assert images.right() < central.left() and run.right() < central.left()  # the left column
+    assert images.right() < central.left()
+    assert run.right() < central.left()
     assert images.bottom() < run.top()  # the image set above the Run tabs
-    assert conv.top() > central.bottom() and conv.left() >= central.left() - 8  # the tabs under W and the means
+    assert conv.top() > central.bottom()
+    assert conv.left() >= central.left() - 8
     assert 0.2 * w.width() < images.width() < 0.4 * w.width()
 
 
 def test_panels_are_docks_in_the_default_arrangement(win, qapp):
-    assert win.weights_view.window() is win and win.centralWidget().isAncestorOf(win.weights_view)
-    assert win.centralWidget().isAncestorOf(win.means_view) and win.centralWidget().isAncestorOf(win.scrubber)
+    assert win.weights_view.window() is win
+    assert win.centralWidget().isAncestorOf(win.weights_view)
+    assert win.centralWidget().isAncestorOf(win.means_view)
+    assert win.centralWidget().isAncestorOf(win.scrubber)
     for spec in DOCKS:
         dock = win.docks[spec.name]
-        assert isinstance(dock, QDockWidget) and dock.widget() is getattr(win, spec.attr)
+        assert isinstance(dock, QDockWidget)
+        assert dock.widget() is getattr(win, spec.attr)
         feats = dock.features()
         for f in (QDockWidget.DockWidgetFeature.DockWidgetClosable, QDockWidget.DockWidgetFeature.DockWidgetMovable,
                   QDockWidget.DockWidgetFeature.DockWidgetFloatable):
             assert feats & f, (spec.name, f)
     _assert_default(win, qapp)
     texts = [a.text() for a in win.view_menu.actions()]
-    assert texts[0] == "Presentation mode" and texts[-1] == "Reset layout"
+    assert texts[0] == "Presentation mode"
+    assert texts[-1] == "Reset layout"
     assert all(spec.title in texts for spec in DOCKS)  # every panel can be shown from the View menu
 
 
@@ -70,15 +80,19 @@ def test_a_closed_panel_comes_back_from_the_view_menu(win, qapp):
     dock = win.docks["clusters"]
     act = next(a for a in win.view_menu.actions() if a.text() == "Clusters")
     show_view(win, win.clusters_panel)
-    assert act.isChecked() and is_shown(win, win.clusters_panel)
+    assert act.isChecked()
+    assert is_shown(win, win.clusters_panel)
     dock.close()  # the title bar's close button
     qapp.processEvents()
-    assert not dock.isVisible() and not act.isChecked()
+    assert not dock.isVisible()
+    assert not act.isChecked()
     assert not show_view(win, win.clusters_panel)  # a closed panel is not forced open by the program...
     assert dock.isHidden()
     act.trigger()  # ...only by the user
     qapp.processEvents()
-    assert dock.isVisible() and act.isChecked() and w_area(win, dock) == LEFT
+    assert dock.isVisible()
+    assert act.isChecked()
+    assert w_area(win, dock) == LEFT
     assert not dock.visibleRegion().isEmpty()
 
 
@@ -96,7 +110,8 @@ def test_reset_layout_puts_every_panel_back(win, qapp):
     win.resizeDocks([d["run"]], [150], Qt.Orientation.Horizontal)
     win.presentation_action.trigger()
     qapp.processEvents()
-    assert w_area(win, d["clusters"]) == RIGHT and d["images"].isHidden()
+    assert w_area(win, d["clusters"]) == RIGHT
+    assert d["images"].isHidden()
     win.reset_layout_action.trigger()
     assert not win.presentation_action.isChecked()
     _assert_default(win, qapp)
@@ -113,8 +128,10 @@ def test_the_arrangement_is_saved_with_the_window_and_restored(qtbot, qapp):
     w.close()
     assert settings().value(STATE_KEY) is not None
     w2 = _window(qtbot, qapp)
-    assert w2.docks["inspect"].isHidden() and w_area(w2, w2.docks["networks"]) == RIGHT
-    assert not w2.docks["images"].isHidden() and not w2.docks["run"].isHidden()  # not the presentation's
+    assert w2.docks["inspect"].isHidden()
+    assert w_area(w2, w2.docks["networks"]) == RIGHT
+    assert not w2.docks["images"].isHidden()
+    assert not w2.docks["run"].isHidden()
     assert not w2.presentation_action.isChecked()
     w2.reset_layout_action.trigger()
     _assert_default(w2, qapp)
@@ -145,11 +162,14 @@ def test_presentation_mode_closes_every_control_panel_and_puts_them_back(win, qa
     win.presentation_action.trigger()
     qapp.processEvents()
     assert all(d[name].isHidden() for name in CONTROLS)
-    assert is_shown(win, win.convergence_view) and win.weights_view.isVisible()
+    assert is_shown(win, win.convergence_view)
+    assert win.weights_view.isVisible()
     win.presentation_action.trigger()
     qapp.processEvents()
-    assert d["clusters"].isFloating() and d["clusters"].isVisible()
-    assert is_shown(win, win.transform_panel) and not is_shown(win, win.run_panel)  # the tab in front kept
+    assert d["clusters"].isFloating()
+    assert d["clusters"].isVisible()
+    assert is_shown(win, win.transform_panel)
+    assert not is_shown(win, win.run_panel)
     assert is_shown(win, win.images_panel)
 
 
@@ -160,18 +180,21 @@ def test_inspecting_brings_its_panel_forward_unless_it_was_closed(win, qapp):
     assert is_shown(w, w.convergence_view)
     w.inspect_pair(0, 1)
     qapp.processEvents()
-    assert is_shown(w, w.inspect_view) and not is_shown(w, w.convergence_view)
+    assert is_shown(w, w.inspect_view)
+    assert not is_shown(w, w.convergence_view)
     w.docks["inspect"].close()
     show_view(w, w.compare_view)
     w.inspect_pair(0, 2)
     qapp.processEvents()
-    assert w.docks["inspect"].isHidden() and is_shown(w, w.compare_view)  # the user's choice stands
+    assert w.docks["inspect"].isHidden()
+    assert is_shown(w, w.compare_view)
 
 
 def test_the_window_with_docks_still_fits_a_small_screen(qtbot, qapp):
     w = _window(qtbot, qapp, (1024, 768))
     hint = w.minimumSizeHint()
-    assert hint.width() < 1024 and hint.height() < 700
+    assert hint.width() < 1024
+    assert hint.height() < 700
     for dock in w.docks.values():
         assert dock.minimumSizeHint().width() < 1024 // 2
     w.model.shutdown(5000)

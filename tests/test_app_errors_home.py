@@ -41,14 +41,18 @@ def test_uncaught_exception_in_a_slot_shows_a_visible_top_level_window(window, q
     window.model.session.events.message.disconnect(connected)
     qtbot.waitUntil(lambda: errors.current_error_dialog() is not None, timeout=30000)
     box = errors.current_error_dialog()
-    assert box.isVisible() and box.isWindow()  # the old hook made it an invisible child of the window
+    assert box.isVisible()
+    assert box.isWindow()
     assert str(log_dir()) in box.informativeText()
-    assert "ZeroDivisionError" in box.detailedText() and "Traceback" in box.detailedText()
-    assert "simulated bug" in box.text() and "Traceback" not in box.text()
+    assert "ZeroDivisionError" in box.detailedText()
+    assert "Traceback" in box.detailedText()
+    assert "simulated bug" in box.text()
+    assert "Traceback" not in box.text()
     assert any(b.text() == "Open log folder" for b in box.buttons())
     # the session goes on: the window still works behind the dialog
     window.model.session.load_demo("shapes")
-    assert window.model.session.n == 18 and window.images_panel.thumbs.rowCount() == 18
+    assert window.model.session.n == 18
+    assert window.images_panel.thumbs.rowCount() == 18
 
 
 @pytest.mark.qt_no_exception_capture
@@ -61,7 +65,8 @@ def test_repeated_errors_add_to_one_window(window, qtbot, monkeypatch):
             errors.excepthook(*sys.exc_info())
     tops = [w for w in QApplication.topLevelWidgets() if isinstance(w, errors.ErrorDialog) and w.isVisible()]
     assert len(tops) == 1
-    assert "4 more errors" in tops[0].text() and "failure 4" in tops[0].detailedText()
+    assert "4 more errors" in tops[0].text()
+    assert "failure 4" in tops[0].detailedText()
 
 
 class _Thrower(QObject):
@@ -85,7 +90,8 @@ def test_an_error_in_a_worker_thread_reaches_the_gui_thread(window, qtbot, monke
         obj.go.emit()
         qtbot.waitUntil(lambda: errors.current_error_dialog() is not None, timeout=30000)
         box = errors.current_error_dialog()
-        assert box.thread() is QApplication.instance().thread() and "worker thread" in box.text()
+        assert box.thread() is QApplication.instance().thread()
+        assert "worker thread" in box.text()
     finally:
         thread.quit()
         thread.wait(30000)
@@ -101,8 +107,11 @@ def test_a_failed_run_shows_the_error_window(window, qtbot, monkeypatch):
     window.run_panel.start_btn.click()
     qtbot.waitUntil(lambda: window.model.session.state == "failed", timeout=60000)
     box = window.last_dialog
-    assert isinstance(box, errors.ErrorDialog) and box.isVisible() and box.isWindow()
-    assert "simulated failure" in box.text() and str(log_dir()) in box.informativeText()
+    assert isinstance(box, errors.ErrorDialog)
+    assert box.isVisible()
+    assert box.isWindow()
+    assert "simulated failure" in box.text()
+    assert str(log_dir()) in box.informativeText()
     window.model.session.load_demo("shapes")  # and the session goes on
     assert window.model.session.state != "failed" or window.run_panel.start_btn.isEnabled()
 
@@ -112,7 +121,8 @@ def test_the_app_home_is_movable_and_the_tests_use_a_temporary_one(tmp_path, mon
     assert not str(app_home()).startswith(str(real))  # the autouse fixture's home
     monkeypatch.setenv("IA_STUDIO_HOME", str(tmp_path / "h"))
     monkeypatch.delenv("IA_STUDIO_LOG_DIR")
-    assert app_home() == tmp_path / "h" and log_dir() == tmp_path / "h" / "logs"
+    assert app_home() == tmp_path / "h"
+    assert log_dir() == tmp_path / "h" / "logs"
     settings().setValue("x", 1)
     settings().sync()
     assert (tmp_path / "h" / "settings.ini").exists()
@@ -128,6 +138,7 @@ def test_selftest_runs_in_a_temporary_home(tmp_path):
     out = subprocess.run([sys.executable, "-m", "iastudio.app", "--selftest"], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "FAIL" not in out.stdout and "W heatmap = result W" in out.stdout
+    assert "FAIL" not in out.stdout
+    assert "W heatmap = result W" in out.stdout
     assert not (tmp_path / ".invariant-attention-studio").exists()
     assert not [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("ia-studio")]  # cleaned up

@@ -91,7 +91,9 @@ def test_window_size_fits_the_screen_and_restored_geometry_is_clamped(qtbot):
     w.move(2000, 1500)
     fit_to_screen(w, small)
     frame = w.frameGeometry()
-    assert frame.width() <= 1024 and frame.height() <= 768 and small.contains(frame.topLeft())
+    assert frame.width() <= 1024
+    assert frame.height() <= 768
+    assert small.contains(frame.topLeft())
     # a geometry saved on a bigger screen is clamped to this one when it is restored
     w.resize(1900, 1150)
     settings().setValue("window/geometry", w.saveGeometry())
@@ -99,7 +101,8 @@ def test_window_size_fits_the_screen_and_restored_geometry_is_clamped(qtbot):
     w2 = MainWindow()
     qtbot.addWidget(w2)
     avail = w2.screen().availableGeometry()
-    assert w2.width() <= avail.width() and w2.height() <= avail.height()
+    assert w2.width() <= avail.width()
+    assert w2.height() <= avail.height()
     assert avail.contains(w2.frameGeometry().topLeft())
 
 
@@ -126,7 +129,8 @@ def test_w_and_the_means_share_the_middle_and_the_colour_bar_leaves_w_room(qtbot
     w.show()
     qtbot.waitUntil(lambda: w.central_splitter.width() > 0)
     left, right = w.central_splitter.sizes()
-    assert abs(left - right) <= 2 and left > 400  # evenly, although the means ask for more room
+    assert abs(left - right) <= 2
+    assert left > 400
     w.resize(792, 568)  # an 800 x 600 screen
     qtbot.wait(50)
     left, right = w.central_splitter.sizes()
@@ -143,7 +147,8 @@ def test_w_and_the_means_share_the_middle_and_the_colour_bar_leaves_w_room(qtbot
     # square of the two places, and W stays readable.
     chosen, here = view.colorbar.horizontal, _square(view)
     _force_colorbar(view, "vertical" if chosen else "horizontal", qtbot)
-    assert _square(view) <= here + 1 and here > 50
+    assert _square(view) <= here + 1
+    assert here > 50
     _force_colorbar(view, None, qtbot)
     assert view.colorbar.horizontal == chosen
     levels = tuple(view.colorbar.levels())
@@ -173,8 +178,11 @@ def test_views_say_what_to_do_until_they_have_data(window, qtbot):
     views = [window.weights_view, window.means_view, window.convergence_view, window.compare_view,
              window.inspect_view]
     for v in views:  # no placeholder plots: a hint instead
-        assert v.empty and v.stack.currentWidget() is v.hint and v.hint.isVisibleTo(v)
-        assert len(v.hint.text()) > 20 and not any(p.isVisibleTo(v) for p in v.plot_widgets())
+        assert v.empty
+        assert v.stack.currentWidget() is v.hint
+        assert v.hint.isVisibleTo(v)
+        assert len(v.hint.text()) > 20
+        assert not any(p.isVisibleTo(v) for p in v.plot_widgets())
     assert "Run" in window.weights_view.hint.text()
     m = window.model
     m.session.load_demo("shapes")
@@ -184,7 +192,8 @@ def test_views_say_what_to_do_until_they_have_data(window, qtbot):
     qtbot.waitUntil(lambda: m.session.state == "finished", timeout=60000)
     window.redraw()
     for v in views[:4]:
-        assert not v.empty and v.plot_widgets()[0].isVisibleTo(v)
+        assert not v.empty
+        assert v.plot_widgets()[0].isVisibleTo(v)
     assert window.inspect_view.empty  # nothing inspected yet
     window.inspect_pair(0, 1)
     qtbot.waitUntil(lambda: not window.inspect_view.empty, timeout=10000)
@@ -217,12 +226,14 @@ def test_plots_and_hints_follow_a_dark_palette(run_win, qapp, tmp_path):
         assert QColor(*corner) == base  # the plot background is the palette's, not white
         left = plot.mapFromScene(plot.getPlotItem().getAxis("left").sceneBoundingRect()).boundingRect()
         axis = _lightness(img, (left.left(), 0, left.right(), img.height))  # the left axis: light labels on dark
-        assert axis.max() > 180 and np.median(axis) < 60
+        assert axis.max() > 180
+        assert np.median(axis) < 60
         curves = _grab(run_win.convergence_view.curves_plot, tmp_path / "c.png")
         legend = run_win.convergence_view.legend
         assert run_win.convergence_view.legend.labelTextColor() == theme.dark_palette().color(
             theme.QPalette.ColorRole.Text)
-        assert legend.items and all("color: #e6e6e6" in lab.item.toHtml() or "#e6e6e6" in lab.item.toHtml()
+        assert legend.items
+        assert all("color: #e6e6e6" in lab.item.toHtml() or "#e6e6e6" in lab.item.toHtml()
                                     for _, lab in legend.items)
         assert np.median(_lightness(curves)) < 60
         # an empty view's hint is readable on the dark window
@@ -231,7 +242,8 @@ def test_plots_and_hints_follow_a_dark_palette(run_win, qapp, tmp_path):
         show_view(run_win, run_win.compare_view)
         qapp.processEvents()
         h = _lightness(_grab(hint, tmp_path / "h.png"))
-        assert np.median(h) < 70 and h.max() > 170
+        assert np.median(h) < 70
+        assert h.max() > 170
     finally:
         QApplication.setPalette(old)
         run_win.compare_view.show_final(run_win.model.session.final)
@@ -248,13 +260,16 @@ def test_exported_panels_leave_out_the_selection_and_the_colour_bar_handles(run_
     w.exports.panels(str(tmp_path / "plain"))
     w.model.session.select([2, 5])
     qapp.processEvents()
-    assert w.weights_view.overlay.isVisible() and w.weights_view.colorbar.region.isVisible()
+    assert w.weights_view.overlay.isVisible()
+    assert w.weights_view.colorbar.region.isVisible()
     w.exports.panels(str(tmp_path / "selected"))
     for name in ("weights", "means"):
         a = np.asarray(Image.open(tmp_path / "plain" / f"{name}.png"))
         b = np.asarray(Image.open(tmp_path / "selected" / f"{name}.png"))
-        assert a.shape == b.shape and np.array_equal(a, b), name  # the red tint is not in the picture
-    assert w.weights_view.overlay.isVisible() and w.weights_view.colorbar.region.isVisible()  # still shown
+        assert a.shape == b.shape, name
+        assert np.array_equal(a, b), name  # the red tint is not in the picture
+    assert w.weights_view.overlay.isVisible()
+    assert w.weights_view.colorbar.region.isVisible()
     w.model.session.select([])
 
 
@@ -263,13 +278,15 @@ def test_the_legend_sits_clear_of_the_curves(run_win, qapp):
     qapp.processEvents()
     vb = cv.curves_plot.getPlotItem().getViewBox()
     legend, area = cv.legend.sceneBoundingRect(), vb.sceneBoundingRect()
-    assert legend.height() > 5 and area.height() > 50
+    assert legend.height() > 5
+    assert area.height() > 50
     assert not legend.intersects(area)
     assert cv.curves_plot.sceneRect().contains(legend)  # and it is not clipped away
 
 
 def test_one_cluster_is_singular(window, qtbot):
-    assert count_of(1, "cluster") == "1 cluster" and count_of(3, "cluster") == "3 clusters"
+    assert count_of(1, "cluster") == "1 cluster"
+    assert count_of(3, "cluster") == "3 clusters"
     m = window.model
     m.session.load_demo("shapes")
     window.run_panel.size.setValue(24)
@@ -319,11 +336,13 @@ def test_the_shortcut_list_is_read_from_the_actions(window):
     rows = shortcut_rows(window)
     commands = {(c, k) for _, c, k in rows}
     assert ("Start", QKeySequence("Ctrl+R").toString(QKeySequence.SequenceFormat.NativeText)) in commands
-    assert any(c == "Quick start" for _, c, _ in rows) and any(c == "Presentation mode" for _, c, _ in rows)
+    assert any(c == "Quick start" for _, c, _ in rows)
+    assert any(c == "Presentation mode" for _, c, _ in rows)
     act = window.menuBar().actions()[0].menu().addAction("A brand-new command")
     act.setShortcut(QKeySequence("Ctrl+Alt+J"))
     dlg = shortcuts_dialog(window)
-    assert dlg.isVisible() and dlg.table.rowCount() == len(rows) + 1
+    assert dlg.isVisible()
+    assert dlg.table.rowCount() == len(rows) + 1
     cells = [dlg.table.item(r, 1).text() for r in range(dlg.table.rowCount())]
     assert "A brand-new command" in cells
 
@@ -335,7 +354,8 @@ def test_double_click_a_thumbnail_shows_it_large_with_its_path(window, qtbot):
     dlg = window.image_dialog
     assert dlg.isVisible()
     path = window.model.session.data.paths[4]
-    assert dlg.path.text() == path and Path(path).name.split("/")[-1] in dlg.name_label.text()
+    assert dlg.path.text() == path
+    assert Path(path).name.split("/")[-1] in dlg.name_label.text()
     assert dlg.picture.pixmap().width() >= 256
 
 
@@ -356,7 +376,8 @@ def test_context_menus_call_the_existing_edits(run_win, qapp):
     menu = cluster_menu(w, 0)
     texts = [a.text() for a in menu.actions() if a.text()]
     assert any(t.startswith("Select the images") for t in texts)
-    assert any(t.startswith("Rename") for t in texts) and any(t.startswith("Merge") for t in texts)
+    assert any(t.startswith("Rename") for t in texts)
+    assert any(t.startswith("Merge") for t in texts)
     assert any(t.startswith("Split") for t in texts)
     next(a for a in menu.actions() if a.text().startswith("Select the images")).trigger()
     assert m.session.selection == book.members(0).tolist()
@@ -366,7 +387,8 @@ def test_context_menus_call_the_existing_edits(run_win, qapp):
     move = next(a.menu() for a in tmenu.actions() if a.menu() is not None)
     assert move.title() == "Move 2 images to"
     next(a for a in move.actions() if a.text() == book.name_of(target)).trigger()
-    assert m.session.book.labels[0] == target and m.session.book.labels[1] == target
+    assert m.session.book.labels[0] == target
+    assert m.session.book.labels[1] == target
     w.undo_action.trigger()
     assert m.session.book == book
     inspect = next(a for a in tmenu.actions() if a.text().startswith("Inspect"))
@@ -378,11 +400,13 @@ def test_context_menus_call_the_existing_edits(run_win, qapp):
     # right-click really opens them
     lst = w.clusters_panel.list
     lst.customContextMenuRequested.emit(lst.visualItemRect(lst.item(0)).center())
-    assert w.context_menu is not None and w.context_menu.isVisible()
+    assert w.context_menu is not None
+    assert w.context_menu.isVisible()
     w.context_menu.close()
     view = w.images_panel.view
     view.customContextMenuRequested.emit(view.visualRect(w.images_panel.thumbs.index(2)).center())
-    assert w.context_menu.isVisible() and any(a.text() == "Show large…" for a in w.context_menu.actions())
+    assert w.context_menu.isVisible()
+    assert any(a.text() == "Show large…" for a in w.context_menu.actions())
     w.context_menu.close()
 
 
@@ -395,19 +419,22 @@ def test_presentation_mode_enlarges_and_hides_the_controls_then_comes_back(run_w
     assert left.isVisible()
     w.presentation_action.trigger()
     qapp.processEvents()
-    assert not left.isVisible() and w.presentation_action.isChecked()
+    assert not left.isVisible()
+    assert w.presentation_action.isChecked()
     assert w.weights_view.font().pointSizeF() >= 1.4 * size
     assert w.weights_view.plot.getAxis("left").style["tickFont"].pointSizeF() >= 1.4 * tick
     w.presentation_action.trigger()
     qapp.processEvents()
-    assert left.isVisible() and w.weights_view.font().pointSizeF() == size
+    assert left.isVisible()
+    assert w.weights_view.font().pointSizeF() == size
     assert w.weights_view.plot.getAxis("left").style["tickFont"].pointSizeF() == tick
 
 
 # ------------------------------------------------------------------ minor items
 def test_run_menu_and_settings_follow_the_run_state(window, qtbot):
     assert window.start_action.isEnabled()
-    assert not window.stop_action.isEnabled() and not window.resume_action.isEnabled()  # idle: nothing to act on
+    assert not window.stop_action.isEnabled()
+    assert not window.resume_action.isEnabled()
     m = window.model
     m.session.load_demo("digits")
     window.run_panel.iterations.setValue(1)
@@ -419,9 +446,11 @@ def test_run_menu_and_settings_follow_the_run_state(window, qtbot):
     window.start_action.trigger()
     qtbot.waitUntil(lambda: m.session.state in ("finished", "failed"), timeout=60000)
     assert ("running", True, False, False, False) in states  # settings locked while it runs
-    assert window.run_panel.iterations.isEnabled() and window.start_action.isEnabled()
+    assert window.run_panel.iterations.isEnabled()
+    assert window.start_action.isEnabled()
     assert not window.run_panel.beta.isEnabled()  # still follows its 'auto' box
-    assert not window.stop_action.isEnabled() and not window.resume_action.isEnabled()
+    assert not window.stop_action.isEnabled()
+    assert not window.resume_action.isEnabled()
 
 
 def test_skipped_files_are_listed_in_the_panel(window, qtbot, tmp_path):
@@ -435,7 +464,9 @@ def test_skipped_files_are_listed_in_the_panel(window, qtbot, tmp_path):
     with qtbot.waitSignal(window.model.imagesLoaded, timeout=30000):
         assert window.load_paths([str(folder)])
     lst = window.images_panel.skipped_list
-    assert lst.isVisible() and lst.count() == 1 and "broken.png" in lst.item(0).text()
+    assert lst.isVisible()
+    assert lst.count() == 1
+    assert "broken.png" in lst.item(0).text()
     assert str(folder / "broken.png") in lst.item(0).toolTip()
     window.model.session.load_demo("shapes")
     assert not lst.isVisible()

@@ -78,13 +78,20 @@ def test_the_window_stays_responsive_while_a_file_is_read(window, qtbot, tmp_pat
     qtbot.waitUntil(lambda: ticks[0] >= start + 20, timeout=WAIT_MS)  # timers fire while slow.png decodes
     dlg = window.loading_dialog
     qtbot.waitUntil(dlg.isVisible, timeout=WAIT_MS)  # shown (after its delay) while the worker is stuck
-    assert "Reading slow.png (2 of 3)" in dlg.labelText() and dlg.value() == 1 and dlg.maximum() == 3
-    assert window.model.loading and window.model.session.n == 0 and not slow.release.is_set()
+    assert "Reading slow.png (2 of 3)" in dlg.labelText()
+    assert dlg.value() == 1
+    assert dlg.maximum() == 3
+    assert window.model.loading
+    assert window.model.session.n == 0
+    assert not slow.release.is_set()
     with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS):
         slow.release.set()
     assert slow.ticks_while_blocked >= 20
-    assert window.model.session.n == 3 and not window.model.loading and window.loading_dialog is None
-    assert window.images_panel.thumbs.rowCount() == 3 and "3 images" in window.images_panel.summary.text()
+    assert window.model.session.n == 3
+    assert not window.model.loading
+    assert window.loading_dialog is None
+    assert window.images_panel.thumbs.rowCount() == 3
+    assert "3 images" in window.images_panel.summary.text()
 
 
 def test_cancel_keeps_the_images_read_and_reads_no_more(window, qtbot, tmp_path, monkeypatch):
@@ -97,7 +104,8 @@ def test_cancel_keeps_the_images_read_and_reads_no_more(window, qtbot, tmp_path,
     dlg = window.loading_dialog
     qtbot.waitUntil(dlg.isVisible, timeout=WAIT_MS)
     dlg.findChild(QPushButton).click()  # the user presses Cancel while slow.png is read
-    assert window.model.loading and "Cancelling" in messages[-1]
+    assert window.model.loading
+    assert "Cancelling" in messages[-1]
     with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS) as loaded:
         slow.release.set()
     m = window.model
@@ -123,7 +131,9 @@ def test_a_bad_file_is_skipped_and_named_without_a_traceback(window, qtbot, tmp_
     assert messages[-1] == ("Added 2 images; skipped 2: bad.png (not an image (the file's contents are not a "
                             "readable image)); odd.png (could not be decoded (ZeroDivisionError: a decoder bug))")
     lst = window.images_panel.skipped_list
-    assert lst.count() == 2 and "bad.png" in lst.item(0).text() and "odd.png" in lst.item(1).text()
+    assert lst.count() == 2
+    assert "bad.png" in lst.item(0).text()
+    assert "odd.png" in lst.item(1).text()
     assert current_error_dialog() is None  # a skip is not an error window, and no traceback is shown
 
 
@@ -143,10 +153,14 @@ def test_files_are_read_in_a_worker_and_the_session_changes_on_the_gui_thread(wi
     window.model.imagesLoading.connect(lambda *a: seen.append(("progress", threading.current_thread())))
     with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS):
         window.load_paths(_pngs(tmp_path, ["a.png", "b.png"]))
-    assert window.model.session.n == 2 and slow.names == ["a.png", "b.png"]
-    assert slow.threads and gui not in slow.threads  # decoded in a worker thread
+    assert window.model.session.n == 2
+    assert slow.names == ["a.png", "b.png"]
+    assert slow.threads
+    assert gui not in slow.threads
     kinds = [k for k, _ in seen]
-    assert kinds.count("progress") == 2 and "add_loaded" in kinds and "images" in kinds
+    assert kinds.count("progress") == 2
+    assert "add_loaded" in kinds
+    assert "images" in kinds
     assert {t for _, t in seen} == {gui}  # everything that reached the session or the views: GUI thread
 
 
@@ -163,7 +177,8 @@ def test_what_would_change_the_inputs_waits_for_the_loading(window, qtbot, tmp_p
                "a project": window.projects.open_project(str(tmp_path / "x.iaproj"))}
     assert refused == dict.fromkeys(refused, False)
     assert messages.count("Wait for the images to load, or cancel the loading.") == 4
-    assert window.model.session.n == 0 and window.last_dialog is None
+    assert window.model.session.n == 0
+    assert window.last_dialog is None
     with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS):
         slow.release.set()
     assert [Path(p).name for p in window.model.session.data.paths] == ["a.png", "slow.png"]
@@ -182,7 +197,9 @@ def test_closing_while_loading_stops_it_and_leaves_no_thread(qtbot, tmp_path, mo
     assert w.close()
     assert QThreadPool.globalInstance().activeThreadCount() == 0
     QApplication.processEvents()  # the worker's last (queued) result arrives, and is dropped
-    assert slow.names == ["a.png", "slow.png"] and w.model.session.n == 0 and loaded == []
+    assert slow.names == ["a.png", "slow.png"]
+    assert w.model.session.n == 0
+    assert loaded == []
 
 
 def test_a_loading_that_fails_as_a_whole_is_an_error_window_and_changes_nothing(window, qtbot, tmp_path,
@@ -197,9 +214,13 @@ def test_a_loading_that_fails_as_a_whole_is_an_error_window_and_changes_nothing(
         assert window.load_paths([tmp_path])
     box = current_error_dialog()
     try:
-        assert box is not None and box.windowTitle() == "Loading the images failed"
-        assert box.message == "the folder listing broke" and "Traceback" in box.detailedText()
-        assert loaded.args == [[]] and not window.model.loading and window.model.session.n == 18
+        assert box is not None
+        assert box.windowTitle() == "Loading the images failed"
+        assert box.message == "the folder listing broke"
+        assert "Traceback" in box.detailedText()
+        assert loaded.args == [[]]
+        assert not window.model.loading
+        assert window.model.session.n == 18
         assert window.loading_dialog is None
     finally:
         if box is not None:

@@ -28,7 +28,8 @@ def edited(qtbot):
     assert m.start(backend="numpy", **RUN)
     qtbot.waitUntil(lambda: m.session.state == "finished", timeout=60000)
     assert m.session.merge_clusters([0, 1])
-    assert m.session.dirty and m.session.edits == ["Merge 2 clusters"]
+    assert m.session.dirty
+    assert m.session.edits == ["Merge 2 clusters"]
     yield w
     w.projects.ask = lambda *a, **k: "discard"
     w.close()
@@ -39,15 +40,20 @@ def test_start_again_asks_and_cancel_keeps_the_result_and_edits(edited, asked):
     final, book = m.session.final, m.session.book
     asked.answer = "cancel"
     assert w.start_run() is False
-    assert asked and "Starting again discards the result of the last run and 1 cluster edit" in asked[-1][1]
-    assert m.session.final is final and m.session.book == book and m.session.state == "finished"
+    assert asked
+    assert "Starting again discards the result of the last run and 1 cluster edit" in asked[-1][1]
+    assert m.session.final is final
+    assert m.session.book == book
+    assert m.session.state == "finished"
 
 
 def test_loading_a_demo_or_dropping_files_asks_first(edited, asked, tmp_path, qtbot):
     w, m = edited, edited.model
     asked.answer = "cancel"
     w.images_panel.demoChosen.emit("digits")
-    assert m.session.n == 18 and m.session.final is not None and len(asked) == 1
+    assert m.session.n == 18
+    assert m.session.final is not None
+    assert len(asked) == 1
     for i in range(2):
         Image.fromarray(np.full((12, 12), 40 * (i + 1), np.uint8)).save(tmp_path / f"new{i}.png")
     mime = QMimeData()
@@ -55,33 +61,41 @@ def test_loading_a_demo_or_dropping_files_asks_first(edited, asked, tmp_path, qt
     w.dropEvent(QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
                            Qt.KeyboardModifier.NoModifier))
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)  # read first, then asked: images were found
-    assert len(asked) == 2 and asked[-1][1].startswith("Adding images discards")
+    assert len(asked) == 2
+    assert asked[-1][1].startswith("Adding images discards")
     # Cancel kept everything
-    assert m.session.n == 18 and m.session.final is not None and m.session.edits == ["Merge 2 clusters"]
+    assert m.session.n == 18
+    assert m.session.final is not None
+    assert m.session.edits == ["Merge 2 clusters"]
     asked.answer = "discard"
     w.images_panel.demoChosen.emit("digits")
-    assert m.session.n == 40 and m.session.final is None and m.session.book is None
+    assert m.session.n == 40
+    assert m.session.final is None
+    assert m.session.book is None
 
 
 def test_nothing_is_asked_when_the_work_is_saved(edited, asked, tmp_path):
     w, m = edited, edited.model
     assert w.projects.save_to(str(tmp_path / "kept.iaproj"))
     w.images_panel.demoChosen.emit("digits")
-    assert asked == [] and m.session.n == 40
+    assert asked == []
+    assert m.session.n == 40
 
 
 def test_close_asks_to_save_changes_and_cancel_keeps_the_window(edited, asked, tmp_path):
     w, m = edited, edited.model
     asked.answer = "cancel"
     assert not w.close()
-    assert w.isVisible() and asked[-1][0] == "Save changes?"
+    assert w.isVisible()
+    assert asked[-1][0] == "Save changes?"
     assert m.session.edits == ["Merge 2 clusters"]
     path = tmp_path / "mine.iaproj"
     assert w.projects.save_to(str(path))
     assert m.session.move_images([0], m.session.book.cluster_ids()[-1])
     asked.answer = "save"  # Save writes the project's own file, then the window closes
     assert w.close()
-    assert load_project(path).edits == m.session.edits and len(m.session.edits) == 2
+    assert load_project(path).edits == m.session.edits
+    assert len(m.session.edits) == 2
 
 
 def test_each_edit_is_autosaved_and_the_lock_outlives_the_closing_autosave(edited, qtbot, monkeypatch):
@@ -102,7 +116,9 @@ def test_each_edit_is_autosaved_and_the_lock_outlives_the_closing_autosave(edite
     assert m.session.undo()
     w.projects.ask = lambda *a, **k: "discard"
     assert w.close()
-    assert seen and seen[-1] is True and not lock.exists()
+    assert seen
+    assert seen[-1] is True
+    assert not lock.exists()
     assert load_project(auto).edits == ["Merge 2 clusters"]  # the state at closing, undo included
 
 
@@ -115,7 +131,8 @@ def test_the_working_size_cannot_change_during_a_run(qtbot):
     assert m.start(backend="numpy", iterations=3)
     assert m.session.state == "running"
     w.run_panel.size.setValue(28)  # M6: transforms of one canvas applied to images of another
-    assert m.session.size == 40 and w.run_panel.size.value() == 40
+    assert m.session.size == 40
+    assert w.run_panel.size.value() == 40
     m.stop()
     qtbot.waitUntil(lambda: m.session.state in ("stopped", "finished"), timeout=60000)
     w.projects.ask = lambda *a, **k: "discard"
@@ -137,5 +154,6 @@ def test_opening_a_folder_keeps_the_clusters_setting(qtbot, tmp_path):
     w.run_panel.clusters.setValue(3)
     with qtbot.waitSignal(w.model.imagesLoaded, timeout=30000):
         w.open_folder(str(tmp_path))
-    assert w.model.session.n == 5 and w.run_panel.clusters.value() == 3
+    assert w.model.session.n == 5
+    assert w.run_panel.clusters.value() == 3
     assert w.projects.recent("recent/folders")[0] == str(tmp_path)

@@ -78,7 +78,7 @@ def _range_fits(view, n):
 
 def test_w_fills_its_view_at_every_size_and_after_a_new_run(win, qapp):
     view, n = win.weights_view, win.model.session.n
-    for size in SIZES + ((1280, 800),):
+    for size in (*SIZES, (1280, 800)):
         win.resize(*size)
         _settle(qapp)
         assert _range_fits(view, n), (size, view.plot.getPlotItem().vb.viewRange())
@@ -102,9 +102,11 @@ def test_the_scrubber_and_the_captions_show_their_whole_text(win, qapp, size):
     win.resize(*size)
     _settle(qapp)
     scrub = win.scrubber.label
-    assert scrub.text().startswith("Live") and _shows_all(scrub), (scrub.text(), scrub.width())
+    assert scrub.text().startswith("Live"), (scrub.text(), scrub.width())
+    assert _shows_all(scrub), (scrub.text(), scrub.width())
     for label in (win.means_view.caption, win.convergence_view.caption):
-        assert label.text() and _shows_all(label), label.text()
+        assert label.text(), label.text()
+        assert _shows_all(label), label.text()
     assert "Cluster 3" in win.means_view.caption.text()
 
 
@@ -152,7 +154,8 @@ def test_every_long_tooltip_wraps(win, qapp):
         assert tip is not None, text
         one_line = tip.fontMetrics().horizontalAdvance(text)
         if one_line > TIP_WIDTH:  # a long text wraps, as rich text Qt word-wraps
-            assert tip.wordWrap() and Qt.mightBeRichText(tip.text()), text
+            assert tip.wordWrap(), text
+            assert Qt.mightBeRichText(tip.text()), text
             assert tip.height() > 2 * tip.fontMetrics().height()
         assert tip.width() <= TIP_WIDTH + 30, (tip.width(), text)  # some 60 characters a line, not 1,500 px
         assert text.split()[0] in tip.text()
@@ -193,7 +196,8 @@ def test_exported_csv_numbers_clusters_as_their_names(win, tmp_path):
     for r in rows:
         assert r["cluster_name"] in (f"Cluster {r['cluster']}", LONG_NAME)
     first = [r for r in rows if r["cluster_name"] == LONG_NAME]
-    assert first and {r["cluster"] for r in first} == {"1"}
+    assert first
+    assert {r["cluster"] for r in first} == {"1"}
 
 
 # ------------------------------------------------------------------ the palette
@@ -209,11 +213,13 @@ def test_view_palette_switches_and_is_remembered(win, qapp, tmp_path):
         assert img.pixelColor(3, 3).lightness() < 100  # the plot is drawn dark too
         assert settings().value("view/palette") == "dark"
         other = MainWindow()
-        assert other.palette_actions["dark"].isChecked() and not other.palette_actions["system"].isChecked()
+        assert other.palette_actions["dark"].isChecked()
+        assert not other.palette_actions["system"].isChecked()
         other.close()
         win.palette_actions["light"].trigger()
         _settle(qapp)
-        assert not theme.is_dark(app.palette()) and settings().value("view/palette") == "light"
+        assert not theme.is_dark(app.palette())
+        assert settings().value("view/palette") == "light"
     finally:
         win.palette_actions["system"].trigger()
         _settle(qapp)
@@ -230,7 +236,8 @@ def test_a_run_stopped_after_iteration_1_says_so_in_the_plot(win, qapp):
     _settle(qapp)
     assert len(win.model.session.final.curves["median"]) <= 2
     assert view.note.isVisible()
-    assert "left the clusters as they were" in view.note.text() and "Paper mode" in view.note.text()
+    assert "left the clusters as they were" in view.note.text()
+    assert "Paper mode" in view.note.text()
     assert not win.run_panel.paper_mode.isChecked()
     view.note.linkActivated.emit("paper-mode")  # the link in the note
     try:

@@ -30,7 +30,9 @@ def stopped(qapp, home):
     m.stop()
     _wait(qapp, lambda: m.session.state in ("stopped", "finished", "failed"))
     assert m.session.state == "stopped"
-    assert m.session.can_resume() and w.resume_action.isEnabled() and w.run_panel.resume_btn.isEnabled()
+    assert m.session.can_resume()
+    assert w.resume_action.isEnabled()
+    assert w.run_panel.resume_btn.isEnabled()
     yield w
     if m.session.busy:
         m.stop()
@@ -41,7 +43,8 @@ def stopped(qapp, home):
 def _resume_impossible(w):
     m = w.model
     assert not m.session.can_resume()
-    assert not w.resume_action.isEnabled() and not w.run_panel.resume_btn.isEnabled()
+    assert not w.resume_action.isEnabled()
+    assert not w.run_panel.resume_btn.isEnabled()
     assert m.resume() is False
     assert m.session.state != "running"
 
@@ -54,7 +57,8 @@ def test_new_transforms_discard_the_stopped_run(stopped, qapp):
     qapp.processEvents()
     assert not np.allclose(m.session.working, before)  # the images did change
     _resume_impossible(w)
-    assert m.session.run is None and m.session.latest is None
+    assert m.session.run is None
+    assert m.session.latest is None
     w.resume_action.trigger()  # a disabled action's shortcut does nothing either
     assert m.session.state != "running"
 
@@ -71,6 +75,9 @@ def test_loading_another_demo_while_stopped(stopped, qapp):
     n_shapes = m.session.n
     assert w.load_demo("digits")
     qapp.processEvents()
-    assert m.session.n > 0 and m.session.n != n_shapes
+    assert m.session.n > 0
+    assert m.session.n != n_shapes
     _resume_impossible(w)
-    assert m.session.run is None and m.session.final is None and m.session.book is None
+    assert m.session.run is None
+    assert m.session.final is None
+    assert m.session.book is None

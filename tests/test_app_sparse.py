@@ -44,7 +44,8 @@ def test_sparse_w_is_drawn_as_an_even_sample_of_its_k_neighbour_graph(qtbot):
     view.show_frame(frame)
     shown = view.image_item.image
     order = view.order
-    assert shown.shape == (order.size, order.size) and 390 <= order.size <= 402  # not 2,500 x 2,500
+    assert shown.shape == (order.size, order.size)
+    assert 390 <= order.size <= 402
     assert 7 in order  # the selected image is always in the sample
     labels = frame.snapshot.labels[order]
     assert (np.diff(labels) >= 0).all()  # still grouped by cluster
@@ -56,7 +57,8 @@ def test_sparse_w_is_drawn_as_an_even_sample_of_its_k_neighbour_graph(qtbot):
     r, c = 3, 5
     view._hover(PointerEvent(c + 0.5, r + 0.5))
     i, j = int(order[r]), int(order[c])
-    assert f"i = {i}" in view.hover.text() and f"j = {j}" in view.hover.text()
+    assert f"i = {i}" in view.hover.text()
+    assert f"j = {j}" in view.hover.text()
     assert f"{dense[i, j]:.4f}" in view.hover.text()
     with qtbot.waitSignal(view.cellClicked) as blocker:
         view._click(PointerEvent(c + 0.5, r + 0.5))
@@ -64,7 +66,9 @@ def test_sparse_w_is_drawn_as_an_even_sample_of_its_k_neighbour_graph(qtbot):
     # the selection's row and column are tinted at the sampled image's position
     over = view.overlay.image
     p = int(np.flatnonzero(order == 7)[0])
-    assert over.shape[:2] == shown.shape and over[p, 0, 3] > 0 and over[0, p, 3] > 0
+    assert over.shape[:2] == shown.shape
+    assert over[p, 0, 3] > 0
+    assert over[0, p, 3] > 0
     view.set_selection([int(np.setdiff1d(np.arange(N), order)[0])])  # an image outside the sample: no crash
     assert view.overlay.image[..., 3].max() == 0
 
@@ -90,7 +94,8 @@ def test_per_image_means_of_a_large_run_show_an_even_sample(qtbot):
     qtbot.addWidget(view)
     frame = _sparse_frame()
     view.show_frame(frame)
-    assert view.n_tiles <= 1030 and len(view._tile_ids) == view.n_tiles
+    assert view.n_tiles <= 1030
+    assert len(view._tile_ids) == view.n_tiles
     assert "an even sample of 2,500 images" in view.caption.text()
     view.per_cluster.setChecked(True)  # one per cluster is unchanged
     assert view.n_tiles == K
@@ -101,7 +106,8 @@ def test_even_sample_keeps_small_sets_whole_and_covers_every_cluster():
     assert_array_equal(even_sample(order, np.zeros(10, int), limit=20), order)
     labels = np.r_[np.zeros(995, int), np.ones(5, int)]
     pick = even_sample(np.arange(1000), labels, limit=100)
-    assert 95 <= pick.size <= 102 and (labels[pick] == 1).sum() >= 2
+    assert 95 <= pick.size <= 102
+    assert (labels[pick] == 1).sum() >= 2
     assert_array_equal(pick, np.sort(pick))
 
 
@@ -111,7 +117,8 @@ def test_the_frame_of_a_sparse_snapshot_maps_its_graph_and_every_view_draws_it(q
 
     snap = _sparse_frame().snapshot
     frame = FrameBuilder().frame(snap)  # the map and the curves come from the K-neighbour graph
-    assert frame.mds.shape == (N, 2) and np.isfinite(frame.mds).all()
+    assert frame.mds.shape == (N, 2)
+    assert np.isfinite(frame.mds).all()
     d = snap.distances.tocoo()
     same = snap.labels[d.row] == snap.labels[d.col]
     assert frame.curves["within_max"] == [float(d.data[same].max())]  # every edge joins its own cluster
@@ -173,9 +180,12 @@ def _w_drawn(window):
     window.redraw()
     view = window.weights_view
     w = window.model.session.final.snapshot.weights
-    assert sp.issparse(w) and w.shape == (N, N)
+    assert sp.issparse(w)
+    assert w.shape == (N, N)
     shown, order = view.image_item.image, view.order
-    assert shown.shape == (order.size, order.size) and 390 <= order.size <= 402 and shown.max() > 0
+    assert shown.shape == (order.size, order.size)
+    assert 390 <= order.size <= 402
+    assert shown.max() > 0
     assert_allclose(shown, w.toarray()[np.ix_(order, order)])
     return view.title.text(), shown, order
 
@@ -188,23 +198,27 @@ def test_a_sparse_run_saves_and_reopens_in_the_window_and_autosaves(window, tmp_
     save_project(tmp_path / "big.iaproj", proj)
     assert window.projects.open_project(str(tmp_path / "big.iaproj"))
     title, shown, order = _w_drawn(window)
-    assert "W of" in title and f"of {N:,} images" in title
+    assert "W of" in title
+    assert f"of {N:,} images" in title
     assert_allclose(shown, proj.result["weights"].toarray()[np.ix_(order, order)])  # the run's final W, 0 off it
     window.rename_cluster(0, "renamed")  # unsaved work on the big run
     assert window.model.session.dirty
     assert window.projects.autosave(wait=True)  # used to log "cannot be stored in a project yet"
     auto = load_project(window.projects.autosave_path())
-    assert type(auto.result["weights"]) is sp.csr_matrix and auto.clusters.name_of(0) == "renamed"
+    assert type(auto.result["weights"]) is sp.csr_matrix
+    assert auto.clusters.name_of(0) == "renamed"
     saved = tmp_path / "saved.iaproj"
     assert window.projects.save_to(str(saved))  # File > Save: no "Cannot save" dialog
-    assert not window.model.session.dirty and window.model.session.project_path == str(saved)
+    assert not window.model.session.dirty
+    assert window.model.session.project_path == str(saved)
     back = load_project(saved)
     for key in ("weights", "input_distances", "final_distances"):
         assert type(back.result[key]) is sp.csr_matrix
         assert_allclose(back.result[key].toarray(), proj.result[key].toarray())
     assert window.projects.open_project(str(saved))  # reopened in the window: the same drawing
     again_title, again, again_order = _w_drawn(window)
-    assert again_title == title and window.model.session.book.name_of(0) == "renamed"
+    assert again_title == title
+    assert window.model.session.book.name_of(0) == "renamed"
     assert_allclose(again, proj.result["weights"].toarray()[np.ix_(again_order, again_order)])
     assert window.model.session.final.result.weights.nnz == proj.result["weights"].nnz
 
@@ -267,7 +281,8 @@ def test_views_only_draw_a_prepared_large_frame(qtbot, monkeypatch):
     wv.set_selection([int(frame.w_ids[3])])
     mv.show_frame(frame)
     wv.show_frame(frame)
-    assert mv.overlay.image[..., 3].any() and wv.overlay.image[..., 3].any()
+    assert mv.overlay.image[..., 3].any()
+    assert wv.overlay.image[..., 3].any()
 
 
 def test_a_selected_image_outside_the_sample_is_added_and_only_its_tile_made(qtbot, monkeypatch):
@@ -284,15 +299,19 @@ def test_a_selected_image_outside_the_sample_is_added_and_only_its_tile_made(qtb
         view.set_selection([outside])
         view.show_frame(frame)
     assert made == [1]  # one tile, for the selected image
-    assert outside in mv._tile_ids and mv.n_tiles == frame.tile_ids.size + 1
-    assert outside in wv.order and wv.order.size == frame.w_ids.size + 1
+    assert outside in mv._tile_ids
+    assert mv.n_tiles == frame.tile_ids.size + 1
+    assert outside in wv.order
+    assert wv.order.size == frame.w_ids.size + 1
     labels = frame.snapshot.labels
-    assert (np.diff(labels[wv.order]) >= 0).all() and (np.diff(labels[np.array(mv._tile_ids)]) >= 0).all()
+    assert (np.diff(labels[wv.order]) >= 0).all()
+    assert (np.diff(labels[np.array(mv._tile_ids)]) >= 0).all()
     assert_allclose(wv.image_item.image, frame.snapshot.weights.toarray()[np.ix_(wv.order, wv.order)])
     made.clear()
     mv.set_selection(list(range(200)))  # a large selection (a whole cluster) is not added to the sample
     mv.show_frame(frame)
-    assert made == [] and mv.n_tiles == frame.tile_ids.size
+    assert made == []
+    assert mv.n_tiles == frame.tile_ids.size
 
 
 def test_book_frame_of_a_large_run_makes_only_the_tiles_it_lacks(monkeypatch):
@@ -308,7 +327,8 @@ def test_book_frame_of_a_large_run_makes_only_the_tiles_it_lacks(monkeypatch):
     booked = book_frame(frame, labels, {}, images=frame.snapshot.means)
     assert_array_equal(booked.tile_ids, even_sample(booked.order, labels, limit=1024))
     lacking = np.setdiff1d(booked.tile_ids, frame.tile_ids).size
-    assert 0 < lacking < booked.tile_ids.size and made == [lacking]
+    assert 0 < lacking < booked.tile_ids.size
+    assert made == [lacking]
     assert_array_equal(booked.tiles, upright_tiles(frame.snapshot.means[booked.tile_ids]))
     assert_allclose(booked.w_block, frame.snapshot.weights.toarray()[np.ix_(booked.w_ids, booked.w_ids)])
 
@@ -358,7 +378,8 @@ def test_graph_map_without_arpack_convergence_is_still_made(caplog):
     with caplog.at_level("WARNING"):
         xy = graph_map(sub, maxiter=1)
     assert "ARPACK did not converge" in caplog.text
-    assert xy.shape == (lab.size, 2) and np.isfinite(xy).all()
+    assert xy.shape == (lab.size, 2)
+    assert np.isfinite(xy).all()
     centre0, centre1 = xy[lab == 0].mean(0), xy[lab == 1].mean(0)
     side = (xy - (centre0 + centre1) / 2) @ (centre1 - centre0) > 0
     assert (side == (lab == 1)).mean() > 0.99

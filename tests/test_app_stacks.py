@@ -36,7 +36,8 @@ def test_a_dropped_stack_and_star_file_become_images_named_by_number(window, qtb
         window.dropEvent(event)
     names = [Path(p).name for p in window.model.session.data.paths]
     assert names == ["s.mrcs#1", "s.mrcs#2", "s.mrcs#3", "s.mrcs#4", "s.mrcs#5", "s.mrcs#2", "s.mrcs#4"]
-    assert window.images_panel.thumbs.rowCount() == 7 and "7 images" in window.images_panel.summary.text()
+    assert window.images_panel.thumbs.rowCount() == 7
+    assert "7 images" in window.images_panel.summary.text()
 
 
 def test_add_files_offers_stacks_and_reads_them(window, qtbot, tmp_path, monkeypatch):

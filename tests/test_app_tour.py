@@ -3,6 +3,8 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import itertools
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -46,10 +48,13 @@ def _short_run(w, qtbot):
 
 def test_scrubber_shows_recorded_frames_with_a_fixed_colour_scale(win, qtbot):
     sc, wv = win.scrubber, win.weights_view
-    assert not sc.slider.isEnabled() and "Run to step" in sc.label.text()  # no run: disabled, with a hint
+    assert not sc.slider.isEnabled()
+    assert "Run to step" in sc.label.text()
     _short_run(win, qtbot)
     frames = win.model.session.frames
-    assert len(frames) >= 3 and sc.slider.isEnabled() and sc.chosen() is None  # live at the end
+    assert len(frames) >= 3
+    assert sc.slider.isEnabled()
+    assert sc.chosen() is None
     levels = weight_range(frames)
     sc.slider.setValue(0)  # as a user dragging it to the left end
     f0 = frames[0]
@@ -63,7 +68,8 @@ def test_scrubber_shows_recorded_frames_with_a_fixed_colour_scale(win, qtbot):
         np.testing.assert_allclose(win.convergence_view.coords, frames[i].mds)
     sc.slider.setValue(sc.slider.maximum())  # "Live": the final frame
     final = win.model.session.final
-    assert sc.chosen() is None and win.sync.drawn is final
+    assert sc.chosen() is None
+    assert win.sync.drawn is final
     np.testing.assert_allclose(wv.image_item.image,
                                np.asarray(final.snapshot.weights)[np.ix_(final.order, final.order)])
 
@@ -73,8 +79,11 @@ def test_paper_mode_runs_identity_start_and_fixed_beta_and_w_fills_in(win, qtbot
     rp = win.run_panel
     rp.paper_mode.setChecked(True)
     opts = rp.options()
-    assert opts["preset"] == "paper" and opts["beta"] == PAPER_BETA and opts["iterations"] >= PAPER_ITERATIONS
-    assert not rp.beta_auto.isChecked() and rp.paper_mode.toolTip()
+    assert opts["preset"] == "paper"
+    assert opts["beta"] == PAPER_BETA
+    assert opts["iterations"] >= PAPER_ITERATIONS
+    assert not rp.beta_auto.isChecked()
+    assert rp.paper_mode.toolTip()
     # the same settings as ia-cluster --paper and AttentionRun(preset="paper"): one definition
     from iastudio.core.attention import AttentionRun
     from iastudio.core.demos import load_demo
@@ -96,13 +105,15 @@ def test_paper_mode_runs_identity_start_and_fixed_beta_and_w_fills_in(win, qtbot
           np.round(blocks, 3))
     assert len(per_iteration) >= 5
     assert min(share) > 0.95  # no weight leaks between the shapes (the old setting: 0.998 -> 0.69)
-    assert blocks[0] < 0.8 and blocks[-1] > 0.97  # the blocks fill in...
-    assert all(b >= a - 0.005 for a, b in zip(blocks, blocks[1:]))  # ...iteration by iteration
+    assert blocks[0] < 0.8
+    assert blocks[-1] > 0.97
+    assert all(b >= a - 0.005 for a, b in itertools.pairwise(blocks))  # ...iteration by iteration
     from sklearn.metrics import adjusted_rand_score
 
     assert adjusted_rand_score(labels, m.session.result.labels) == 1.0  # and the three shapes come out
     rp.paper_mode.setChecked(False)
-    assert "preset" not in rp.options() and rp.beta_auto.isChecked()
+    assert "preset" not in rp.options()
+    assert rp.beta_auto.isChecked()
 
 
 def test_show_me_asks_before_unsaved_work_is_lost(win, qtbot, monkeypatch):
@@ -112,7 +123,8 @@ def test_show_me_asks_before_unsaved_work_is_lost(win, qtbot, monkeypatch):
     n = win.model.session.n
     win.show_me_action.trigger()
     assert asked == ["Showing the demo"]  # Cancel kept it
-    assert win.model.session.n == n and win.model.session.state == "idle"
+    assert win.model.session.n == n
+    assert win.model.session.state == "idle"
 
 
 @pytest.mark.slow  # the paper preset's fixed-step means: minutes on a 2-core CPU
@@ -121,19 +133,24 @@ def test_show_me_runs_the_demo_and_ends_on_a_large_comparison(win, qtbot):
     win.show_me_action.trigger()
     m = win.model
     rp = win.run_panel
-    assert m.session.state == "running" and rp.paper_mode.isChecked()
-    assert not rp.clusters_auto.isChecked() and rp.clusters.value() == PAPER_DEMO["clusters"]
+    assert m.session.state == "running"
+    assert rp.paper_mode.isChecked()
+    assert not rp.clusters_auto.isChecked()
+    assert rp.clusters.value() == PAPER_DEMO["clusters"]
     qtbot.waitUntil(lambda: m.session.state == "finished", timeout=180000)
     qtbot.waitUntil(lambda: "ARI" in win.compare_view.caption.text(), timeout=30000)
-    assert m.session.n == 18 and m.session.data.paths[0].startswith(f"demo:{PAPER_DEMO['demo']}/")
+    assert m.session.n == 18
+    assert m.session.data.paths[0].startswith(f"demo:{PAPER_DEMO['demo']}/")
     assert np.degrees(np.abs(m.session.data.true_transforms[:, 0])).max() > 45  # the shapes come turned at random
     blocks = [block_diagonality(w, np.asarray(m.session.data.labels))
               for w in _w_per_iteration(m.session.frames).values()]
-    assert blocks[0] < 0.8 and blocks[-1] > 0.97  # the scrubber has W's blocks filling in to replay
+    assert blocks[0] < 0.8
+    assert blocks[-1] > 0.97
     assert is_shown(win, win.compare_view)
     # the comparison is the large view (W and the means keep their minimum height); docks settle in the event loop
     qtbot.waitUntil(lambda: win.docks["compare"].height() > 1.5 * win.centralWidget().height(), timeout=10000)
-    assert win.compare_view.n_tiles == 3 and not win.compare_view.empty
+    assert win.compare_view.n_tiles == 3
+    assert not win.compare_view.empty
     assert "IA ARI 1.00" in win.compare_view.caption.text()
     assert win.compare_view.items[1].image.max() > 0.3  # the IA means are drawn
 

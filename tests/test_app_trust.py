@@ -49,7 +49,8 @@ def _saved_project(w, qtbot, path):
     w.model.session.set_size(24)
     _run(w, qtbot)
     assert w.projects.save_to(str(path))
-    assert w.model.session.project_path == str(path) and not w.model.session.dirty
+    assert w.model.session.project_path == str(path)
+    assert not w.model.session.dirty
     return path.read_bytes()
 
 
@@ -76,7 +77,8 @@ def test_a_new_set_is_untitled_and_save_asks_for_a_file(win, qtbot, tmp_path, mo
     else:
         win.show_me_action.trigger()
         qtbot.waitUntil(lambda: m.session.state == "finished", timeout=180000)
-    assert m.session.project_path is None and _title(win).startswith("untitled")
+    assert m.session.project_path is None
+    assert _title(win).startswith("untitled")
     chosen = tmp_path / "new.iaproj"
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(chosen), ""))
     QTest.keyClick(win, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier)  # Ctrl+S: asks for a file ...
@@ -93,7 +95,8 @@ def test_adding_images_to_a_project_keeps_it_the_projects(win, qtbot, tmp_path):
     assert win.load_paths([str(extra)])
     qtbot.waitUntil(lambda: not win.model.loading, timeout=30000)
     # the same project, grown by one
-    assert win.model.session.n == 19 and win.model.session.project_path == str(project)
+    assert win.model.session.n == 19
+    assert win.model.session.project_path == str(project)
 
 
 # ------------------------------------------------------------------ 2. the size field
@@ -110,15 +113,22 @@ def test_the_working_size_applies_once_typing_is_finished(win, qtbot, asked):
     _run(win, qtbot)
     final = m.session.final
     _type_into(size, "96")
-    assert asked == [] and m.session.size == 24 and m.session.final is final  # typing: nothing asked, nothing applied
+    assert asked == []
+    assert m.session.size == 24
+    assert m.session.final is final
     asked.answer = "cancel"
     QTest.keyClick(size.lineEdit(), Qt.Key.Key_Return)
-    assert len(asked) == 1 and "working size" in asked[0][1]
-    assert m.session.size == 24 and m.session.final is final and size.value() == 24  # Cancel: the field shows 24 again
+    assert len(asked) == 1
+    assert "working size" in asked[0][1]
+    assert m.session.size == 24
+    assert m.session.final is final
+    assert size.value() == 24
     asked.answer = "discard"
     _type_into(size, "128")
     QTest.keyClick(size.lineEdit(), Qt.Key.Key_Return)
-    assert len(asked) == 2 and m.session.size == 128 and m.session.working.shape[1:] == (128, 128)
+    assert len(asked) == 2
+    assert m.session.size == 128
+    assert m.session.working.shape[1:] == (128, 128)
     assert m.session.final is None  # the run on the 24 px images was discarded, as agreed
 
 
@@ -132,13 +142,18 @@ def test_adding_a_file_with_no_image_changes_nothing(win, qtbot, tmp_path, asked
     final, book = m.session.final, m.session.book
     win.images_panel.addFiles.emit()
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)
-    assert m.session.final is final and m.session.book is book and not m.session.dirty and asked == []
+    assert m.session.final is final
+    assert m.session.book is book
+    assert not m.session.dirty
+    assert asked == []
     assert "Nothing added" in win.statusBar().currentMessage()
     assert any(s["path"].endswith("notes.txt") for s in m.session.data.skipped)  # listed under "details"
     assert m.session.merge_clusters([0, 1])  # unsaved edits: still nothing asked, nothing lost
     win.images_panel.addFiles.emit()
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)
-    assert asked == [] and m.session.edits == ["Merge 2 clusters"] and m.session.final is final
+    assert asked == []
+    assert m.session.edits == ["Merge 2 clusters"]
+    assert m.session.final is final
 
 
 def test_adding_real_images_asks_after_reading_and_cancel_keeps_the_edits(win, qtbot, tmp_path, asked):
@@ -154,23 +169,30 @@ def test_adding_real_images_asks_after_reading_and_cancel_keeps_the_edits(win, q
     assert asked == []  # not before reading
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)
     assert len(asked) == 1
-    assert m.session.n == 18 and m.session.edits == ["Merge 2 clusters"] and m.session.final is not None
+    assert m.session.n == 18
+    assert m.session.edits == ["Merge 2 clusters"]
+    assert m.session.final is not None
     asked.answer = "discard"
     assert win.load_paths([str(img)])
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)
-    assert len(asked) == 2 and m.session.n == 19 and m.session.final is None
+    assert len(asked) == 2
+    assert m.session.n == 19
+    assert m.session.final is None
 
 
 # ------------------------------------------------------------------ 4. Show me, paper mode
 def test_paper_mode_is_never_shown_next_to_beta_auto(win):
     rp = win.run_panel
     rp.paper_mode.setChecked(True)
-    assert not rp.beta_auto.isChecked() and rp.beta.value() == PAPER_BETA
+    assert not rp.beta_auto.isChecked()
+    assert rp.beta.value() == PAPER_BETA
     rp.set_options({"beta": "auto", "iterations": 3})  # an opened project's settings
-    assert rp.beta_auto.isChecked() and not rp.paper_mode.isChecked()
+    assert rp.beta_auto.isChecked()
+    assert not rp.paper_mode.isChecked()
     rp.paper_mode.setChecked(True)
     rp.beta_auto.setChecked(True)  # clicked by the user
-    assert not rp.paper_mode.isChecked() and "preset" not in rp.options()
+    assert not rp.paper_mode.isChecked()
+    assert "preset" not in rp.options()
 
 
 def _show_me(win, qtbot):
@@ -192,16 +214,20 @@ def test_show_me_is_the_same_every_time_and_puts_the_users_settings_back(win, qt
     m.session.set_size(40)
     mine = rp.settings_state()
     first, iterations, caption = _show_me(win, qtbot)
-    assert iterations >= 4 and "IA ARI 1.00" in caption
+    assert iterations >= 4
+    assert "IA ARI 1.00" in caption
     assert rp.settings_state() == mine  # the user's settings are back ...
     # ... the demo set keeps its size
-    assert m.session.size == PAPER_DEMO["size"] and rp.size.value() == PAPER_DEMO["size"]
+    assert m.session.size == PAPER_DEMO["size"]
+    assert rp.size.value() == PAPER_DEMO["size"]
     second, iterations_again, caption_again = _show_me(win, qtbot)
-    assert iterations_again == iterations and caption_again == caption
+    assert iterations_again == iterations
+    assert caption_again == caption
     assert_allclose(second.snapshot.weights, first.snapshot.weights, atol=1e-6)
     assert rp.settings_state() == mine
     win.images_panel.demoChosen.emit("shapes")  # the next set is read at the user's own size again
-    assert m.session.size == 40 and rp.size.value() == 40
+    assert m.session.size == 40
+    assert rp.size.value() == 40
 
 
 def test_paper_mode_is_saved_and_restored_with_a_project(win, qtbot, tmp_path):
@@ -217,7 +243,9 @@ def test_paper_mode_is_saved_and_restored_with_a_project(win, qtbot, tmp_path):
     rp.paper_mode.setChecked(False)
     assert rp.beta_auto.isChecked()
     assert win.projects.open_project(str(path))
-    assert rp.paper_mode.isChecked() and not rp.beta_auto.isChecked() and rp.beta.value() == PAPER_BETA
+    assert rp.paper_mode.isChecked()
+    assert not rp.beta_auto.isChecked()
+    assert rp.beta.value() == PAPER_BETA
     assert rp.iterations.value() == 1  # the project's own iterations, not paper mode's bound
 
 
@@ -254,7 +282,8 @@ def test_views_never_show_stale_text(win, qtbot):
     assert win.transform_panel.image_label.text().startswith("Select a thumbnail")
     assert win.transform_panel.preview.pixmap().isNull()
     assert win.clusters_panel.evidence.text() == ""
-    assert rp.progress.value() == 0 and "idle" in rp.progress.format()  # not a full bar
+    assert rp.progress.value() == 0
+    assert "idle" in rp.progress.format()
     assert m.start(backend="numpy", iterations=1, mean_steps=2)
     win.redraw()
     assert "Open a folder" not in win.weights_view.hint.text()  # says what is being computed
@@ -279,12 +308,16 @@ def test_a_recovered_session_is_its_projects_with_its_settings(win, qtbot, tmp_p
     try:
         qtbot.waitUntil(lambda: w2.model.session.n == 18, timeout=30000)
         m2 = w2.model
-        assert m2.session.project_path == str(project) and m2.session.dirty and w2.windowTitle().endswith("P.iaproj*")
+        assert m2.session.project_path == str(project)
+        assert m2.session.dirty
+        assert w2.windowTitle().endswith("P.iaproj*")
         assert m2.session.edits == ["Merge 2 clusters"]
-        assert w2.run_panel.iterations.value() == 5 and w2.run_panel.angle_step.value() == 10
+        assert w2.run_panel.iterations.value() == 5
+        assert w2.run_panel.angle_step.value() == 10
         assert w2.means_view.per_cluster.isChecked()
         message = w2.statusBar().currentMessage()
-        assert message.startswith("Recovered the last session (P.iaproj") and "autosave" not in message
+        assert message.startswith("Recovered the last session (P.iaproj")
+        assert "autosave" not in message
     finally:
         w2.projects.ask = lambda *a, **k: "discard"
         w2.close()
@@ -305,7 +338,9 @@ def test_a_stopped_run_is_autosaved(win, qtbot):
     auto = win.projects.autosave_path()
     qtbot.waitUntil(lambda: not win.projects.writing and auto.exists(), timeout=30000)
     saved = load_project(auto)
-    assert saved.n == 40 and len(saved.history) >= 1 and saved.parameters.get("iterations") == 3
+    assert saved.n == 40
+    assert len(saved.history) >= 1
+    assert saved.parameters.get("iterations") == 3
 
 
 def test_figures_without_matplotlib_say_so_instead_of_failing(win, monkeypatch):
@@ -318,7 +353,8 @@ def test_figures_without_matplotlib_say_so_instead_of_failing(win, monkeypatch):
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: pytest.fail("no folder is asked for"))
     assert win.exports.panels() is None
     box = win.last_dialog
-    assert box.windowTitle() == "Figures need matplotlib" and "pip install" not in box.text()
+    assert box.windowTitle() == "Figures need matplotlib"
+    assert "pip install" not in box.text()
     assert "CSV" in box.text()  # what still works
 
 
@@ -340,8 +376,9 @@ def test_packaged_app_says_what_its_edition_does_and_never_pip_install(qtbot, ho
     about = about_text(w.model)
     shown = [about, panel.backend.toolTip(), panel.backend.model().item(2).toolTip(), panel.gpu_note.text()]
     assert not [t for t in shown if "pip install" in t]
-    assert "Edition: the installed app" in about and "Networks (PyTorch), an NVIDIA GPU (CuPy)" in about
-    assert "GPU (unavailable)" == panel.backend.itemText(2)
+    assert "Edition: the installed app" in about
+    assert "Networks (PyTorch), an NVIDIA GPU (CuPy)" in about
+    assert panel.backend.itemText(2) == "GPU (unavailable)"
     monkeypatch.setattr(sys, "frozen", False)  # the same window in a Python install names the command
     assert "pip install 'invariant-attention-studio[gpu]'" in about_text(w.model)
     assert "Edition: installed with Python" in about_text(w.model)

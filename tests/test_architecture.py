@@ -10,13 +10,100 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_import_linter_contract():
+def _lint_imports(root: Path) -> subprocess.CompletedProcess:
     exe = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
     if not Path(exe).exists():
         pytest.fail("import-linter is not installed (pip install -e .[test])")
-    out = subprocess.run([exe, "--config", str(ROOT / "pyproject.toml")], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run([exe, str(root / "pyproject.toml"), "--no-cache"], cwd=root, capture_output=True, text=True)
+
+
+def test_import_linter_contracts():
+    out = _lint_imports(ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "KEPT" in out.stdout
+    assert "BROKEN" not in out.stdout
+    assert "core's layers" in out.stdout
+    assert "the app above core" in out.stdout
+
+
+PLANTED = [  # (module, an import against the contracts, what lint-imports then says)
+    ("similarity", "from . import session", "core.similarity is not allowed to import core.session"),
+    ("warp", "from .attention import Settings", "core.warp is not allowed to import core.attention"),
+    ("nets/groups", "from ..similarity import invariant_distances",
+     "core.nets is not allowed to import core.similarity"),
+    ("options", "from PySide6 import QtCore", "core.options -> PySide6"),
+]
+
+
+@pytest.mark.slow
+def test_planted_back_imports_break_the_contracts(tmp_path):
+    """A copy of the sources with imports against the layers and a module given no layer: lint-imports
+    fails and names each."""
+    for folder in ("core", "app"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    assert _lint_imports(tmp_path).returncode == 0  # the copy itself keeps them
+    for module, planted, _ in PLANTED:
+        path = tmp_path / "core" / f"{module}.py"
+        path.write_text(path.read_text(encoding="utf-8") + f"\n{planted}  # planted\n", encoding="utf-8")
+    (tmp_path / "core" / "newcomer.py").write_text('"""Given no layer."""\n', encoding="utf-8")
+    out = _lint_imports(tmp_path)
+    assert out.returncode != 0
+    for *_, says in PLANTED:
+        assert says in out.stdout
+    assert "core.newcomer" in out.stdout
+
+
+# imageset reads stacks through stacks, which uses imageset's limits and errors (both in one layer): the one
+# circle left
+KNOWN_CIRCLES = [["core.imageset", "core.stacks"]]
+
+
+def test_no_import_circles():
+    """No module imports itself through others (strongly connected components of the import graph)."""
+    grimp = pytest.importorskip("grimp")
+    code = "import grimp, json; g = grimp.build_graph('core', 'app'); " \
+           "print(json.dumps({m: sorted(g.find_modules_directly_imported_by(m)) for m in g.modules}))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert grimp  # the graph is built in a subprocess: the source folders as they lie, not the installed package
+    import json
+
+    graph = json.loads(out.stdout)
+    assert _circles(graph) == KNOWN_CIRCLES
+
+
+def _circles(graph: dict) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted, in sorted order."""
+    index: dict = {}
+    low: dict = {}
+    stack: list = []
+    found = []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while not comp or comp[-1] != v:
+                comp.append(stack.pop())
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_circles_are_found():
+    assert _circles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
+    assert _circles({"a": ["b"], "b": []}) == []
 
 
 def test_running_the_engine_loads_no_gui_module():

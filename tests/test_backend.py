@@ -8,7 +8,9 @@ from iastudio.core import backend as bk
 
 def test_numpy_backend():
     b = bk.get_backend("numpy")
-    assert b.name == "numpy" and b.xp is np and b.device == "CPU"
+    assert b.name == "numpy"
+    assert b.xp is np
+    assert b.device == "CPU"
     assert b.describe() == "numpy (CPU)"
 
 
@@ -40,12 +42,14 @@ def test_auto_without_cupy_installed(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", fake_import)
     b = bk.get_backend("auto")
-    assert b.name == "numpy" and "not installed" in b.fallback_reason
+    assert b.name == "numpy"
+    assert "not installed" in b.fallback_reason
 
 
 def test_to_host_and_modules():
     a = np.arange(3.0)
-    assert isinstance(bk.to_host(a), np.ndarray) and np.array_equal(bk.to_host(a), a)
+    assert isinstance(bk.to_host(a), np.ndarray)
+    assert np.array_equal(bk.to_host(a), a)
     assert bk.array_module(a) is np
     import scipy.fft
     import scipy.ndimage
@@ -53,7 +57,8 @@ def test_to_host_and_modules():
     fft = bk.fft_module(np)
     x = np.random.default_rng(0).random((3, 8, 8)).astype(np.float32)
     assert np.array_equal(fft.rfft2(x, s=(12, 12), axes=(1, 2)), scipy.fft.rfft2(x, s=(12, 12), axes=(1, 2)))
-    assert fft.next_fast_len is scipy.fft.next_fast_len and fft.fftshift is scipy.fft.fftshift
+    assert fft.next_fast_len is scipy.fft.next_fast_len
+    assert fft.fftshift is scipy.fft.fftshift
     assert bk.ndimage_module(np) is scipy.ndimage
 
 
@@ -116,7 +121,7 @@ def test_cupy_polar_spectra_match_numpy(shape_images):
     np.testing.assert_allclose(q_cp, q_np, rtol=1e-4, atol=1e-5 * np.abs(q_np).max())
 
 
-@pytest.mark.parametrize("gib, scale", [(8, 1.0), (24, 1.2), (40, 2.0), (80, 4.0), (141, 4.0), (None, 1.0)])
+@pytest.mark.parametrize(("gib", "scale"), [(8, 1.0), (24, 1.2), (40, 2.0), (80, 4.0), (141, 4.0), (None, 1.0)])
 def test_gpu_blocks_grow_with_the_cards_memory(monkeypatch, gib, scale):
     from types import SimpleNamespace
 

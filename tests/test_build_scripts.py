@@ -15,7 +15,7 @@ def build():
     return module
 
 
-@pytest.mark.parametrize("item, kept", [
+@pytest.mark.parametrize(("item", "kept"), [
     ("root.res", True), ("en.res", True), ("res_index.res", True), ("pool.res", True),
     ("de.res", False), ("zh_Hant_TW.res", False), ("sr_Latn.res", False),     # other locales' data
     ("ibm-1047_P100-1995.cnv", False), ("cnvalias.icu", True),                  # legacy code pages, their aliases
@@ -28,7 +28,7 @@ def test_icu_items_kept_are_the_root_and_english_data(build, item, kept):
     assert build.icu_item_kept(item) is kept
 
 
-@pytest.mark.parametrize("path, component", [
+@pytest.mark.parametrize(("path", "component"), [
     ("ia-studio", "ia-studio (launcher and the Python modules' archive)"),
     ("install_linux.sh", "install_linux.sh"),
     ("_internal/libpython3.11.so.1.0", "Python runtime"),

@@ -40,21 +40,30 @@ def test_end_to_end_folder_with_skipped_files(tmp_path, capsys):
     rc = main([str(_folder(tmp_path)), "--out", str(out), "--iterations", "2", *FAST])
     assert rc == 0
     err = capsys.readouterr().err
-    assert "broken.png: not an image" in err and "empty.jpg: empty" in err
+    assert "broken.png: not an image" in err
+    assert "empty.jpg: empty" in err
     with open(out / "assignments.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0].keys()) == ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label"]
-    assert len(rows) == 6 and {r["label"] for r in rows} == {"horse", "seven"}
+    assert len(rows) == 6
+    assert {r["label"] for r in rows} == {"horse", "seven"}
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["n_images"] == 6 and summary["n_clusters"] == 2
+    assert summary["n_images"] == 6
+    assert summary["n_clusters"] == 2
     assert {s["path"].split("/")[-1] for s in summary["skipped"]} == {"broken.png", "empty.jpg"}
-    assert summary["metrics"]["ari"] == 1.0 and summary["backend"].startswith("numpy")
+    assert summary["metrics"]["ari"] == 1.0
+    assert summary["backend"].startswith("numpy")
     assert set(summary["timings"]) == {"total_s", "similarity_s", "mean_s"}
     # the evidence for k: candidates best first, a confidence, and how it was chosen
-    assert summary["k_candidates"][0]["k"] == 2 and summary["k_method"] in ("eigengap", "silhouette")
-    assert 0 < summary["k_confidence"] <= 1 and summary["blank"] == [] and summary["parameters"]["scale"] == "content"
+    assert summary["k_candidates"][0]["k"] == 2
+    assert summary["k_method"] in ("eigengap", "silhouette")
+    assert 0 < summary["k_confidence"] <= 1
+    assert summary["blank"] == []
+    assert summary["parameters"]["scale"] == "content"
     w = np.load(out / "weights.npy", allow_pickle=False)
-    assert w.shape == (6, 6) and w.dtype == np.float32 and np.allclose(w.sum(0), 1, atol=1e-5)
+    assert w.shape == (6, 6)
+    assert w.dtype == np.float32
+    assert np.allclose(w.sum(0), 1, atol=1e-5)
     assert np.load(out / "distances.npy", allow_pickle=False).shape == (6, 6)
     assert np.load(out / "means.npy", allow_pickle=False).shape[0] == 2
     for png in ("means.png", "weights.png", "convergence.png"):
@@ -69,7 +78,9 @@ def test_demo_ka_one_iteration_and_transform(tmp_path):
     assert main(["demo:shapes", "--out", str(out), "--method", "ka", "--iterations", "1",
                  "--transform", "180,0.1", "--clusters", "3", *FAST]) == 0
     s = json.loads((out / "summary.json").read_text())
-    assert s["n_clusters"] == 3 and s["iterations"] == 1 and s["parameters"]["method"] == "ka"
+    assert s["n_clusters"] == 3
+    assert s["iterations"] == 1
+    assert s["parameters"]["method"] == "ka"
     assert s["metrics"]["ari"] < 1.0
 
 
@@ -80,7 +91,7 @@ def test_demo_ka_one_iteration_and_transform(tmp_path):
 ])
 def test_bad_usage_exits_2(tmp_path, args):
     with pytest.raises(SystemExit) as info:
-        main(args + ["--out", str(tmp_path / "o"), "--quiet"])
+        main([*args, "--out", str(tmp_path / "o"), "--quiet"])
     assert info.value.code == 2
 
 
@@ -88,7 +99,8 @@ def test_nothing_usable_exits_1_with_one_line(tmp_path, capsys):
     (tmp_path / "bad.png").write_text("x")
     assert main([str(tmp_path / "bad.png"), "--out", str(tmp_path / "o"), "--quiet"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("ia-cluster:") and "Traceback" not in "\n".join(err)
+    assert err[-1].startswith("ia-cluster:")
+    assert "Traceback" not in "\n".join(err)
 
 
 def test_failure_exits_1_and_logs_traceback(tmp_path, capsys, monkeypatch):
@@ -100,20 +112,24 @@ def test_failure_exits_1_and_logs_traceback(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(iastudio.core.attention.AttentionRun, "steps", boom)
     assert main(["demo:shapes", "--out", str(tmp_path / "o"), *FAST]) == 1
     err = capsys.readouterr().err
-    assert "simulated out of memory" in err and "Traceback" not in err
+    assert "simulated out of memory" in err
+    assert "Traceback" not in err
     log = (tmp_path / "logs" / "ia-cluster.log").read_text()
-    assert "Traceback" in log and "MemoryError" in log
+    assert "Traceback" in log
+    assert "MemoryError" in log
 
 
 def test_console_script_help_and_version():
     out = subprocess.run([sys.executable, "-m", "iastudio.core.cli", "--version"], capture_output=True, text=True)
-    assert out.returncode == 0 and f"ia-cluster {version('invariant-attention-studio')}" in out.stdout
+    assert out.returncode == 0
+    assert f"ia-cluster {version('invariant-attention-studio')}" in out.stdout
     out = subprocess.run([sys.executable, "-m", "iastudio.core.cli", "--help"], capture_output=True, text=True)
-    assert "--rotation-range" in out.stdout and "demo:shapes" in out.stdout
+    assert "--rotation-range" in out.stdout
+    assert "demo:shapes" in out.stdout
 
 
 def test_mirror_group_adds_a_column_and_blank_images_are_flagged(tmp_path, capsys):
-    bases, names = base_shapes()
+    bases, _names = base_shapes()
     src = np.repeat(bases[1:], 3, axis=0)
     src[[1, 4]] = src[[1, 4]][:, :, ::-1]  # one mirrored seven, one mirrored key
     tau = se2.random_transforms(6, rotation_range=180, shift_range=3, seed=5)
@@ -131,9 +147,14 @@ def test_mirror_group_adds_a_column_and_blank_images_are_flagged(tmp_path, capsy
     by_name = {r["path"].split("/")[-1]: r for r in rows}
     sevens = {by_name[f"{k}.png"]["cluster"] for k in range(3)}
     keys = {by_name[f"{k}.png"]["cluster"] for k in range(3, 6)}
-    assert len(sevens) == 1 and len(keys) == 1 and sevens != keys
+    assert len(sevens) == 1
+    assert len(keys) == 1
+    assert sevens != keys
     flags = [int(by_name[f"{k}.png"]["mirrored"]) for k in range(6)]
-    assert flags[1] != flags[0] and flags[1] != flags[2] and flags[4] != flags[3] and flags[4] != flags[5]
+    assert flags[1] != flags[0]
+    assert flags[1] != flags[2]
+    assert flags[4] != flags[3]
+    assert flags[4] != flags[5]
     summary = json.loads((out / "summary.json").read_text())
     assert [p.split("/")[-1] for p in summary["blank"]] == ["blank.png"]
     assert by_name["blank.png"]["cluster"] not in sevens | keys
@@ -144,4 +165,5 @@ def test_frame_scale_option_is_recorded(tmp_path):
     out = tmp_path / "o"
     assert main(["demo:shapes", "--out", str(out), "--scale", "frame", "--iterations", "1", *FAST]) == 0
     s = json.loads((out / "summary.json").read_text())
-    assert s["parameters"]["scale"] == "frame" and s["metrics"]["ari"] == 1.0
+    assert s["parameters"]["scale"] == "frame"
+    assert s["metrics"]["ari"] == 1.0

@@ -37,7 +37,7 @@ def test_the_mean_of_turned_copies_is_the_shape_not_a_smear(shapes):
     images, labels = shapes
     members = np.flatnonzero(labels == labels[0])
     means = cluster_invariant_means(images, [members, members[:1]])
-    assert means.shape == (2,) + images.shape[1:]
+    assert means.shape == (2, *images.shape[1:])
     assert_allclose(means[1], images[members[0]])  # one member: that image
     smear = images[members].mean(axis=0)
     d = invariant_distances(np.stack([means[0], images[members[0]], smear / np.linalg.norm(smear)])).distances
@@ -59,7 +59,8 @@ def test_an_edited_cluster_gets_its_own_invariant_mean(shapes):
     moved = int(np.flatnonzero(labels != target)[0])
     assert s.move_images([moved], target)
     missing = s.missing_cluster_means()
-    assert len(missing) == 2 and any(moved in m for m in missing)  # the cluster it left and the one it joined
+    assert len(missing) == 2
+    assert any(moved in m for m in missing)
     means = cluster_invariant_means(s.working, missing, **s.alignment_options())
     s.set_cluster_means(missing, means)
     assert s.missing_cluster_means() == []

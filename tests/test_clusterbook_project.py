@@ -15,26 +15,32 @@ def test_clusterbook_edits():
     b = ClusterBook.from_labels([0, 0, 1, 1, 2])
     assert b.names == {0: "Cluster 1", 1: "Cluster 2", 2: "Cluster 3"}
     b2 = b.move([4], 0)
-    assert b2.labels == (0, 0, 1, 1, 0) and 2 not in b2.names  # an emptied cluster disappears
+    assert b2.labels == (0, 0, 1, 1, 0)
+    assert 2 not in b2.names
     assert b.labels == (0, 0, 1, 1, 2)  # the original is untouched (undo keeps it)
     b3 = b.rename(1, "sevens")
-    assert b3.name_of(1) == "sevens" and b3.labels == b.labels
+    assert b3.name_of(1) == "sevens"
+    assert b3.labels == b.labels
     b4 = b.merge([1, 2])
-    assert b4.labels == (0, 0, 1, 1, 1) and b4.names[1] == "Cluster 2"
+    assert b4.labels == (0, 0, 1, 1, 1)
+    assert b4.names[1] == "Cluster 2"
     b5 = b.split(0, [0, 1])
-    assert b5.labels == (0, 3, 1, 1, 2) and b5.names[3] == "Cluster 1 a"
+    assert b5.labels == (0, 3, 1, 1, 2)
+    assert b5.names[3] == "Cluster 1 a"
     b6 = b.move([0], UNASSIGNED)
-    assert b6.counts()[UNASSIGNED] == 1 and b6.name_of(UNASSIGNED) == "Unassigned"
+    assert b6.counts()[UNASSIGNED] == 1
+    assert b6.name_of(UNASSIGNED) == "Unassigned"
     b7 = b.new_cluster([2, 4], "mine")
-    assert b7.labels == (0, 0, 3, 1, 3) and b7.names[3] == "mine"
-    with pytest.raises(ValueError):
+    assert b7.labels == (0, 0, 3, 1, 3)
+    assert b7.names[3] == "mine"
+    with pytest.raises(ValueError, match="cannot be empty"):
         b.rename(0, "  ")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least two clusters"):
         b.merge([0])
     with pytest.raises(KeyError):
         b.move([0], 9)
     assert ClusterBook.from_json(b3.to_json(), 5) == b3
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cluster labels for 4 images"):
         ClusterBook.from_json(b3.to_json(), 4)
 
 
@@ -61,16 +67,24 @@ def test_save_open_round_trip_is_identical(tmp_path):
     p = _project(tmp_path)
     path = save_project(tmp_path / "p.iaproj", p)
     q = load_project(path)
-    assert q.paths == p.paths and q.labels == p.labels and q.skipped == p.skipped and q.size == 32
-    assert np.array_equal(q.transforms, p.transforms) and np.array_equal(q.base, p.base)
-    assert q.clusters == p.clusters and q.edits == p.edits and q.parameters == p.parameters
+    assert q.paths == p.paths
+    assert q.labels == p.labels
+    assert q.skipped == p.skipped
+    assert q.size == 32
+    assert np.array_equal(q.transforms, p.transforms)
+    assert np.array_equal(q.base, p.base)
+    assert q.clusters == p.clusters
+    assert q.edits == p.edits
+    assert q.parameters == p.parameters
     for key in ("weights", "means", "distances", "labels"):
         assert np.array_equal(q.history[0][key], p.history[0][key])
     for key, arr in p.result.items():
-        assert np.array_equal(q.result[key], arr) and q.result[key].dtype == arr.dtype
+        assert np.array_equal(q.result[key], arr)
+        assert q.result[key].dtype == arr.dtype
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
-        assert "manifest.json" in names and all(x.endswith(".npy") or x == "manifest.json" for x in names)
+        assert "manifest.json" in names
+        assert all(x.endswith(".npy") or x == "manifest.json" for x in names)
     no_embed = load_project(save_project(tmp_path / "small.iaproj", p, embed=False))
     assert no_embed.base is None
 
@@ -115,7 +129,7 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(cp, "_npy_bytes", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="disk full"):
         save_project(path, _project(tmp_path))
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
@@ -127,7 +141,10 @@ def test_cli_save_project_then_export_with_edits(tmp_path, monkeypatch):
     assert main(["demo:shapes", "--size", "24", "--iterations", "1", "--quiet", "--out", str(tmp_path / "o1"),
                  "--save-project", str(proj)]) == 0
     p = load_project(proj)
-    assert p.n == 18 and p.clusters is not None and len(p.history) >= 2 and p.base is not None
+    assert p.n == 18
+    assert p.clusters is not None
+    assert len(p.history) >= 2
+    assert p.base is not None
     # edit: rename cluster 0, move image 0 into cluster 1
     p.clusters = p.clusters.rename(0, "horses").move([0], 1)
     p.edits += ["Rename", "Move 1 image"]
@@ -137,11 +154,14 @@ def test_cli_save_project_then_export_with_edits(tmp_path, monkeypatch):
     with open(out / "assignments.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0])[:7] == ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label"]
-    assert rows[0]["cluster"] == "2" and rows[0]["theta_deg"] == ""  # moved by hand: no stale transform
+    assert rows[0]["cluster"] == "2"
+    assert rows[0]["theta_deg"] == ""
     assert rows[0]["cluster_name"] == "Cluster 2"  # one numbering: cluster 2 is "Cluster 2"
-    assert rows[1]["cluster_name"] == "horses" and rows[1]["theta_deg"] != ""
+    assert rows[1]["cluster_name"] == "horses"
+    assert rows[1]["theta_deg"] != ""
     s = json.loads((out / "summary.json").read_text())
-    assert s["edits"] == ["Rename", "Move 1 image"] and s["n_clusters"] == 3
+    assert s["edits"] == ["Rename", "Move 1 image"]
+    assert s["n_clusters"] == 3
     assert [(c["cluster"], c["name"]) for c in s["clusters"]] == [(1, "horses"), (2, "Cluster 2"), (3, "Cluster 3")]
     # truncated project: exit 1 with a plain message
     data = proj.read_bytes()
@@ -163,13 +183,17 @@ def test_sparse_arrays_round_trip_as_their_csr_components(tmp_path):
     p.result["weights"], p.result["input_distances"] = w, d
     p.history[0]["distances"] = sp.csr_matrix(d)
     q = load_project(save_project(tmp_path / "sparse.iaproj", p))
-    assert type(q.result["weights"]) is sp.csr_matrix and type(q.result["input_distances"]) is sp.csr_array
-    assert type(q.history[0]["distances"]) is sp.csr_matrix and isinstance(q.history[0]["weights"], np.ndarray)
+    assert type(q.result["weights"]) is sp.csr_matrix
+    assert type(q.result["input_distances"]) is sp.csr_array
+    assert type(q.history[0]["distances"]) is sp.csr_matrix
+    assert isinstance(q.history[0]["weights"], np.ndarray)
     expected = np.zeros((n, n), np.float32)
     expected[0, 1], expected[0, 2], expected[1, 0], expected[2, 0], expected[2, 1] = 3.0, 0.5, 0.25, 2.0, 0.125
     assert_allclose(q.result["weights"].toarray(), expected, rtol=0, atol=0)
-    assert q.result["weights"].dtype == np.float32 and q.result["weights"].nnz == 5
-    assert q.result["weights"].has_sorted_indices and q.result["weights"].indices.dtype == np.int32
+    assert q.result["weights"].dtype == np.float32
+    assert q.result["weights"].nnz == 5
+    assert q.result["weights"].has_sorted_indices
+    assert q.result["weights"].indices.dtype == np.int32
     assert_allclose(q.result["input_distances"].toarray(), d.toarray())
     assert_allclose(q.history[0]["distances"].toarray(), d.toarray())
     assert_array_equal(w.data, before[0])  # the caller's array is not changed

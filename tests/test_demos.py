@@ -5,12 +5,15 @@ from iastudio.core.demos import DEMO_NAMES, distort, load_demo
 from iastudio.core.warp import warp
 
 
-@pytest.mark.parametrize("name,n,k", [("shapes", 18, 3), ("digits", 40, 4), ("threes", 10, 1), ("sketches", 18, 3)])
+@pytest.mark.parametrize(("name", "n", "k"),
+                         [("shapes", 18, 3), ("digits", 40, 4), ("threes", 10, 1), ("sketches", 18, 3)])
 def test_demo_sets(name, n, k):
     a = load_demo(name, seed=5)
     b = load_demo(f"demo:{name}", seed=5)
     c = load_demo(name, seed=6)
-    assert len(a) == n and len(set(a.labels)) == k and a.has_labels
+    assert len(a) == n
+    assert len(set(a.labels)) == k
+    assert a.has_labels
     assert all(np.array_equal(x, y) for x, y in zip(a.images, b.images))
     assert not all(np.array_equal(x, y) for x, y in zip(a.images, c.images))
     # the images are the originals warped by the recorded transforms
@@ -21,11 +24,14 @@ def test_demo_sets(name, n, k):
 def test_demo_parameters_follow_the_paper():
     s = load_demo("shapes", seed=0)
     deg = np.rad2deg(s.true_transforms[:, 0])
-    assert np.abs(deg).max() <= 65 and np.abs(s.true_transforms[:, 1:]).max() <= 10
+    assert np.abs(deg).max() <= 65
+    assert np.abs(s.true_transforms[:, 1:]).max() <= 10
     t = load_demo("threes", seed=0)
     deg = np.rad2deg(t.true_transforms[:, 0])
-    assert deg.min() >= 0 and deg.max() <= 90
-    assert set(t.labels) == {"3"} and len({x.tobytes() for x in t.originals}) == 10
+    assert deg.min() >= 0
+    assert deg.max() <= 90
+    assert set(t.labels) == {"3"}
+    assert len({x.tobytes() for x in t.originals}) == 10
 
 
 def test_unknown_demo():
@@ -42,10 +48,12 @@ def test_sketches_are_the_shapes_each_redrawn_differently():
         own = sketches.originals[6 * c:6 * c + 6].reshape(6, -1)
         base = bases[c].ravel()
         cos = own @ base / (np.linalg.norm(own, axis=1) * np.linalg.norm(base))
-        assert 0.75 < cos.min() and cos.max() < 0.985
+        assert cos.min() > 0.75
+        assert cos.max() < 0.985
         assert len({x.tobytes() for x in own}) == 6
     deg = np.rad2deg(sketches.true_transforms[:, 0])
-    assert np.abs(deg).max() <= 65 and np.abs(sketches.true_transforms[:, 1:]).max() <= 10
+    assert np.abs(deg).max() <= 65
+    assert np.abs(sketches.true_transforms[:, 1:]).max() <= 10
 
 
 def test_distort_known_answers():
@@ -54,6 +62,8 @@ def test_distort_known_answers():
     np.testing.assert_allclose(distort(img, amplitude=0.0, smoothness=4.0, seed=0), img)  # no move: the image
     a, b = distort(img, amplitude=2.0, smoothness=4.0, seed=3), distort(img, amplitude=2.0, smoothness=4.0, seed=3)
     np.testing.assert_array_equal(a, b)  # seeded
-    assert 0 < np.abs(a - img).max() <= 1.0 and a.min() >= 0.0
+    assert 0 < np.abs(a - img).max() <= 1.0
+    assert a.min() >= 0.0
     # a bar 4 px wide moved by at most 2 px keeps its middle column
-    assert (a[12:20, 15:17] > 0.2).all() and (a[:, :11] == 0).all()
+    assert (a[12:20, 15:17] > 0.2).all()
+    assert (a[:, :11] == 0).all()

@@ -74,11 +74,14 @@ def test_no_component_survives_pure_noise():
     rng = np.random.default_rng(3)
     x = rng.normal(size=(400, 30))
     vecs, gains = _shrink(x.T @ x / 400, 1.0, 400)
-    assert vecs.shape[1] == 0 and gains.size == 0
+    assert vecs.shape[1] == 0
+    assert gains.size == 0
     # a strong spike survives, with a gain below 1
     x[:, 0] += 3.0 * rng.normal(size=400)
     vecs, gains = _shrink(x.T @ x / 400, 1.0, 400)
-    assert vecs.shape[1] == 1 and 0.8 < gains[0] < 1.0 and abs(vecs[0, 0]) > 0.99
+    assert vecs.shape[1] == 1
+    assert 0.8 < gains[0] < 1.0
+    assert abs(vecs[0, 0]) > 0.99
 
 
 def test_steerable_pca_removes_noise_and_commutes_with_turns():
@@ -87,7 +90,8 @@ def test_steerable_pca_removes_noise_and_commutes_with_turns():
     out, kept = steerable_pca(noisy, noise_var=sigma ** 2)
     err = np.linalg.norm(out - clean) / np.linalg.norm(clean)
     assert np.linalg.norm(noisy - clean) / np.linalg.norm(clean) > 1.5
-    assert err < 0.35 and 3 <= sum(kept) < 60
+    assert err < 0.35
+    assert 3 <= sum(kept) < 60
     # the fitted filter treats an image and its quarter turn alike
     turned, _ = steerable_pca(np.rot90(noisy, axes=(1, 2)), noise_var=sigma ** 2)
     assert_allclose(turned, np.rot90(out, axes=(1, 2)), atol=1e-8 * np.abs(out).max())
@@ -99,26 +103,34 @@ def test_steerable_pca_removes_noise_and_commutes_with_turns():
 def test_denoise_modes_and_stepping_aside():
     noisy, clean, _ = _particles(40, snr=0.5, seed=5)
     out, rep = denoise(list(noisy), mode="auto")
-    assert rep.applied and rep.method == "steerable-pca" and rep.noise_std == pytest.approx(estimate_noise(noisy))
-    assert rep.snr < AUTO_MAX_SNR and "denoised by steerable pca" in rep.note and "SNR" in rep.note
+    assert rep.applied
+    assert rep.method == "steerable-pca"
+    assert rep.noise_std == pytest.approx(estimate_noise(noisy))
+    assert rep.snr < AUTO_MAX_SNR
+    assert "denoised by steerable pca" in rep.note
+    assert "SNR" in rep.note
     assert np.linalg.norm(np.stack(out) - clean) < 0.5 * np.linalg.norm(noisy - clean)
     # clean images are left as they are
     given = list(clean)
     same, rep = denoise(given, mode="auto")
-    assert not rep.applied and all(a is b for a, b in zip(same, given)) and "clean" in rep.note
+    assert not rep.applied
+    assert all(a is b for a, b in zip(same, given))
+    assert "clean" in rep.note
     # mild noise: auto steps aside, on does not
     mild = clean + np.random.default_rng(6).normal(0, 0.1 * clean.std(), clean.shape)
     assert not denoise(list(mild), mode="auto")[1].applied
     assert denoise(list(mild), mode="on")[1].applied
     # too few images, mixed sizes, colour, tiny frames: notes, no crash
-    few, rep = denoise(list(noisy[:MIN_IMAGES - 1]), mode="on")
-    assert not rep.applied and "too few" in rep.note
-    mixed = list(noisy[:20]) + [np.zeros((20, 24))]
+    _few, rep = denoise(list(noisy[:MIN_IMAGES - 1]), mode="on")
+    assert not rep.applied
+    assert "too few" in rep.note
+    mixed = [*list(noisy[:20]), np.zeros((20, 24))]
     assert "one size" in denoise(mixed, mode="on")[1].note
     assert "one size" in denoise([np.zeros((32, 32, 3))] * 20, mode="on")[1].note
     assert "too small" in denoise(list(np.random.default_rng(0).normal(size=(20, 4, 4))), mode="on")[1].note
     out, rep = denoise(list(noisy), mode="off")
-    assert not rep.applied and rep.note == "denoising off"
+    assert not rep.applied
+    assert rep.note == "denoising off"
     with pytest.raises(ValueError, match="denoise must be one of"):
         denoise(list(noisy), mode="yes")
 
@@ -126,14 +138,17 @@ def test_denoise_modes_and_stepping_aside():
 def test_large_frames_are_fitted_on_block_means():
     noisy, clean, _ = _particles(30, side=80, snr=0.5, seed=7)
     out, rep = denoise(list(noisy), mode="on")
-    assert rep.applied and "2x block means" in rep.note and out[0].shape == (80, 80)
+    assert rep.applied
+    assert "2x block means" in rep.note
+    assert out[0].shape == (80, 80)
     assert np.linalg.norm(np.stack(out) - clean) < 0.6 * np.linalg.norm(noisy - clean)
 
 
 def test_preprocess_denoises_before_finding_the_objects():
     noisy, clean, _ = _particles(40, snr=0.3, seed=8)
     c = preprocess(list(noisy), size=32, denoise="auto")
-    assert c.denoise.applied and c.images.shape == (40, 32, 32)
+    assert c.denoise.applied
+    assert c.images.shape == (40, 32, 32)
     ref = preprocess(list(clean), size=32)
     raw = preprocess(list(noisy), size=32)
     # the denoised canvas is far closer to the clean canvas than the noisy one is
@@ -159,7 +174,9 @@ def test_cli_denoise_is_reported(tmp_path):
                  "--clusters", "2"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     rep = summary["denoise"]
-    assert rep["applied"] and rep["mode"] == "auto" and summary["parameters"]["denoise"] == "auto"
+    assert rep["applied"]
+    assert rep["mode"] == "auto"
+    assert summary["parameters"]["denoise"] == "auto"
     sigma = scale * (noisy - clean).std() / 255.0  # the noise in the files' units (8 bits read as 0..1)
     assert rep["noise_std"] == pytest.approx(sigma, rel=0.1)
     assert summary["notes"][0] == rep["note"]
@@ -190,4 +207,5 @@ def test_noisy_particles_cluster_right_only_when_denoised():
         canvas = preprocess(images, size=48, denoise=mode)
         labels, _ = read_clusters(invariant_distances(canvas.images).distances, k=4)
         scores[mode] = adjusted_rand_score(truth, labels)
-    assert scores["auto"] >= 0.95 and scores["off"] < 0.9, scores  # measured: 1.00 and 0.81
+    assert scores["auto"] >= 0.95, scores  # measured: 1.00 and 0.81
+    assert scores["off"] < 0.9, scores

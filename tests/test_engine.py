@@ -1,3 +1,5 @@
+import itertools
+
 import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
@@ -38,10 +40,14 @@ def test_shapes_block_diagonal_and_ari_one(shapes_run):
     np.testing.assert_allclose(res.weights.sum(axis=0), 1, atol=1e-5, rtol=1e-5)
     assert (res.scores > 0.95).all()
     stages = [x.stage for x in snaps]
-    assert stages[0] == "similarity" and stages[-1] == "done" and "means" in stages
+    assert stages[0] == "similarity"
+    assert stages[-1] == "done"
+    assert "means" in stages
     prog = [x.progress for x in snaps]
-    assert prog == sorted(prog) and prog[-1] == 1.0
-    assert snaps[-1].means.shape == run.inputs.shape and snaps[-1].means.dtype == np.float32
+    assert prog == sorted(prog)
+    assert prog[-1] == 1.0
+    assert snaps[-1].means.shape == run.inputs.shape
+    assert snaps[-1].means.dtype == np.float32
 
 
 def test_mean_objective_never_increases(shapes):
@@ -50,7 +56,7 @@ def test_mean_objective_never_increases(shapes):
     w = np.full((6, 1), 1 / 6)
     st = invariant_means(imgs[:6], w, None, steps=8)  # from the identity, as in the paper
     obj = [float(o[0]) for o in st.objective]
-    assert all(b <= a + 1e-9 for a, b in zip(obj, obj[1:]))
+    assert all(b <= a + 1e-9 for a, b in itertools.pairwise(obj))
     st2 = invariant_means(imgs[:6], w, sim.transforms[:, [0]], steps=3)
     assert st2.objective[-1][0] <= obj[-1] + 1e-9  # the pairwise start is at least as good
 
@@ -116,10 +122,12 @@ def test_threes_invariant_mean_matches_the_untransformed_mean():
 
 def test_bad_settings_rejected(shapes):
     _, imgs = shapes
-    for bad in (dict(beta=0), dict(iterations=0), dict(angle_step=0), dict(clusters=99), dict(method="x")):
-        with pytest.raises(ValueError):
+    for bad, says in ((dict(beta=0), "beta must be above 0"), (dict(iterations=0), "iterations must be at least 1"),
+                      (dict(angle_step=0), "angle_step must be at least"), (dict(clusters=99), "clusters must be"),
+                      (dict(method="x"), "method must be one of")):
+        with pytest.raises(ValueError, match=says):
             AttentionRun(imgs[:4], backend="numpy", **bad)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="need at least 2 images"):
         AttentionRun(imgs[:1], backend="numpy")
 
 
@@ -144,8 +152,10 @@ def test_cancel_inside_a_mean_step_or_the_read_out_resumes_exactly(shapes):
         stops += 1
     res = run.result()
     assert stops > 1
-    assert np.array_equal(res.weights, full.weights) and np.array_equal(res.features, full.features)
-    assert np.array_equal(res.cluster_means, full.cluster_means) and len(res.history) == len(full.history)
+    assert np.array_equal(res.weights, full.weights)
+    assert np.array_equal(res.features, full.features)
+    assert np.array_equal(res.cluster_means, full.cluster_means)
+    assert len(res.history) == len(full.history)
 
 
 def test_mirror_group_clusters_mirror_images_together():
@@ -165,7 +175,8 @@ def test_mirror_group_clusters_mirror_images_together():
         assert np.array_equal(res.mirrored[m], flip[m]) or np.array_equal(res.mirrored[m], ~flip[m])
     assert (res.scores > 0.9).all()
     plain = invariant_distances(imgs[:4]).distances  # the sevens: 0 and 2 plain, 1 and 3 mirrored
-    assert plain[0, 1] > 3 * res.input_distances[0, 1] and plain[0, 1] > 0.2  # SE(2) cannot match a mirror
+    assert plain[0, 1] > 3 * res.input_distances[0, 1]
+    assert plain[0, 1] > 0.2
     assert res.input_distances[0, 1] < 0.1
 
 
@@ -180,10 +191,11 @@ def test_non_finite_images_are_named():
 
 def test_blank_image_gets_its_own_cluster(shapes):
     s, imgs = shapes
-    x = np.concatenate([imgs[:3], np.zeros((1,) + imgs.shape[1:], np.float32), imgs[6:9]])
+    x = np.concatenate([imgs[:3], np.zeros((1, *imgs.shape[1:]), np.float32), imgs[6:9]])
     res = AttentionRun(x, backend="numpy", iterations=1, mean_steps=2).run()
     assert res.blank.tolist() == [False, False, False, True, False, False, False]
-    assert res.labels[3] == res.labels.max() and (res.labels[[0, 1, 2, 4, 5, 6]] != res.labels[3]).all()
+    assert res.labels[3] == res.labels.max()
+    assert (res.labels[[0, 1, 2, 4, 5, 6]] != res.labels[3]).all()
     assert adjusted_rand_score(np.array(s.labels)[[0, 1, 2, 6, 7, 8]], res.labels[[0, 1, 2, 4, 5, 6]]) == 1.0
 
 
@@ -191,10 +203,12 @@ def test_a_default_run_stops_once_an_iteration_leaves_the_clusters_as_they_were(
     _, run, _ = shapes_run
     res = run.result()
     # the shapes' input distances already separate them: iteration 1 only sharpens W, and the run stops there
-    assert res.iterations == 1 and len(res.history) == 2
+    assert res.iterations == 1
+    assert len(res.history) == 2
     assert any("iteration 1 left the clusters as they were" in note for note in res.notes)
     plain = AttentionRun(shapes[1], backend="numpy", guard=False).run()  # the plain iteration goes on
-    assert plain.iterations == 3 and not plain.notes
+    assert plain.iterations == 3
+    assert not plain.notes
     assert adjusted_rand_score(plain.labels, res.labels) == 1.0
 
 
@@ -205,7 +219,8 @@ def test_one_class_gives_one_cluster_without_warnings(shapes):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         res = AttentionRun(imgs[:6], backend="numpy", iterations=1, mean_steps=2).run()
-    assert res.n_clusters == 1 and res.k_choice.method == "same"
+    assert res.n_clusters == 1
+    assert res.k_choice.method == "same"
 
 
 def test_guard_keeps_the_input_clusters_when_an_iteration_mixes_them():
@@ -218,7 +233,8 @@ def test_guard_keeps_the_input_clusters_when_an_iteration_mixes_them():
 
     inputs, _ = read_clusters(guarded.input_distances, k=4)
     if adjusted_rand_score(plain.labels, inputs) < 1.0:  # the plain iteration changed the clusters...
-        assert guarded.notes and "kept the clusters" in guarded.notes[0]  # ...the guarded one did not
+        assert guarded.notes
+        assert "kept the clusters" in guarded.notes[0]
         assert adjusted_rand_score(guarded.labels, inputs) == 1.0
         assert guarded.iterations < 3
     else:
@@ -252,12 +268,14 @@ def test_paper_mode_fills_in_the_blocks_of_w_iteration_by_iteration():
     snaps, labels = _w_per_iteration(s)
     share = [class_share(p.weights, labels) for p in snaps]
     blocks = [block_diagonality(p.weights, labels) for p in snaps]
-    assert len(snaps) >= 5 and all(p.beta == PAPER_DEMO["beta"] for p in snaps)  # beta is never re-chosen
+    assert len(snaps) >= 5
+    assert all(p.beta == PAPER_DEMO["beta"] for p in snaps)
     # nothing leaks between the shapes at any iteration (the old paper mode fell to 0.69 by iteration 4)...
     assert min(share) > 0.95
     # ...and W goes from "each image trusts mostly itself" to the filled-in blocks of the three shapes
-    assert blocks[0] < 0.8 and blocks[-1] > 0.97
-    assert all(b >= a - 0.005 for a, b in zip(blocks, blocks[1:]))
+    assert blocks[0] < 0.8
+    assert blocks[-1] > 0.97
+    assert all(b >= a - 0.005 for a, b in itertools.pairwise(blocks))
     assert all(adjusted_rand_score(labels, p.labels) == 1.0 for p in snaps)
     assert adjusted_rand_score(labels, res.labels) == 1.0
     # while plain kernel attention mixes them up (ARI ~0.5: a third of the images in the wrong shape)
@@ -266,5 +284,6 @@ def test_paper_mode_fills_in_the_blocks_of_w_iteration_by_iteration():
 
 def test_the_done_snapshot_counts_the_iterations_kept(shapes_run):
     _, run, snaps = shapes_run
-    assert snaps[-1].stage == "done" and snaps[-1].iteration == run.result().iterations == 1
+    assert snaps[-1].stage == "done"
+    assert snaps[-1].iteration == run.result().iterations == 1
     # (the run was in iteration 2, whose similarity found the clusters settled: its DONE used to say 2)

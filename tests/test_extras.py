@@ -26,7 +26,9 @@ def test_missing_extra_in_the_packaged_app_names_the_edition_not_pip(packaged):
     assert extras.is_packaged()
     text = extras.missing_extra("CuPy", extra="gpu")
     assert text.startswith("CuPy is not part of this installed edition")
-    assert "'gpu' extra" in text and "Install" in text and "pip" not in text
+    assert "'gpu' extra" in text
+    assert "Install" in text
+    assert "pip" not in text
 
 
 def test_missing_extra_refuses_an_extra_that_is_not_a_name():
@@ -51,7 +53,9 @@ def test_every_message_a_packaged_user_can_reach_leaves_pip_out(tmp_path, monkey
         _import_distributed()
     gpu = backend._reason(ImportError("No module named 'cupy'"))
     messages = [str(star.value), str(dask.value), gpu]
-    assert "STAR files" in messages[0] and "Dask" in messages[1] and "CuPy" in messages[2]
+    assert "STAR files" in messages[0]
+    assert "Dask" in messages[1]
+    assert "CuPy" in messages[2]
     if frozen:
         assert not [m for m in messages if "pip" in m]
         assert all("installed edition" in m for m in messages)

@@ -1,4 +1,6 @@
 """Frames: one builder for a live run and a restored project; the final read-out; the project checks."""
+import itertools
+
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
@@ -42,7 +44,8 @@ def _pairwise(points):
 def test_plain_means_known_answer():
     imgs = np.arange(4 * 2 * 2, dtype=np.float32).reshape(4, 2, 2)
     out = plain_means(imgs, np.array([1, 0, 1, 1]), n_clusters=3)
-    assert out.shape == (3, 2, 2) and out.dtype == np.float32
+    assert out.shape == (3, 2, 2)
+    assert out.dtype == np.float32
     assert_allclose(out[0], imgs[1])
     assert_allclose(out[1], (imgs[0] + imgs[2] + imgs[3]) / 3)
     assert_allclose(out[2], 0.0)  # a cluster without images
@@ -58,11 +61,12 @@ def test_frames_follow_the_snapshots(live):
     assert frames[-1].curves == convergence_curves(res.history, frames[-1].snapshot.labels)
     for f in frames:
         assert_array_equal(f.order, np.argsort(f.snapshot.labels, kind="stable"))
-        assert f.elapsed == 1.5 and f.result is None
+        assert f.elapsed == 1.5
+        assert f.result is None
         # the map reproduces the manifold distances as well as a planar map can: its own MDS, up to rotation
         assert_allclose(_pairwise(f.mds), _pairwise(classical_mds(f.snapshot.distances)), atol=1e-6)
     # each map is turned onto the one before: no farther from it than the unaligned map
-    for before, after in zip(frames, frames[1:]):
+    for before, after in itertools.pairwise(frames):
         plain = classical_mds(after.snapshot.distances)
         assert np.linalg.norm(after.mds - before.mds) <= np.linalg.norm(plain - before.mds) + 1e-9
 
@@ -70,7 +74,8 @@ def test_frames_follow_the_snapshots(live):
 def test_final_frame_holds_the_read_out(live):
     run, frames, final = live
     res = run.result()
-    assert final.result is res and final.snapshot is frames[-1].snapshot
+    assert final.result is res
+    assert final.snapshot is frames[-1].snapshot
     assert final.elapsed == 2.5
     assert_array_equal(final.cluster_means, res.cluster_means)
     for c in range(res.n_clusters):
@@ -84,7 +89,8 @@ def test_final_frame_holds_the_read_out(live):
 def test_final_without_a_last_snapshot_builds_the_done_frame(live):
     run, _, _ = live
     final = FrameBuilder().final(run, None)
-    assert final.snapshot.stage is Stage.DONE and final.result is run.result()
+    assert final.snapshot.stage is Stage.DONE
+    assert final.result is run.result()
     assert len(final.curves["median"]) == 1  # a fresh builder: only the final distances
 
 
@@ -115,7 +121,8 @@ def test_project_restores_the_same_frames(live, tmp_path):
     res = run.result()
     for key, arr in res.arrays().items():
         assert_array_equal(rfinal.result.arrays()[key], arr)
-    assert rfinal.result.n_clusters == res.n_clusters and rfinal.result.beta == pytest.approx(res.beta)
+    assert rfinal.result.n_clusters == res.n_clusters
+    assert rfinal.result.beta == pytest.approx(res.beta)
     assert len(rfinal.result.history) == len(res.history)
     assert_allclose(rfinal.plain_means, final.plain_means)
     assert rfinal.ka_labels is None
@@ -126,7 +133,9 @@ def test_project_without_a_complete_result_has_no_final(live, tmp_path):
     proj = _saved(live, tmp_path)
     proj.result.pop("scores")
     frames, final = frames_from_project(proj, run.inputs)
-    assert final is None and frames and frames[-1].result is None
+    assert final is None
+    assert frames
+    assert frames[-1].result is None
     proj.history = []
     assert frames_from_project(proj, run.inputs) == ([], None)
 
@@ -166,9 +175,11 @@ def test_frames_of_a_pruned_run_map_its_neighbour_graph(monkeypatch):
         frames.append(builder.frame(snap))
     final = builder.final(run, last)
     assert sp.issparse(final.snapshot.distances)
-    assert final.mds.shape == (18, 2) and np.isfinite(final.mds).all()
+    assert final.mds.shape == (18, 2)
+    assert np.isfinite(final.mds).all()
     assert len(final.curves["median"]) == len(builder.history) >= 1
-    assert final.result is not None and final.result.n_clusters == 3
+    assert final.result is not None
+    assert final.result.n_clusters == 3
     edited = np.asarray(final.result.labels).copy()
     edited[edited == 1] = 0  # a merge
     edited[0] = -1  # an unassigned image
@@ -183,7 +194,8 @@ def test_cluster_curves_known_answer_unassigned_left_out():
     c = cluster_curves([d], [0, 0, 1, -1])  # image 3 unassigned: its 9, 8 and 2 count nowhere
     assert c == {"within_max": [1.0], "between_min": [4.0]}
     c = cluster_curves([d], [0, -1, -1, -1])  # one image in one cluster: no pair of either kind
-    assert np.isnan(c["within_max"][0]) and np.isnan(c["between_min"][0])
+    assert np.isnan(c["within_max"][0])
+    assert np.isnan(c["between_min"][0])
     full = convergence_curves([d], [0, 0, 1, -1])
     assert full["median"] == [float(np.median([1, 5, 9, 4, 8, 2]))]  # the median counts every pair
     assert convergence_curves([d], [0, 0, 1, 1]) == {"within_max": [2.0], "between_min": [4.0],
@@ -212,11 +224,13 @@ def test_frames_carry_the_upright_tiles_made_in_the_worker(live):
     from iastudio.core.display import tile_levels, upright_tiles
 
     _, frames, final = live
-    for fr in frames + [final]:
+    for fr in [*frames, final]:
         assert_array_equal(fr.tile_ids, fr.order)  # 9 images: all of them, grouped
-        assert fr.tiles.dtype == np.uint8 and fr.tiles.shape == (9, 20, 20)
+        assert fr.tiles.dtype == np.uint8
+        assert fr.tiles.shape == (9, 20, 20)
         assert_array_equal(fr.tiles, upright_tiles(fr.snapshot.means[fr.order]))
-        assert fr.w_ids is None and fr.w_block is None  # a dense W is drawn whole
+        assert fr.w_ids is None
+        assert fr.w_block is None
     fr = frames[-1]
     plain = tile_levels(fr.snapshot.means[fr.order])  # the same scaling, not turned
     assert np.abs(fr.tiles.astype(int) - plain.astype(int)).max() > 25
@@ -233,9 +247,9 @@ def test_frames_of_unchanged_distances_share_one_map(live, monkeypatch):
     builder = FrameBuilder()
     again = [builder.frame(f.snapshot) for f in frames]
     distinct = 1 + sum(not np.array_equal(a.snapshot.distances, b.snapshot.distances)
-                       for a, b in zip(frames, frames[1:]))
+                       for a, b in itertools.pairwise(frames))
     assert len(made) == distinct < len(frames)
-    for a, b in zip(again, again[1:]):
+    for a, b in itertools.pairwise(again):
         if np.array_equal(a.snapshot.distances, b.snapshot.distances):
             assert b.mds is a.mds  # the same array: the window need not redraw the map
     assert not again[-1].mds.flags.writeable

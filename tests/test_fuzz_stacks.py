@@ -159,11 +159,12 @@ def folder(tmp_path):
 def _check_one_line(res, bad, start):
     (entry,) = [s for s in res.skipped if s["path"] == str(bad)]
     assert entry["reason"].startswith(start), entry["reason"]
-    assert "\n" not in entry["reason"] and "Traceback" not in entry["reason"]
+    assert "\n" not in entry["reason"]
+    assert "Traceback" not in entry["reason"]
     assert len(res) == len(GOOD)  # the good stack beside it loads whole
 
 
-@pytest.mark.parametrize("name, make, start", MRC_CASES, ids=[c[0] for c in MRC_CASES])
+@pytest.mark.parametrize(("name", "make", "start"), MRC_CASES, ids=[c[0] for c in MRC_CASES])
 def test_malformed_mrc_is_refused_with_one_line(folder, name, make, start):
     bad = make(folder / f"{name}.mrcs")
     t = time.perf_counter()
@@ -172,19 +173,19 @@ def test_malformed_mrc_is_refused_with_one_line(folder, name, make, start):
     _check_one_line(res, bad, start)
 
 
-@pytest.mark.parametrize("name, make, start", NPY_CASES, ids=[c[0] for c in NPY_CASES])
+@pytest.mark.parametrize(("name", "make", "start"), NPY_CASES, ids=[c[0] for c in NPY_CASES])
 def test_malformed_npy_is_refused_with_one_line(folder, name, make, start):
     bad = make(folder / f"{name}.npy")
     _check_one_line(load_images([bad, folder / "good.mrcs"]), bad, start)
 
 
-@pytest.mark.parametrize("name, make, start", TIFF_CASES, ids=[c[0] for c in TIFF_CASES])
+@pytest.mark.parametrize(("name", "make", "start"), TIFF_CASES, ids=[c[0] for c in TIFF_CASES])
 def test_truncated_tiff_stack_is_refused_with_one_line(folder, name, make, start):
     bad = make(folder / f"{name}.tif")
     _check_one_line(load_images([bad, folder / "good.mrcs"]), bad, start)
 
 
-@pytest.mark.parametrize("name, make, start", STAR_CASES, ids=[c[0] for c in STAR_CASES])
+@pytest.mark.parametrize(("name", "make", "start"), STAR_CASES, ids=[c[0] for c in STAR_CASES])
 def test_bad_star_file_is_refused_whole_with_one_line(folder, name, make, start):
     bad = make(folder / f"{name}.star")
     _check_one_line(load_images([bad, folder / "good.mrcs"]), bad, start)
@@ -202,7 +203,8 @@ def test_one_image_with_nan_skips_that_image_only(folder):
     with mrcfile.new(folder / "nan.mrcs") as m:
         m.set_data(data)
     res = load_images([folder / "nan.mrcs"])
-    assert len(res) == 4 and res.skipped == [{"path": f"{folder / 'nan.mrcs'}#3",
+    assert len(res) == 4
+    assert res.skipped == [{"path": f"{folder / 'nan.mrcs'}#3",
                                               "reason": "contains NaN or infinite values"}]
 
 
@@ -216,6 +218,7 @@ def test_the_cli_says_one_line_per_bad_stack_and_goes_on(folder):
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("ia-cluster: skipped")]
-    assert len(lines) == len(bad) and "Traceback" not in proc.stderr
+    assert len(lines) == len(bad)
+    assert "Traceback" not in proc.stderr
     for f in bad:
         assert sum(ln.startswith(f"ia-cluster: skipped {f}: ") for ln in lines) == 1

@@ -20,7 +20,8 @@ def test_linear_model_is_solved_in_one_undamped_step():
     # the whole residual is explained: the predicted decrease is ||r||^2
     assert_allclose(predicted, (resid.astype(np.float64) ** 2).sum(axis=(1, 2)), rtol=1e-4)
     m = gauss_newton_metric(jac)
-    assert m.shape == (4, 3, 3) and m.dtype == np.float64
+    assert m.shape == (4, 3, 3)
+    assert m.dtype == np.float64
     assert_allclose(m, np.einsum("eipq,ejpq->eij", jac.astype(np.float64), jac.astype(np.float64)), rtol=1e-5)
 
 

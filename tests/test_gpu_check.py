@@ -47,7 +47,8 @@ def test_a_bare_checkout_imports_iastudio_from_its_folders(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     core_file, app_file = (Path(line).resolve() for line in out.stdout.split())
     root = SCRIPT.parents[1]
-    assert core_file == root / "core" / "__init__.py" and app_file == root / "app" / "__init__.py"
+    assert core_file == root / "core" / "__init__.py"
+    assert app_file == root / "app" / "__init__.py"
     assert importlib.util.find_spec("iastudio") is not None  # this process is untouched
 
 
@@ -56,16 +57,22 @@ def test_gpu_check_dry_run_runs_every_step_from_a_bare_checkout(tmp_path):
     out = _run_bare("--dry-run", "--skip-tests", "--budget", "280", tmp_path=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.split("summary ", 1)[1])
-    assert summary["dry_run"] is True and summary["device"] == "CPU"
+    assert summary["dry_run"] is True
+    assert summary["device"] == "CPU"
     for case in summary["equality"].values():
-        assert case["ok"] and case["labels_equal"]
+        assert case["ok"]
+        assert case["labels_equal"]
         np.testing.assert_allclose([case["input_dist_maxdiff"], case["final_dist_maxdiff"]], 0.0, atol=1e-12)
     for n in (60, 120):
         r = summary[f"n{n}"]
         assert isinstance(r, dict), r  # else: skipped or over its time limit
-        assert r["n"] == n and r["neighbors"] == 10 and r["wall_s"] > 0 and r["clusters"] >= 1
+        assert r["n"] == n
+        assert r["neighbors"] == 10
+        assert r["wall_s"] > 0
+        assert r["clusters"] >= 1
     assert summary["iastudio"].startswith(str(tmp_path / "tmp"))  # the staged package was used ...
-    assert "FAILED" not in out.stdout and not list((tmp_path / "tmp").iterdir())  # ... and removed at exit
+    assert "FAILED" not in out.stdout
+    assert not list((tmp_path / "tmp").iterdir())
 
 
 def test_gpu_check_without_a_gpu_says_so_and_exits_2(tmp_path):
@@ -77,4 +84,6 @@ def test_gpu_check_without_a_gpu_says_so_and_exits_2(tmp_path):
         pass
     out = _run_bare(tmp_path=tmp_path)
     assert out.returncode == 2
-    assert "no GPU check here" in out.stdout and "CuPy is not installed" in out.stdout and "--dry-run" in out.stdout
+    assert "no GPU check here" in out.stdout
+    assert "CuPy is not installed" in out.stdout
+    assert "--dry-run" in out.stdout

@@ -44,7 +44,8 @@ def _shapes(folder, names):
         else:
             img[8:12, 3:17] = 255
         path = os.path.join(os.fsencode(folder), name) if isinstance(name, bytes) else folder / name
-        Image.fromarray(np.roll(img, k, axis=1)).save(open(path, "wb"), format="PNG")
+        with open(path, "wb") as fh:
+            Image.fromarray(np.roll(img, k, axis=1)).save(fh, format="PNG")
         out.append(path)
     return out
 
@@ -54,7 +55,13 @@ def test_fifo_folder_and_links_are_refused_without_blocking(tmp_path):
     fifo = tmp_path / "x.iaproj"
     os.mkfifo(fifo)
     result = {}
-    th = threading.Thread(target=lambda: result.setdefault("e", pytest.raises(ProjectError, load_project, fifo)))
+
+    def refused():
+        with pytest.raises(ProjectError) as info:
+            load_project(fifo)
+        result["e"] = info
+
+    th = threading.Thread(target=refused)
     th.start()
     th.join(5)
     assert not th.is_alive(), "load_project blocked on a FIFO"
@@ -75,7 +82,9 @@ def test_cli_refuses_a_fifo_project_with_one_line(tmp_path, capsys):
     os.mkfifo(tmp_path / "p.iaproj")
     assert main(["--project", str(tmp_path / "p.iaproj"), "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "FIFO" in err[0] and not (tmp_path / "o").exists()
+    assert len(err) == 1
+    assert "FIFO" in err[0]
+    assert not (tmp_path / "o").exists()
 
 
 # ------------------------------------------------------------------------------------------ D3: names as bytes
@@ -89,7 +98,8 @@ def test_non_utf8_and_control_character_names_round_trip(tmp_path, capsys):
     proj = tmp_path / "p.iaproj"
     assert main([str(folder), "--out", str(out), *FAST, "--save-project", str(proj)]) == 0
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "bad\\nskipped: forged.png" in err  # one line, the newline escaped
+    assert err.count("\n") == 1
+    assert "bad\\nskipped: forged.png" in err
     with open(out / "assignments.csv", newline="", encoding="utf-8", errors="surrogateescape") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == len(names)  # the \r and \n names did not split rows
@@ -115,7 +125,8 @@ def test_project_manifest_keeps_surrogate_names(tmp_path):
     p = good_project()
     p.paths[0] = "/data/caf\udce9\r.png"
     q = load_project(save_project(tmp_path / "s.iaproj", p))
-    assert q.paths[0] == p.paths[0] and os.fsencode(q.paths[0]) == b"/data/caf\xe9\r.png"
+    assert q.paths[0] == p.paths[0]
+    assert os.fsencode(q.paths[0]) == b"/data/caf\xe9\r.png"
 
 
 def test_csv_quotes_carriage_returns():
@@ -136,7 +147,7 @@ def test_multipage_tiff_bomb_is_refused_from_the_header(tmp_path):
     tifffile.imwrite(tmp_path / "bomb.tif", np.zeros((40, 1200, 1200), np.uint8), compression="zlib")
     assert (tmp_path / "bomb.tif").stat().st_size < 2_000_000  # each page is under the limit, the whole is not
     t = time.perf_counter()
-    with pytest.raises(ImageLoadError, match="over 50 megapixels .* in 40 frames"):
+    with pytest.raises(ImageLoadError, match=r"over 50 megapixels .* in 40 frames"):
         load_image(tmp_path / "bomb.tif")
     assert time.perf_counter() - t < 1.0
 
@@ -152,7 +163,8 @@ def test_memory_error_while_decoding_skips_only_that_file(tmp_path, monkeypatch)
 
     monkeypatch.setattr(imageset, "_decode", decode)
     s = load_images(tmp_path)
-    assert len(s) == 2 and s.skipped == [{"path": str(tmp_path / "b.png"),
+    assert len(s) == 2
+    assert s.skipped == [{"path": str(tmp_path / "b.png"),
                                           "reason": "too large to decode in the memory available"}]
 
 
@@ -162,7 +174,8 @@ def test_unexpected_decoder_error_skips_only_that_file(tmp_path, monkeypatch):
     monkeypatch.setattr(imageset, "_decode", lambda p, e: (_ for _ in ()).throw(ZeroDivisionError("bug"))
                         if p.name == "a.png" else real(p, e))
     s = load_images(tmp_path)
-    assert len(s) == 1 and "ZeroDivisionError" in s.skipped[0]["reason"]
+    assert len(s) == 1
+    assert "ZeroDivisionError" in s.skipped[0]["reason"]
 
 
 def test_cmyk_jpeg_becomes_rgb(tmp_path):
@@ -229,9 +242,11 @@ def test_absurd_options_are_usage_errors(tmp_path, capsys, args):
     t = time.perf_counter()
     with pytest.raises(SystemExit) as exc:
         main(["demo:shapes", *args] if "--out" in args else ["demo:shapes", "--out", str(tmp_path / "o"), *args])
-    assert exc.value.code == 2 and time.perf_counter() - t < 2
+    assert exc.value.code == 2
+    assert time.perf_counter() - t < 2
     err = capsys.readouterr().err
-    assert "Traceback" not in err and "error:" in err
+    assert "Traceback" not in err
+    assert "error:" in err
     assert not (tmp_path / "o").exists()
 
 
@@ -239,7 +254,8 @@ def test_out_that_is_a_file_is_refused(tmp_path, capsys):
     (tmp_path / "f").write_text("mine")
     with pytest.raises(SystemExit) as exc:
         main(["demo:shapes", "--out", str(tmp_path / "f")])
-    assert exc.value.code == 2 and (tmp_path / "f").read_text() == "mine"
+    assert exc.value.code == 2
+    assert (tmp_path / "f").read_text() == "mine"
 
 
 def test_limits_themselves_are_accepted(tmp_path):
@@ -274,7 +290,8 @@ def test_atomic_write_failure_keeps_old_file_and_leaves_nothing(tmp_path):
 
     with pytest.raises(TypeError):
         write_json(target, {"new": Boom()})
-    assert json.loads(target.read_text()) == {"old": 1} and os.listdir(tmp_path) == ["summary.json"]
+    assert json.loads(target.read_text()) == {"old": 1}
+    assert os.listdir(tmp_path) == ["summary.json"]
 
 
 def test_result_files_get_the_umask_permissions(tmp_path):
@@ -312,9 +329,14 @@ def test_stale_temporaries_of_killed_saves_are_removed(tmp_path):
     other.write_text("theirs")
     os.utime(other, (time.time() - 7200, time.time() - 7200))
     save_project(tmp_path / "work.iaproj", good_project())  # a save cleans its own leftovers
-    assert not stale.exists() and not old_style.exists() and live.exists()
+    assert not stale.exists()
+    assert not old_style.exists()
+    assert live.exists()
     assert remove_stale_temporaries(tmp_path) == [stale_dir]
-    assert live.exists() and mine.exists() and other.exists() and (tmp_path / "work.iaproj").exists()
+    assert live.exists()
+    assert mine.exists()
+    assert other.exists()
+    assert (tmp_path / "work.iaproj").exists()
 
 
 def test_result_folder_is_all_or_nothing(tmp_path):
@@ -325,7 +347,8 @@ def test_result_folder_is_all_or_nothing(tmp_path):
     assert os.listdir(tmp_path) == []
     with ResultFolder(tmp_path / "r") as work:
         (work / "a.txt").write_text("a")
-    assert os.listdir(tmp_path) == ["r"] and (tmp_path / "r" / "a.txt").read_text() == "a"
+    assert os.listdir(tmp_path) == ["r"]
+    assert (tmp_path / "r" / "a.txt").read_text() == "a"
 
 
 def _run_and_signal(tmp_path, sig, delay):
@@ -347,7 +370,7 @@ def _run_and_signal(tmp_path, sig, delay):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signals_leave_all_or_nothing_and_one_line(tmp_path, sig, code):
     complete = None
     for delay in (0.0, 1.0, 2.0, 3.0, 9.0):
@@ -359,7 +382,9 @@ def test_signals_leave_all_or_nothing_and_one_line(tmp_path, sig, code):
             continue
         assert rc == code, err
         lines = err.strip().splitlines()
-        assert len(lines) == 1 and "interrupted by" in lines[0] and "Traceback" not in err
+        assert len(lines) == 1
+        assert "interrupted by" in lines[0]
+        assert "Traceback" not in err
         assert not out.exists()
     if complete is not None:
         assert {"assignments.csv", "summary.json", "weights.npy"} <= set(complete)
@@ -389,9 +414,11 @@ def test_signal_at_the_moment_of_moving_results_into_place(tmp_path, capsys, mon
     monkeypatch.setattr(iastudio.core.atomic.os, "replace", replace)
     assert main(["demo:shapes", "--out", str(out), *FAST]) == 143
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "interrupted by SIGTERM" in err[0]
+    assert len(err) == 1
+    assert "interrupted by SIGTERM" in err[0]
     if when == "before":
-        assert not out.exists() and "no results were written" in err[0]
+        assert not out.exists()
+        assert "no results were written" in err[0]
     else:
         assert sorted(os.listdir(out)) == sorted(["assignments.csv", "summary.json", "weights.npy", "distances.npy",
                                                   "means.npy", "means.png", "weights.png", "convergence.png"])
@@ -427,4 +454,5 @@ def test_display_name_takes_either_separator():
     from iastudio.core.filenames import display_name
 
     assert display_name(r"C:\scans\cell 1.png") == "cell 1.png"
-    assert display_name("/data/x/y.tif") == "y.tif" and display_name("demo:shapes/003") == "003"
+    assert display_name("/data/x/y.tif") == "y.tif"
+    assert display_name("demo:shapes/003") == "003"

@@ -56,7 +56,8 @@ def _refused(w, path, qapp, expect=None):
     assert time.perf_counter() - t < 5
     qapp.processEvents()
     box = w.last_dialog
-    assert box.isVisible() and box.windowTitle() == "Cannot open the project"
+    assert box.isVisible()
+    assert box.windowTitle() == "Cannot open the project"
     if expect:
         assert expect in box.text(), box.text()
     box.close()
@@ -106,7 +107,9 @@ def test_malicious_projects_never_change_the_session(win, qapp, tmp_path):
     mine = win.model.session.project_path
     assert win.projects.save()
     p = load_project(mine)
-    assert p.clusters.name_of(0) == "my edit" and p.n == 8 and p.paths[0] == "demo:shapes/000"
+    assert p.clusters.name_of(0) == "my edit"
+    assert p.n == 8
+    assert p.paths[0] == "demo:shapes/000"
 
 
 def test_failure_while_rebuilding_the_run_is_a_dialog_not_a_half_load(win, qapp, tmp_path, monkeypatch):
@@ -122,7 +125,9 @@ def test_failure_while_rebuilding_the_run_is_a_dialog_not_a_half_load(win, qapp,
     before = win.model.session.project_path
     assert win.projects.open_project(str(path))  # the same file opens once nothing is broken
     s = win.model.session
-    assert s.n == 6 and s.project_path == str(path) != before and not s.dirty
+    assert s.n == 6
+    assert s.project_path == str(path) != before
+    assert not s.dirty
     assert win.windowTitle().endswith("other.iaproj")
 
 
@@ -152,7 +157,9 @@ def test_a_loaded_but_odd_project_opens_and_draws(win, qapp, tmp_path):
     assert win.projects.open_project(str(path))
     win.redraw()
     qapp.processEvents()
-    assert win.model.session.n == 5 and win.model.session.final is None and len(win.model.session.frames) == 2
+    assert win.model.session.n == 5
+    assert win.model.session.final is None
+    assert len(win.model.session.frames) == 2
     assert win.images_panel.thumbs.rowCount() == 5
 
 
@@ -164,7 +171,8 @@ def test_non_utf8_names_save_and_reopen_in_the_app(win, qapp, tmp_path):
     win.rename_cluster(0, "renamed")
     assert win.projects.save_to(str(tmp_path / "again.iaproj"))  # used to fail silently (surrogates not allowed)
     q = load_project(tmp_path / "again.iaproj")
-    assert os.fsencode(q.paths[1]) == b"/photos/caf\xe9\r.png" and q.clusters.name_of(0) == "renamed"
+    assert os.fsencode(q.paths[1]) == b"/photos/caf\xe9\r.png"
+    assert q.clusters.name_of(0) == "renamed"
     win.projects.autosave(wait=True)
     assert load_project(win.projects.autosave_path()).paths == q.paths
 
@@ -185,7 +193,8 @@ def test_start_removes_temporaries_of_killed_saves(qapp, home, tmp_path):
     keep.write_bytes(b"x")
     w2 = MainWindow()
     try:
-        assert not any(f.exists() for f in stale) and keep.exists()
+        assert not any(f.exists() for f in stale)
+        assert keep.exists()
     finally:
         w2.close()
         keep.unlink()
@@ -210,13 +219,16 @@ def test_every_fuzzed_project_either_opens_and_draws_or_is_refused_visibly(qapp,
                 if w.projects.open_project(str(path)):
                     opened += 1
                     w.redraw()
-                    assert w.model.session.project_path == str(path) and w.model.session.n == 4
+                    assert w.model.session.project_path == str(path)
+                    assert w.model.session.n == 4
                 else:
                     refused += 1
                     qapp.processEvents()
-                    assert w.last_dialog.isVisible() and w.last_dialog.text()
+                    assert w.last_dialog.isVisible()
+                    assert w.last_dialog.text()
                     w.last_dialog.close()
                     _same(before, _state(w))
-        assert opened > 20 and refused > 100
+        assert opened > 20
+        assert refused > 100
     finally:
         w.close()

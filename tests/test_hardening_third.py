@@ -23,7 +23,8 @@ def _usage_error(capsys, argv):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and time.perf_counter() - t < 5, err
+    assert exc.value.code == 2, err
+    assert time.perf_counter() - t < 5, err
     assert "Traceback" not in err
     ours = [line for line in err.splitlines() if "error:" in line]
     assert len(ours) == 1
@@ -39,7 +40,9 @@ def test_a_name_too_long_is_one_line_and_exit_2(tmp_path, capsys, option, length
     more = [option, name] if option == "--out" else ["--out", str(tmp_path / "o"), option, name]
     argv = ["demo:shapes", *FAST, *more]
     line = _usage_error(capsys, argv)
-    assert "too long" in line and option in line and len(line) < 300
+    assert "too long" in line
+    assert option in line
+    assert len(line) < 300
     assert sorted(os.listdir(tmp_path)) in ([], ["logs"])
 
 
@@ -56,7 +59,8 @@ def test_an_out_that_cannot_be_looked_at_is_one_line(tmp_path, capsys, monkeypat
 
     monkeypatch.setattr(pathlib.Path, "exists", exists)
     line = _usage_error(capsys, ["demo:shapes", *FAST, "--out", str(locked / "o")])
-    assert "--out" in line and "permission denied" in line
+    assert "--out" in line
+    assert "permission denied" in line
 
 
 @pytest.mark.slow
@@ -71,7 +75,8 @@ def test_a_long_name_that_fits_is_used(tmp_path):
 def test_an_empty_dask_address_is_a_usage_error(tmp_path, capsys, value):
     """--dask "" ran locally with exit 0, where an empty --out is a usage error: one rule."""
     line = _usage_error(capsys, ["demo:shapes", "--out", str(tmp_path / "o"), "--dask", value, *FAST])
-    assert "--dask" in line and "empty" in line
+    assert "--dask" in line
+    assert "empty" in line
     assert not (tmp_path / "o").exists()
 
 
@@ -101,9 +106,11 @@ def test_ia_nets_refuses_data_it_cannot_learn_from(tmp_path, capsys, kind):
     rc = nets_main(["train", "--model", "cnn", "--data", f"npz:{data}", "--epochs", "1", "--quiet",
                     "--out", str(out)])
     err = capsys.readouterr().err
-    assert rc == 1 and "Traceback" not in err
+    assert rc == 1
+    assert "Traceback" not in err
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and str(data) in lines[0], err
+    assert len(lines) == 1, err
+    assert str(data) in lines[0], err
     assert not out.exists()
 
 
@@ -111,7 +118,8 @@ def test_check_dataset_accepts_good_data_and_names_the_first_bad_image(tmp_path)
     from iastudio.core.nets.data import check_dataset, load_npz
 
     ds = load_npz(_npz(tmp_path / "ok.npz"))
-    assert check_dataset(ds) is ds and ds.x_train.shape == (12, 28, 28)
+    assert check_dataset(ds) is ds
+    assert ds.x_train.shape == (12, 28, 28)
     ds.x_test[4, 0, 0] = np.nan
     with pytest.raises(ValueError, match=r"1 test image\(s\) hold NaN or infinite values \(the first: number 4\)"):
         check_dataset(ds, source="mine")
@@ -137,7 +145,8 @@ def test_cluster_names_keyed_by_anything_but_an_ascii_id_are_refused(tmp_path, c
         load_project(path)
     assert main(["--project", str(path), "--out", str(tmp_path / "o"), "--quiet"]) == 1
     err = capsys.readouterr().err
-    assert "malformed" in err and len(err.strip().splitlines()) == 1
+    assert "malformed" in err
+    assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
 
 
@@ -146,7 +155,8 @@ def test_a_name_of_a_cluster_without_images_is_no_cluster(tmp_path, capsys):
 
     path = _named(tmp_path, {"0": "a", "1": "b", "3": "ghost"})
     book = load_project(path).clusters
-    assert book.cluster_ids() == [0, 1] and book.name_of(1) == "b"
+    assert book.cluster_ids() == [0, 1]
+    assert book.name_of(1) == "b"
     assert main(["--project", str(path), "--out", str(tmp_path / "o")]) == 0
     assert "4 images in 2 clusters" in capsys.readouterr().err
 
@@ -160,7 +170,7 @@ def _three(scale=1.0, dtype=np.float64):
     return (b * scale).astype(dtype)
 
 
-@pytest.mark.parametrize("scale, dtype", [(1e30, np.float64), (1e300, np.float64), (1e30, np.float32),
+@pytest.mark.parametrize(("scale", "dtype"), [(1e30, np.float64), (1e300, np.float64), (1e30, np.float32),
                                           (3e38, np.float32), (1e13, np.float32)])
 def test_values_that_overflow_are_refused_naming_the_image(scale, dtype):
     """1e30, 3e38 (float32) or 1e300 gave NaN/inf distances and scores."""
@@ -249,7 +259,9 @@ def test_a_port_that_answers_arbitrary_bytes_is_refused_before_any_allocation(tm
         assert time.perf_counter() - t0 < 5
         assert main(["demo:shapes", "--out", str(tmp_path / "o"), "--dask", address, *FAST]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and address in err[0] and "not a Dask scheduler" in err[0]
+        assert len(err) == 1
+        assert address in err[0]
+        assert "not a Dask scheduler" in err[0]
         assert not (tmp_path / "o").exists()
     finally:
         server.close()

@@ -60,21 +60,29 @@ def test_the_window_opens_with_settings_autosave_and_lock_off(qtbot, tmp_path, m
     qtbot.addWidget(w)
     w.show()
     p = w.projects
-    assert p.home_off and reason in p.home_off and p.lock is None and not p.crashed
+    assert p.home_off
+    assert reason in p.home_off
+    assert p.lock is None
+    assert not p.crashed
     labels = [lab.text() for lab in w.statusBar().findChildren(QLabel) if lab.objectName() == "homeNotice"]
-    assert len(labels) == 1 and "cannot be used" in labels[0] and "autosave are off" in labels[0]
-    assert reason in labels[0] and "\n" not in labels[0]
+    assert len(labels) == 1
+    assert "cannot be used" in labels[0]
+    assert "autosave are off" in labels[0]
+    assert reason in labels[0]
+    assert "\n" not in labels[0]
     err = capsys.readouterr().err
     assert "Traceback" not in err
     w.model.session.load_demo("shapes")  # the session works as ever; only what needs the home is off
     assert w.model.session.n == 18
-    assert p.autosave() is False and p.autosave(wait=True) is False
+    assert p.autosave() is False
+    assert p.autosave(wait=True) is False
     assert w.close()
     w.model.shutdown(5000)
 
 
 def test_a_usable_home_shows_no_notice(window, capsys):
-    assert window.projects.home_off is None and window.projects.home_notice is None
+    assert window.projects.home_off is None
+    assert window.projects.home_notice is None
     assert window.projects.lock.exists()
     assert not [lab for lab in window.statusBar().findChildren(QLabel) if lab.objectName() == "homeNotice"]
 
@@ -91,7 +99,10 @@ def test_ia_studio_starts_and_says_why_in_one_line(tmp_path, kind):
     assert run.returncode == 0, run.stderr  # exit 1 and a traceback from app_home().mkdir before
     assert "Traceback" not in run.stderr
     ours = [line for line in run.stderr.splitlines() if line.startswith("ia-studio:")]
-    assert len(ours) == 1 and "cannot be used" in ours[0] and "logs are off" in ours[0] and reason in ours[0]
+    assert len(ours) == 1
+    assert "cannot be used" in ours[0]
+    assert "logs are off" in ours[0]
+    assert reason in ours[0]
 
 
 def test_setup_file_logging_says_logs_are_off(tmp_path, monkeypatch):
@@ -130,7 +141,9 @@ def test_a_full_disk_under_the_home_puts_no_traceback_on_stderr(window, tmp_path
         capfd.readouterr()
         assert window.projects.autosave(wait=True) is False
         err = capfd.readouterr().err
-        assert "Traceback" not in err and "Logging error" not in err and "OSError" not in err
+        assert "Traceback" not in err
+        assert "Logging error" not in err
+        assert "OSError" not in err
     finally:
         for h in root.handlers:
             if h not in before:
@@ -146,4 +159,5 @@ def test_the_cli_runs_with_its_logs_off(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("IA_STUDIO_HOME", str(tmp_path / "a-file"))
     monkeypatch.delenv("IA_STUDIO_LOG_DIR", raising=False)
     assert main(["demo:shapes", "--size", "24", "--iterations", "1", "--quiet", "--out", str(tmp_path / "o")]) == 0
-    assert "Traceback" not in capsys.readouterr().err and (tmp_path / "o" / "assignments.csv").is_file()
+    assert "Traceback" not in capsys.readouterr().err
+    assert (tmp_path / "o" / "assignments.csv").is_file()

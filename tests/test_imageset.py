@@ -17,14 +17,16 @@ def test_8bit_16bit_float_and_rgba(tmp_path):
     g16 = tmp_path / "g16.png"
     Image.fromarray(np.full((5, 6), 65535, np.uint16)).save(g16)
     img16 = load_image(g16)
-    assert img16.shape == (5, 6) and img16.max() == pytest.approx(1.0)
+    assert img16.shape == (5, 6)
+    assert img16.max() == pytest.approx(1.0)
     rgba = np.zeros((4, 4, 4), np.uint8)
     rgba[..., 0] = 200
     rgba[..., 3] = 0
     rgba[0, 0, 3] = 255
     out = load_image(_png(tmp_path / "a.png", rgba, "RGBA"))
     assert out.shape == (4, 4, 3)
-    assert out[0, 0, 0] == pytest.approx(200 / 255) and out[1, 1, 0] == 0  # composited on black
+    assert out[0, 0, 0] == pytest.approx(200 / 255)
+    assert out[1, 1, 0] == 0
     import tifffile  # shipped with scikit-image
 
     tifffile.imwrite(tmp_path / "f.tif", np.full((4, 5), 2.5, np.float32))
@@ -73,12 +75,14 @@ def test_labels_order_and_unicode(tmp_path):
 
 def test_nothing_usable_is_a_clear_error(tmp_path):
     (tmp_path / "x.png").write_bytes(b"")
-    with pytest.raises(NoUsableImagesError, match="x.png: empty") as info:
+    with pytest.raises(NoUsableImagesError, match=r"x\.png: empty") as info:
         load_images(tmp_path)
-    assert info.value.skipped and info.value.skipped[0]["reason"].startswith("empty")
+    assert info.value.skipped
+    assert info.value.skipped[0]["reason"].startswith("empty")
     with pytest.raises(ImageLoadError, match="empty"):
         load_image(tmp_path / "x.png")
-    res_missing = pytest.raises(NoUsableImagesError, load_images, [tmp_path / "missing"])
+    with pytest.raises(NoUsableImagesError) as res_missing:
+        load_images([tmp_path / "missing"])
     assert "does not exist" in str(res_missing.value)
 
 
@@ -94,5 +98,6 @@ def test_loading_can_be_cancelled_and_says_what_was_left(tmp_path):
         return done < 2  # stop after the second file
 
     res = load_images(tmp_path, on_progress=progress)
-    assert len(res) == 2 and seen[-1] == (2, 5)
+    assert len(res) == 2
+    assert seen[-1] == (2, 5)
     assert [s["reason"] for s in res.skipped] == ["not loaded: cancelled"] * 3

@@ -30,7 +30,7 @@ def test_weight_entries_keeps_a_fraction_of_each_columns_mass():
     assert_array_equal(s_src, src)
     assert_array_equal(s_col, col)
     assert_allclose(s_wt, wt)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"mass must be in \(0, 1\]"):
         weight_entries(w, mass=0.0)
 
 

@@ -102,15 +102,18 @@ def test_a_users_journey(qtbot, home, tmp_path, monkeypatch, asked):
     QTest.keyClicks(rp.size.lineEdit(), "32")
     assert m.session.size == 64
     QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Return)
-    assert m.session.size == 32 and m.session.working.shape[1:] == (32, 32)
+    assert m.session.size == 32
+    assert m.session.working.shape[1:] == (32, 32)
 
     # run with Ctrl+R
     rp.iterations.setValue(1)
     _keys(qtbot, w, Qt.Key.Key_R)
     qtbot.waitUntil(lambda: m.session.state == "finished", timeout=180000)
     w.redraw()
-    assert m.session.book is not None and len(m.session.book.cluster_ids()) == 3
-    assert not w.weights_view.empty and w.weights_view.image_item.image.shape == (9, 9)
+    assert m.session.book is not None
+    assert len(m.session.book.cluster_ids()) == 3
+    assert not w.weights_view.empty
+    assert w.weights_view.image_item.image.shape == (9, 9)
     _shot(w, shots, "02-finished")
 
     # move one image, rename its cluster, undo the move with Ctrl+Z
@@ -118,7 +121,8 @@ def test_a_users_journey(qtbot, home, tmp_path, monkeypatch, asked):
     target = book.cluster_ids()[1]
     moved = int(np.flatnonzero(np.asarray(book.labels) != target)[0])
     w.clusters_panel.list.imagesDropped.emit([moved], target)  # what dropping its thumbnail on the bin emits
-    assert m.session.book.labels[moved] == target and m.session.dirty
+    assert m.session.book.labels[moved] == target
+    assert m.session.dirty
     monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("triangles", True))
     w.clusters_panel.list.setCurrentRow(0)
     _click(w.clusters_panel.rename_btn)
@@ -150,7 +154,9 @@ def test_a_users_journey(qtbot, home, tmp_path, monkeypatch, asked):
     final = m.session.final
     _click(w.images_panel.add_btn)
     qtbot.waitUntil(lambda: not m.loading, timeout=30000)
-    assert m.session.final is final and not m.session.dirty and asked == []
+    assert m.session.final is final
+    assert not m.session.dirty
+    assert asked == []
 
     # major 1 and 4: Show me twice; the demo is untitled, Save asks for a new file, mine.iaproj is untouched
     captions = []
@@ -159,8 +165,10 @@ def test_a_users_journey(qtbot, home, tmp_path, monkeypatch, asked):
         qtbot.waitUntil(lambda: m.session.state == "finished", timeout=180000)
         qtbot.waitUntil(lambda: "ARI" in w.compare_view.caption.text(), timeout=30000)
         captions.append(w.compare_view.caption.text())
-        assert m.session.project_path is None and "untitled" in w.windowTitle()
-    assert captions[0] == captions[1] and "IA ARI 1.00" in captions[0]
+        assert m.session.project_path is None
+        assert "untitled" in w.windowTitle()
+    assert captions[0] == captions[1]
+    assert "IA ARI 1.00" in captions[0]
     _shot(w, shots, "04-show-me")
     other = tmp_path / "demo.iaproj"
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(other), ""))
@@ -173,7 +181,8 @@ def test_a_users_journey(qtbot, home, tmp_path, monkeypatch, asked):
     qtbot.wait(200)
     w.redraw()
     for view in (w.weights_view, w.means_view):
-        assert view.height() >= 150 and view.width() >= 200, view
+        assert view.height() >= 150, view
+        assert view.width() >= 200, view
     assert w.run_panel.progress.visibleRegion().boundingRect().height() >= w.run_panel.progress.height() - 1
     _shot(w, shots, "05-small-window")
 
@@ -184,7 +193,8 @@ def test_a_users_journey(qtbot, home, tmp_path, monkeypatch, asked):
     qtbot.addWidget(w2)
     w2.show()
     assert w2.projects.open_project(str(project))
-    assert list(w2.model.session.book.labels) == list(labels) and w2.model.session.n == 9
+    assert list(w2.model.session.book.labels) == list(labels)
+    assert w2.model.session.n == 9
     w2.redraw()
     assert not w2.weights_view.empty
     _shot(w2, shots, "06-reopened")

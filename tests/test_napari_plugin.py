@@ -23,7 +23,8 @@ def test_the_manifest_validates_and_names_the_widget():
     (widget,) = pm.contributions.widgets
     assert widget.display_name == "Cluster by Invariant Attention"
     (command,) = pm.contributions.commands
-    assert command.id == widget.command and import_python_name(command.python_name).__name__ == "ClusterWidget"
+    assert command.id == widget.command
+    assert import_python_name(command.python_name).__name__ == "ClusterWidget"
 
 
 @pytest.fixture
@@ -46,11 +47,14 @@ def _run_and_check(viewer, widget, layer, truth, qtbot):
     assert not widget.run()  # one run at a time
     qtbot.waitUntil(lambda: widget.result is not None and widget.worker is None, timeout=180_000)
     means, aligned = viewer.layers["particles means"], viewer.layers["particles aligned"]
-    assert means.data.shape == (3, 24, 24) and aligned.data.shape == (12, 24, 24)
+    assert means.data.shape == (3, 24, 24)
+    assert aligned.data.shape == (12, 24, 24)
     table = layer.metadata["iastudio"]
-    assert list(table.columns) == ["cluster", "score", "theta_deg", "tx_px", "ty_px"] and len(table) == 12
+    assert list(table.columns) == ["cluster", "score", "theta_deg", "tx_px", "ty_px"]
+    assert len(table) == 12
     assert adjusted_rand_score(truth, table["cluster"]) == 1.0
-    assert widget.progress.value == 100 and widget.status.value.startswith("12 images -> 3 clusters")
+    assert widget.progress.value == 100
+    assert widget.status.value.startswith("12 images -> 3 clusters")
     assert widget.run_button.enabled
 
 
@@ -77,7 +81,8 @@ def test_the_widget_refuses_a_layer_that_is_not_a_stack(qtbot):
     viewer.add_image(np.zeros((2, 3, 8, 8), np.float32), name="volume")
     widget = ClusterWidget(viewer)
     qtbot.addWidget(widget.native)
-    assert not widget.run() and "use a stack of 2-D images" in widget.status.value
+    assert not widget.run()
+    assert "use a stack of 2-D images" in widget.status.value
 
 
 @pytest.mark.skipif(os.environ.get("QT_QPA_PLATFORM") == "offscreen",

@@ -37,9 +37,11 @@ from iastudio.core.weights import attention_weights, local_bandwidth
 
 def test_resolve_neighbors_rule():
     assert resolve_neighbors("all", 10_000) is None
-    assert resolve_neighbors("auto", 300) is None and resolve_neighbors("auto", 301) == 30
-    assert resolve_neighbors(10, 500) == 10 and resolve_neighbors(10, 11) is None  # K >= n - 1: every pair
-    with pytest.raises(ValueError):
+    assert resolve_neighbors("auto", 300) is None
+    assert resolve_neighbors("auto", 301) == 30
+    assert resolve_neighbors(10, 500) == 10
+    assert resolve_neighbors(10, 11) is None
+    with pytest.raises(ValueError, match="neighbors must be at least 1"):
         resolve_neighbors(0, 10)
 
 
@@ -57,7 +59,7 @@ def test_features_do_not_change_under_rotation_and_shift(shape_images):
 @pytest.fixture(scope="module")
 def rotated_digits():
     rng = np.random.default_rng(1)
-    orig, labels = _digit_images(tuple(range(10)), 12, rng)
+    orig, _labels = _digit_images(tuple(range(10)), 12, rng)
     tau = se2.random_transforms(len(orig), rotation_range=180, shift_range=3, seed=rng)
     x = preprocess(list(np.clip(warp(orig, tau), 0, None).astype(np.float32)), size=24).images
     return x, invariant_distances(x)
@@ -68,7 +70,8 @@ def test_candidates_recall_the_true_ten_nearest_invariant_neighbours(rotated_dig
     n = x.shape[0]
     true = np.argsort(sim.distances + np.diag(np.full(n, np.inf)), axis=1)[:, :10]
     rows, cols = candidate_pairs(x, 30)
-    assert (rows < cols).all() and rows.size <= 30 * n
+    assert (rows < cols).all()
+    assert rows.size <= 30 * n
     adj = np.zeros((n, n), dtype=bool)
     adj[rows, cols] = adj[cols, rows] = True
     recall = adj[np.arange(n)[:, None], true].mean()
@@ -111,7 +114,8 @@ def test_shared_neighbor_pairs_stay_few_among_identical_images():
     g = (g + g.T).tocsr()
     g.data[:] = 0.0  # stored zeros: real zero distances
     new_rows, new_cols = shared_neighbor_pairs(g, nearest=4)
-    assert new_rows.size <= 40 * n and (new_rows < new_cols).all()  # measured 24 per image (unbounded: 73)
+    assert new_rows.size <= 40 * n
+    assert (new_rows < new_cols).all()
     aligned = set(zip(*sp.triu(g, 1).nonzero())) | set(zip(*sp.triu(g.T, 1).nonzero()))
     assert not aligned & set(zip(new_rows.tolist(), new_cols.tolist()))  # none aligned yet
 
@@ -158,7 +162,8 @@ def test_pair_list_gives_the_exhaustive_distances_of_those_pairs(rotated_digits)
     full_d = full.distances[:30, :30]
     rows, cols = candidate_pairs(x, 5)
     part = invariant_distances(x, pairs=(cols, rows))  # either order
-    assert sp.issparse(part.distances) and part.transforms is None
+    assert sp.issparse(part.distances)
+    assert part.transforms is None
     assert_allclose(part.distances[rows, cols].A1, full_d[rows, cols], atol=1e-6)
     assert_allclose(part.distances.toarray(), part.distances.toarray().T)
     dense = full.transforms[:30, :30]
@@ -171,7 +176,8 @@ def test_sparse_weights_known_answer():
     d = sp.csr_matrix(np.array([[0, 0.5, 0], [0.5, 0, 1.0], [0, 1.0, 0]]))
     w, beta = attention_weights(d, beta=2.0)
     g = np.array([[1, np.exp(-0.5), 0], [np.exp(-0.5), 1, np.exp(-2.0)], [0, np.exp(-2.0), 1]])
-    assert sp.issparse(w) and beta == 2.0
+    assert sp.issparse(w)
+    assert beta == 2.0
     assert_allclose(w.toarray(), g / g.sum(axis=0))
     # beta="auto" on a graph: s_i is the distance to the i-th image's nearest candidate (m = 1)
     w, beta = attention_weights(d, neighbor=1)
@@ -210,13 +216,14 @@ def test_sparse_read_out_keeps_small_classes_apart():
     d = np.linalg.norm(pts[:, None] - pts[None], axis=-1)
     g = _knn_graph(d, 5)
     labels, choice = read_clusters(g)
-    assert choice.k == 12 and not choice.unsure
+    assert choice.k == 12
+    assert not choice.unsure
     assert adjusted_rand_score(truth, labels) == 1.0
     given, _ = read_clusters(g, k=12)
     assert adjusted_rand_score(truth, given) == 1.0
 
 
-@pytest.mark.parametrize("name,k", [("shapes", 8), ("digits", 12), ("digits", 8)])
+@pytest.mark.parametrize(("name", "k"), [("shapes", 8), ("digits", 12), ("digits", 8)])
 def test_pruned_run_agrees_with_the_exhaustive_run(name, k):
     # digits with K = 8 (classes of 10): without the probes the silhouette filled the pairs off the
     # graph at a lower bound and read 8 clusters (ARI 0.59 against 0.93)
@@ -255,12 +262,15 @@ def test_cli_neighbors_option(tmp_path, capsys):
     assert main(["demo:shapes", "--size", "24", "--iterations", "1", "--neighbors", "6", "--quiet",
                  "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["parameters"]["neighbors"] == 6 and summary["metrics"]["ari"] == 1.0
+    assert summary["parameters"]["neighbors"] == 6
+    assert summary["metrics"]["ari"] == 1.0
     w = np.load(out / "weights.npy", allow_pickle=False)
-    assert w.shape == (18, 18) and (w > 0).sum() < 18 * 18  # the K-neighbour graph, not every pair
+    assert w.shape == (18, 18)
+    assert (w > 0).sum() < 18 * 18
     with pytest.raises(SystemExit) as err:
         main(["demo:shapes", "--neighbors", "0"])
-    assert err.value.code == 2 and "--neighbors must be at least 1" in capsys.readouterr().err
+    assert err.value.code == 2
+    assert "--neighbors must be at least 1" in capsys.readouterr().err
 
 
 def test_sparse_read_out_counts_every_separate_class():
@@ -275,7 +285,8 @@ def test_sparse_read_out_counts_every_separate_class():
     probes = probe_pairs((rows, cols), len(d))  # what a pruned run aligns besides its candidates
     sample = sp.csr_matrix((d[probes], probes), shape=d.shape)
     labels, choice = read_clusters(g, probes=sample + sample.T)
-    assert choice.k == 16 and adjusted_rand_score(truth, labels) == 1.0
+    assert choice.k == 16
+    assert adjusted_rand_score(truth, labels) == 1.0
 
 
 def _near_copies():
@@ -292,7 +303,8 @@ def test_sparse_read_out_sees_classes_through_near_duplicates():
     # neighbour scales 1-3 the graph falls apart into quadruplets; the wider scales still find the 4 classes
     d, truth = _near_copies()
     labels, choice = read_clusters(_knn_graph(d, 30))
-    assert choice.k == 4 and adjusted_rand_score(truth, labels) == 1.0
+    assert choice.k == 4
+    assert adjusted_rand_score(truth, labels) == 1.0
 
 
 def test_a_graph_that_holds_together_without_a_gap_goes_to_the_silhouette_like_dense_distances():
@@ -311,7 +323,8 @@ def test_a_graph_that_holds_together_without_a_gap_goes_to_the_silhouette_like_d
     np.fill_diagonal(off, False)
     dense_labels, dense = read_clusters(d)
     labels, choice = read_clusters(g, probes=sp.csr_matrix(np.where(off, d, 0.0)))
-    assert dense.method == choice.method == "silhouette" and choice.k == dense.k == 4
+    assert dense.method == choice.method == "silhouette"
+    assert choice.k == dense.k == 4
     assert_array_equal(labels, dense_labels)
 
 
@@ -381,7 +394,8 @@ def test_ambiguous_sparse_read_out_follows_the_dense_rules():
     assert adjusted_rand_score(dense_labels, full_labels) == 1.0
     a, given = read_clusters(d, k=4)
     b, sparse_given = read_clusters(sp.csr_matrix(d), k=4)
-    assert sparse_given.scale == given.scale and adjusted_rand_score(a, b) == 1.0
+    assert sparse_given.scale == given.scale
+    assert adjusted_rand_score(a, b) == 1.0
 
 
 def test_sparse_read_out_with_k_given_skips_bandwidths_that_fall_apart():
@@ -389,14 +403,17 @@ def test_sparse_read_out_with_k_given_skips_bandwidths_that_fall_apart():
     # spectral partition of it into k = 4 split off a few of them (ARI ~0); a wider scale is used instead
     d, truth = _near_copies()
     labels, choice = read_clusters(_knn_graph(d, 30), k=4)
-    assert choice.scale > 3 and adjusted_rand_score(truth, labels) == 1.0
+    assert choice.scale > 3
+    assert adjusted_rand_score(truth, labels) == 1.0
 
 
 def test_probe_pairs_are_random_pairs_off_the_graph():
     rows, cols = candidate_pairs(preprocess(load_demo("shapes", seed=0).images, size=24).images, 3)
     n = 18
     p_rows, p_cols = probe_pairs((rows, cols), n, per_image=4, at_least=0)
-    assert (p_rows < p_cols).all() and p_rows.size <= 4 * n and p_rows.size > n
+    assert (p_rows < p_cols).all()
+    assert p_rows.size <= 4 * n
+    assert p_rows.size > n
     assert not set(zip(p_rows.tolist(), p_cols.tolist())) & set(zip(rows.tolist(), cols.tolist()))
     again = probe_pairs((rows, cols), n, per_image=4, at_least=0)
     assert_array_equal(again[0], p_rows)  # reproducible
@@ -407,7 +424,8 @@ def test_probe_pairs_are_random_pairs_off_the_graph():
 def test_probe_pairs_keep_a_minimum_sample():
     graph = (np.array([0, 0, 1]), np.array([1, 2, 2]))
     rows, cols = probe_pairs(graph, 18, at_least=200)  # 150 pairs off the graph, fewer than 200: all of them
-    assert rows.size == 18 * 17 // 2 - 3 and (0, 1) not in set(zip(rows.tolist(), cols.tolist()))
+    assert rows.size == 18 * 17 // 2 - 3
+    assert (0, 1) not in set(zip(rows.tolist(), cols.tolist()))
     rows, cols = probe_pairs(graph, 400, per_image=2, at_least=4000)  # 10 partners drawn per image
     assert 3500 < rows.size <= 4000
 
@@ -419,7 +437,8 @@ def test_split_probes_known_answer():
     graph, sample = split_probes(d, (np.array([0]), np.array([3])))
     assert_allclose(sample.toarray()[[0, 3], [3, 0]], [2.0, 2.0])
     assert sample.nnz == 2
-    assert graph.nnz == d.nnz - 2 == 8 and graph[0, 3] == 0
+    assert graph.nnz == d.nnz - 2 == 8
+    assert graph[0, 3] == 0
     assert_allclose((graph + sample).toarray(), d.toarray())
 
 
@@ -476,11 +495,13 @@ def test_nearest_pairs_known_answer_dense_and_sparse():
     g = sp.csr_matrix((d[rows, cols], (rows, cols)), shape=d.shape)  # every pair stored, 0 <-> 4 a stored zero
     kept = nearest_pairs(g, nearest=1)
     assert_array_equal(kept.toarray() > 0, want & ~np.eye(5, dtype=bool) & (d > 0))
-    assert kept[0, 4] == 0.0 and kept.nnz == 2 * len(expect)
+    assert kept[0, 4] == 0.0
+    assert kept.nnz == 2 * len(expect)
     # the read-out's affinity is 0 off those pairs, the same from dense distances and from the graph
     a = local_scaling_affinity(d, neighbor=1, nearest=1)
     assert_allclose(local_scaling_affinity(kept, neighbor=1).toarray(), a)
-    assert (a[~want] == 0).all() and (a[want] > 0).all()
+    assert (a[~want] == 0).all()
+    assert (a[want] > 0).all()
 
 
 def test_read_out_sees_the_same_affinity_on_the_graph_as_on_every_pair(rotated_digits):

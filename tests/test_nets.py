@@ -73,7 +73,9 @@ def test_bilinear_rotation_agrees_with_rot90():
 
 
 def test_get_group_names():
-    assert get_group("p4m") == Group(4, True) and get_group("r12") == Group(12) and get_group("r4m").order == 8
+    assert get_group("p4m") == Group(4, True)
+    assert get_group("r12") == Group(12)
+    assert get_group("r4m").order == 8
     with pytest.raises(ValueError, match="unknown group"):
         get_group("so3")
 
@@ -108,8 +110,10 @@ def test_attentive_group_convolution_and_its_maps_are_equivariant(group):
     m_full = att.last_attention
     yi = inp(lift(x))
     m_in = inp.last_attention
-    assert m_full.shape == (2, group.order, 8, 8) and m_in.shape == (2, group.order, 10, 10)
-    assert 0 <= float(m_full.min()) and float(m_full.max()) <= 1
+    assert m_full.shape == (2, group.order, 8, 8)
+    assert m_in.shape == (2, group.order, 10, 10)
+    assert float(m_full.min()) >= 0
+    assert float(m_full.max()) <= 1
     for g in range(1, group.order):
         xg = act_image(x, group, g)
         assert_allclose(_np(att(lift(xg))), _np(act(y, group, g)), atol=1e-5)
@@ -203,7 +207,8 @@ def test_small_parameter_counts():
     # p4cnn by hand: lifting 10*9 + 10, five group convs 10*10*4*9 + 10, six batch norms 2*10, linear 10*10 + 10
     assert counts["p4cnn-small"] == 100 + 5 * 3610 + 6 * 20 + 110
     assert counts["cnn-small"] == 200 + 5 * (20 * 20 * 9 + 20) + 6 * 40 + 210
-    assert counts["a-p4cnn-small"] > counts["p4cnn-small"] and counts["aF-p4cnn-small"] > counts["p4cnn-small"]
+    assert counts["a-p4cnn-small"] > counts["p4cnn-small"]
+    assert counts["aF-p4cnn-small"] > counts["p4cnn-small"]
     assert counts["gsa-r8-small"] > counts["gsa-r4-small"]  # only the group-encoding table grows with N
 
 
@@ -214,14 +219,17 @@ def test_rot_digits_is_fixed_and_rotated():
     a = ndata.rot_digits()
     b = ndata.rot_digits()
     up = ndata.rot_digits(train_rotated=False)
-    assert a.x_train.shape[1:] == (28, 28) and a.x_train.dtype == np.float32
-    assert len(a.x_train) + len(a.x_test) == 1797 and set(np.unique(a.y_train)) == set(range(10))
+    assert a.x_train.shape[1:] == (28, 28)
+    assert a.x_train.dtype == np.float32
+    assert len(a.x_train) + len(a.x_test) == 1797
+    assert set(np.unique(a.y_train)) == set(range(10))
     assert_allclose(a.x_test, b.x_test)
     assert_allclose(a.y_train, up.y_train)
     assert_allclose(a.x_test, up.x_test)
     assert not np.allclose(a.x_train, up.x_train)
     # upright training digits are centred 20x20 with an empty frame
-    assert float(up.x_train[:, :4].max()) == 0.0 and 0.5 < float(up.x_train.max()) <= 1.0
+    assert float(up.x_train[:, :4].max()) == 0.0
+    assert 0.5 < float(up.x_train.max()) <= 1.0
 
 
 def _write_pngs(folder, sizes):
@@ -241,7 +249,8 @@ def test_folder_loader(tmp_path):
     _write_pngs(tmp_path, {"bar": (40, 30), "box": (17, 23)})
     ds = ndata.load_folder(tmp_path, size=24)
     assert ds.classes == ["bar", "box"]
-    assert ds.x_train.shape[1:] == (24, 24) and len(ds.x_train) + len(ds.x_test) == 8
+    assert ds.x_train.shape[1:] == (24, 24)
+    assert len(ds.x_train) + len(ds.x_test) == 8
     assert_allclose(ds.x_train.reshape(len(ds.x_train), -1).max(1), 1.0, atol=1e-6)
 
 
@@ -258,7 +267,8 @@ def test_amat_loader(tmp_path):
     rows = np.hstack([np.random.default_rng(0).random((3, 784)), np.array([[1], [7], [0]])])
     np.savetxt(good, rows)
     x, y = ndata.load_amat(good)
-    assert x.shape == (3, 28, 28) and list(y) == [1, 7, 0]
+    assert x.shape == (3, 28, 28)
+    assert list(y) == [1, 7, 0]
     bad = tmp_path / "bad.amat"
     np.savetxt(bad, np.ones((2, 100)))
     with pytest.raises(ValueError, match=r"bad\.amat.*785"):
@@ -284,8 +294,10 @@ def test_train_save_and_load_roundtrip(tmp_path):
     seen = []
     model, res = train_model("p4cnn-small", ds, epochs=2, batch=8, device="cpu", model_options={"channels": 2},
                              on_epoch=seen.append)
-    assert [r["epoch"] for r in seen] == [1, 2] and res.epochs == 2
-    assert res.invariance_error_90 < 1e-5 and res.invariance_error_group is None
+    assert [r["epoch"] for r in seen] == [1, 2]
+    assert res.epochs == 2
+    assert res.invariance_error_90 < 1e-5
+    assert res.invariance_error_group is None
     save_model(model, tmp_path / "model.pt", name="p4cnn-small", n_classes=2, options={"channels": 2})
     again = load_model(tmp_path / "model.pt")
     assert_allclose(_np(predict_logits(again, ds.x_test)), _np(predict_logits(model, ds.x_test)), atol=1e-6)
@@ -304,7 +316,7 @@ def test_model_file_that_is_not_a_state_dict_is_refused(tmp_path):
     _Evil.target = str(tmp_path / "pwned")
     bad = tmp_path / "evil.pt"
     torch.save({"weight": _Evil()}, bad)
-    with pytest.raises(ValueError, match="evil.pt"):
+    with pytest.raises(ValueError, match=r"evil\.pt"):
         load_model(bad, name="p4cnn", n_classes=2)
     assert not (tmp_path / "pwned").exists()
     other = tmp_path / "other.pt"
@@ -324,14 +336,18 @@ def test_cli_train_and_compare(tmp_path, capsys):
     metrics = json.loads((out / "metrics.json").read_text())
     for key in ("test_accuracy", "test_error", "parameters", "epochs", "train_seconds", "invariance_error_90"):
         assert key in metrics
-    assert metrics["epochs"] == 1 and (out / "learning_curve.png").stat().st_size > 1000
+    assert metrics["epochs"] == 1
+    assert (out / "learning_curve.png").stat().st_size > 1000
     state = torch.load(out / "model.pt", weights_only=True)
     assert all(isinstance(v, torch.Tensor) for v in state.values())
     rc = main(["compare", "--models", "cnn-small,p4cnn-small", "--seeds", "0,1", "--data", str(tmp_path / "imgs"),
                "--epochs", "1", "--batch", "4", "--channels", "2", "--size", "24", "--quiet", "--out",
                str(tmp_path / "cmp")])
     text = capsys.readouterr().out
-    assert rc == 0 and "| cnn-small |" in text and "| p4cnn-small |" in text and "±" in text
+    assert rc == 0
+    assert "| cnn-small |" in text
+    assert "| p4cnn-small |" in text
+    assert "±" in text
     assert (tmp_path / "cmp" / "compare.md").is_file()
 
 
@@ -340,7 +356,8 @@ def test_cli_plain_errors(tmp_path, capsys):
 
     (tmp_path / "flat").mkdir()
     rc = main(["train", "--model", "cnn", "--data", str(tmp_path / "flat"), "--out", str(tmp_path / "o")])
-    assert rc == 1 and "ia-nets:" in capsys.readouterr().err
+    assert rc == 1
+    assert "ia-nets:" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train", "--model", "resnet", "--out", str(tmp_path / "o")])
 
@@ -353,7 +370,8 @@ def test_inspection_maps_turn_with_the_input(name):
     img = _np(_blob(1, 24))[0, 0]
     a = inspect_image(model, img)
     b = inspect_image(model, img, angle_deg=90)
-    assert a.maps is not None and len(a.maps) == 4
+    assert a.maps is not None
+    assert len(a.maps) == 4
     assert_allclose(b.image, np.rot90(a.image), atol=1e-7)
     assert_allclose(b.probabilities, a.probabilities, atol=1e-5)
     for h in range(4):  # rotated, and moved on to the next group element
@@ -362,7 +380,8 @@ def test_inspection_maps_turn_with_the_input(name):
     if name.startswith("gsa"):  # one query's weights: the query turns with the image, the weights follow
         qa = inspect_image(model, img, query=(8, 5))
         qb = inspect_image(model, img, angle_deg=90, query=(8, 5))
-        assert "row 8, column 5" in qa.kind and "row 18, column 8" in qb.kind
+        assert "row 8, column 5" in qa.kind
+        assert "row 18, column 8" in qb.kind
         assert_allclose(qa.maps.sum(axis=(1, 2)), 1.0, atol=1e-5)
         for h in range(4):
             assert_allclose(qb.maps[(h + 1) % 4], np.rot90(qa.maps[h]), atol=1e-6)

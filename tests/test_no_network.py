@@ -44,7 +44,8 @@ def test_a_cli_run_and_an_export_make_no_network_call(tmp_path):
     assert calls == [], calls[:20]
     calls = _network_calls(tmp_path, ["-m", "iastudio.core.cli", "--project", "p.iaproj", "--out", "e", "--quiet"])
     assert calls == [], calls[:20]
-    assert (tmp_path / "o" / "assignments.csv").is_file() and (tmp_path / "e").is_dir()
+    assert (tmp_path / "o" / "assignments.csv").is_file()
+    assert (tmp_path / "e").is_dir()
 
 
 @pytest.mark.slow

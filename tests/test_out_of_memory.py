@@ -93,7 +93,7 @@ def test_other_errors_are_not_retried():
         calls.append(hi - lo)
         raise ValueError("bad input")
 
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="bad input"):
         bk.in_blocks(10, 10, work, xp=np, what="x")
     assert calls == [10]
 
@@ -123,7 +123,9 @@ def test_similarity_retries_halved_chunks_with_the_same_result(six, monkeypatch)
     seen = []
     chunked = cs.invariant_distances(six, on_progress=seen.append)
     assert sizes == [15, 7, 3, 3, 3, 3, 3]  # 15 pairs: halved to 7, then 3, then kept
-    assert temp[0] == cs._BLOCK and temp[1] == cs._BLOCK * 7 // 15 and temp[2] == cs._BLOCK * 3 // 15
+    assert temp[0] == cs._BLOCK
+    assert temp[1] == cs._BLOCK * 7 // 15
+    assert temp[2] == cs._BLOCK * 3 // 15
     assert_allclose(chunked.distances, whole.distances, atol=1e-6)
     assert_allclose(chunked.transforms, whole.transforms, atol=1e-6)
     assert seen[-1] == 1.0
@@ -155,7 +157,8 @@ def test_mean_stage_retries_halved_blocks_with_the_same_result(monkeypatch):
 
     monkeypatch.setattr(cm, "_update_block", flaky)
     retried = cm.invariant_means(x, w, sim.transforms, steps=3, mass=0.999)
-    assert sizes[:3] == [64, 32, 16] and max(ok) == 16  # each step halves its first block twice
+    assert sizes[:3] == [64, 32, 16]
+    assert max(ok) == 16
     assert_allclose(retried.params, plain.params, rtol=0, atol=1e-5)  # float32 sums of the means in other blocks
     assert_allclose(retried.means, plain.means, rtol=0, atol=1e-6)
     assert_allclose(retried.objective[-1], plain.objective[-1], rtol=1e-6)

@@ -69,7 +69,7 @@ def test_one_fixed_step_is_tau_minus_t_times_the_gradient_of_f(sigma):
 
 
 def test_the_gradient_formula_matches_finite_differences():
-    v, w = _tiny(seed=3)
+    v, _w = _tiny(seed=3)
     tau = np.array([[0.3, 0.4, -0.2]])
     out, jac = warp(v, tau, index=np.array([2]), gradient=True)
     mu = v[0]
@@ -129,7 +129,9 @@ def test_preset_options_fill_defaults_and_keep_what_was_given():
     out = preset_options("paper", dict(defaults), defaults)
     assert all(out[k] == v for k, v in PAPER.items())
     out = preset_options("paper", dict(defaults, beta=5.0, iterations=4), defaults)
-    assert out["beta"] == 5.0 and out["iterations"] == 4 and out["init"] == "identity"
+    assert out["beta"] == 5.0
+    assert out["iterations"] == 4
+    assert out["init"] == "identity"
     out = preset_options("paper", dict(defaults, clusters=3), defaults)
     assert out["readout"] == "spectral"  # a given k is read out by spectral clustering
     with pytest.raises(ValueError, match="unknown preset"):
@@ -193,7 +195,9 @@ def test_the_api_keyword_sets_the_paper_settings():
     v = _copies()
     s = AttentionRun(v, preset="paper").settings
     assert all(getattr(s, k) == val for k, val in PAPER.items())
-    assert s.preset == "paper" and not s.guarded and s.mean_solver == "gradient"
+    assert s.preset == "paper"
+    assert not s.guarded
+    assert s.mean_solver == "gradient"
     assert AttentionRun(v).settings.readout == "spectral"  # without the preset nothing changes
     assert AttentionRun(v, preset="paper", readout="spectral").settings.readout == "spectral"
     assert AttentionRun(v, preset="paper").on_backend("numpy").settings == s
@@ -237,8 +241,10 @@ def test_ia_cluster_demo_shapes_paper_runs_end_to_end_and_w_becomes_block_diagon
     assert cli.main(["demo:shapes", "--paper", "--size", "32", "--quiet", "--out", str(out),
                      "--save-project", str(proj)]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["parameters"]["preset"] == "paper" and summary["parameters"]["readout"] == "collapse"
+    assert summary["parameters"]["preset"] == "paper"
+    assert summary["parameters"]["readout"] == "collapse"
     assert summary["parameters"]["beta"] == 2.0
-    assert summary["n_clusters"] == 3 and summary["metrics"]["ari"] == 1.0
+    assert summary["n_clusters"] == 3
+    assert summary["metrics"]["ari"] == 1.0
     p = load_project(proj)
     assert block_diagonality(p.result["weights"], p.labels) > 0.99

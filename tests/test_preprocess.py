@@ -36,7 +36,8 @@ def test_colour_kept_or_grayed():
     rgb[3:7, 3:7, 0] = 1.0
     assert preprocess([rgb], size=16).images.shape[-1] != 3
     c = preprocess([rgb], size=16, grayscale=False)
-    assert c.images.shape[-1] == 3 and c.images[..., 1:].max() == 0
+    assert c.images.shape[-1] == 3
+    assert c.images[..., 1:].max() == 0
 
 
 def test_transform_reported_in_original_pixels():
@@ -123,7 +124,8 @@ def test_large_files_find_their_object_on_a_reduced_copy():
 def test_unit_norm_known_answer():
     x = np.array([[[3.0, 4.0]], [[0.0, 0.0]], [[0.0, -2.0]]])
     out = unit_norm(x)
-    assert out.dtype == np.float32 and out.shape == x.shape
+    assert out.dtype == np.float32
+    assert out.shape == x.shape
     assert_allclose(out, [[[0.6, 0.8]], [[0.0, 0.0]], [[0.0, -1.0]]], rtol=1e-7)
     rgb = np.ones((2, 2, 2, 3))
     assert_allclose(np.sqrt((unit_norm(rgb) ** 2).reshape(2, -1).sum(1)), 1.0, rtol=1e-6)
@@ -136,7 +138,8 @@ def test_apply_transforms_rotates_clips_and_renormalises():
     base = unit_norm(np.stack([img, img.T]))
     quarter = np.array([[np.pi / 2, 0.0, 0.0], [0.0, 0.0, 0.0]])
     out = apply_transforms(base, quarter)
-    assert out.min() >= 0 and out.dtype == np.float32
+    assert out.min() >= 0
+    assert out.dtype == np.float32
     assert_allclose(np.sqrt((out.astype(float) ** 2).reshape(2, -1).sum(1)), 1.0, rtol=1e-6)
     assert_allclose(out[1], base[1], atol=1e-6)  # the identity keeps the image
     assert_allclose(out[0], base[1], atol=1e-5)  # a quarter turn of the bar is the transposed bar

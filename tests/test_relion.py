@@ -89,7 +89,8 @@ def test_export_relion_round_trip_aligns_every_particle_as_relion_would(tmp_path
     star = starfile.read(out / "particles.star", always_dict=True)
     df, optics = star["particles"], star["optics"]
     assert list(df["rlnImageName"]) == [f"{i + 1:06d}@{tmp_path / 'p.mrcs'}" for i in range(len(parts))]
-    assert float(optics["rlnImagePixelSize"][0]) == PIXEL and int(optics["rlnImageSize"][0]) == 64
+    assert float(optics["rlnImagePixelSize"][0]) == PIXEL
+    assert int(optics["rlnImageSize"][0]) == 64
     classes = df["rlnClassNumber"].to_numpy()
     assert sorted(set(classes)) == [1, 2, 3]
     for k in range(3):  # the true classes, whole
@@ -110,7 +111,8 @@ def test_export_relion_round_trip_aligns_every_particle_as_relion_would(tmp_path
         assert min(_corr(wrong_o[0], w) for w in wrong_o[1:]) < 0.99
     with mrcfile.open(out / "class_averages.mrcs") as m:
         avg = np.array(m.data)
-        assert m.header.ispg == 0 and m.voxel_size.x == pytest.approx(PIXEL * 64 / 32)
+        assert m.header.ispg == 0
+        assert m.voxel_size.x == pytest.approx(PIXEL * 64 / 32)
     np.testing.assert_allclose(avg, np.load(out / "means.npy"), rtol=1e-6)
     # class N of the STAR is image N of the stack: each class's aligned particle matches its own average best
     small = np.array([ndimage.zoom(a, 32 / 64, order=1) for a in aligned])
@@ -118,7 +120,8 @@ def test_export_relion_round_trip_aligns_every_particle_as_relion_would(tmp_path
         scores = [_corr(small[i][4:-4, 4:-4], avg[c][4:-4, 4:-4]) for c in range(3)]
         assert int(np.argmax(scores)) + 1 == classes[i]
     summary = (out / "summary.json").read_text()
-    assert '"export": "relion"' in summary and '"pixel_size": 1.5' in summary
+    assert '"export": "relion"' in summary
+    assert '"pixel_size": 1.5' in summary
 
 
 def test_export_relion_needs_mrc_inputs_and_a_pixel_size(tmp_path, capsys):
@@ -129,12 +132,16 @@ def test_export_relion_needs_mrc_inputs_and_a_pixel_size(tmp_path, capsys):
         Image.fromarray((bases[k] * 255).astype(np.uint8)).save(tmp_path / f"{k}.png")
     with pytest.raises(SystemExit) as exc:
         main([str(tmp_path), "--out", str(tmp_path / "o"), "--export", "relion", "--quiet"])
-    assert exc.value.code == 2 and "--export relion needs --pixel-size" in capsys.readouterr().err
+    assert exc.value.code == 2
+    assert "--export relion needs --pixel-size" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         main([str(tmp_path), "--out", str(tmp_path / "o"), "--export", "relion", "--pixel-size", "1", "--quiet"])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and "needs images from MRC files" in err and "0.png" in err
+    assert exc.value.code == 2
+    assert "needs images from MRC files" in err
+    assert "0.png" in err
     assert not (tmp_path / "o").exists()
     with pytest.raises(SystemExit) as exc:
         main([str(tmp_path), "--export", "relion", "--pixel-size", "1", "--group", "e2"])
-    assert exc.value.code == 2 and "no mirror" in capsys.readouterr().err
+    assert exc.value.code == 2
+    assert "no mirror" in capsys.readouterr().err

@@ -16,7 +16,8 @@ def finished():
     run = s.start(backend="numpy", iterations=2, clusters=3)
     for item in stream_run(run, FrameBuilder()):
         s.take(item)
-    assert s.final is not None and s.final.ka_labels is not None
+    assert s.final is not None
+    assert s.final.ka_labels is not None
     return s
 
 
@@ -40,7 +41,8 @@ def _same_curves(a, b):
 
 def test_the_final_snapshot_is_recorded_once(finished):
     stages = [f.snapshot.stage for f in finished.frames]
-    assert stages.count(Stage.DONE) == 1 and stages[-1] == Stage.DONE
+    assert stages.count(Stage.DONE) == 1
+    assert stages[-1] == Stage.DONE
     assert finished.frames[-1] is finished.final
 
 
@@ -54,7 +56,8 @@ def test_reopened_curves_equal_the_live_run(finished, tmp_path):
 
 def test_the_run_notes_and_the_k_choice_come_back(finished, tmp_path):
     live = finished.final.result
-    assert live.notes and live.k_choice is not None  # the run said where it stopped and how it chose k
+    assert live.notes
+    assert live.k_choice is not None
     t = _reopen(tmp_path, finished)
     back = t.final.result
     assert back.notes == live.notes
@@ -65,10 +68,11 @@ def test_the_run_notes_and_the_k_choice_come_back(finished, tmp_path):
     assert load_project(tmp_path / "again.iaproj").parameters == load_project(tmp_path / "p.iaproj").parameters
     u = Session()
     u.open_project(tmp_path / "again.iaproj")
-    assert u.final.result.notes == live.notes and u.final.result.k_choice.as_dict() == live.k_choice.as_dict()
+    assert u.final.result.notes == live.notes
+    assert u.final.result.k_choice.as_dict() == live.k_choice.as_dict()
 
 
-@pytest.mark.parametrize("key, value, why", [
+@pytest.mark.parametrize(("key", "value", "why"), [
     ("k_choice", {"k": "three", "scale": 2, "confidence": 1.0, "method": "given", "candidates": []}, "'k_choice'"),
     ("k_choice", {"k": 3, "scale": 2, "confidence": 1.0, "method": "guessed", "candidates": []}, "'k_choice'"),
     ("run_notes", "stopped", "'run_notes'"),
@@ -97,7 +101,8 @@ def test_a_run_whose_iteration_was_undone_has_one_point_per_distance_kept(finish
         builder.frame(snap)
     undone = replace(snaps[-1], iteration=0, distances=first.distances)  # the guard kept the inputs' clusters
     fr = builder.frame(undone)
-    assert len(fr.distance_history) == 1 and fr.distance_history[0] is first.distances
+    assert len(fr.distance_history) == 1
+    assert fr.distance_history[0] is first.distances
     assert len(fr.curves["median"]) == 1
     builder = FrameBuilder()
     frames = [builder.frame(snap) for snap in snaps]
@@ -106,7 +111,7 @@ def test_a_run_whose_iteration_was_undone_has_one_point_per_distance_kept(finish
 
 def test_older_projects_with_the_last_step_twice_open_with_the_same_curves(finished, tmp_path):
     proj = finished.to_project()
-    proj.history = proj.history + [dict(proj.history[-1])]  # as projects saved before the fix hold it
+    proj.history = [*proj.history, dict(proj.history[-1])]  # as projects saved before the fix hold it
     t = _reopen(tmp_path, proj)
     _same_curves(finished.final.curves, t.final.curves)
 
@@ -124,7 +129,8 @@ def test_projects_without_ka_labels_still_open(finished, tmp_path):
     proj = finished.to_project()
     proj.ka_labels = None
     t = _reopen(tmp_path, proj)
-    assert t.final is not None and t.final.ka_labels is None
+    assert t.final is not None
+    assert t.final.ka_labels is None
 
 
 def test_ka_labels_of_the_wrong_shape_are_refused(finished, tmp_path):
@@ -155,7 +161,8 @@ def pruned():
         run = s.start(backend="numpy", neighbors=6, iterations=2, clusters=3)
         for item in stream_run(run, FrameBuilder()):
             s.take(item)
-    assert s.final is not None and s.n == 18
+    assert s.final is not None
+    assert s.n == 18
     return s
 
 
@@ -165,8 +172,11 @@ SPARSE_RESULT = ("weights", "input_distances", "final_distances")
 def _same_sparse(a, b):
     import scipy.sparse as sp
 
-    assert sp.issparse(a) and type(b) is type(a), (type(a), type(b))
-    assert b.dtype == a.dtype and b.shape == a.shape and b.nnz == a.nnz
+    assert sp.issparse(a), (type(a), type(b))
+    assert type(b) is type(a), (type(a), type(b))
+    assert b.dtype == a.dtype
+    assert b.shape == a.shape
+    assert b.nnz == a.nnz
     assert_allclose(b.toarray(), a.toarray(), rtol=0, atol=0)
 
 
@@ -233,10 +243,11 @@ def test_a_dense_project_stays_format_1_and_a_sparse_one_needs_a_newer_reader(fi
     pruned.save_project(sparse)
     with zipfile.ZipFile(dense) as zf:
         manifest = json.loads(zf.read("manifest.json"))
-    assert manifest["format_version"] == 1 and "sparse" not in manifest  # what every older version reads
+    assert manifest["format_version"] == 1
+    assert "sparse" not in manifest
     monkeypatch.setattr(cp, "FORMAT_VERSION", 1)  # a reader of before sparse arrays
     assert load_project(dense).n == 18
-    with pytest.raises(ProjectError, match="sparse.iaproj: made by a newer version"):
+    with pytest.raises(ProjectError, match=r"sparse\.iaproj: made by a newer version"):
         load_project(sparse)
 
 

@@ -30,7 +30,9 @@ def test_mosaic_figure_draws_the_grey_levels_as_they_are():
     fig = mosaic_figure(img, title="Means")
     ax = fig.axes[0]
     np.testing.assert_array_equal(ax.images[0].get_array(), img)
-    assert ax.images[0].get_clim() == (0, 255) and ax.get_title() == "Means" and not ax.axison
+    assert ax.images[0].get_clim() == (0, 255)
+    assert ax.get_title() == "Means"
+    assert not ax.axison
 
 
 def test_curves_figure_draws_each_curve_floored_at_1e_6_with_its_full_name():
@@ -66,6 +68,6 @@ def test_save_figure_writes_print_png_and_vector_pdf_svg(tmp_path):
 
 
 def test_save_figure_refuses_another_format_and_writes_nothing(tmp_path):
-    with pytest.raises(ValueError, match="c.jpg"):
+    with pytest.raises(ValueError, match=r"c\.jpg"):
         save_figure(curves_figure({"median": [1.0]}), tmp_path / "c.jpg")
     assert list(tmp_path.iterdir()) == []

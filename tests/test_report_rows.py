@@ -27,19 +27,27 @@ def test_rows_of_a_run_known_answer():
                            transforms=TRANSFORMS, scores=SCORES, canvas=CANVAS)
     assert rows[0] == {"path": "a.png", "cluster": 1, "theta_deg": "90.000", "tx_px": "2.000", "ty_px": "-1.000",
                        "score": "0.9123", "label": "x"}
-    assert rows[1]["theta_deg"] in ("180.000", "-180.000") and rows[1]["tx_px"] == "0.500"
-    assert rows[1]["label"] == "" and rows[2]["label"] == ""
-    assert "cluster_name" not in rows[0] and "mirrored" not in rows[0]
+    assert rows[1]["theta_deg"] in ("180.000", "-180.000")
+    assert rows[1]["tx_px"] == "0.500"
+    assert rows[1]["label"] == ""
+    assert rows[2]["label"] == ""
+    assert "cluster_name" not in rows[0]
+    assert "mirrored" not in rows[0]
 
 
 def test_rows_of_edited_clusters_drop_stale_alignments():
     book = ClusterBook.from_labels([0, 1, 1]).rename(1, "horses").move([1], 0).move([2], UNASSIGNED)
     rows = assignment_rows(["a", "b", "c"], book.labels, names=book.name_of, run_labels=np.array([0, 1, 1]),
                            transforms=TRANSFORMS, scores=SCORES, canvas=CANVAS, mirrored=np.array([1, 0, 1]))
-    assert rows[0]["theta_deg"] == "90.000" and rows[0]["score"] == "0.9123"  # not moved: the run's alignment
-    assert rows[1]["cluster"] == 1 and rows[1]["theta_deg"] == rows[1]["score"] == ""  # moved by hand
-    assert rows[2]["cluster"] == "" and rows[2]["cluster_name"] == "Unassigned" and rows[2]["tx_px"] == ""
-    assert rows[0]["cluster_name"] == "Cluster 1" and [r["mirrored"] for r in rows] == [1, 0, 1]
+    assert rows[0]["theta_deg"] == "90.000"
+    assert rows[0]["score"] == "0.9123"
+    assert rows[1]["cluster"] == 1
+    assert rows[1]["theta_deg"] == rows[1]["score"] == ""
+    assert rows[2]["cluster"] == ""
+    assert rows[2]["cluster_name"] == "Unassigned"
+    assert rows[2]["tx_px"] == ""
+    assert rows[0]["cluster_name"] == "Cluster 1"
+    assert [r["mirrored"] for r in rows] == [1, 0, 1]
     # without a canvas (no geometry saved) nothing can be said in original pixels
     bare = assignment_rows(["a", "b", "c"], book.labels, run_labels=np.array([0, 1, 1]), transforms=TRANSFORMS,
                            scores=SCORES)

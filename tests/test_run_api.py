@@ -27,7 +27,8 @@ def finished(images):
 
 def test_stage_and_run_state_are_strings():
     assert [str(s) for s in Stage] == ["similarity", "means", "iteration", "done"]
-    assert Stage.DONE == "done" and Stage("means") is Stage.MEANS
+    assert Stage.DONE == "done"
+    assert Stage("means") is Stage.MEANS
     assert [str(s) for s in RunState] == ["idle", "running", "stopping", "stopped", "finished", "failed", "splitting"]
     assert f"{RunState.SPLITTING}" == "splitting"
 
@@ -35,7 +36,8 @@ def test_stage_and_run_state_are_strings():
 def test_snapshot_stages_are_stage_members(finished):
     _, snaps = finished
     assert all(type(s.stage) is Stage for s in snaps)
-    assert snaps[0].stage is Stage.SIMILARITY and snaps[-1].stage is Stage.DONE
+    assert snaps[0].stage is Stage.SIMILARITY
+    assert snaps[-1].stage is Stage.DONE
 
 
 def test_options_are_the_settings_fields_keyword_only():
@@ -63,8 +65,9 @@ def test_inputs_are_the_given_images_read_only(images):
     given = images.copy()
     run = AttentionRun(given, backend="numpy", **FAST)
     assert_array_equal(run.inputs, images)
-    assert run.inputs.dtype == np.float32 and not run.inputs.flags.writeable
-    with pytest.raises(ValueError):
+    assert run.inputs.dtype == np.float32
+    assert not run.inputs.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
         run.inputs[0, 0, 0] = 1.0
     assert given.flags.writeable  # the caller's own array is left writeable
 
@@ -85,8 +88,11 @@ def test_snapshot_before_start_and_after_finish(images, finished):
 def test_on_backend_is_a_fresh_run_of_the_same_images_and_settings(images, finished):
     run, _ = finished
     other = run.on_backend("numpy")
-    assert other is not run and not other.finished and other.backend.name == "numpy"
-    assert other.settings == run.settings and other.settings is not run.settings
+    assert other is not run
+    assert not other.finished
+    assert other.backend.name == "numpy"
+    assert other.settings == run.settings
+    assert other.settings is not run.settings
     assert_array_equal(other.inputs, run.inputs)
     res = other.run()
     assert_array_equal(res.labels, run.result().labels)
@@ -98,13 +104,16 @@ def test_result_arrays_round_trip(finished):
     res = run.result()
     arrays = res.arrays()
     assert tuple(arrays) == RESULT_ARRAYS
-    assert arrays["run_labels"] is res.labels and arrays["cluster_means"] is res.cluster_means
+    assert arrays["run_labels"] is res.labels
+    assert arrays["cluster_means"] is res.cluster_means
     back = RunResult.from_arrays(arrays, features=res.features, history=res.history, iterations=res.iterations,
                                  beta=res.beta)
     assert back.n_clusters == res.n_clusters == int(res.labels.max()) + 1
     for key in RESULT_ARRAYS:
         assert_array_equal(back.arrays()[key], arrays[key])
-    assert back.iterations == res.iterations and back.beta == res.beta and len(back.history) == len(res.history)
+    assert back.iterations == res.iterations
+    assert back.beta == res.beta
+    assert len(back.history) == len(res.history)
     with pytest.raises(KeyError, match="scores"):
         RunResult.from_arrays({k: v for k, v in arrays.items() if k != "scores"}, features=res.features)
 
@@ -113,4 +122,4 @@ def test_project_format_uses_the_result_arrays():
     from iastudio.core import project
 
     assert project._RESULT_KEYS is RESULT_ARRAYS
-    assert project._STAGES == tuple(Stage)
+    assert tuple(Stage) == project._STAGES

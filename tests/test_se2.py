@@ -24,10 +24,13 @@ def test_random_transforms_reproducible_and_in_range():
     a = se2.random_transforms(500, rotation_range=65, shift_range=10, seed=3)
     b = se2.random_transforms(500, rotation_range=65, shift_range=10, seed=3)
     assert np.array_equal(a, b)
-    assert np.abs(np.rad2deg(a[:, 0])).max() <= 65 and np.abs(a[:, 1:]).max() <= 10
+    assert np.abs(np.rad2deg(a[:, 0])).max() <= 65
+    assert np.abs(a[:, 1:]).max() <= 10
     c = se2.random_transforms(500, rotation_range=(0, 90), shift_range=(4, 8), seed=3)
-    assert np.rad2deg(c[:, 0]).min() >= 0 and np.rad2deg(c[:, 0]).max() <= 90
-    assert np.abs(c[:, 1:]).min() >= 4 and np.abs(c[:, 1:]).max() <= 8
+    assert np.rad2deg(c[:, 0]).min() >= 0
+    assert np.rad2deg(c[:, 0]).max() <= 90
+    assert np.abs(c[:, 1:]).min() >= 4
+    assert np.abs(c[:, 1:]).max() <= 8
 
 
 def test_warp_of_warp_is_warp_of_composition():

@@ -49,46 +49,56 @@ def test_loading_a_demo_sets_the_images_and_says_so():
     s = Session(size=24)
     seen = _events(s)
     assert s.load_demo("shapes")
-    assert s.n == 18 and s.working.shape == (18, 24, 24)
+    assert s.n == 18
+    assert s.working.shape == (18, 24, 24)
     names = [n for n, _ in seen]
-    assert "images" in names and "transforms" in names
+    assert "images" in names
+    assert "transforms" in names
     assert any(n == "message" and "shapes" in a[0] for n, a in seen)
 
 
 def test_a_finished_run_gives_clusters_frames_and_a_result(finished_project):
     s, res, _ = finished_project
     assert s.state == RunState.FINISHED
-    assert res is not None and s.book is not None
+    assert res is not None
+    assert s.book is not None
     assert_allclose(s.book.labels, res.labels)
-    assert len(s.frames) >= 2 and s.final is s.frames[-1]
+    assert len(s.frames) >= 2
+    assert s.final is s.frames[-1]
 
 
 def test_edit_history_undo_and_redo():
     h = EditHistory()
-    assert not h.can_undo and h.undo() is None
+    assert not h.can_undo
+    assert h.undo() is None
     from iastudio.core.clusterbook import ClusterBook
     from iastudio.core.session import Edit
 
     a, b, c = (ClusterBook.from_labels(x) for x in ([0, 0, 1], [0, 1, 1], [0, 0, 0]))
     h.push(Edit("one", a, b))
     h.push(Edit("two", b, c))
-    assert h.undo_text == "two" and h.undo().before == b
-    assert h.redo_text == "two" and h.can_redo
+    assert h.undo_text == "two"
+    assert h.undo().before == b
+    assert h.redo_text == "two"
+    assert h.can_redo
     h.push(Edit("three", b, a))  # a new edit drops what could be redone
-    assert not h.can_redo and h.undo_text == "three"
+    assert not h.can_redo
+    assert h.undo_text == "three"
 
 
 def test_cluster_edits_are_undoable_and_named(finished_project):
-    s, res, path = finished_project
+    _s, _res, path = finished_project
     s2 = Session()
     s2.open_project(path)
     before = s2.book
     first = int(s2.book.members(0)[0])
     assert s2.move_images([first], 1)
-    assert s2.book.labels[first] == 1 and s2.edits == [f"Move 1 image to {before.name_of(1)}"]
+    assert s2.book.labels[first] == 1
+    assert s2.edits == [f"Move 1 image to {before.name_of(1)}"]
     assert s2.dirty
     assert s2.undo()
-    assert s2.book == before and s2.edits == []
+    assert s2.book == before
+    assert s2.edits == []
     assert s2.redo()
     assert s2.book.labels[first] == 1
 
@@ -97,10 +107,12 @@ def test_inputs_are_frozen_while_a_run_works_and_a_changed_input_discards_the_ru
     s = Session(size=24)
     s.load_demo("shapes")
     run = s.start(backend="numpy", **RUN)
-    assert run is not None and s.state == RunState.RUNNING
+    assert run is not None
+    assert s.state == RunState.RUNNING
     messages = []
     s.events.message.connect(messages.append)
-    assert not s.set_size(32) and s.size == 24
+    assert not s.set_size(32)
+    assert s.size == 24
     assert not s.apply_random_transforms(rotation_deg=90, shift_percent=5, seed=1)
     assert "Stop the run" in messages[-1]
     s.stop()
@@ -108,8 +120,11 @@ def test_inputs_are_frozen_while_a_run_works_and_a_changed_input_discards_the_ru
     assert s.can_resume()
     assert "stopped run" in s.work_at_risk()
     assert s.apply_random_transforms(rotation_deg=90, shift_percent=5, seed=1)  # M2: the old run must go
-    assert s.run is None and not s.can_resume() and s.resume() is None
-    assert s.state == RunState.IDLE and s.work_at_risk() == ""
+    assert s.run is None
+    assert not s.can_resume()
+    assert s.resume() is None
+    assert s.state == RunState.IDLE
+    assert s.work_at_risk() == ""
 
 
 def test_work_at_risk_names_the_result_and_the_edits(finished_project):
@@ -125,7 +140,9 @@ def test_project_round_trip_restores_the_run(finished_project):
     s, res, path = finished_project
     s2 = Session()
     proj = s2.open_project(path)
-    assert proj.n == s.n and s2.project_path == str(path) and not s2.dirty
+    assert proj.n == s.n
+    assert s2.project_path == str(path)
+    assert not s2.dirty
     assert len(s2.frames) == len(s.frames)
     assert_allclose(s2.result.labels, res.labels)
     assert_allclose(s2.final.snapshot.weights, s.final.snapshot.weights, atol=1e-6)
@@ -139,11 +156,16 @@ def test_a_project_is_a_snapshot_that_later_changes_do_not_touch(finished_projec
 
     s, _, path = finished_project
     p = s.to_project()
-    assert p.clusters == s.book and p.clusters.names is not s.book.names
-    assert p.parameters["iterations"] == 1 and p.parameters is not vars(s.run.settings)
-    assert p.transforms is not s.transforms and p.paths is not s.data.paths and p.edits is not s.edits
+    assert p.clusters == s.book
+    assert p.clusters.names is not s.book.names
+    assert p.parameters["iterations"] == 1
+    assert p.parameters is not vars(s.run.settings)
+    assert p.transforms is not s.transforms
+    assert p.paths is not s.data.paths
+    assert p.edits is not s.edits
     assert p.skipped is not s.data.skipped
-    assert p.base is s.base and p.history[-1]["means"] is s.frames[-1].snapshot.means  # arrays: the same
+    assert p.base is s.base
+    assert p.history[-1]["means"] is s.frames[-1].snapshot.means
     s2 = Session()
     s2.open_project(path)
     s2.data.skipped.append({"path": "gone.png", "reason": "cannot be read"})
@@ -155,8 +177,10 @@ def test_a_project_is_a_snapshot_that_later_changes_do_not_touch(finished_projec
     s2.data.skipped.clear()
     save_project(tmp_path / "snap.iaproj", p2)
     back = load_project(tmp_path / "snap.iaproj")
-    assert back.clusters.name_of(0) == "taken" and back.edits == ["Rename Cluster 1 to taken"]
-    assert back.clusters.labels == p2.clusters.labels != s2.book.labels and len(back.skipped) == 1
+    assert back.clusters.name_of(0) == "taken"
+    assert back.edits == ["Rename Cluster 1 to taken"]
+    assert back.clusters.labels == p2.clusters.labels != s2.book.labels
+    assert len(back.skipped) == 1
 
 
 def test_a_save_marks_the_session_clean_only_as_of_the_snapshot_it_wrote(finished_project, tmp_path):
@@ -172,7 +196,8 @@ def test_a_save_marks_the_session_clean_only_as_of_the_snapshot_it_wrote(finishe
     target = tmp_path / "mine.iaproj"
     save_project(target, p)  # as a worker thread would
     s.mark_saved(target, revision=revision)
-    assert s.project_path == str(target) and s.dirty  # the later edit is not in the file
+    assert s.project_path == str(target)
+    assert s.dirty
     s.save_project(target)
     assert not s.dirty
     s.mark_saved(target, revision=s.revision)
@@ -188,7 +213,8 @@ def test_reread_by_threshold_and_by_k(finished_project):
     assert len(s.book.cluster_ids()) == 1
     assert s.reread(k=3)
     assert len(s.book.cluster_ids()) == 3
-    assert s.undo() and len(s.book.cluster_ids()) == 1
+    assert s.undo()
+    assert len(s.book.cluster_ids()) == 1
 
 
 def test_split_cluster_into_two(finished_project):
@@ -216,7 +242,8 @@ def test_elapsed_time_counts_every_stretch_of_a_resumed_run(finished_project):
     fresh.events.message.connect(messages.append)
     frame = copy.copy(s.final)
     fresh.on_finished(frame, 3.0)
-    assert fresh.elapsed == pytest.approx(5.0) and frame.elapsed == pytest.approx(5.0)
+    assert fresh.elapsed == pytest.approx(5.0)
+    assert frame.elapsed == pytest.approx(5.0)
     assert messages[-1].endswith("in 5.0 s")
 
 
@@ -226,8 +253,10 @@ def test_a_bad_dask_address_refuses_to_start_and_says_why():
     messages = []
     s.events.message.connect(messages.append)
     assert s.start(backend="numpy", dask="local:many", **RUN) is None
-    assert s.run is None and s.state == RunState.IDLE
-    assert "Cannot start" in messages[-1] and "whole number of workers" in messages[-1]
+    assert s.run is None
+    assert s.state == RunState.IDLE
+    assert "Cannot start" in messages[-1]
+    assert "whole number of workers" in messages[-1]
 
 
 def test_a_malformed_dask_address_is_named_with_or_without_dask(monkeypatch):
@@ -253,7 +282,8 @@ def test_a_run_on_a_local_dask_cluster_equals_the_local_run():
     local = s.run_here(**RUN)
     try:
         on_dask = s.run_here(dask="local:1", **RUN)
-        assert s.run.client is not None and len(s._clients) == 1
+        assert s.run.client is not None
+        assert len(s._clients) == 1
         np.testing.assert_array_equal(on_dask.labels, local.labels)
         assert_allclose(on_dask.input_distances, local.input_distances, atol=1e-5)
     finally:
@@ -286,13 +316,17 @@ def test_images_read_apart_from_the_session_are_added_as_if_read_by_it(tmp_path)
     loaded = read_images([tmp_path / "set"], size=32,
                          progress=lambda done, total, path: seen.append((done, total, Path(path).name)))
     assert seen == [(0, 4, "a.png"), (1, 4, "b.png"), (2, 4, "bad.png"), (3, 4, "c.png")]
-    assert s.n == 0 and loaded.size == 32 and len(loaded.data) == 3
+    assert s.n == 0
+    assert loaded.size == 32
+    assert len(loaded.data) == 3
     skipped = s.add_loaded(loaded)
     assert [(Path(p["path"]).name, p["reason"][:12]) for p in skipped] == [("bad.png", "not an image")]
-    assert s.n == 3 and np.array_equal(s.base, preprocess(s.data.images, size=32).images)
+    assert s.n == 3
+    assert np.array_equal(s.base, preprocess(s.data.images, size=32).images)
     extra = _pngs(tmp_path / "more", ["e.png"])
     s.add_paths(extra)  # the set's canvas is kept and the new image's appended
-    assert s.n == 4 and np.array_equal(s.base, preprocess(s.data.images, size=32).images)
+    assert s.n == 4
+    assert np.array_equal(s.base, preprocess(s.data.images, size=32).images)
     other = Session(size=24)
     other.add_loaded(loaded)
     assert other.base.shape == (3, 24, 24)
@@ -304,13 +338,15 @@ def test_stopping_read_images_keeps_what_was_read(tmp_path):
 
     files = _pngs(tmp_path, ["a.png", "b.png", "c.png", "d.png"])
     loaded = read_images(files, size=16, progress=lambda done, total, path: done < 2)
-    assert loaded.data.paths == [str(f) for f in files[:2]] and loaded.canvas.images.shape == (2, 16, 16)
+    assert loaded.data.paths == [str(f) for f in files[:2]]
+    assert loaded.canvas.images.shape == (2, 16, 16)
     assert loaded.data.skipped == [{"path": str(f), "reason": "not loaded: cancelled"} for f in files[2:]]
     s = Session(size=16)
     said = []
     s.events.message.connect(said.append)
     assert s.add_paths(files, progress=lambda done, total, path: done < 3) == loaded.data.skipped[1:]
-    assert s.n == 3 and said[-1] == "Added 3 images; skipped 1: d.png (not loaded: cancelled)"
+    assert s.n == 3
+    assert said[-1] == "Added 3 images; skipped 1: d.png (not loaded: cancelled)"
 
 
 def test_the_events_are_typed_signals_that_carry_the_new_state():

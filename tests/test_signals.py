@@ -78,7 +78,7 @@ MOMENTS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("moment", list(MOMENTS))
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_at_each_moment_leaves_out_complete_or_untouched(tmp_path, moment, sig, code):
     out = tmp_path / "out"
     out.mkdir()
@@ -92,16 +92,20 @@ def test_a_signal_at_each_moment_leaves_out_complete_or_untouched(tmp_path, mome
     assert _hidden(tmp_path) == []  # no hidden folder or temporary file left behind
     files = set(os.listdir(out))
     if rc == 0:  # it finished before the signal could land (only possible while writing)
-        assert moment == "writing" and files == RESULTS | {MINE}
+        assert moment == "writing"
+        assert files == RESULTS | {MINE}
         return
-    assert landed and rc == code, (rc, err)
+    assert landed, (rc, err)
+    assert rc == code, (rc, err)
     ours = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("ia-cluster:")]
-    assert len(ours) == 1 and f"interrupted by {signal.Signals(sig).name}" in ours[0], err
+    assert len(ours) == 1, err
+    assert f"interrupted by {signal.Signals(sig).name}" in ours[0], err
     if "are complete" in ours[0]:
         assert files == RESULTS | {MINE}
     else:
         assert "no results were written" in ours[0]
-        assert files == {MINE} and (out / MINE).read_text() == "keep me"
+        assert files == {MINE}
+        assert (out / MINE).read_text() == "keep me"
         assert not Path(str(out) + ".iaproj").exists()
 
 
@@ -149,7 +153,8 @@ def test_two_runs_into_one_out_at_once_end_with_one_whole_set(tmp_path):
     assert set(os.listdir(out)) == RESULTS
     summary = json.loads((out / "summary.json").read_text())
     size = summary["parameters"]["size"]
-    assert size in sizes and ends[sizes.index(size)][0] == 0  # the set in --out is the one of a run that succeeded
+    assert size in sizes
+    assert ends[sizes.index(size)][0] == 0
     means, weights = np.load(out / "means.npy"), np.load(out / "weights.npy")
     assert means.shape[0] == summary["n_clusters"] == len(set(_labels(out)))
     assert weights.shape == (summary["n_images"], summary["n_images"])

@@ -20,7 +20,8 @@ def test_known_transform_recovered_anywhere_on_the_circle(shape_images, seed):
     assert np.abs(t[1:] - tau[1:]).max() < 0.25
     assert res.distances[0, 1] < 0.02
     np.testing.assert_allclose(res.transforms[1, 0], se2.invert(t), rtol=1e-5, atol=1e-8)
-    assert res.distances[1, 0] == res.distances[0, 1] and res.distances[0, 0] == 0
+    assert res.distances[1, 0] == res.distances[0, 1]
+    assert res.distances[0, 0] == 0
 
 
 def test_rotation_range_restricts_the_search(shape_images):
@@ -47,10 +48,11 @@ def test_candidates_agree_with_exhaustive_grid_on_same_class_pairs(shape_images)
 
 def test_angle_grid():
     a, ok = angle_grid(5.0)
-    assert a.size == 72 and ok.all()
+    assert a.size == 72
+    assert ok.all()
     a, ok = angle_grid(10.0, rotation_range=30)
     np.testing.assert_allclose(np.sort(np.rad2deg(a[ok])), [-30, -20, -10, 0, 10, 20, 30], rtol=1e-5, atol=1e-8)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="angle step must be > 0"):
         angle_grid(0)
 
 
@@ -59,7 +61,8 @@ def test_plain_distances_known_answer():
     x[0, 0, 0] = 1
     x[1, 3, 3] = 1
     d = plain_distances(x)
-    assert d[0, 1] == pytest.approx(np.sqrt(2)) and d[0, 0] == 0
+    assert d[0, 1] == pytest.approx(np.sqrt(2))
+    assert d[0, 0] == 0
 
 
 def test_pair_chunks_give_the_same_answer(shape_images, monkeypatch):
@@ -73,7 +76,8 @@ def test_pair_chunks_give_the_same_answer(shape_images, monkeypatch):
     chunked = invariant_distances(imgs, on_progress=seen.append)
     np.testing.assert_allclose(chunked.distances, whole.distances, atol=1e-6, rtol=1e-5)
     np.testing.assert_allclose(chunked.transforms, whole.transforms, atol=1e-6, rtol=1e-5)
-    assert seen == sorted(seen) and seen[-1] == 1.0
+    assert seen == sorted(seen)
+    assert seen[-1] == 1.0
 
 
 def test_mirror_group_recovers_reflection_rotation_and_shift():
@@ -88,8 +92,11 @@ def test_mirror_group_recovers_reflection_rotation_and_shift():
     stack = np.concatenate([x, y])
     plain = invariant_distances(stack)
     e2 = invariant_distances(stack, group="e2")
-    assert plain.distances[1, 3] > 0.3 and not plain.mirrored.any()  # SE(2) cannot match a mirror image
-    assert e2.distances[1, 3] < 0.02 and e2.mirrored[1, 3] and e2.mirrored[3, 1]
+    assert plain.distances[1, 3] > 0.3
+    assert not plain.mirrored.any()
+    assert e2.distances[1, 3] < 0.02
+    assert e2.mirrored[1, 3]
+    assert e2.mirrored[3, 1]
     assert_allclose(e2.transforms[1, 3], tau[0], atol=0.01)  # flip(v_1) o tau ~ v_3
     back = warp(np.ascontiguousarray(stack[[3], :, ::-1]), e2.transforms[3, 1][None])[0]
     assert np.linalg.norm(back - stack[1]) < 0.05  # and the reverse transform holds

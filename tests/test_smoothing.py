@@ -19,5 +19,5 @@ def test_delta_becomes_gaussian_with_known_variance(sigma):
 def test_zero_sigma_is_identity_and_negative_rejected():
     img = np.random.default_rng(0).random((1, 8, 8))
     assert gaussian_smooth(img, 0) is img
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="sigma must be >= 0"):
         gaussian_smooth(img, -1)

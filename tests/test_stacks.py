@@ -38,10 +38,12 @@ def test_mrc_stack_reads_every_image_in_order_named_from_1(tmp_path):
     data = _stack()
     f = _mrcs(tmp_path / "s.mrcs", data, voxel=1.5)
     res = load_images([f])
-    assert res.paths == [f"{f}#{k}" for k in range(1, 6)] and res.skipped == []
+    assert res.paths == [f"{f}#{k}" for k in range(1, 6)]
+    assert res.skipped == []
     np.testing.assert_allclose(np.stack(res.images), data)
     with open_stack(f) as st:
-        assert len(st) == 5 and st.voxel_size == pytest.approx(1.5)
+        assert len(st) == 5
+        assert st.voxel_size == pytest.approx(1.5)
     np.testing.assert_allclose(load_image(f"{f}#3"), data[2])  # one image by its name
     again = load_images(res.paths[::-1])  # the names the CSV and a project hold read back the same images
     np.testing.assert_allclose(np.stack(again.images), data[::-1])
@@ -85,8 +87,10 @@ def test_a_2000_page_tiff_written_page_by_page_is_2000_images(tmp_path):
     pages = (rng.random((2000, 6, 7)) * 255).astype(np.uint8)
     f = _tiff_pages(tmp_path / "p.tif", pages)
     res = load_images([f])
-    assert len(res) == 2000 and res.skipped == []
-    assert res.paths[0] == f"{f}#1" and res.paths[-1] == f"{f}#2000"
+    assert len(res) == 2000
+    assert res.skipped == []
+    assert res.paths[0] == f"{f}#1"
+    assert res.paths[-1] == f"{f}#2000"
     np.testing.assert_allclose(res.images[1234], pages[1234] / 255.0, rtol=1e-6)
 
 
@@ -94,7 +98,9 @@ def test_a_tiff_stack_over_the_limits_is_refused_from_its_headers(tmp_path):
     f = _tiff_pages(tmp_path / "bomb.tif", np.zeros((150, 600, 600), np.uint8), compression="zlib")
     assert f.stat().st_size < 1_000_000  # 54 megapixels in a few hundred KB
     t = time.perf_counter()
-    res = pytest.raises(NoUsableImagesError, load_images, [f]).value
+    with pytest.raises(NoUsableImagesError) as info:
+        load_images([f])
+    res = info.value
     assert time.perf_counter() - t < 2.0
     (entry,) = res.skipped
     assert entry["reason"].startswith("over 50 megapixels (600x600 in 150 frames) stored in")
@@ -108,7 +114,7 @@ def test_a_tiff_of_one_page_is_one_image_and_rgb_pages_stay_rgb(tmp_path):
     np.testing.assert_allclose(res.images[2], rgb[2] / 255.0, rtol=1e-6)
 
 
-@pytest.mark.parametrize("shape, names, images", [
+@pytest.mark.parametrize(("shape", "names", "images"), [
     ((6, 7), [""], (1, 6, 7)), ((6, 7, 3), [""], (1, 6, 7, 3)), ((4, 6, 7), ["#1", "#2", "#3", "#4"], (4, 6, 7)),
     ((2, 6, 7, 3), ["#1", "#2"], (2, 6, 7, 3)), ((1, 6, 7), [""], (1, 6, 7))])
 def test_npy_arrays_are_images_or_stacks_by_shape(tmp_path, shape, names, images):
@@ -123,7 +129,9 @@ def test_npy_arrays_are_images_or_stacks_by_shape(tmp_path, shape, names, images
 def test_npy_with_python_objects_is_refused_and_never_unpickled(tmp_path):
     f = tmp_path / "o.npy"
     np.save(f, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
-    res = pytest.raises(NoUsableImagesError, load_images, [f]).value
+    with pytest.raises(NoUsableImagesError) as info:
+        load_images([f])
+    res = info.value
     assert res.skipped == [{"path": str(f), "reason": "holds Python objects (refused: files are never unpickled)"}]
 
 
@@ -156,7 +164,8 @@ def test_a_folder_reads_its_stacks_with_labels_and_not_its_star_files(tmp_path):
     res = load_images([tmp_path])
     assert res.labels == ["apo"] * 3 + ["bound"] * 3
     (skip,) = res.skipped
-    assert skip["path"].endswith("p.star") and skip["reason"].startswith("a STAR file inside a folder is not read")
+    assert skip["path"].endswith("p.star")
+    assert skip["reason"].startswith("a STAR file inside a folder is not read")
 
 
 def test_reading_a_stack_reports_progress_per_image_and_can_stop_inside_it(tmp_path):
@@ -173,7 +182,8 @@ def test_reading_a_stack_reports_progress_per_image_and_can_stop_inside_it(tmp_p
     np.save(later, _stack(1, 16, 16)[0])
     loaded = read_images([f, later], size=16, progress=progress)
     assert seen[:3] == [(0, 2, "s.mrcs"), (0, 11, "s.mrcs#1"), (1, 11, "s.mrcs#2")]
-    assert len(loaded.data) == 4 and loaded.canvas.images.shape == (4, 16, 16)
+    assert len(loaded.data) == 4
+    assert loaded.canvas.images.shape == (4, 16, 16)
     assert loaded.data.skipped == [{"path": str(f), "reason": "not loaded: cancelled (images 5 to 10)"},
                                    {"path": str(later), "reason": "not loaded: cancelled"}]
 

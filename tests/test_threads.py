@@ -30,7 +30,8 @@ def test_the_count_follows_the_machine_unless_set():
     assert bk.threads() == bk.cpu_count()
     previous = bk.set_threads(5)
     try:
-        assert previous is None and bk.threads() == 5
+        assert previous is None
+        assert bk.threads() == 5
     finally:
         bk.set_threads(previous)
     with pytest.raises(ValueError, match="at least 1"):
@@ -50,7 +51,8 @@ def test_parallel_map_runs_on_as_many_threads_as_set():
 
     with bk.use_threads(3):
         seen = parallel_map(meet, range(3))
-    assert len({ident for ident, _, _ in seen}) == 3 and caller not in {ident for ident, _, _ in seen}
+    assert len({ident for ident, _, _ in seen}) == 3
+    assert caller not in {ident for ident, _, _ in seen}
     # a worker knows it is one, and its FFTs take one thread (the pool fills the cores)
     assert all(worker and workers == 1 for _, worker, workers in seen)
     assert not bk.in_worker()
@@ -100,7 +102,8 @@ def test_a_run_uses_its_thread_count_while_it_steps(digits, monkeypatch):
 
     monkeypatch.setattr(attention, "invariant_distances", spy)
     AttentionRun(digits[:12], backend="numpy", iterations=1, threads=3).run()
-    assert seen and set(seen) == {3}
+    assert seen
+    assert set(seen) == {3}
     with pytest.raises(ValueError, match="threads must be at least 1"):
         AttentionRun(digits[:12], threads=0)
     assert AttentionRun(digits[:12], threads=2).on_backend("numpy").threads == 2
@@ -143,5 +146,6 @@ def test_reading_clusters_does_not_queue_behind_the_engines_pool(digits):
             for f in busy:
                 f.result()
             reader.join()
-    assert finished and calls
+    assert finished
+    assert calls
     assert_array_equal(calls[0][0], clustering.read_clusters(d, k="auto")[0])

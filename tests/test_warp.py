@@ -122,7 +122,8 @@ def test_colour_channels_warp_like_gray():
     imgs = np.stack([smooth_blob(24, seed=s) for s in range(3)], axis=-1)[None]
     p = np.array([[0.5, 1.0, 0.5]])
     out, grad = warp(imgs, p, gradient=True)
-    assert out.shape == (1, 24, 24, 3) and grad.shape == (1, 3, 24, 24, 3)
+    assert out.shape == (1, 24, 24, 3)
+    assert grad.shape == (1, 3, 24, 24, 3)
     for c in range(3):
         np.testing.assert_allclose(out[0, ..., c], warp(imgs[..., c], p)[0], rtol=1e-5, atol=1e-8)
 
@@ -130,7 +131,8 @@ def test_colour_channels_warp_like_gray():
 def test_far_outside_is_zero_and_float32_kept():
     img = smooth_blob(16).astype(np.float32)[None]
     out = warp(img, np.array([[0.0, 500.0, -500.0]]))
-    assert out.dtype == np.float32 and np.all(out == 0)
+    assert out.dtype == np.float32
+    assert np.all(out == 0)
 
 
 def test_parallel_map_keeps_the_order_nests_and_raises():
@@ -159,7 +161,8 @@ def test_out_receives_the_result_in_place_and_a_wrong_one_is_refused():
     want, want_grad = warp(imgs, p, index=idx, gradient=True)
     cache = np.full((7, 24, 24), np.nan, np.float32), np.full((7, 3, 24, 24), np.nan, np.float32)
     got, got_grad = warp(imgs, p, index=idx, gradient=True, out=(cache[0][1:6], cache[1][1:6]))
-    assert np.shares_memory(got, cache[0]) and np.shares_memory(got_grad, cache[1])
+    assert np.shares_memory(got, cache[0])
+    assert np.shares_memory(got_grad, cache[1])
     np.testing.assert_allclose(cache[0][1:6], want, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(cache[1][1:6], want_grad, rtol=1e-6, atol=1e-8)
     assert np.isnan(cache[0][[0, 6]]).all()  # nothing written outside the given rows
@@ -189,7 +192,8 @@ def test_the_compiled_loop_and_the_array_code_agree(dtype, monkeypatch, warp_cod
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
     np.testing.assert_allclose(got_grad, want_grad, rtol=0, atol=10 * tol * np.abs(want_grad).max())
-    assert (got == 0).any() and (got != 0).sum() > 0.3 * got.size  # shifted off the image and on it
+    assert (got == 0).any()
+    assert (got != 0).sum() > 0.3 * got.size
 
 
 def test_colour_in_chunks_agrees_with_the_array_code(monkeypatch, warp_code):
@@ -238,7 +242,8 @@ def test_an_index_outside_the_images_is_refused_and_nan_stays_nan():
         with pytest.raises(IndexError, match=r"\[0, 2\)"):
             warp(imgs, np.zeros((2, 3)), index=np.array(bad))
     out = warp(imgs, np.array([[np.nan, 0.0, 0.0], [0.0, 1e15, -1e15]]), index=np.array([0, 1]))
-    assert np.isnan(out[0]).all() and np.all(out[1] == 0)
+    assert np.isnan(out[0]).all()
+    assert np.all(out[1] == 0)
 
 
 def test_the_array_code_takes_over_when_the_compiled_loop_is_off_or_wrong(monkeypatch, caplog):
@@ -250,7 +255,8 @@ def test_the_array_code_takes_over_when_the_compiled_loop_is_off_or_wrong(monkey
     monkeypatch.setattr(WARP, "_WHY_NOT", WARP._WHY_NOT)  # put back afterwards
     want = warp(img, p)
     monkeypatch.setattr(WARP, "_KERNEL", None)
-    assert WARP.describe_code().startswith("compiled loop (Numba ") and "at the first warp" in WARP.describe_code()
+    assert WARP.describe_code().startswith("compiled loop (Numba ")
+    assert "at the first warp" in WARP.describe_code()
     monkeypatch.setenv("IASTUDIO_WARP", "numpy")
     assert WARP.describe_code() == "NumPy array code (IASTUDIO_WARP=numpy)"
     assert WARP._compiled() is None
@@ -278,5 +284,7 @@ def test_prepare_sets_the_loop_up_before_the_first_warp(compiled_once):
         "before = w.describe_code()\n"
         "print(before, '|', w.prepare(), '|', callable(w._KERNEL))\n")
     before, after, ready = (part.strip() for part in out.split("|"))
-    assert before.endswith("at the first warp)") and after.startswith("compiled loop (Numba ")
-    assert "first warp" not in after and ready == "True"
+    assert before.endswith("at the first warp)")
+    assert after.startswith("compiled loop (Numba ")
+    assert "first warp" not in after
+    assert ready == "True"

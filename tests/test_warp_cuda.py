@@ -75,8 +75,8 @@ def _case(rng, n=3, h=13, w=11, b=40, dtype=np.float32):
 def _numba(images, params, index):
     pad = warp_module._PAD
     padded = np.pad(images, [(0, 0), (pad, pad), (pad, pad)])
-    out = np.empty((params.shape[0],) + images.shape[1:], images.dtype)
-    grad = np.empty((params.shape[0], 3) + images.shape[1:], images.dtype)
+    out = np.empty((params.shape[0], *images.shape[1:]), images.dtype)
+    grad = np.empty((params.shape[0], 3, *images.shape[1:]), images.dtype)
     numba_warp(padded, params, index, out, grad, True)
     return out, grad
 
@@ -101,7 +101,8 @@ def test_cuda_source_gives_the_compiled_loops_answer(cpu_build, dtype):
 def test_cuda_source_writes_nan_for_an_index_outside_the_images(cpu_build):
     images, params, _ = _case(np.random.default_rng(4), n=2, b=4)
     out, grad = _on_cpu(cpu_build, images, params, np.array([0, 2, -1, 1]))
-    assert np.isnan(out[[1, 2]]).all() and np.isnan(grad[[1, 2]]).all()
+    assert np.isnan(out[[1, 2]]).all()
+    assert np.isnan(grad[[1, 2]]).all()
     want = _numba(images, params[[0, 3]], np.array([0, 1]))
     assert_allclose(out[[0, 3]], want[0], rtol=1e-6)
     assert_allclose(grad[[0, 3]], want[1], rtol=1e-6, atol=1e-6 * np.abs(want[1]).max())
@@ -109,7 +110,7 @@ def test_cuda_source_writes_nan_for_an_index_outside_the_images(cpu_build):
 
 def test_cuda_source_warps_a_quarter_turn_exactly(cpu_build):
     img = np.arange(7 * 7, dtype=np.float32).reshape(1, 7, 7)
-    out, grad = _on_cpu(cpu_build, img, np.array([[np.pi / 2, 0.0, 0.0]]), np.array([0]))
+    out, _grad = _on_cpu(cpu_build, img, np.array([[np.pi / 2, 0.0, 0.0]]), np.array([0]))
     # a quarter turn about the centre samples the pixel grid exactly: the image's pixels, turned
     assert_allclose(out[0], np.rot90(img[0], k=1), atol=1e-4)
     only_value, _ = _on_cpu(cpu_build, img, np.array([[np.pi / 2, 0.0, 0.0]]), np.array([0]), gradient=False)
@@ -137,10 +138,11 @@ def test_cuda_kernel_gives_the_compiled_loops_answer(dtype):
     for g, x in zip((out.get(), grad.get()), want):
         assert_allclose(g, x, rtol=1e-6, atol=1e-6 * np.abs(x).max())
     bad = warp(b.asarray(images), b.asarray(params[:2]), index=b.asarray([0, images.shape[0]])).get()
-    assert np.isfinite(bad[0]).all() and np.isnan(bad[1]).all()  # no such image: NaN, no read outside
+    assert np.isfinite(bad[0]).all()
+    assert np.isnan(bad[1]).all()
     # colour: each channel as an image of its own; a strided out is written too
     rgb = np.stack([images, 2 * images, images[:, ::-1]], axis=-1)
-    o = b.xp.empty((params.shape[0] * 2,) + rgb.shape[1:], dtype)[::2]
+    o = b.xp.empty((params.shape[0] * 2, *rgb.shape[1:]), dtype)[::2]
     warp(b.asarray(rgb), b.asarray(params), index=b.asarray(index), out=o)
     for c in range(3):
         assert_allclose(o.get()[..., c], _numba(np.ascontiguousarray(rgb[..., c]), params, index)[0],

@@ -1,3 +1,4 @@
+import itertools
 import json
 
 import numpy as np
@@ -33,7 +34,7 @@ def test_columns_sum_to_one_and_rbf_known_answer():
     w = column_normalize(g)
     np.testing.assert_allclose(w.sum(axis=0), 1.0, rtol=1e-5, atol=1e-8)
     assert w[0, 1] == pytest.approx(np.exp(-2) / (1 + np.exp(-2)))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="beta must be a finite number > 0"):
         rbf_similarity(d, 0)
 
 
@@ -109,7 +110,7 @@ def test_eigengap_finds_the_blocks(sizes):
 def test_relabel_and_grouping():
     assert list(relabel_by_appearance([5, 5, 2, 9, 2])) == [0, 0, 1, 2, 1]
     assert list(grouping_order([1, 0, 1, 0])) == [1, 3, 0, 2]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="k must be between 1 and 3"):
         cluster_labels(np.eye(3), k=4)
 
 
@@ -147,8 +148,10 @@ def test_select_k_small_and_unequal_classes(sizes):
     d, lab = _points(centres, sizes, spread=0.15)
     d *= 0.4 / np.median(d)  # invariant distances of distinct objects: ~0.4-0.8 on unit-norm images
     choice = select_k(d)
-    assert choice.k == len(sizes) and choice.method in ("eigengap", "silhouette")
-    assert len(choice.candidates) >= 2 and choice.candidates[0][0] == len(sizes)
+    assert choice.k == len(sizes)
+    assert choice.method in ("eigengap", "silhouette")
+    assert len(choice.candidates) >= 2
+    assert choice.candidates[0][0] == len(sizes)
     got, _ = read_clusters(d)
     assert adjusted_rand_score(lab, got) == 1.0
 
@@ -156,11 +159,14 @@ def test_select_k_small_and_unequal_classes(sizes):
 def test_select_k_one_class_and_all_distinct():
     d, _ = _points([np.zeros(6)], [12], spread=0.02)  # one class: copies with small differences
     got, choice = read_clusters(d)
-    assert choice.k == 1 and (got == 0).all()
+    assert choice.k == 1
+    assert (got == 0).all()
     far = 0.8 + 0.1 * np.random.default_rng(1).random((6, 6))
     far = np.triu(far, 1) + np.triu(far, 1).T  # six images, no two alike
     got, choice = read_clusters(far)
-    assert choice.k == 6 and choice.method == "distinct" and len(set(got)) == 6
+    assert choice.k == 6
+    assert choice.method == "distinct"
+    assert len(set(got)) == 6
 
 
 def test_select_k_ambiguous_data_says_it_is_unsure():
@@ -168,8 +174,10 @@ def test_select_k_ambiguous_data_says_it_is_unsure():
     d, _ = _points(rng.standard_normal((4, 6)) * 0.6, [10] * 4, spread=0.5)  # overlapping clouds
     d *= 0.45 / np.median(d)  # like rotated handwritten digits: 0.2 to 0.6
     choice = select_k(d)
-    assert choice.unsure and choice.method == "silhouette"
-    assert len(choice.plausible()) >= 1 and choice.k not in choice.plausible()
+    assert choice.unsure
+    assert choice.method == "silhouette"
+    assert len(choice.plausible()) >= 1
+    assert choice.k not in choice.plausible()
     assert choice.as_dict()["candidates"][0]["k"] == choice.k
 
 
@@ -206,7 +214,8 @@ def test_near_tied_silhouettes_are_settled_by_the_eigengap():
             assert select_k(d, near_tie=near_tie) == choice
             if near_tie and choice.method == "silhouette":
                 best = max(s for _, s in choice.candidates)
-                assert choice.candidates[0][0] == choice.k and choice.candidates[0][1] >= best - near_tie
+                assert choice.candidates[0][0] == choice.k
+                assert choice.candidates[0][1] >= best - near_tie
                 gaps = clustering.eigengaps(clustering._affinity(d, choice.scale))
                 rivals = [k for k, s in choice.candidates[1:] if s >= best - near_tie]
                 assert all(gaps[choice.k - 1] >= gaps[k - 1] for k in rivals)
@@ -219,11 +228,14 @@ def test_near_tied_silhouettes_are_settled_by_the_eigengap():
 
 
 def test_read_clusters_with_k_given():
-    d, lab = _points(np.eye(6)[:3] * 5, [4, 4, 4], spread=0.2)
+    d, _lab = _points(np.eye(6)[:3] * 5, [4, 4, 4], spread=0.2)
     got, choice = read_clusters(d, k=3)
-    assert choice.method == "given" and choice.k == 3 and len(set(got)) == 3
-    assert (read_clusters(d, k=1)[0] == 0).all() and len(set(read_clusters(d, k=12)[0])) == 12
-    with pytest.raises(ValueError):
+    assert choice.method == "given"
+    assert choice.k == 3
+    assert len(set(got)) == 3
+    assert (read_clusters(d, k=1)[0] == 0).all()
+    assert len(set(read_clusters(d, k=12)[0])) == 12
+    with pytest.raises(ValueError, match="k must be between 1 and 12"):
         read_clusters(d, k=13)
 
 
@@ -242,7 +254,8 @@ def test_split_labels_splits_only_the_members():
     d, lab = _points(np.eye(6)[:3] * 5, [4, 4, 4], spread=0.2)
     members = np.flatnonzero(lab != 2)  # two of the three groups
     parts = split_labels(d, members, k=2)
-    assert parts.shape == members.shape and sorted(set(parts)) == [0, 1]
+    assert parts.shape == members.shape
+    assert sorted(set(parts)) == [0, 1]
     assert relabel_by_appearance(lab[members]).tolist() == parts.tolist()
     assert (split_labels(d, members, k=1) == 0).all()
 
@@ -253,7 +266,8 @@ def test_k_choice_round_trips_exactly():
 
     choice = KChoice(4, 2, 0.39996, "eigengap", [(4, 0.39996), (3, 0.123456789)])
     back = KChoice.from_dict(json.loads(json.dumps(choice.as_dict())))
-    assert back == choice and back.unsure
+    assert back == choice
+    assert back.unsure
 
 
 @pytest.mark.parametrize("graph", [False, True])
@@ -293,11 +307,14 @@ def test_one_embedding_gives_every_ks_partition_of_its_own_fit(graph, monkeypatc
     monkeypatch.setattr(clustering, "_spectral", lambda a, k: calls.append(k) or np.full(a.shape[0], k))
     if graph:
         parts = clustering._partitions(three, [2, 5])
-        assert calls == [2] and (parts[2] == 2).all() and len(np.unique(parts[5])) == 5
+        assert calls == [2]
+        assert (parts[2] == 2).all()
+        assert len(np.unique(parts[5])) == 5
     calls.clear()  # where scikit-learn has no cluster_qr where it is looked for: a fit per k
     monkeypatch.setitem(sys.modules, "sklearn.cluster._spectral", None)
     fitted = clustering._partitions(aff, [2, 5])
-    assert calls == [2, 5] and all((fitted[k] == k).all() for k in (2, 5))
+    assert calls == [2, 5]
+    assert all((fitted[k] == k).all() for k in (2, 5))
 
 
 def test_a_graph_in_parts_is_embedded_part_by_part_as_the_whole_eigenproblem_says():
@@ -320,14 +337,15 @@ def test_a_graph_in_parts_is_embedded_part_by_part_as_the_whole_eigenproblem_say
     root = np.sqrt(np.where(degree > 0, degree, 1.0))
     values, vectors = np.linalg.eigh(dense / root[:, None] / root[None, :] + np.diag(degree == 0))
     values, vectors = values[::-1], vectors[:, ::-1]
-    assert values[3] > 0.999 and values[8] - values[9] > 1e-3  # 4 parts: eigenvalue 1 four times; a gap after 9
+    assert values[3] > 0.999
+    assert values[8] - values[9] > 1e-3
     for k in (4, 9):  # where lambda_k > lambda_{k+1} the subspace is the whole eigenproblem's
         ours = np.linalg.qr(maps[:, :k] * root[:, None])[0]
         assert_allclose(ours @ ours.T, vectors[:, :k] @ vectors[:, :k].T, atol=1e-8)
     starts = np.cumsum([0, 40, 25, 1, 30])
     for col in range(4):  # eigenvalue 1: constant on one part (u = x / sqrt(degree)), zero elsewhere
         on = np.flatnonzero(maps[:, col])
-        assert any(on.tolist() == list(range(lo, hi)) for lo, hi in zip(starts, starts[1:]))
+        assert any(on.tolist() == list(range(lo, hi)) for lo, hi in itertools.pairwise(starts))
         assert_allclose(maps[on, col], maps[on[0], col])
 
 

@@ -11,6 +11,8 @@ import logging
 import numpy as np
 from magicgui.widgets import ComboBox, Container, FloatSpinBox, Label, ProgressBar, PushButton, SpinBox
 
+from iastudio.core.options import option
+
 log = logging.getLogger(__name__)
 
 AUTO = 0  # "auto" in the integer fields
@@ -64,6 +66,12 @@ def cluster_images(images, *, size=64, scale="content", clusters="auto", beta="a
             if res.k_choice is not None else f"{res.n_clusters} clusters"}
 
 
+def _spin(kind, label: str, name: str):
+    """A magicgui spin box for the run option ``name``: its declared minimum, maximum and default."""
+    opt = option(name)
+    return kind(label=label, value=opt.default, min=opt.minimum, max=opt.maximum)
+
+
 class ClusterWidget(Container):
     """Cluster by Invariant Attention: pick an image layer holding a stack, set the options, Run.
 
@@ -76,14 +84,17 @@ class ClusterWidget(Container):
         super().__init__(labels=True)
         self.viewer = napari_viewer
         self.layer = ComboBox(label="Images", choices=self._image_layers)
-        self.clusters = SpinBox(label="Clusters (0: auto)", value=AUTO, min=0, max=1000)
-        self.beta = FloatSpinBox(label="Beta (0: auto)", value=0.0, min=0.0, max=1e4, step=0.5)
-        self.iterations = SpinBox(label="Iterations", value=3, min=1, max=1000)
-        self.size = SpinBox(label="Working size (px)", value=64, min=8, max=512)
-        self.scale = ComboBox(label="Scale", choices=["content", "frame"], value="content")
-        self.group = ComboBox(label="Group", choices=["se2", "e2"], value="se2")
-        self.angle_step = FloatSpinBox(label="Angle step (deg)", value=5.0, min=0.1, max=90.0)
-        self.rotation_range = FloatSpinBox(label="Rotation range (0: all)", value=0.0, min=0.0, max=180.0)
+        # ranges and defaults from the run options' declaration (iastudio.core.options); 0 stands for "auto"
+        # and for the rotation range's whole circle
+        self.clusters = SpinBox(label="Clusters (0: auto)", value=AUTO, min=0, max=option("clusters").maximum)
+        self.beta = FloatSpinBox(label="Beta (0: auto)", value=0.0, min=0.0, max=option("beta").maximum, step=0.5)
+        self.iterations = _spin(SpinBox, "Iterations", "iterations")
+        self.size = _spin(SpinBox, "Working size (px)", "size")
+        self.scale = ComboBox(label="Scale", choices=list(option("scale").choices), value=option("scale").default)
+        self.group = ComboBox(label="Group", choices=list(option("group").choices), value=option("group").default)
+        self.angle_step = _spin(FloatSpinBox, "Angle step (deg)", "angle_step")
+        self.rotation_range = FloatSpinBox(label="Rotation range (0: all)", value=0.0, min=0.0,
+                                           max=option("rotation_range").maximum)
         self.run_button = PushButton(text="Run")
         self.progress = ProgressBar(label="Progress", value=0, min=0, max=100)
         self.status = Label(label="", value="")

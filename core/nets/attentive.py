@@ -30,7 +30,7 @@ from torch import nn
 from .gconv import GroupConv, _check_exact
 from .groups import Group, act, act_image
 
-__all__ = ["AttentiveGroupConv", "AttentiveLiftingConv", "InputAttention", "ImageAttention"]
+__all__ = ["AttentiveGroupConv", "AttentiveLiftingConv", "ImageAttention", "InputAttention"]
 
 
 class AttentiveGroupConv(nn.Module):
@@ -191,7 +191,7 @@ class AttentiveLiftingConv(nn.Module):
         self.last_attention = None
 
     def forward(self, x):
-        b, i, X, Y = x.shape
+        b, i, _X, _Y = x.shape
         n, o = self.group.order, self.weight.shape[0]
         bank = torch.stack([act_image(self.weight, self.group, h) for h in range(n)], dim=1)  # (O, H, I, k, k)
         k = bank.shape[-1]

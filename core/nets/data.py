@@ -13,8 +13,23 @@ import numpy as np
 
 from ..extras import missing_extra
 
-__all__ = ["Dataset", "check_dataset", "mnist_rot", "rot_digits", "load_folder", "load_amat", "load_rotmnist",
-           "load_npz", "save_npz", "load_data", "from_imageset", "AMAT_FILES", "MIN_SIDE", "MAX_SIDE", "MAX_VALUE"]
+__all__ = [
+    "AMAT_FILES",
+    "MAX_SIDE",
+    "MAX_VALUE",
+    "MIN_SIDE",
+    "Dataset",
+    "check_dataset",
+    "from_imageset",
+    "load_amat",
+    "load_data",
+    "load_folder",
+    "load_npz",
+    "load_rotmnist",
+    "mnist_rot",
+    "rot_digits",
+    "save_npz",
+]
 MIN_SIDE, MAX_SIDE = 8, 512  # image side in pixels
 MAX_VALUE = 1e6  # larger pixel values overflow the float32 training (NaN losses)
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from .groups import Group, act, act_image
 
-__all__ = ["LiftingConv", "GroupConv", "GroupBatchNorm", "group_max_pool", "spatial_max_pool"]
+__all__ = ["GroupBatchNorm", "GroupConv", "LiftingConv", "group_max_pool", "spatial_max_pool"]
 
 
 def _check_exact(group: Group) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Group", "get_group", "act", "act_image", "rotate_images"]
+__all__ = ["Group", "act", "act_image", "get_group", "rotate_images"]
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class Group:
 
     def matrix(self, g: int) -> np.ndarray:
         """2x2 matrix of ``g`` on ``(row, col)`` offsets (exact zeros and ones for 90 degrees)."""
-        m, k = self.element(g)
+        m, _k = self.element(g)
         a = self.angle(g)
         c, s = np.cos(a), np.sin(a)
         rot = np.array([[c, -s], [s, c]])

@@ -41,7 +41,7 @@ from torch import nn
 
 from .groups import Group
 
-__all__ = ["LiftingSelfAttention", "GroupSelfAttention", "neighbour_offsets"]
+__all__ = ["GroupSelfAttention", "LiftingSelfAttention", "neighbour_offsets"]
 
 
 def neighbour_offsets(size: int) -> torch.Tensor:
@@ -193,7 +193,7 @@ class LiftingSelfAttention(_LocalAttentionBase):
                          position_dim=position_dim)
 
     def forward(self, x):
-        b, c, X, Y = x.shape
+        b, _c, X, Y = x.shape
         q = self._project(self.query, x).reshape(b, self.heads, self.head_dim, X * Y)
         k = self._unfold(self._project(self.key, x).reshape(b, -1, X, Y))
         k = k.reshape(b, self.heads, self.head_dim, -1, X * Y)
@@ -240,7 +240,7 @@ class GroupSelfAttention(_LocalAttentionBase):
         self.register_buffer("rel", torch.as_tensor(group.relative), persistent=False)
 
     def forward(self, x):
-        b, c, n, X, Y = x.shape
+        b, _c, n, X, Y = x.shape
         P, K = X * Y, self.size * self.size
         q = self._project(self.query, x).reshape(b, self.heads, self.head_dim, n, P)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ..project import open_regular
+from ..regular import open_regular
 from .models import _SPECS, MODELS, build_model
 
 log = logging.getLogger(__name__)

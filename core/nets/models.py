@@ -43,8 +43,17 @@ from .gconv import GroupBatchNorm, GroupConv, LiftingConv, group_max_pool, spati
 from .groups import Group
 from .gsa import GroupSelfAttention, LiftingSelfAttention
 
-__all__ = ["MODELS", "PAPER_PARAMETERS", "GroupCNN", "GSANet", "PaperGroupCNN", "PaperGSANet", "build_model",
-           "count_parameters", "model_group"]
+__all__ = [
+    "MODELS",
+    "PAPER_PARAMETERS",
+    "GSANet",
+    "GroupCNN",
+    "PaperGSANet",
+    "PaperGroupCNN",
+    "build_model",
+    "count_parameters",
+    "model_group",
+]
 
 # name -> (family, group, default width, attention)
 _SPECS = {
@@ -375,7 +384,7 @@ def build_model(name: str, *, n_classes: int = 10, channels: int | None = None, 
         ``head_dim``, ``blocks``, ``crops``, ``size``, ``dropout``), :class:`GroupCNN` (``layers``,
         ``dropout``) or :class:`GSANet` (``blocks``, ``heads``, ``head_dim``, ``size``, ``dropout``).
     """
-    family, group, width, attention = _SPECS[name] if name in _SPECS else (None,) * 4
+    family, group, width, attention = _SPECS.get(name, (None,) * 4)
     if family is None:
         raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
     width = channels or width

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+from typing import ClassVar
 
 from docutils import nodes
 from docutils.parsers.rst import directives
@@ -46,7 +47,7 @@ def _subparsers(parser: argparse.ArgumentParser):
 class ArgparseHelp(SphinxDirective):
     required_arguments = 1
     has_content = False
-    option_spec = {"args": directives.unchanged}
+    option_spec: ClassVar[dict] = {"args": directives.unchanged}
 
     def run(self):
         old = os.environ.get("COLUMNS")
