@@ -226,8 +226,8 @@ def _rules():
     from iastudio.core import clustering
 
     return {
-        "this version": lambda d, p: clustering.select_k(d, probes=p),
-        "previous (eigengap, 0.02)": lambda d, p: clustering.select_k(d, probes=p, settle="eigengap", near_tie=0.02),
+        "this version (eigengap)": lambda d, p: clustering.select_k(d, probes=p),
+        "stability, tie 0.04": lambda d, p: clustering.select_k(d, probes=p, settle="stability", near_tie=0.04),
         "best silhouette": lambda d, p: clustering.select_k(d, probes=p, near_tie=0.0),
     }
 
