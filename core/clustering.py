@@ -22,8 +22,8 @@ wins is chance; the eigengap is read off each image's nearest images, which a
 pruned run has too.  ``settle="stability"`` settles the tie by
 :func:`partition_stability` instead (the most stable partition; within
 ``STABLE_TIE`` of it, the best silhouette): chosen on the tune split of
-``benchmarks/bench_kauto.py`` with ``near_tie=0.04`` (true k on 18 of 25 tune
-sets against 16) it did no better on the holdout sets (16 of 22 for both) and
+``benchmarks/bench_kauto.py`` with ``near_tie=0.04`` (true k on 20 of 30 tune
+sets against 18) it did no better on the holdout sets (16 of 22 for both) and
 read fewer clusters where k = 2 came into the tie (real MNIST, 5 classes: k = 2,
 ARI 0.20, against k = 4, 0.70), so it is not the default.  On 22 sets of a few hundred rotated digits
 (``bench_scale.py readout --draws 5``) the rule reads better on both paths

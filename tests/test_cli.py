@@ -53,6 +53,7 @@ def test_end_to_end_folder_with_skipped_files(tmp_path, capsys):
     # the evidence for k: candidates best first, a confidence, and how it was chosen
     assert summary["k_candidates"][0]["k"] == 2 and summary["k_method"] in ("eigengap", "silhouette")
     assert 0 < summary["k_confidence"] <= 1 and summary["blank"] == [] and summary["parameters"]["scale"] == "content"
+    assert summary["k_unsure"] == (summary["k_confidence"] < 0.4) and "k_stability" in summary
     w = np.load(out / "weights.npy", allow_pickle=False)
     assert w.shape == (6, 6) and w.dtype == np.float32 and np.allclose(w.sum(0), 1, atol=1e-5)
     assert np.load(out / "distances.npy", allow_pickle=False).shape == (6, 6)
