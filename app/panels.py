@@ -758,7 +758,7 @@ class ClustersPanel(QGroupBox):
         self.k.blockSignals(False)
 
     def show_evidence(self, result, paths=()) -> None:
-        """The run's k read-out ("4 clusters - 3 or 5 also plausible"), blank images and the guard's notes."""
+        """The run's k read-out ("4 clusters - unsure: 3 or 5 also plausible"), blank images and the guard's notes."""
         if result is None or result.k_choice is None:
             self.evidence.setText("")
             return

@@ -19,7 +19,13 @@ the choice is reported as unsure (``confidence`` below ``min_gap``).  Of the
 the largest eigengap at ``m = 2`` is taken: on such data the silhouette curve
 is flat at the top (its best three ``k`` often within 0.005), so which of those
 wins is chance; the eigengap is read off each image's nearest images, which a
-pruned run has too.  On 22 sets of a few hundred rotated digits
+pruned run has too.  ``settle="stability"`` settles the tie by
+:func:`partition_stability` instead (the most stable partition; within
+``STABLE_TIE`` of it, the best silhouette): chosen on the tune split of
+``benchmarks/bench_kauto.py`` with ``near_tie=0.04`` (true k on 20 of 30 tune
+sets against 18) it did no better on the holdout sets (16 of 22 for both) and
+read fewer clusters where k = 2 came into the tie (real MNIST, 5 classes: k = 2,
+ARI 0.20, against k = 4, 0.70), so it is not the default.  On 22 sets of a few hundred rotated digits
 (``bench_scale.py readout --draws 5``) the rule reads better on both paths
 (holdout ARI 0.651 / 0.625 -> 0.738 / 0.765, every pair / pruned) and a
 pruned run's estimated silhouette agrees with the exhaustive run within 0.01
@@ -83,6 +89,7 @@ __all__ = [
     "labels_at_threshold",
     "local_scaling_affinity",
     "nearest_pairs",
+    "partition_stability",
     "read_clusters",
     "relabel_by_appearance",
     "select_k",
@@ -97,7 +104,10 @@ APART = 1e-3  # a graph whose (k+1)-th eigenvalue is this close to 1 has more th
 FLAT_GAP = 0.05  # ... i.e. no gap of even this size (near-duplicates: the graph falls apart into tiny groups)
 MIN_GAP = 0.4  # an eigengap at least this large is a clear block structure
 MAX_K = 20  # largest k considered by the silhouette fallback
-NEAR_TIE = 0.02  # silhouettes within this of the best are a tie, broken by the eigengap (module docstring)
+NEAR_TIE = 0.02  # silhouettes within this of the best are a tie, settled by SETTLE (module docstring)
+SETTLE = "eigengap"  # how near-tied silhouettes are settled: "eigengap" or "stability" (partition_stability)
+STABILITY_DRAWS = 8  # subsets partition_stability re-cuts to settle a near tie
+STABLE_TIE = 0.02  # stabilities within this of the most stable count as equal: the better silhouette decides
 DISTINCT = 0.5  # invariant distance (unit-norm images) above which two images are not alike
 SAME = 0.1  # invariant distance below which two images show the same thing (resampling differences)
 
@@ -124,6 +134,10 @@ class KChoice:
         the ``"silhouette"`` method), best first (``"silhouette"``: the chosen
         ``k`` first, which may be up to ``NEAR_TIE`` below the best); with
         ``k`` given, ``k`` and its silhouette (a pruned run: its eigengap).
+    stability : float or None
+        ``"silhouette"`` with near-tied rivals: how well the chosen partition
+        survives leaving a fifth of the images out (:func:`partition_stability`,
+        mean ARI, -0.5 .. 1); None where it was not needed.
     """
 
     k: int
@@ -131,10 +145,11 @@ class KChoice:
     confidence: float = 1.0
     method: str = "given"
     candidates: list = field(default_factory=list)
+    stability: float | None = None
 
     @property
     def unsure(self) -> bool:
-        """True when no neighbour scale showed a clear gap."""
+        """True when no neighbour scale showed a clear gap (the silhouette had to decide)."""
         return self.confidence < MIN_GAP
 
     def plausible(self) -> list[int]:
@@ -144,18 +159,19 @@ class KChoice:
         return [k for k, _ in self.candidates if k != self.k][:2]
 
     def describe(self, n_clusters: int | None = None) -> str:
-        """``"4 clusters"``, or ``"4 clusters - 3 or 5 also plausible"`` when the choice was unsure."""
+        """``"4 clusters"``, or ``"4 clusters - unsure: 3 or 5 also plausible"`` when the choice was unsure."""
         k = self.k if n_clusters is None else int(n_clusters)
         text = f"{k} cluster{'s' if k != 1 else ''}"
-        alt = self.plausible()
-        if alt:
-            text += f" \u2014 {' or '.join(str(a) for a in alt)} also plausible"
+        if self.unsure:
+            alt = self.plausible()
+            text += " \u2014 unsure" + (f": {' or '.join(str(a) for a in alt)} also plausible" if alt else "")
         return text
 
     def as_dict(self) -> dict:
         """Plain JSON-able form (``summary.json``)."""
         return {"k": int(self.k), "scale": int(self.scale), "confidence": float(self.confidence),
-                "method": self.method,
+                "method": self.method, "unsure": bool(self.unsure),
+                "stability": None if self.stability is None else float(self.stability),
                 "candidates": [{"k": int(k), "score": float(s)} for k, s in self.candidates]}
 
     @classmethod
@@ -178,7 +194,8 @@ class KChoice:
         return cls(k=number(d.get("k"), 1, 10**6, int), scale=number(d.get("scale"), 0, 10**6, int),
                    confidence=float(number(d.get("confidence"), -1.0, 1e6)), method=d["method"],
                    candidates=[(number(c.get("k"), 1, 10**6, int), float(number(c.get("score"), -np.inf, np.inf)))
-                               for c in d["candidates"]])
+                               for c in d["candidates"]],
+                   stability=None if d.get("stability") is None else float(number(d["stability"], -1.0, 1.0)))
 
 
 def local_scaling_affinity(distances: np.ndarray, *, neighbor: int = 2, nearest: int | None = None) -> np.ndarray:
@@ -573,6 +590,69 @@ def _partitions(affinity, ks) -> dict:
     return {k: cuts[k] if k in cuts else _spectral(affinity, k) for k in ks}
 
 
+def partition_stability(distances, partitions, *, scale: int = 2, draws: int = 8, fraction: float = 0.8,
+                        seed: int = 0) -> dict:
+    """How well each partition survives leaving images out: its mean agreement with re-cut subsets.
+
+    For each of ``draws`` random subsets of ``fraction`` of the images the
+    read-out's affinity (neighbour scale ``scale``) is rebuilt from the
+    subset's own distances and cut into each ``k`` of ``partitions`` (one
+    spectral embedding per subset, as :func:`_partitions`); the score of
+    ``k`` is the mean adjusted Rand index between that cut and the full
+    partition restricted to the subset.  A ``k`` that follows the data's
+    structure is cut the same way from most subsets (near 1); a ``k`` that
+    splits a class or merges two where the data has no boundary is cut
+    differently each time (Ben-Hur, Elisseeff & Guyon 2002; Lange et al. 2004).
+
+    Parameters
+    ----------
+    distances : ndarray or scipy.sparse matrix, shape (n, n)
+        Dense distances, or a pruned run's K-neighbour graph (the subset's
+        graph is the edges between its images).
+    partitions : dict of int to array of int
+        The full set's labels for each ``k`` to score.
+    scale : int
+        Neighbour rank of the local bandwidth.
+    draws : int
+    fraction : float
+        Share of the images in each subset, 0 < fraction < 1.
+    seed : int
+
+    Returns
+    -------
+    dict of int to float
+        ``k`` to its mean agreement (-0.5 .. 1).
+
+    Examples
+    --------
+    >>> x = np.r_[np.zeros(10), np.ones(10) * 5.0] + np.linspace(0.0, 0.5, 20)
+    >>> d = np.abs(x[:, None] - x[None, :])
+    >>> s = partition_stability(d, {2: np.repeat([0, 1], 10)})
+    >>> round(s[2], 6)
+    1.0
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    sparse = sp.issparse(distances)
+    d = sp.csr_matrix(distances, dtype=float) if sparse else np.asarray(distances, dtype=float)
+    n = d.shape[0]
+    size = int(round(fraction * n))
+    ks = sorted(int(k) for k in partitions)
+    if not ks:
+        return {}
+    if size <= max(ks) + 1:
+        return {k: 0.0 for k in ks}
+    rng = np.random.default_rng(seed)
+    scores = {k: [] for k in ks}
+    for _ in range(int(draws)):
+        idx = np.sort(rng.choice(n, size=size, replace=False))
+        sub = d[idx][:, idx] if sparse else d[np.ix_(idx, idx)]
+        cuts = _partitions(_affinity(sub, min(scale, size - 1)), ks)
+        for k in ks:
+            scores[k].append(adjusted_rand_score(np.asarray(partitions[k])[idx], cuts[k]))
+    return {k: float(np.mean(v)) for k, v in scores.items()}
+
+
 def silhouette(distances, labels, *, probes=None) -> float | None:
     """Mean silhouette of a partition on precomputed distances; None for 1 cluster or n clusters.
 
@@ -672,7 +752,7 @@ def _silhouette(distances, labels, probes=None):
 
 
 def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int = MAX_K, probes=None,
-             near_tie: float = NEAR_TIE) -> KChoice:
+             near_tie: float = NEAR_TIE, settle: str = SETTLE) -> KChoice:
     """Choose the number of clusters from invariant distances (see the module docstring).
 
     Without a clear eigengap the silhouette decides: of the k within
@@ -693,15 +773,22 @@ def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int =
         A pruned run's random sample of distances off the graph (for the silhouette).
     near_tie : float
         Silhouettes this close to the best count as a tie (0: the best silhouette decides).
+    settle : {"stability", "eigengap"}
+        How a tie is settled: the most stable partition
+        (:func:`partition_stability`; within ``STABLE_TIE`` of it, the best
+        silhouette), or the largest eigengap (the previous version's rule).
 
     Returns
     -------
     KChoice
     """
-    return _select(distances, scales=scales, min_gap=min_gap, max_k=max_k, probes=probes, near_tie=near_tie)[0]
+    if settle not in ("stability", "eigengap"):
+        raise ValueError(f"settle must be 'stability' or 'eigengap', not {settle!r}")
+    return _select(distances, scales=scales, min_gap=min_gap, max_k=max_k, probes=probes, near_tie=near_tie,
+                   settle=settle)[0]
 
 
-def _select(distances, *, scales, min_gap, max_k, probes, near_tie):
+def _select(distances, *, scales, min_gap, max_k, probes, near_tie, settle=SETTLE):
     """:func:`select_k`, and the partition its silhouette scored (None where k came from elsewhere)."""
     sparse = sp.issparse(distances)
     d = sp.csr_matrix(distances, dtype=float) if sparse else np.asarray(distances, dtype=float)
@@ -741,10 +828,40 @@ def _select(distances, *, scales, min_gap, max_k, probes, near_tie):
     sil = {k: _silhouette(d, labels, probes) for k, labels in parts.items()}
     if not sil or max(sil.values()) <= 0:
         return KChoice(1, m, strongest.confidence, "silhouette", [(1, 0.0)]), np.zeros(n, dtype=int)
-    k = _near_tie_k(sil, gaps[m] if m in gaps else eigengaps(_affinity(d, m), max_k=max_k), near_tie)
+    stability = None
+    if settle == "eigengap":
+        k = _near_tie_k(sil, gaps[m] if m in gaps else eigengaps(_affinity(d, m), max_k=max_k), near_tie)
+    else:
+        near = _near_ties(sil, near_tie)
+        stable = {near[0]: None}
+        if len(near) > 1:
+            stable = partition_stability(d, {j: parts[j] for j in near}, scale=m, draws=STABILITY_DRAWS)
+        k = _stable_k(sil, stable)
+        stability = stable[k]
     ranked = [(k, sil[k]), *sorted(((j, s) for j, s in sil.items() if j != k), key=lambda t: -t[1])[:2]]
-    choice = KChoice(int(k), m, strongest.confidence, "silhouette", [(int(j), float(s)) for j, s in ranked])
+    choice = KChoice(int(k), m, strongest.confidence, "silhouette", [(int(j), float(s)) for j, s in ranked],
+                     stability=stability)
     return choice, parts[choice.k]
+
+
+def _near_ties(sil: dict, near_tie: float = NEAR_TIE) -> list:
+    """The k whose silhouette is within ``near_tie`` of the best (and above 0), best silhouette first."""
+    best = max(sil.values())
+    return sorted((k for k, s in sil.items() if s >= best - near_tie and s > 0), key=lambda k: (-sil[k], k))
+
+
+def _stable_k(sil: dict, stable: dict) -> int:
+    """Of the near-tied ``k`` (keys of ``stable``), the most stable; within ``STABLE_TIE`` of it, the best silhouette.
+
+    ``stable`` maps each near-tied k to its :func:`partition_stability`
+    (None for a single candidate: it is taken); equal silhouettes go to the
+    smaller k.
+    """
+    ks = list(stable)
+    if len(ks) == 1:
+        return ks[0]
+    top = max(stable.values())
+    return max((k for k in ks if stable[k] >= top - STABLE_TIE), key=lambda k: (sil[k], -k))
 
 
 def _near_tie_k(sil: dict, gaps: np.ndarray, near_tie: float = NEAR_TIE) -> int:
@@ -761,7 +878,7 @@ def _near_tie_k(sil: dict, gaps: np.ndarray, near_tie: float = NEAR_TIE) -> int:
 
 
 def read_clusters(distances, *, k="auto", scales=SCALES, probes=None,
-                  near_tie: float = NEAR_TIE) -> tuple[np.ndarray, KChoice]:
+                  near_tie: float = NEAR_TIE, settle: str = SETTLE) -> tuple[np.ndarray, KChoice]:
     """Labels and the :class:`KChoice` from invariant distances.
 
     Parameters
@@ -777,7 +894,9 @@ def read_clusters(distances, *, k="auto", scales=SCALES, probes=None,
         (:func:`iastudio.core.neighbors.probe_pairs`), for the silhouette.
     near_tie : float
         ``k="auto"``: silhouettes this close to the best count as a tie, settled
-        by the eigengap (0: the best silhouette decides; see :func:`select_k`).
+        by ``settle`` (0: the best silhouette decides; see :func:`select_k`).
+    settle : {"stability", "eigengap"}
+        ``k="auto"``: how near-tied silhouettes are settled (:func:`select_k`).
 
     Returns
     -------
@@ -788,7 +907,10 @@ def read_clusters(distances, *, k="auto", scales=SCALES, probes=None,
     d = sp.csr_matrix(distances, dtype=float) if sparse else np.asarray(distances, dtype=float)
     n = d.shape[0]
     if k == "auto":
-        choice, labels = _select(d, scales=scales, min_gap=MIN_GAP, max_k=MAX_K, probes=probes, near_tie=near_tie)
+        if settle not in ("stability", "eigengap"):
+            raise ValueError(f"settle must be 'stability' or 'eigengap', not {settle!r}")
+        choice, labels = _select(d, scales=scales, min_gap=MIN_GAP, max_k=MAX_K, probes=probes, near_tie=near_tie,
+                                 settle=settle)
         if choice.method in ("same", "distinct", "trivial"):
             return (np.arange(n) if choice.k == n else np.zeros(n, dtype=int)), choice
         return (_spectral(_affinity(d, choice.scale), choice.k) if labels is None else labels), choice

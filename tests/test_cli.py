@@ -60,6 +60,8 @@ def test_end_to_end_folder_with_skipped_files(tmp_path, capsys):
     assert 0 < summary["k_confidence"] <= 1
     assert summary["blank"] == []
     assert summary["parameters"]["scale"] == "content"
+    assert summary["k_unsure"] == (summary["k_confidence"] < 0.4)
+    assert "k_stability" in summary
     w = np.load(out / "weights.npy", allow_pickle=False)
     assert w.shape == (6, 6)
     assert w.dtype == np.float32

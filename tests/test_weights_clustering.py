@@ -387,3 +387,62 @@ def test_sparse_top_eigenvalues_match_the_whole_dense_spectrum(monkeypatch):
     assert_allclose(clustering._sparse_top_eigenvalues(many, 21), 1.0)
     assert asked == []
     assert_allclose(np.sort(np.linalg.eigvalsh(clustering._normalised(many).toarray()))[::-1][:21], 1.0, atol=1e-10)
+
+
+def test_partition_stability_known_answer():
+    """Two groups far apart: every subset is cut the same way (1.0); a cut through one group that
+    the data does not show, and random labels, are not."""
+    from iastudio.core.clustering import partition_stability
+
+    d, lab = _points(np.array([[0.0, 0.0], [10.0, 0.0]]), [15, 15], spread=0.5, seed=2)
+    wrong = np.where(np.arange(30) < 8, 0, 1)  # splits the first group, merges the rest with the second
+    noise = np.random.default_rng(0).integers(0, 2, 30)
+    s = partition_stability(d, {2: lab}, draws=6)
+    assert_allclose(s[2], 1.0)
+    assert partition_stability(d, {2: wrong}, draws=6)[2] < 0.8
+    assert abs(partition_stability(d, {2: noise}, draws=6)[2]) < 0.3
+    assert partition_stability(d[:4, :4], {3: lab[:4]}) == {3: 0.0}  # too few images to re-cut into 3
+
+
+def test_stable_k_settles_near_ties_by_stability_then_silhouette():
+    from iastudio.core.clustering import STABLE_TIE, _near_ties, _stable_k
+
+    sil = {3: 0.66, 4: 0.63, 5: 0.52, 2: 0.41}
+    assert _near_ties(sil, 0.04) == [3, 4]
+    assert _near_ties(sil, 0.0) == [3]
+    assert _stable_k(sil, {3: 0.80, 4: 1.00}) == 4  # clearly more stable wins over a better silhouette
+    assert _stable_k(sil, {3: 1.0 - STABLE_TIE / 2, 4: 1.00}) == 3  # equally stable: the better silhouette
+    assert _stable_k(sil, {4: None}) == 4  # one candidate: taken
+
+
+def test_stability_settle_reads_the_true_k_and_reports_it():
+    """Three separated groups seen through a flat silhouette tolerance: with every k tied, the most
+    stable partition is the true one, and the choice says how stable it was."""
+    rng = np.random.default_rng(5)
+    d, _lab = _points(rng.standard_normal((3, 6)) * 3.0, [12, 12, 12], spread=0.6, seed=5)
+    d *= 0.4 / np.median(d)  # invariant distances of distinct objects: ~0.4-0.8 on unit-norm images
+    choice = select_k(d, scales=(1,), min_gap=2.0, near_tie=1.0, settle="stability")  # force the silhouette
+    assert choice.method == "silhouette"
+    assert choice.k == 3
+    assert choice.stability is not None
+    assert choice.stability > 0.95
+    assert select_k(d, scales=(1,), min_gap=2.0, near_tie=1.0, settle="eigengap").stability is None
+    with pytest.raises(ValueError, match="settle"):
+        select_k(d, settle="vote")
+
+
+def test_unsure_choice_is_reported_as_unsure():
+    from iastudio.core.clustering import KChoice
+
+    unsure = KChoice(4, 2, 0.1, "silhouette", [(4, 0.3), (3, 0.29), (5, 0.28)], stability=0.91)
+    assert unsure.describe() == "4 clusters \u2014 unsure: 3 or 5 also plausible"
+    d = unsure.as_dict()
+    assert d["unsure"] is True
+    assert d["stability"] == 0.91
+    assert KChoice.from_dict(json.loads(json.dumps(d))) == unsure
+    sure = KChoice(4, 2, 0.6, "eigengap", [(4, 0.6)])
+    assert sure.describe() == "4 clusters"
+    assert sure.as_dict()["unsure"] is False
+    assert KChoice.from_dict({k: v for k, v in sure.as_dict().items() if k != "stability"}) == sure  # older files
+    with pytest.raises(ValueError, match="malformed"):
+        KChoice.from_dict({**d, "stability": 7.0})

