@@ -13,6 +13,15 @@ own subprocess so its peak resident memory (``ru_maxrss``) is its own.
     QT_QPA_PLATFORM=offscreen python benchmarks/bench_scale.py autosave 4000  # the window during its autosave
     python benchmarks/bench_scale.py agree               # pruned vs every pair on held-out mid-size sets
     python benchmarks/bench_scale.py readout --draws 5   # the two read-outs on 22 mid-size sets, two k rules
+    python benchmarks/bench_scale.py peer 1000 4000 10000  # IA against ASPIRE (aspire_peer.py, its own venv)
+
+``peer`` runs, per size and per kind of set (``--kinds digits particles``: the rotated digits
+below, and cryo-like particles of ``noise_suite`` at SNR 1, 4 views, denoised as ``ia-cluster``
+does), a full default IA run in its own process, then ASPIRE's ``RIRClass2D`` + spectral
+clustering with k given on the same images (the particles without IA's denoiser) through
+``aspire_peer.py`` under ASPIRE's own interpreter (``IA_ASPIRE_PYTHON``, default
+``/work/venv-aspire/bin/python``), and prints wall, CPU, peak memory and ARI of both and their
+ratios.  ``--no-forecast`` runs IA without the guard's forecast.
 
 ``agree`` builds six sets of 280-400 images from the quality suite's holdout
 material (letters, photo crops, mixed, odd-numbered digit samples; sizes and
