@@ -13,6 +13,15 @@ own subprocess so its peak resident memory (``ru_maxrss``) is its own.
     QT_QPA_PLATFORM=offscreen python benchmarks/bench_scale.py autosave 4000  # the window during its autosave
     python benchmarks/bench_scale.py agree               # pruned vs every pair on held-out mid-size sets
     python benchmarks/bench_scale.py readout --draws 5   # the two read-outs on 22 mid-size sets, two k rules
+    python benchmarks/bench_scale.py peer 1000 4000 10000  # IA against ASPIRE (aspire_peer.py, its own venv)
+
+``peer`` runs, per size and per kind of set (``--kinds digits particles``: the rotated digits
+below, and cryo-like particles of ``noise_suite`` at SNR 1, 4 views, denoised as ``ia-cluster``
+does), a full default IA run in its own process, then ASPIRE's ``RIRClass2D`` + spectral
+clustering with k given on the same images (the particles without IA's denoiser) through
+``aspire_peer.py`` under ASPIRE's own interpreter (``IA_ASPIRE_PYTHON``, default
+``/work/venv-aspire/bin/python``), and prints wall, CPU, peak memory and ARI of both and their
+ratios.  ``--no-forecast`` runs IA without the guard's forecast.
 
 ``agree`` builds six sets of 280-400 images from the quality suite's holdout
 material (letters, photo crops, mixed, odd-numbered digit samples; sizes and
@@ -58,6 +67,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -96,6 +106,19 @@ def make_set(n, size, seed=0):
     tau = se2.random_transforms(n, rotation_range=180, shift_range=3, seed=rng)
     moved = np.clip(warp(canvas, tau), 0, None).astype(np.float32)
     return preprocess(list(moved), size=size).images, data.target[pick]
+
+
+def make_particles(n, size, seed=0, snr=1.0, denoise="auto"):
+    """``n`` cryo-like particle images (4 views of a random density, SNR ``snr``, ``noise_suite``), as
+    ``ia-cluster`` reads them (``--denoise auto``), and their classes."""
+    from noise_suite import NoiseSpec, make_noise_set
+
+    from iastudio.core.preprocess import preprocess
+
+    per_view = -(-n // 4)
+    images, labels, _ = make_noise_set(NoiseSpec(f"scale-snr{snr:g}-{per_view}", snr, per_view), seed=seed)
+    images, labels = images[:n], np.array([int(v[4:]) for v in labels[:n]])
+    return preprocess(images, size=size, denoise=denoise).images, labels
 
 
 def _readout_sets():
@@ -184,7 +207,7 @@ def readout(size=48, k=30, only=(), draws=1):
               f"agree on {v[:, 2].sum():.1f} of {len(v)}" + (" (mean over the draws)" if draws > 1 else ""))
 
 
-def _one(n, size, neighbors, backend, iterations, warmup=False):
+def _one(n, size, neighbors, backend, iterations, warmup=False, kind="digits", forecast=True):
     """Child process: one full run, JSON on stdout.
 
     ``warmup``: first a small run of 40 other images on the same backend (pruned, one
@@ -198,11 +221,11 @@ def _one(n, size, neighbors, backend, iterations, warmup=False):
 
     from iastudio.core.attention import AttentionRun, Stage
 
-    x, y = make_set(n, size)
+    x, y = make_set(n, size) if kind == "digits" else make_particles(n, size)
     if warmup:
         AttentionRun(make_set(40, size, seed=5)[0], backend=backend, neighbors=10, iterations=1).run()
     t0, c0 = time.perf_counter(), time.process_time()
-    run = AttentionRun(x, backend=backend, neighbors=neighbors, iterations=iterations)
+    run = AttentionRun(x, backend=backend, neighbors=neighbors, iterations=iterations, forecast=forecast)
     marks = [0.0]
     prof_path = os.environ.get("IA_BENCH_PROFILE")  # write the top functions of a profile of the run here
     if prof_path:
@@ -234,11 +257,13 @@ def _one(n, size, neighbors, backend, iterations, warmup=False):
                peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
                clusters=int(res.n_clusters), ari=float(adjusted_rand_score(y, res.labels)),
                similarity_s=res.timings["similarity_s"], mean_s=res.timings["mean_s"],
+               forecast_s=res.timings.get("forecast_s", 0.0), notes=list(res.notes),
                iterations=int(res.iterations), labels=[int(v) for v in res.labels])
     print("RESULT " + json.dumps(out))
 
 
-def run_child(n, size, neighbors, backend="numpy", iterations=3, timeout=None, warmup=False, env=None):
+def run_child(n, size, neighbors, backend="numpy", iterations=3, timeout=None, warmup=False, env=None,
+              kind="digits", forecast=True):
     """Run :func:`_one` in a fresh process; ``None`` when it did not finish in ``timeout`` seconds.
 
     ``env``: variables set for that process (e.g. ``IASTUDIO_CUDA_WARP=off``).
@@ -246,7 +271,8 @@ def run_child(n, size, neighbors, backend="numpy", iterations=3, timeout=None, w
     import os
 
     cmd = [sys.executable, __file__, "_one", str(n), "--size", str(size), "--neighbors", str(neighbors),
-           "--backend", backend, "--iterations", str(iterations)] + (["--warmup"] if warmup else [])
+           "--backend", backend, "--iterations", str(iterations), "--kind", kind] + \
+        (["--warmup"] if warmup else []) + ([] if forecast else ["--no-forecast"])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                               env=None if env is None else {**os.environ, **env})
@@ -311,7 +337,7 @@ def bench_means(size=64, n=60, converged=60):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=("means", "run60", "sizes", "recall", "project", "autosave", "agree", "readout",
-                                    "_one"))
+                                    "peer", "_one"))
     p.add_argument("n", nargs="*", type=int)
     p.add_argument("--size", type=int, default=48)
     p.add_argument("--neighbors", default="auto")
@@ -323,10 +349,16 @@ def main(argv=None):
     p.add_argument("--only", nargs="*", default=(), help="readout: these sets only")
     p.add_argument("--draws", type=int, default=1, help="readout: probe draws per set (agreement averaged)")
     p.add_argument("--frames", type=int, default=7, help="project: recorded steps (7: a 3-iteration run)")
+    p.add_argument("--kind", choices=("digits", "particles"), default="digits",
+                   help="_one: rotated digits, or cryo-like particles at SNR 1 (denoised as ia-cluster does)")
+    p.add_argument("--kinds", nargs="*", default=["digits", "particles"], help="peer: the kinds of set")
+    p.add_argument("--no-forecast", action="store_true", help="_one, peer: without the guard's forecast")
     a = p.parse_args(argv)
     nb = a.neighbors if a.neighbors in ("all", "auto") else int(a.neighbors)
     if a.what == "_one":
-        _one(a.n[0], a.size, nb, a.backend, a.iterations, warmup=a.warmup)
+        _one(a.n[0], a.size, nb, a.backend, a.iterations, warmup=a.warmup, kind=a.kind, forecast=not a.no_forecast)
+    elif a.what == "peer":
+        peer(a.n or [1000, 4000, 10000], a)
     elif a.what == "means":
         bench_means()
     elif a.what == "run60":
@@ -345,6 +377,53 @@ def main(argv=None):
         readout(a.size, only=a.only, draws=a.draws)
     else:
         sizes(a.n or [250, 1000, 4000], a)
+
+
+def peer(ns, a):
+    """IA (defaults, ``--size``) and ASPIRE (``aspire_peer.py`` in its own environment, k given) on the same sets."""
+    import platform
+
+    from aspire_peer import aspire_python, run_peer
+    from sklearn.metrics import adjusted_rand_score
+
+    have_aspire = aspire_python() is not None
+    where = "its own environment" if have_aspire else "NOT FOUND"
+    print(f"IA (defaults: k auto, pruned above 300 images, {a.size} px{'' if not a.no_forecast else ', no forecast'})"
+          f" against ASPIRE RIRClass2D + spectral clustering (k given, {where}),"
+          f" one after the other; {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    for n in ns:
+        for kind in a.kinds:
+            ia = run_child(n, a.size, "auto", a.backend, a.iterations, timeout=a.timeout, kind=kind,
+                           forecast=not a.no_forecast)
+            line = f"  {kind:9s} n={n:6d}  IA: "
+            line += (f"did not finish in {a.timeout:.0f} s" if ia is None else
+                     f"{ia['wall_s']:.1f} s wall, {ia['cpu_s']:.1f} s CPU, {ia['peak_mb']:.0f} MB, k {ia['clusters']}, "
+                     f"ARI {ia['ari']:.3f} (similarity {ia['similarity_s']:.1f} s, means {ia['mean_s']:.1f} s)")
+            print(line, flush=True)
+            if not have_aspire:
+                continue
+            if kind == "digits":
+                x, y = make_set(n, a.size)
+            else:
+                x, y = make_particles(n, a.size, denoise="off")
+            t0 = time.perf_counter()
+            try:
+                r = run_peer(x, len(set(y.tolist())), timeout=a.timeout)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                print(f"  {kind:9s} n={n:6d}  ASPIRE: failed or did not finish ({str(e)[-300:]})", flush=True)
+                continue
+            outside = time.perf_counter() - t0
+            ari = adjusted_rand_score(y, r["labels"])
+            line = (f"  {kind:9s} n={n:6d}  ASPIRE: {float(r['wall_s']):.1f} s wall ({outside:.1f} s with its start "
+                    f"and the .npz files), {float(r['cpu_s']):.1f} s CPU, {float(r['peak_rss_mb']):.0f} MB, "
+                    f"ARI {ari:.3f}")
+            if ia is not None:
+                mem = ia['peak_mb'] / float(r['peak_rss_mb'])
+                line += (f"\n  {kind:9s} n={n:6d}  IA / ASPIRE: wall {ia['wall_s'] / float(r['wall_s']):.2f}x, CPU "
+                         f"{ia['cpu_s'] / float(r['cpu_s']):.2f}x, memory {mem:.2f}x, "
+                         f"ARI {ia['ari']:.3f} vs {ari:.3f}")
+            print(line, flush=True)
 
 
 def sizes(ns, a):

@@ -115,6 +115,15 @@ class Settings:
         on with ``beta="auto"``, off with an explicit ``beta`` (the paper's
         plain iteration).  On a pruned run the silhouettes include its sample
         of pairs off the graph.
+    forecast : bool
+        With the guard on: before each iteration, forecast the distances its
+        means would have from the current distances and W
+        (:func:`iastudio.core.forecast.forecast_mean_distances`, no warp) and
+        put the guard's question to them; when the forecast clusters differ
+        and would not pass the guard, the iteration is not run (the run ends
+        as the guard would have ended it after computing it, and ``notes``
+        says so).  A forecast that keeps the clusters, or passes the guard,
+        runs the iteration as before.
     group : {"se2", "e2"}
         ``"e2"`` also matches mirror images (reflections), for data where a
         flipped specimen is the same thing.  Always on all pairs.
@@ -172,6 +181,7 @@ class Settings:
     intensity: str = "unit"
     readout: str = option("readout").default
     preset: str | None = None
+    forecast: bool = True
 
     @property
     def guarded(self) -> bool:
@@ -439,7 +449,7 @@ class AttentionRun:
         process's setting (:func:`iastudio.core.backend.set_threads`).
     method, beta, iterations, clusters, rotation_range, angle_step, mean_steps, sigmas, init, weight_tol, \
 weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors, mean_solver, learning_rate, \
-intensity, readout
+intensity, readout, forecast
         The options of the run, keyword-only: see :class:`Settings` (the
         defaults are its defaults).  They are kept as :attr:`settings`.
     preset : str, optional
@@ -466,7 +476,8 @@ intensity, readout
                  snapshot_every: int = Settings.snapshot_every, converge_tol: float = Settings.converge_tol,
                  guard: bool | None = Settings.guard, group: str = Settings.group, neighbors=Settings.neighbors,
                  mean_solver: str = Settings.mean_solver, learning_rate: float = Settings.learning_rate,
-                 intensity: str = Settings.intensity, readout: str = Settings.readout, preset: str | None = None):
+                 intensity: str = Settings.intensity, readout: str = Settings.readout, preset: str | None = None,
+                 forecast: bool = Settings.forecast):
         #: optional ``dask.distributed.Client``: similarity chunks and mean columns run as its tasks
         self.client = client
         check("threads", threads)
@@ -477,7 +488,7 @@ intensity, readout
             angle_step=angle_step, mean_steps=mean_steps, sigmas=sigmas, init=init, weight_tol=weight_tol,
             weight_mass=weight_mass, mean_rtol=mean_rtol, snapshot_every=snapshot_every,
             converge_tol=converge_tol, guard=guard, group=group, neighbors=neighbors, mean_solver=mean_solver,
-            learning_rate=learning_rate, intensity=intensity, readout=readout)
+            learning_rate=learning_rate, intensity=intensity, readout=readout, forecast=bool(forecast))
         if preset is not None:
             from .presets import preset_options
 
@@ -522,7 +533,8 @@ intensity, readout
         self._prev = None  # (features, sim, weights, labels, k_choice, beta) of the previous iteration, for the guard
         self._accepted = 0  # mean rounds whose result is in self._features
         self._notes: list[str] = []
-        self._timings = {"similarity_s": 0.0, "mean_s": 0.0, "total_s": 0.0}
+        self._forecasts: list[dict] = []  # what the guard's forecast saw before each iteration (for benchmarks)
+        self._timings = {"similarity_s": 0.0, "mean_s": 0.0, "forecast_s": 0.0, "total_s": 0.0}
         self._result: RunResult | None = None
         self._cancel = threading.Event()
         #: optional ``callable(fraction, text)`` told how far a long stage has got
@@ -751,6 +763,43 @@ intensity, readout
         self._prev = None
         return True
 
+    def _forecast_rejects(self, distances, weights, probes, labels) -> bool:
+        """True when the guard would undo the next iteration by its forecast (then it is not run).
+
+        The next iteration's distances are forecast from ``distances`` and W
+        (:func:`iastudio.core.forecast.forecast_mean_distances`) and read out;
+        the forecast clusters meet the guard's test (:meth:`_guard_rejects`).
+        """
+        s = self.settings
+        if not (s.guarded and s.forecast and s.method == "ia") or self._input_sim is None:
+            return False
+        from sklearn.metrics import adjusted_rand_score
+
+        from .forecast import forecast_mean_distances
+
+        t0 = time.perf_counter()
+        try:
+            d1, p1 = forecast_mean_distances(distances, weights, probes=probes, mass=s.weight_mass)
+            new, _ = self._read_labels(d1, p1)
+            if adjusted_rand_score(labels, new) == 1.0:
+                self._forecasts.append({"iteration": self._accepted + 1, "same": True})
+                return False  # forecast: the clusters stay; the iteration sharpens them
+            d0, probes0 = self._input_sim[0], self._input_sim[3]
+            before = self._separation(d0, labels, probes0)
+            after = self._separation(d0, new, probes0)
+            self._forecasts.append({"iteration": self._accepted + 1, "same": False, "before": before, "after": after})
+        finally:
+            self._timings["forecast_s"] += time.perf_counter() - t0
+        if before is None or (after is not None and after >= before + _GUARD_GAIN):
+            return False
+        after_text = "undefined" if after is None else f"{after:.3f}"
+        self._notes.append(
+            f"iteration {self._accepted + 1} not run: its forecast (the distances of its means estimated from the "
+            f"current distances and W) moves images between clusters without fitting the input images better "
+            f"(silhouette on the input distances {before:.3f} -> {after_text}); kept the clusters of "
+            f"{'the input images' if self._accepted == 0 else f'iteration {self._accepted}'} and stopped")
+        return True
+
     @staticmethod
     def _init_of(trans):
         """Starting transforms of the means: the dense array, or a look-up into a pruned run's pairs."""
@@ -802,6 +851,9 @@ intensity, readout
                                f"(more iterations would only sharpen W and the means)")
         if settled or (prev is not None and _max_abs_diff(w, prev) < s.converge_tol):
             self._stage = _Phase.FINISHING  # the clusters settled, or W stopped moving: converged
+            return self._advance()
+        if self._forecast_rejects(dist, w, probes, labels):
+            self._stage = _Phase.FINISHING  # the guard would undo the iteration: not computed
             return self._advance()
         self._stage = _Phase.MEANS
         t0 = time.perf_counter()

@@ -206,6 +206,7 @@ def test_a_default_run_stops_once_an_iteration_leaves_the_clusters_as_they_were(
     assert res.iterations == 1
     assert len(res.history) == 2
     assert any("iteration 1 left the clusters as they were" in note for note in res.notes)
+    assert not any("not run" in note for note in res.notes)  # the guard's forecast kept the clusters: it ran
     plain = AttentionRun(shapes[1], backend="numpy", guard=False).run()  # the plain iteration goes on
     assert plain.iterations == 3
     assert not plain.notes

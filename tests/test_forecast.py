@@ -1,0 +1,112 @@
+"""forecast_mean_distances (known answers) and the run's forecast of the guard (issue #30 item 6)."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from numpy.testing import assert_allclose, assert_array_equal
+
+from iastudio.core.attention import AttentionRun, Stage
+from iastudio.core.forecast import forecast_mean_distances
+
+
+def _column_stochastic(rng, n, zeros=0.5):
+    w = rng.random((n, n)) * (rng.random((n, n)) > zeros) + np.eye(n)
+    return w / w.sum(axis=0, keepdims=True)
+
+
+def _exact(points, w):
+    means = w.T @ points  # mean j: sum_a W_aj x_a
+    return np.linalg.norm(means[:, None] - means[None, :], axis=-1)
+
+
+def test_euclidean_points_give_the_exact_distances_between_their_weighted_means():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 5))
+    d = np.linalg.norm(x[:, None] - x[None, :], axis=-1)
+    w = _column_stochastic(rng, 30)
+    got, probes = forecast_mean_distances(d, w, mass=1.0)
+    assert probes is None
+    assert_allclose(got, _exact(x, w), atol=1e-9)
+
+
+def test_a_complete_graph_gives_the_dense_forecast():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(20, 3))
+    d = np.linalg.norm(x[:, None] - x[None, :], axis=-1)
+    w = _column_stochastic(rng, 20)
+    dense, _ = forecast_mean_distances(d, w, mass=1.0)
+    graph, _ = forecast_mean_distances(sp.csr_matrix(d), sp.csr_matrix(w), mass=1.0)
+    assert sp.issparse(graph)
+    assert_allclose(graph.toarray(), dense, atol=1e-9)
+
+
+def test_pairs_off_the_graph_count_at_the_probes_mean_square():
+    # the corners of a simplex: every distance is sqrt(2), so the probes' mean square is exact for the missing pairs
+    n = 12
+    rng = np.random.default_rng(2)
+    x = np.eye(n)
+    full = np.full((n, n), np.sqrt(2.0)) - np.sqrt(2.0) * np.eye(n)
+    near = np.abs(np.subtract.outer(np.arange(n), np.arange(n))) % (n - 1) <= 2  # a ring of neighbours
+    np.fill_diagonal(near, False)
+    far = ~near & ~np.eye(n, dtype=bool) & (rng.random((n, n)) < 0.3)
+    far = far | far.T
+    graph = sp.csr_matrix(np.where(near, full, 0.0))
+    probes = sp.csr_matrix(np.where(far, full, 0.0))
+    w = np.where(near | np.eye(n, dtype=bool), rng.random((n, n)) + 0.1, 0.0)
+    w /= w.sum(axis=0, keepdims=True)
+    got, got_probes = forecast_mean_distances(graph, sp.csr_matrix(w), probes=probes, mass=1.0)
+    exact = _exact(x, w)
+    assert_array_equal(got.toarray() != 0, near)  # on the graph's pairs only
+    assert_allclose(got.toarray()[near], exact[near], atol=1e-9)
+    assert_allclose(got_probes.toarray()[far], exact[far], atol=1e-9)
+    # without probes the largest computed distance stands in (here the same value)
+    assert_allclose(forecast_mean_distances(graph, sp.csr_matrix(w), mass=1.0)[0].toarray()[near], exact[near],
+                    atol=1e-9)
+
+
+def test_the_weights_that_carry_little_mass_are_left_out_as_in_the_means():
+    x = np.array([[0.0], [1.0], [10.0]])
+    d = np.abs(x - x.T)
+    w = np.array([[0.6, 0.0, 0.0], [0.399, 1.0, 0.0], [0.001, 0.0, 1.0]])
+    kept, _ = forecast_mean_distances(d, w, mass=0.99)  # the 0.001 weight is dropped, column 0 renormalised
+    trimmed = np.array([[0.6 / 0.999, 0.0, 0.0], [0.399 / 0.999, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    assert_allclose(kept, _exact(x, trimmed), atol=1e-9)
+    assert not np.allclose(kept, forecast_mean_distances(d, w, mass=1.0)[0])
+
+
+@pytest.fixture(scope="module")
+def undone_set():
+    """A set on which the guard undoes iteration 1: the quality suite's tune letters-4-full (k = auto)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from quality_suite import make_set, suite
+
+    from iastudio.core.preprocess import preprocess
+
+    spec = next(s for s in suite() if s.name == "letters-4-full")
+    images, _ = make_set(spec, split="tune")
+    return preprocess(images, size=48).images
+
+
+@pytest.mark.slow
+def test_an_iteration_the_guard_would_undo_is_not_run_and_the_result_is_the_same(undone_set):
+    computed = AttentionRun(undone_set, backend="numpy", forecast=False)
+    stages = [snap.stage for snap in computed.steps()]
+    old = computed.result()
+    if not any("moved images between clusters" in note for note in old.notes):
+        pytest.fail("the guard no longer undoes iteration 1 on this set: pick another one for this test")
+    assert Stage.MEANS in stages or Stage.ITERATION in stages  # without the forecast the iteration was computed
+    run = AttentionRun(undone_set, backend="numpy")
+    stages = [snap.stage for snap in run.steps()]
+    new = run.result()
+    assert Stage.MEANS not in stages
+    assert Stage.ITERATION not in stages
+    assert any("not run: its forecast" in note for note in new.notes)
+    assert new.iterations == old.iterations == 0
+    assert_array_equal(new.labels, old.labels)
+    assert_array_equal(new.features, old.features)
+    assert_allclose(new.weights, old.weights)
+    assert_allclose(new.cluster_means, old.cluster_means, atol=1e-6)
+    assert len(new.history) == len(old.history)
+
