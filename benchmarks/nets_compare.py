@@ -22,7 +22,8 @@ For a run that must be split into budgets (a CPU cannot give GSA-R16 the budget 
     python benchmarks/nets_compare.py --table-from runs.jsonl            # one table, a row per model and budget
 
 ``--jsonl`` appends one line per finished run (model, seed, budget, machine, date, result), so a run that is
-stopped still gives its rows; ``--states DIR`` saves each trained model's state dict (``torch.save`` of
+stopped still gives its rows; ``--states DIR`` saves each trained model's state dict as
+``NAME-seedS-TRAINxEPOCHS.pt`` (``torch.save`` of
 tensors only: read it back with ``torch.load(..., weights_only=True)``) for ``nets_equivariance.py``.
 """
 from __future__ import annotations
@@ -171,7 +172,8 @@ def main() -> int:
                     f.write(json.dumps(rec) + "\n")
             if args.states:
                 Path(args.states).mkdir(parents=True, exist_ok=True)
-                torch.save(model.state_dict(), Path(args.states) / f"{name}-seed{s}.pt")
+                state = Path(args.states) / f"{name}-seed{s}-{budget['n_train']}x{args.epochs}.pt"
+                torch.save(model.state_dict(), state)
             print(f"  {name} seed {s}: test error {100 * res.test_error:.2f} %, {res.train_seconds:.0f} s", flush=True)
     text = header + "\n\n" + table(records)
     if skipped:

@@ -12,7 +12,7 @@ For each model: the relative logit change ``|z(g x) - z(x)| / |z(x)|`` on ``--di
 * angles off the group (``--off``, by default 20 and 37 degrees: in none of R4 ... R16),
 
 once for the untrained network (``torch.manual_seed(0)``) and once for each trained state dict found in
-``--states`` (``NAME-seedS.pt`` as ``nets_compare.py --states`` writes them; read with
+``--states`` (``NAME-seedS-TRAINxEPOCHS.pt`` as ``nets_compare.py --states`` writes them; read with
 ``torch.load(weights_only=True)``: tensors only, never a pickle).  Rotations fill the uncovered corners with the
 data set's background value.  Prints a markdown table and, with ``--jsonl``, appends one JSON line per row.
 """
@@ -61,7 +61,7 @@ def main() -> int:
     ap.add_argument("--digits", type=int, default=3, help="mnist-rot test digits measured")
     ap.add_argument("--own", type=int, default=1, help="how many of the group's own off-grid rotations")
     ap.add_argument("--off", default="20,37", help="off-group angles in degrees")
-    ap.add_argument("--states", default=None, metavar="DIR", help="trained state dicts (NAME-seedS.pt)")
+    ap.add_argument("--states", default=None, metavar="DIR", help="trained state dicts (NAME-seed*.pt)")
     ap.add_argument("--no-untrained", action="store_true", help="measure only the trained states")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--jsonl", default=None, help="append one JSON line per row to this file")
@@ -88,7 +88,7 @@ def main() -> int:
         for path in sorted(Path(args.states).glob(f"{name}-seed*.pt")) if args.states else []:
             model = build_model(name)
             model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-            states.append((f"trained ({path.stem.rsplit('-', 1)[1]})", model.eval()))
+            states.append((f"trained ({path.stem[len(name) + 1:]})", model.eval()))
         for state, model in states:
             t0 = time.perf_counter()
             m = measure(model, x, own=own, off=off, background=data.background)
