@@ -303,6 +303,27 @@ def test_train_save_and_load_roundtrip(tmp_path):
     assert_allclose(_np(predict_logits(again, ds.x_test)), _np(predict_logits(model, ds.x_test)), atol=1e-6)
 
 
+def test_train_can_skip_the_invariance_measures(monkeypatch):
+    """``invariance=False`` (slow GSA-Nets in benchmarks/nets_compare.py): no rotated forward pass, NaN / None."""
+    from iastudio.core.nets import train
+
+    ds = _tiny_dataset()
+    calls = []
+    real = train.invariance_errors
+    monkeypatch.setattr(train, "invariance_errors", lambda *a, **k: calls.append(k["angles"]) or real(*a, **k))
+    _, res = train.train_model("p4cnn-small", ds, epochs=1, batch=8, device="cpu", model_options={"channels": 2},
+                               invariance=False)
+    assert calls == []
+    assert math.isnan(res.invariance_error_90)
+    assert res.invariance_error_group is None
+    assert res.invariance_error_offgroup is None
+    assert 0.0 <= res.test_error <= 1.0
+    _, res = train.train_model("p4cnn-small", ds, epochs=1, batch=8, device="cpu", model_options={"channels": 2})
+    assert len(calls) == 2
+    assert res.invariance_error_90 < 1e-5
+    assert math.isfinite(res.invariance_error_offgroup)
+
+
 class _Evil:
     def __reduce__(self):
         import pathlib
@@ -385,3 +406,42 @@ def test_inspection_maps_turn_with_the_input(name):
         assert_allclose(qa.maps.sum(axis=(1, 2)), 1.0, atol=1e-5)
         for h in range(4):
             assert_allclose(qb.maps[(h + 1) % 4], np.rot90(qa.maps[h]), atol=1e-6)
+
+
+def test_nets_compare_table_from_json_lines(tmp_path):
+    """benchmarks/nets_compare.py: one row per model and budget, mean +- std over seeds; a cut line is left out."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import nets_compare
+
+    def rec(model, seed, err, n_train):
+        budget = {"n_train": n_train, "epochs": 2, "batch": 32, "n_test": 500, "eval_subset": 100}
+        return {"model": model, "seed": seed, "budget": budget, "result": {
+            "test_error": err, "parameters": 24_610, "invariance_error_90": 1e-7, "invariance_error_group": None,
+            "invariance_error_offgroup": float("nan"), "train_seconds": 10.0 * (seed + 1)}}
+
+    path = tmp_path / "runs.jsonl"
+    lines = [json.dumps(rec("p4cnn", s, e, 1000)) for s, e in enumerate([0.10, 0.20, 0.30])]
+    lines.append(json.dumps(rec("p4cnn", 0, 0.9, 100)))
+    path.write_text("\n".join(lines) + '\n{"model": "p4cnn", "se')  # a run stopped while writing
+    records = nets_compare.read_jsonl([path])
+    assert len(records) == 4
+    rows = nets_compare.table(records).splitlines()[2:]
+    assert len(rows) == 2
+    cells = [c.strip() for c in rows[0].split("|")[1:-1]]
+    assert cells[0] == "p4cnn"
+    assert cells[1] == "1,000 / 2 ep. / batch 32 / 500 test"
+    assert cells[2] == f"{20.0:.2f} ± {10.0:.2f}"
+    assert cells[3] == "3"
+    assert cells[4].startswith("2.048 ± 0.045")
+    assert cells[5] == "24,610" == cells[6]
+    assert cells[7] == "1.0e-07 ± 0.0e+00"
+    assert cells[8] == "–"
+    assert cells[9] == "–"
+    assert cells[10] == "20 ± 10"
+    cells = [c.strip() for c in rows[1].split("|")[1:-1]]
+    assert cells[1].startswith("100 /")
+    assert cells[2] == "90.00"
+    assert cells[3] == "1"

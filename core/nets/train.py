@@ -163,7 +163,7 @@ def _train_epoch(model, opt, xtr, ytr, *, batch, rng, dev, done, total, on_batch
 
 def train_model(name: str, data, *, epochs: int = 10, batch: int = 64, lr: float = 1e-3, weight_decay: float = 1e-4,
                 seed: int = 0, device: str = "auto", model_options=None, on_epoch=None, on_batch=None,
-                should_stop=None, eval_subset: int | None = None):
+                should_stop=None, eval_subset: int | None = None, invariance: bool = True):
     """Train a model by name on a :class:`~iastudio.core.nets.data.Dataset` (Adam, cross-entropy, seed 001 B.2).
 
     Parameters
@@ -187,6 +187,9 @@ def train_model(name: str, data, *, epochs: int = 10, batch: int = 64, lr: float
         Returns True to stop after the current batch.
     eval_subset : int, optional
         Measure the invariance error on at most this many test images.
+    invariance : bool
+        False skips the three invariance measures (they are NaN / None in the result): for networks whose
+        forward pass is too slow to repeat under every angle (GSA-R8 ... R16 on a CPU).
 
     Returns
     -------
@@ -220,10 +223,13 @@ def train_model(name: str, data, *, epochs: int = 10, batch: int = 64, lr: float
     xs = data.x_test[:eval_subset] if eval_subset else data.x_test
     group = model_group(name)
     bg = getattr(data, "background", 0.0)
-    err90 = invariance_error(model, xs, angles=[math.pi / 2, math.pi, 3 * math.pi / 2], device=dev, background=bg)
-    own = [a for a in group_angles(group) if abs(a / (math.pi / 2) - round(a / (math.pi / 2))) > 1e-9]
-    errg = invariance_error(model, xs, angles=own, device=dev, background=bg) if own else None
-    erro = invariance_error(model, xs, angles=offgroup_angles(group), device=dev, background=bg)
+    err90, errg, erro = float("nan"), None, None
+    if invariance:
+        err90 = invariance_error(model, xs, angles=[math.pi / 2, math.pi, 3 * math.pi / 2], device=dev,
+                                 background=bg)
+        own = [a for a in group_angles(group) if abs(a / (math.pi / 2) - round(a / (math.pi / 2))) > 1e-9]
+        errg = invariance_error(model, xs, angles=own, device=dev, background=bg) if own else None
+        erro = invariance_error(model, xs, angles=offgroup_angles(group), device=dev, background=bg)
     last = history[-1] if history else {"test_accuracy": float("nan")}
     result = TrainResult(name, data.name, last["test_accuracy"], 1.0 - last["test_accuracy"],
                          count_parameters(model), len(history), seed, str(dev), seconds, err90, errg, history, erro)
