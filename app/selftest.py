@@ -95,11 +95,12 @@ def check_reachable_paths(window, folder) -> list[tuple[str, bool, str]]:
     checks.append(("PNG, JPEG, BMP, TIFF, multi-page TIFF, NPY, MRC stack read", len(loaded.images) == 9
                    and not loaded.skipped, f"{len(loaded.images)} images, {len(loaded.skipped)} skipped"))
     m = window.model
-    csv = export_assignments(m, folder / "clusters.csv")
-    tree = export_cluster_folders(m, folder / "clusters", aligned=True)
-    gif = export_gif(m, folder / "run.gif")
+    s = m.session
+    csv = export_assignments(s, folder / "clusters.csv")
+    tree = export_cluster_folders(s, folder / "clusters", aligned=True)
+    gif = export_gif(s, folder / "run.gif")
     pngs = list(Path(tree).rglob("*.png"))
-    checks.append(("exports: CSV, aligned cluster folders, animation", csv.stat().st_size > 0 and len(pngs) == m.n
+    checks.append(("exports: CSV, aligned cluster folders, animation", csv.stat().st_size > 0 and len(pngs) == s.n
                    and gif.stat().st_size > 0, f"{len(pngs)} images in folders, GIF {gif.stat().st_size} bytes"))
     about = about_text(m)
     frozen_says_pip = is_packaged() and "pip install" in about  # the installed app cannot pip install
