@@ -24,6 +24,40 @@ def _logs(tmp_path, monkeypatch):
     monkeypatch.setenv("IA_STUDIO_LOG_DIR", str(tmp_path / "home" / "logs"))
 
 
+@pytest.fixture(scope="module")
+def _one_window(qapp, home):
+    """One main window for the tests of this module that take ``window`` (a new one costs 1-2 s of CPU)."""
+    import gc
+
+    gc.collect()
+    w = MainWindow()
+    w.show()
+    first = (w.run_panel.settings_state(), w.run_panel.size.value(), w.transform_panel.seed.value())
+    yield w, first
+    w.model.shutdown(5000)
+    w.close()
+
+
+@pytest.fixture
+def window(_one_window, qtbot):
+    """The module's window, put back as a new one shows itself: no images, no run, the first settings."""
+    w, (settings, size, seed) = _one_window
+    m, session = w.model, w.model.session
+    m.stop()
+    qtbot.waitUntil(lambda: not session.busy and not m.loading, timeout=30000)
+    session.close()  # the Dask clients a test opened
+    assert session.clear()
+    w.run_panel.restore_settings(settings)
+    w.run_panel.size.setValue(size)
+    w.run_panel.dask.setText("")
+    w.transform_panel.seed.setValue(seed)
+    w.last_dialog = None
+    assert session.n == 0
+    assert session.state == "idle"
+    assert session.final is None
+    return w
+
+
 def _wait_state(qtbot, window, states, timeout=60000):
     qtbot.waitUntil(lambda: window.model.state in states, timeout=timeout)
 
