@@ -372,6 +372,7 @@ def test_frames_and_results_arrive_on_the_gui_thread(window, qtbot):
     assert m.state == "finished" and len(threads) >= 3 and all(threads)
 
 
+@pytest.mark.slow
 def test_run_panel_dask_field_reaches_the_run(window, qtbot):
     """Run panel → Dask cluster: an address that cannot work is refused with the reason; local:1 runs there."""
     pytest.importorskip("distributed")

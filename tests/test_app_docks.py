@@ -121,7 +121,8 @@ def test_the_arrangement_is_saved_with_the_window_and_restored(qtbot, qapp):
     w2.close()
 
 
-@pytest.mark.parametrize("saved", ["garbled", "old version", "not bytes"])
+@pytest.mark.parametrize("saved", ["garbled", *(pytest.param(s, marks=pytest.mark.slow)
+                                                for s in ("old version", "not bytes"))])
 def test_a_stale_or_damaged_saved_arrangement_is_ignored(qtbot, qapp, saved):
     w = _window(qtbot, qapp)
     w.docks["compare"].close()

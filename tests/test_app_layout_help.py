@@ -241,6 +241,7 @@ def test_plots_and_hints_follow_a_dark_palette(run_win, qapp, tmp_path):
     assert QColor(*corner) == old.color(theme.QPalette.ColorRole.Base)  # back to light
 
 
+@pytest.mark.slow
 def test_exported_panels_leave_out_the_selection_and_the_colour_bar_handles(run_win, qapp, tmp_path):
     w = run_win
     w.model.select([])

@@ -198,6 +198,7 @@ def test_exported_csv_numbers_clusters_as_their_names(win, tmp_path):
 
 # ------------------------------------------------------------------ the palette
 
+@pytest.mark.slow
 def test_view_palette_switches_and_is_remembered(win, qapp, tmp_path):
     app = QApplication.instance()
     original = app.palette().color(app.palette().ColorRole.Window).name()

@@ -80,8 +80,8 @@ def _digits(n=2, seed=0):
     return torch.as_tensor(x[idx].reshape(n, 1, 28, 28) / 255.0, dtype=torch.float32)
 
 
-@pytest.mark.parametrize("name", ["p4cnn", "a-p4cnn", "aF-p4cnn", "p4mcnn", "aF-p4mcnn",
-                                  pytest.param("a-p4mcnn", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["p4cnn", "a-p4cnn", *(pytest.param(n, marks=pytest.mark.slow)
+                                                       for n in ("aF-p4cnn", "p4mcnn", "aF-p4mcnn", "a-p4mcnn"))])
 def test_paper_cnns_are_exactly_invariant(name):
     torch.manual_seed(0)
     model = build_model(name).eval()
@@ -131,7 +131,7 @@ def _tiny_gsa(name):
     return build_model(name, heads=2, head_dim=6, crops=(0, 0, 1, 0, 0), dropout=0.0).eval()
 
 
-@pytest.mark.parametrize("name", ["gsa-r4", "gsa-r4m"])
+@pytest.mark.parametrize("name", ["gsa-r4", pytest.param("gsa-r4m", marks=pytest.mark.slow)])
 def test_paper_gsa_nets_are_exactly_invariant(name):
     model = _tiny_gsa(name)
     x = _digits()[..., 6:22, 6:22]  # 16 x 16 crops of real digits (the full network is slow on a CPU)
