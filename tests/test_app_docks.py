@@ -194,6 +194,7 @@ def test_a_narrow_panel_never_cuts_its_plots(win, qapp):
             assert item.size().width() <= plot.width() + 1, (name, item.titleLabel.text, item.size().width())
 
 
+@pytest.mark.slow
 def test_a_floating_panel_saved_off_every_screen_comes_back_into_the_window(qtbot, qapp):
     w = _window(qtbot, qapp)
     d = w.docks["images"]

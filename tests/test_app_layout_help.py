@@ -411,6 +411,7 @@ def test_run_menu_and_settings_follow_the_run_state(window, qtbot):
     assert not window.stop_action.isEnabled() and not window.resume_action.isEnabled()  # idle: nothing to act on
     m = window.model
     m.load_demo("digits")
+    window.run_panel.size.setValue(24)  # the states are the same at any size
     window.run_panel.iterations.setValue(1)
     states = []
     m.runStateChanged.connect(lambda s: states.append((s, window.stop_action.isEnabled(),

@@ -163,6 +163,7 @@ def test_every_long_tooltip_wraps(win, qapp):
 
 # ------------------------------------------------------------------ exports for print
 
+@pytest.mark.slow
 def test_panels_export_at_print_resolution_and_as_vector_figures(win, qapp, tmp_path):
     win.exports.panels(str(tmp_path))
     for name in ("weights", "means", "convergence_curves", "manifold_map", "ka_means", "ia_means"):

