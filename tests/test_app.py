@@ -34,8 +34,12 @@ def _one_window(qapp, home):
     w.show()
     first = (w.run_panel.settings_state(), w.run_panel.size.value(), w.transform_panel.seed.value())
     yield w, first
+    from PySide6.QtCore import QCoreApplication, QEvent
+
     w.model.shutdown(5000)
     w.close()
+    w.deleteLater()  # with its dialogs, as qtbot deletes the windows it was given
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
 @pytest.fixture
@@ -51,7 +55,9 @@ def window(_one_window, qtbot):
     w.run_panel.size.setValue(size)
     w.run_panel.dask.setText("")
     w.transform_panel.seed.setValue(seed)
-    w.last_dialog = None
+    if w.last_dialog is not None:
+        w.last_dialog.close()
+        w.last_dialog = None
     assert session.n == 0
     assert session.state == "idle"
     assert session.final is None
