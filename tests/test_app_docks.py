@@ -138,7 +138,8 @@ def test_the_arrangement_is_saved_with_the_window_and_restored(qtbot, qapp):
     w2.close()
 
 
-@pytest.mark.parametrize("saved", ["garbled", "old version", "not bytes"])
+@pytest.mark.parametrize("saved", ["garbled", *(pytest.param(s, marks=pytest.mark.slow)
+                                                for s in ("old version", "not bytes"))])
 def test_a_stale_or_damaged_saved_arrangement_is_ignored(qtbot, qapp, saved):
     w = _window(qtbot, qapp)
     w.docks["compare"].close()
@@ -216,6 +217,7 @@ def test_a_narrow_panel_never_cuts_its_plots(win, qapp):
             assert item.size().width() <= plot.width() + 1, (name, item.titleLabel.text, item.size().width())
 
 
+@pytest.mark.slow
 def test_a_floating_panel_saved_off_every_screen_comes_back_into_the_window(qtbot, qapp):
     w = _window(qtbot, qapp)
     d = w.docks["images"]

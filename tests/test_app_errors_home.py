@@ -128,6 +128,7 @@ def test_the_app_home_is_movable_and_the_tests_use_a_temporary_one(tmp_path, mon
     assert (tmp_path / "h" / "settings.ini").exists()
 
 
+@pytest.mark.slow
 def test_selftest_runs_in_a_temporary_home(tmp_path):
     """``ia-studio --selftest`` with HOME pointed at a fresh folder writes nothing into the app's folder there."""
     env = {k: v for k, v in os.environ.items() if k not in ("IA_STUDIO_HOME", "IA_STUDIO_LOG_DIR")}

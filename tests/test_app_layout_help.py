@@ -253,6 +253,7 @@ def test_plots_and_hints_follow_a_dark_palette(run_win, qapp, tmp_path):
     assert QColor(*corner) == old.color(theme.QPalette.ColorRole.Base)  # back to light
 
 
+@pytest.mark.slow
 def test_exported_panels_leave_out_the_selection_and_the_colour_bar_handles(run_win, qapp, tmp_path):
     w = run_win
     w.model.session.select([])
@@ -437,6 +438,7 @@ def test_run_menu_and_settings_follow_the_run_state(window, qtbot):
     assert not window.resume_action.isEnabled()
     m = window.model
     m.session.load_demo("digits")
+    window.run_panel.size.setValue(24)  # the states are the same at any size
     window.run_panel.iterations.setValue(1)
     states = []
     m.session.events.state.connect(lambda s: states.append((s, window.stop_action.isEnabled(),

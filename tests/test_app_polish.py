@@ -166,6 +166,7 @@ def test_every_long_tooltip_wraps(win, qapp):
 
 # ------------------------------------------------------------------ exports for print
 
+@pytest.mark.slow
 def test_panels_export_at_print_resolution_and_as_vector_figures(win, qapp, tmp_path):
     win.exports.panels(str(tmp_path))
     for name in ("weights", "means", "convergence_curves", "manifold_map", "ka_means", "ia_means"):
@@ -202,6 +203,7 @@ def test_exported_csv_numbers_clusters_as_their_names(win, tmp_path):
 
 # ------------------------------------------------------------------ the palette
 
+@pytest.mark.slow
 def test_view_palette_switches_and_is_remembered(win, qapp, tmp_path):
     app = QApplication.instance()
     original = app.palette().color(app.palette().ColorRole.Window).name()

@@ -24,8 +24,9 @@ def stopped(qapp, home):
     m.session.load_demo("shapes")
     w.run_panel.size.setValue(24)
     w.run_panel.beta_auto.setChecked(False)  # an explicit β runs every iteration (auto stops once settled)
-    w.run_panel.iterations.setValue(30)  # long enough to be stopped mid-run
-    assert w.start_run()
+    w.run_panel.iterations.setValue(30)  # long enough to be stopped mid-run...
+    # ...and never converged early (W stopping to move would end it before Stop lands on a loaded machine)
+    assert m.start(backend="numpy", **(w.run_panel.options() | {"converge_tol": 0.0}))
     _wait(qapp, lambda: m.session.latest is not None or m.session.state != "running")
     m.stop()
     _wait(qapp, lambda: m.session.state in ("stopped", "finished", "failed"))

@@ -105,6 +105,7 @@ def test_nothing_at_the_address_is_a_plain_error(capsys):
         connect("local:x")
 
 
+@pytest.mark.slow
 def test_cli_local_cluster_gives_the_plain_runs_labels(tmp_path):
     import csv
 

