@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backend import array_module, to_host
-from .invariant_mean import weight_entries
+from .invariant_mean import entry_starts, weight_entries
 from .smoothing import gaussian_smooth
 from .warp import warp
 
@@ -119,12 +119,7 @@ def start_descent_means(images, weights, init=None, *, tol: float = 0.0) -> Desc
     m = weights.shape[1]
     mean = xp.mean(images, axis=0, dtype=np.float64).astype(images.dtype)
     means = xp.broadcast_to(mean, (m, *images.shape[1:])).copy()
-    if init is None:
-        params = np.zeros((src.size, 3))
-    elif callable(init):
-        params = np.asarray(to_host(init(src, col)), dtype=float).reshape(-1, 3)
-    else:
-        params = np.asarray(to_host(init), dtype=float)[src, col]
+    params = entry_starts(init, src, col)
     return DescentState(src, col, wt, params, means)
 
 

@@ -118,6 +118,23 @@ def _segment_sum(values, seg, n_seg, xp, weights=None):
     return xp.asarray(mat @ flat).reshape((n_seg, *values.shape[1:]))
 
 
+def entry_starts(init, src, col) -> np.ndarray:
+    """The ``(len(src), 3)`` starting ``(theta, tx, ty)`` of the weight entries ``(src, col)``.
+
+    ``init``: None (the identity), a callable ``init(src, col)``, or an ``(n, m, 3)`` array.
+
+    Examples
+    --------
+    >>> entry_starts(None, np.array([0, 1]), np.array([0, 0])).shape
+    (2, 3)
+    """
+    if init is None:
+        return np.zeros((src.size, 3))
+    if callable(init):
+        return np.asarray(to_host(init(src, col)), dtype=float).reshape(-1, 3)
+    return np.asarray(to_host(init), dtype=float)[src, col]
+
+
 def weight_entries(weights, *, mass: float = 1.0, tol: float = 0.0):
     """The entries of a weight matrix that carry each column's mass.
 
@@ -209,12 +226,7 @@ def start_invariant_means(images, weights, init=None, *, tol: float = 0.0, mass:
     xp = array_module(images)
     src, col, wt = weight_entries(weights, mass=mass, tol=tol)
     m = weights.shape[1]
-    if init is None:
-        params = np.zeros((src.size, 3))
-    elif callable(init):
-        params = np.asarray(to_host(init(src, col)), dtype=float).reshape(-1, 3)
-    else:
-        params = np.asarray(to_host(init), dtype=float)[src, col]
+    params = entry_starts(init, src, col)
     src_x, col_x = xp.asarray(src), xp.asarray(col)
     wt_x = xp.asarray(wt, dtype=images.dtype)
     params_x = xp.asarray(params)
