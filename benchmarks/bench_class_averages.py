@@ -15,7 +15,8 @@ most of its images gives
 * ``ASPIRE avg``     -- ASPIRE's class average (``DebugClassAvgSource``, run from its own
                         environment by ``aspire_peer.py``) of the image of that view whose
                         neighbour class lies most inside its own ASPIRE cluster (ASPIRE's
-                        RIRClass2D neighbours, spectral split, k given).
+                        RIRClass2D neighbours, spectral split, k given).  Its classes hold
+                        ``--aspire-nbor`` + 1 images (default: as many as a true class).
 
 Every average is measured in the 48-px frame of the input against the clean projection of its view:
 its background (the median outside the disk of radius 20 px) is subtracted, then it is aligned onto
@@ -122,7 +123,7 @@ def _aspire_picks(peer, truth, views):
     return picks, inside
 
 
-def evaluate(spec, *, split: str, aspire: bool, seed: int = 0) -> dict:
+def evaluate(spec, *, split: str, aspire: bool, aspire_nbor: int = 10, seed: int = 0) -> dict:
     """All columns on one set: ``{column: (mean relL2, mean FRC0.5 px, mean FRC0.143 px, seconds)}``."""
     from sklearn.metrics import adjusted_rand_score
 
@@ -173,7 +174,7 @@ def evaluate(spec, *, split: str, aspire: bool, seed: int = 0) -> dict:
         else:
             try:
                 t = time.perf_counter()
-                peer = run_peer(stack, k, averages=True)
+                peer = run_peer(stack, k, averages=True, n_nbor=aspire_nbor)
                 secs = time.perf_counter() - t
                 picks, _ = _aspire_picks(peer, truth, views)
                 rows = [measure(peer["averages"][i], clean[v]) for i, v in zip(picks, views, strict=True)]
@@ -191,16 +192,21 @@ def main(argv=None) -> int:
     p.add_argument("--per-view", type=int, default=20, help="images per view (4 views; default 20)")
     p.add_argument("--split", choices=("tune", "holdout", "both"), default="both")
     p.add_argument("--no-aspire", action="store_true", help="skip ASPIRE's class averages (slow)")
+    p.add_argument("--aspire-nbor", type=int, default=None,
+                   help="neighbours in each ASPIRE class (default: images per view - 1, so that its averages "
+                        "hold as many images as a true class; ASPIRE's peer default is 10)")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     spec = NoiseSpec(f"cryo-snr{args.snr:g}-{args.per_view}", args.snr, args.per_view)
     splits = ("tune", "holdout") if args.split == "both" else (args.split,)
+    nbor = args.aspire_nbor if args.aspire_nbor is not None else max(args.per_view - 1, 1)
     print(f"# class averages against the clean views, {spec.name} (48 px, NumPy); cells: "
-          "relative L2 after alignment / FRC resolution at 0.5 / at 0.143 (px, 2 = Nyquist) / seconds")
+          "relative L2 after alignment / FRC resolution at 0.5 / at 0.143 (px, 2 = Nyquist) / seconds; "
+          f"ASPIRE classes of {nbor + 1} images")
     print("| split | n | IA ARI (k given) | " + " | ".join(COLUMNS) + " |")
     print("|---|---|---|" + "---|" * len(COLUMNS))
     for split in splits:
-        r = evaluate(spec, split=split, aspire=not args.no_aspire)
+        r = evaluate(spec, split=split, aspire=not args.no_aspire, aspire_nbor=nbor)
         cells = []
         for col in COLUMNS:
             if col in r:
