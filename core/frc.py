@@ -2,11 +2,9 @@
 
 The Fourier ring correlation (FRC) of two images ``a`` and ``b`` is, on each ring of spatial
 frequencies ``f`` (cycles per pixel) of their 2-D Fourier transforms ``A`` and ``B``,
-
-    FRC(f) = Re sum A B* / sqrt(sum |A|^2 sum |B|^2),
-
-the sums running over the ring.  It is 1 where the two agree (up to a positive factor per ring), near
-0 where they are independent.  The frequency where it first falls below a threshold -- 0.5, or
+``FRC(f) = Re sum(A conj(B)) / sqrt(sum(abs(A)**2) sum(abs(B)**2))``, the sums running over the
+ring.  It is 1 where the two agree (up to a positive factor per ring), near 0 where they are
+independent.  The frequency where it first falls below a threshold -- 0.5, or
 0.143 as in cryo-EM -- is the *resolution* at which a class average matches its truth; its inverse
 is that resolution in pixels.
 """
