@@ -33,8 +33,8 @@ the clustering's, shared by the IA columns).
 
 Usage::
 
-    python benchmarks/bench_class_averages.py                         # SNR 0.1, 20 per view, tune + holdout
-    python benchmarks/bench_class_averages.py --per-view 30 --no-aspire
+    python benchmarks/bench_class_averages.py                         # SNR 0.1, 30 per view, tune + holdout
+    python benchmarks/bench_class_averages.py --per-view 100 --no-aspire
 """
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def evaluate(spec, *, split: str, aspire: bool, aspire_nbor: int = 10, seed: int
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--snr", type=float, default=0.1)
-    p.add_argument("--per-view", type=int, default=20, help="images per view (4 views; default 20)")
+    p.add_argument("--per-view", type=int, default=30, help="images per view (4 views; default 30)")
     p.add_argument("--split", choices=("tune", "holdout", "both"), default="both")
     p.add_argument("--no-aspire", action="store_true", help="skip ASPIRE's class averages (slow)")
     p.add_argument("--aspire-nbor", type=int, default=None,
