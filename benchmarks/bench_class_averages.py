@@ -1,0 +1,230 @@
+"""Class averages against the clean truth: IA's invariant means, plain aligned averages, ASPIRE's.
+
+On the noise suite's cryo-EM-like sets (``noise_suite.py``; one tune and one holdout set, small by
+default) the images are clustered by IA as ``ia-cluster`` does with k given (``preprocess`` with
+``denoise="auto"``, then ``AttentionRun`` defaults).  For each true class (view) the cluster holding
+most of its images gives
+
+* ``IA mean``        -- the invariant mean of the cluster's *noisy* images
+                        (:func:`~iastudio.core.cluster_means.cluster_invariant_means`: each member
+                        aligned onto the cluster's medoid, then the invariant mean);
+* ``IA mean (dn)``   -- the same of the *denoised* images (what the run's means are made of);
+* ``aligned avg``    -- the plain average of the cluster's noisy images, each aligned onto the
+                        medoid once (the same alignment the invariant mean starts from);
+* ``aligned avg (dn)`` -- the same of the denoised images;
+* ``ASPIRE avg``     -- ASPIRE's class average (``DebugClassAvgSource``, run from its own
+                        environment by ``aspire_peer.py``) of the image of that view whose
+                        neighbour class lies most inside its own ASPIRE cluster (ASPIRE's
+                        RIRClass2D neighbours, spectral split, k given).  Its classes hold
+                        ``--aspire-nbor`` + 1 images (default: as many as a true class).
+
+Every average is measured in the 48-px frame of the input against the clean projection of its view:
+its background (the median outside the disk of radius 20 px) is subtracted, then it is aligned onto
+the clean image by the engine's own invariant alignment
+(:func:`~iastudio.core.alignment.inspect_pair`); then
+
+* ``relL2``   -- ``|s a - c| / |c|`` with ``s`` the least-squares scale (averages of noisy images
+                 have no fixed intensity scale): ``sqrt(1 - cos^2)`` of the aligned average and the truth;
+* ``FRC 0.5`` / ``FRC 0.143`` -- the resolution (pixels) where their Fourier ring correlation falls
+                 below 0.5 / 0.143 (:func:`~iastudio.core.frc.frc_resolution`; 2 px = Nyquist).
+
+Each column's cell is the mean over the views, and the seconds it took (the IA run's seconds are
+the clustering's, shared by the IA columns).
+
+Usage::
+
+    python benchmarks/bench_class_averages.py                         # SNR 0.1, 30 per view, tune + holdout
+    python benchmarks/bench_class_averages.py --per-view 100 --no-aspire
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from noise_suite import NoiseSpec, make_noise_set  # noqa: E402
+
+COLUMNS = ("IA mean", "IA mean (dn)", "aligned avg", "aligned avg (dn)", "ASPIRE avg")
+BACKGROUND_RADIUS = 20.0  # px: outside this disk a 48-px particle frame holds background
+
+
+def _disk(shape, radius):
+    h, w = shape
+    yy, xx = np.mgrid[:h, :w]
+    return np.hypot(yy - (h - 1) / 2, xx - (w - 1) / 2) <= radius
+
+
+def measure(average, clean) -> dict:
+    """Relative L2 (after alignment and a least-squares scale) and FRC resolutions of one average."""
+    from iastudio.core.alignment import inspect_pair
+    from iastudio.core.frc import frc_resolution
+
+    a = np.asarray(average, dtype=np.float64)
+    a = a - np.median(a[~_disk(a.shape, BACKGROUND_RADIUS)])
+    c = np.asarray(clean, dtype=np.float64)
+    na, nc = np.linalg.norm(a), np.linalg.norm(c)
+    if na == 0:
+        return {"relL2": 1.0, "frc0.5": float("inf"), "frc0.143": float("inf")}
+    aligned = inspect_pair(a / na, c / nc)["aligned"].astype(np.float64)
+    cos = float((aligned * c).sum() / max(np.linalg.norm(aligned) * nc, 1e-300))
+    return {"relL2": float(np.sqrt(max(1.0 - cos ** 2, 0.0))) if cos > 0 else 1.0,
+            "frc0.5": frc_resolution(aligned, c, threshold=0.5)[1],
+            "frc0.143": frc_resolution(aligned, c, threshold=0.143)[1]}
+
+
+def aligned_averages(images, clusters, *, distances=None) -> np.ndarray:
+    """Each cluster's members aligned onto its medoid once (the engine's alignment), then averaged."""
+    from iastudio.core.cluster_means import medoid
+    from iastudio.core.similarity import invariant_distances
+    from iastudio.core.warp import warp
+
+    images = np.asarray(images, dtype=np.float32)
+    out = np.zeros((len(clusters), *images.shape[1:]), dtype=np.float32)
+    for c, members in enumerate(clusters):
+        members = np.asarray(members, dtype=int)
+        centre = medoid(members, distances)
+        subset = images[members]
+        others = np.flatnonzero(members != centre)
+        target = int(np.flatnonzero(members == centre)[0])
+        t = np.zeros((members.size, 3))
+        if others.size:
+            sim = invariant_distances(subset, pairs=(others, np.full(others.size, target)))
+            t[others] = sim.transform(others, np.full(others.size, target))
+        out[c] = warp(subset, t.astype(np.float32)).mean(axis=0)
+    return out
+
+
+def _majority_clusters(labels, truth, views):
+    """For each view, the members of the predicted cluster holding most of its images."""
+    labels = np.asarray(labels)
+    out = []
+    for v in views:
+        mine = labels[truth == v]
+        best = np.bincount(mine).argmax()
+        out.append(np.flatnonzero(labels == best))
+    return out
+
+
+def _aspire_picks(peer, truth, views):
+    """For each view: the image of that view whose neighbour class lies most inside its ASPIRE cluster."""
+    labels, classes = np.asarray(peer["labels"]), np.asarray(peer["classes"])
+    inside = np.array([np.mean(labels[row] == labels[i]) for i, row in enumerate(classes)])
+    picks = []
+    for v in views:
+        idx = np.flatnonzero(truth == v)
+        picks.append(int(idx[np.argmax(inside[idx])]))
+    return picks, inside
+
+
+def evaluate(spec, *, split: str, aspire: bool, aspire_nbor: int = 10, seed: int = 0) -> dict:
+    """All columns on one set: ``{column: (mean relL2, mean FRC0.5 px, mean FRC0.143 px, seconds)}``."""
+    from sklearn.metrics import adjusted_rand_score
+
+    from iastudio.core.attention import AttentionRun
+    from iastudio.core.cluster_means import cluster_invariant_means
+    from iastudio.core.denoise import denoise
+    from iastudio.core.preprocess import preprocess
+
+    images, labels, clean = make_noise_set(spec, split=split, seed=seed)
+    truth = np.array([int(s.removeprefix("view")) for s in labels])
+    views = list(range(spec.views))
+    k = len(views)
+    stack = np.stack(images).astype(np.float64)
+    out = {"_n": len(images)}
+
+    t0 = time.perf_counter()
+    canvas = preprocess(images, size=stack.shape[1], denoise="auto")
+    res = AttentionRun(canvas.images, backend="numpy", clusters=k).run()
+    t_run = time.perf_counter() - t0
+    out["_ari"] = adjusted_rand_score(truth, res.labels)
+    out["_note"] = canvas.denoise.note if canvas.denoise is not None else ""
+    clusters = _majority_clusters(res.labels, truth, views)
+
+    scale = 1.0 / float(np.mean(np.linalg.norm(stack, axis=(1, 2))))  # one factor: intensities kept
+    noisy = (stack * scale).astype(np.float32)
+    den, _ = denoise(list(stack), mode="auto")
+    den = np.stack(den).astype(np.float32) * np.float32(scale)
+
+    def cols(name, make):
+        t = time.perf_counter()
+        avgs = make()
+        secs = time.perf_counter() - t
+        rows = [measure(avgs[i], clean[v]) for i, v in enumerate(views)]
+        out[name] = (*(float(np.mean([r[key] for r in rows])) for key in ("relL2", "frc0.5", "frc0.143")),
+                     secs, rows)
+
+    dists = res.input_distances
+    cols("IA mean", lambda: cluster_invariant_means(noisy, clusters, distances=dists))
+    cols("IA mean (dn)", lambda: cluster_invariant_means(den, clusters, distances=dists))
+    cols("aligned avg", lambda: aligned_averages(noisy, clusters, distances=dists))
+    cols("aligned avg (dn)", lambda: aligned_averages(den, clusters, distances=dists))
+    out["_run_s"] = t_run
+    if aspire:
+        from aspire_peer import aspire_python, run_peer
+
+        if aspire_python() is None:
+            out["_aspire"] = "ASPIRE's environment not found"
+        else:
+            try:
+                t = time.perf_counter()
+                peer = run_peer(stack, k, averages=True, n_nbor=aspire_nbor)
+                secs = time.perf_counter() - t
+                picks, _ = _aspire_picks(peer, truth, views)
+                rows = [measure(peer["averages"][i], clean[v]) for i, v in zip(picks, views, strict=True)]
+                out["ASPIRE avg"] = (*(float(np.mean([r[key] for r in rows]))
+                                       for key in ("relL2", "frc0.5", "frc0.143")), secs, rows)
+                out["_aspire_ari"] = adjusted_rand_score(truth, peer["labels"])
+            except (RuntimeError, OSError, KeyError) as exc:  # the peer's failure is reported, the rest stands
+                out["_aspire"] = f"ASPIRE failed: {str(exc)[:200]}"
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--snr", type=float, default=0.1)
+    p.add_argument("--per-view", type=int, default=30, help="images per view (4 views; default 30)")
+    p.add_argument("--split", choices=("tune", "holdout", "both"), default="both")
+    p.add_argument("--no-aspire", action="store_true", help="skip ASPIRE's class averages (slow)")
+    p.add_argument("--aspire-nbor", type=int, default=None,
+                   help="neighbours in each ASPIRE class (default: images per view - 1, so that its averages "
+                        "hold as many images as a true class; ASPIRE's peer default is 10)")
+    args = p.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    spec = NoiseSpec(f"cryo-snr{args.snr:g}-{args.per_view}", args.snr, args.per_view)
+    splits = ("tune", "holdout") if args.split == "both" else (args.split,)
+    nbor = args.aspire_nbor if args.aspire_nbor is not None else max(args.per_view - 1, 1)
+    print(f"# class averages against the clean views, {spec.name} (48 px, NumPy); cells: "
+          "relative L2 after alignment / FRC resolution at 0.5 / at 0.143 (px, 2 = Nyquist) / seconds; "
+          f"ASPIRE classes of {nbor + 1} images")
+    print("| split | n | IA ARI (k given) | " + " | ".join(COLUMNS) + " |")
+    print("|---|---|---|" + "---|" * len(COLUMNS))
+    for split in splits:
+        r = evaluate(spec, split=split, aspire=not args.no_aspire, aspire_nbor=nbor)
+        cells = []
+        for col in COLUMNS:
+            if col in r:
+                rel, f5, f1, secs = r[col][:4]
+                cells.append(f"{rel:.3f} / {f5:.1f} / {f1:.1f} / {secs:.0f} s")
+            else:
+                cells.append("–")
+        print(f"| {split} | {r['_n']} | {r['_ari']:.2f} ({r['_run_s']:.0f} s) | " + " | ".join(cells) + " |",
+              flush=True)
+        for col in COLUMNS:
+            if col in r:
+                per_view = ", ".join(f"{row['relL2']:.2f}/{row['frc0.5']:.1f}/{row['frc0.143']:.1f}"
+                                     for row in r[col][4])
+                print(f"#   {split} {col} per view: {per_view}")
+        print(f"#   {split}: {r['_note']}" + (f"; ASPIRE ARI {r['_aspire_ari']:.2f}" if "_aspire_ari" in r else "")
+              + (f"; {r['_aspire']}" if "_aspire" in r else ""), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
