@@ -162,6 +162,8 @@ def test_stop_within_a_second_and_resume_to_the_same_result(window, qtbot):
     m.session.load_demo("digits")
     window.run_panel.size.setValue(24)
     window.run_panel.iterations.setValue(2)
+    # an explicit β: no guard, so no forecast skips the means this test stops in
+    window.run_panel.beta_auto.setChecked(False)
     window.run_panel.start_btn.click()
     qtbot.waitUntil(lambda: m.session.latest is not None and m.session.latest.snapshot.stage == "means", timeout=60000)
     import time
