@@ -263,7 +263,9 @@ def prune_orphan_libraries() -> int:
     if not sys.platform.startswith("linux") or readelf is None:
         return 0
     elf = [p for p in internal.rglob("*.so*") if p.is_file() and not p.is_symlink()]
-    loose = {p.name: p for p in elf if p.parent == internal}
+    # shared libraries only: a top-level Python extension module (e.g. psygnal's mypyc runtime,
+    # ``<hash>__mypyc.cpython-311-….so``) is imported, not linked, and must stay
+    loose = {p.name: p for p in elf if p.parent == internal and p.name.startswith("lib") and ".cpython-" not in p.name}
     wanted = [n for p in elf if p.parent != internal for n in _needed(p)] + _needed(exe_path())
     reached: set[str] = set()
     while wanted:
