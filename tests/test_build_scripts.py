@@ -1,5 +1,7 @@
 """build_scripts/build.py's pure helpers: the size table's components and which ICU data items stay (#35)."""
 import importlib.util
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,26 @@ def test_size_table_sums_by_component_largest_first(build, tmp_path):
         (tmp_path / rel).write_bytes(b"x" * size)
     rows = build.size_table(tmp_path, top=2)
     assert rows == [("scipy", 500), ("numpy", 400), ("2 others", 60)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("readelf") is None,
+                    reason="Linux bundles only; needs binutils' readelf")
+def test_orphan_pruning_deletes_unlinked_libraries_but_never_an_extension_module(build, tmp_path, monkeypatch):
+    """psygnal's mypyc runtime lies loose in _internal/ and is imported, not linked: it must stay."""
+    import psygnal
+
+    mypyc = sorted(Path(psygnal.__file__).parents[1].glob("*__mypyc*.so"))
+    zlib = Path("/usr/lib/x86_64-linux-gnu/libz.so.1")
+    if not mypyc or not zlib.exists():
+        pytest.skip("needs psygnal's compiled wheel and the system zlib")
+    internal = tmp_path / "bundle" / "_internal"
+    internal.mkdir(parents=True)
+    for src in (mypyc[0], zlib):
+        shutil.copyfile(src, internal / src.name)
+    shutil.copyfile("/bin/true", tmp_path / "bundle" / "ia-studio")  # the launcher links libc only
+    monkeypatch.setattr(build, "BUNDLE", tmp_path / "bundle")
+    monkeypatch.setattr(build, "exe_path", lambda: tmp_path / "bundle" / "ia-studio")
+    saved = build.prune_orphan_libraries()
+    assert not (internal / zlib.name).exists()  # nothing links it: deleted
+    assert saved == zlib.stat().st_size
+    assert (internal / mypyc[0].name).exists()  # an extension module: kept
