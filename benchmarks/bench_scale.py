@@ -105,7 +105,24 @@ def make_set(n, size, seed=0):
     canvas = gaussian_filter(canvas, (0, 1.0, 1.0))
     tau = se2.random_transforms(n, rotation_range=180, shift_range=3, seed=rng)
     moved = np.clip(warp(canvas, tau), 0, None).astype(np.float32)
-    return preprocess(list(moved), size=size).images, data.target[pick]
+    if n < 20_000:
+        return preprocess(list(moved), size=size).images, data.target[pick]
+    # a large set: each image is prepared on its own (scale "content"), so chunks on every core give the same images
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    chunks = [list(moved[lo:lo + 5000]) for lo in range(0, n, 5000)]
+    with ProcessPoolExecutor(os.cpu_count(), mp_context=multiprocessing.get_context("fork")) as pool:
+        parts = list(pool.map(_prepared, chunks, [size] * len(chunks)))
+    return np.concatenate(parts), data.target[pick]
+
+
+def _prepared(images, size):
+    """``preprocess(images, size=size).images`` (a worker of :func:`make_set`)."""
+    from iastudio.core.preprocess import preprocess
+
+    return preprocess(images, size=size).images
 
 
 def make_particles(n, size, seed=0, snr=1.0, denoise="auto"):

@@ -120,8 +120,12 @@ def equality():
     SUMMARY["warp_code"] = {"numpy": describe_code(), "cupy": describe_gpu_code()}  # as the runs above used
 
 
-def timing(n, budget, label=None, env=None, profile=False):
-    """A full default run of ``n`` images in its own process (warmed up, no forecast), within the time left."""
+def timing(n, budget, label=None, env=None, profile=False, forecast=False):
+    """A full default run of ``n`` images in its own process (warmed up), within the time left.
+
+    ``forecast``: with the guard's forecast, as ``ia-cluster`` runs by default (it may skip the
+    iteration whose means on the card the other timings measure, so they go without it).
+    """
     from bench_scale import run_child
 
     label = label or f"n{n}"
@@ -138,7 +142,7 @@ def timing(n, budget, label=None, env=None, profile=False):
     try:
         # without the guard's forecast: it would skip the very iteration (the means on the card) timed here
         r = run_child(n, PLAN["px"], PLAN["neighbors"], PLAN["backend"], timeout=limit, warmup=True, env=env,
-                      forecast=False)
+                      forecast=forecast)
     finally:
         os.environ.pop("IA_BENCH_PROFILE", None)
     if r is None:
@@ -149,7 +153,8 @@ def timing(n, budget, label=None, env=None, profile=False):
     SUMMARY[label] = r
     k = 30 if PLAN["neighbors"] == "auto" else PLAN["neighbors"]
     say(f"{label}: n={n} at {PLAN['px']} px, pruned (K={k}), {r['backend']}, warp: {r['warp']}"
-        f"{' (profiled)' if profile else ''}: full default run {r['wall_s']:.1f} s (similarity "
+        f"{' (profiled)' if profile else ''}, {'with' if forecast else 'without'} the forecast: full default run "
+        f"{r['wall_s']:.1f} s (similarity "
         f"{r['similarity_s']:.1f} s, means {r['mean_s']:.1f} s), IA iterations "
         f"{', '.join(f'{t:.2f}' for t in r['iteration_s'])} s (warmed up), peak host {r['peak_mb']:.0f} MB, "
         f"{r['clusters']} clusters, ARI {r['ari']:.3f}")
@@ -167,6 +172,11 @@ def main(argv=None):
     p.add_argument("--profile-dir", default=None,
                    help="profile the largest run once more and write its top functions here")
     p.add_argument("--dry-run", action="store_true", help="no GPU: NumPy stands in for CuPy, small sizes")
+    p.add_argument("--sizes", default=None, metavar="SMALL,LARGE",
+                   help="the two run sizes (default 1000,10000; a dry run 60,120)")
+    p.add_argument("--skip-array", action="store_true", help="leave out the run without the CUDA warp")
+    p.add_argument("--large-forecast", action="store_true",
+                   help="run the large size as ia-cluster does by default, with the guard's forecast")
     a = p.parse_args(argv)
     global PROFILE_DIR
     PROFILE_DIR = a.profile_dir
@@ -181,12 +191,12 @@ def main(argv=None):
             say(f"no GPU check here: {exc} (--dry-run checks this script on NumPy)")
             return 2
     steps = [] if a.skip_tests else [("tests", lambda: gpu_tests(a.budget))]
-    small, large = PLAN["sizes"]
-    steps += [("equality", equality),
-              (f"n{small}", lambda: timing(small, a.budget)),
-              (f"n{small}_array", lambda: timing(small, a.budget, label=f"n{small}_array",
-                                                 env={"IASTUDIO_CUDA_WARP": "off"})),
-              (f"n{large}", lambda: timing(large, a.budget))]
+    small, large = PLAN["sizes"] if a.sizes is None else (int(v) for v in a.sizes.split(","))
+    steps += [("equality", equality), (f"n{small}", lambda: timing(small, a.budget))]
+    if not a.skip_array:
+        steps.append((f"n{small}_array", lambda: timing(small, a.budget, label=f"n{small}_array",
+                                                        env={"IASTUDIO_CUDA_WARP": "off"})))
+    steps.append((f"n{large}", lambda: timing(large, a.budget, forecast=a.large_forecast)))
     if PROFILE_DIR:
         steps.append(("profile", lambda: timing(large, a.budget, label="profile", profile=True)))
     for name, fn in steps:

@@ -45,6 +45,7 @@ __all__ = [
     "graph_curves",
     "graph_map",
     "invariant_features",
+    "nearest_rows",
     "probe_pairs",
     "pruned_distances",
     "resolve_neighbors",
@@ -185,8 +186,12 @@ def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
     feats = to_host(xp.abs(q), np.float32).reshape(n, -1)
     feats /= np.maximum(np.linalg.norm(feats, axis=1, keepdims=True), 1e-12)
     k1 = min(n - 1, max(k, oversample * k))
-    n_jobs = threads() if n_jobs is None else n_jobs
-    idx = NearestNeighbors(n_neighbors=k1 + 1, n_jobs=n_jobs).fit(feats).kneighbors(feats, return_distance=False)
+    if xp is np:
+        n_jobs = threads() if n_jobs is None else n_jobs
+        idx = NearestNeighbors(n_neighbors=k1 + 1, n_jobs=n_jobs).fit(feats).kneighbors(feats,
+                                                                                        return_distance=False)
+    else:  # on the device: one matrix product per block of rows, not n^2 distances on the host
+        idx = nearest_rows(xp.asarray(feats), k1 + 1)
     top = np.empty((n, k), dtype=np.int64)
     step = max(1, (1 << 22) // (k1 * q.shape[1] * q.shape[2]))
 
@@ -210,6 +215,54 @@ def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
     a, b = np.minimum(rows, cols), np.maximum(rows, cols)
     key = np.unique(a[a != b].astype(np.int64) * n + b[a != b])
     return key // n, key % n
+
+
+def nearest_rows(feats, k: int, *, block_elements: int = 1 << 26) -> np.ndarray:
+    """Each row's ``k`` nearest rows (itself included) by Euclidean distance, exact, nearest first.
+
+    For unit-norm rows the distance falls as the inner product rises, so a
+    block of rows is one matrix product with all rows and a partial sort of
+    each row of the product, on the device the rows are on (NumPy or CuPy);
+    no ``n x n`` array is held.  The NumPy path of :func:`candidate_pairs` uses
+    scikit-learn instead; this is its GPU counterpart.
+
+    Parameters
+    ----------
+    feats : ndarray, shape (n, F)
+        Unit-norm feature rows (NumPy or CuPy).
+    k : int
+        Neighbours per row, ``1 <= k <= n``.
+    block_elements : int
+        Entries of the product computed at once (rows per block = this / n).
+
+    Returns
+    -------
+    ndarray of int, shape (n, k)
+        On the host; ties are broken by the smaller index.
+
+    Examples
+    --------
+    >>> f = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
+    >>> nearest_rows(f, 2)
+    array([[0, 1],
+           [1, 0],
+           [2, 1]])
+    """
+    xp = array_module(feats)
+    n = feats.shape[0]
+    k = int(k)
+    out = np.empty((n, k), dtype=np.int64)
+    step = max(1, int(block_elements) // max(n, 1))
+    for lo in range(0, n, step):
+        sim = feats[lo:lo + step] @ feats.T  # (b, n): larger is nearer
+        sim[xp.arange(sim.shape[0]), xp.arange(lo, lo + sim.shape[0])] = xp.inf  # itself first
+        if k < n:
+            part = xp.sort(xp.argpartition(-sim, k - 1, axis=1)[:, :k], axis=1)  # by index, for the ties
+        else:
+            part = xp.broadcast_to(xp.arange(n), sim.shape)
+        order = xp.argsort(-xp.take_along_axis(sim, part, axis=1), axis=1, kind="stable")
+        out[lo:lo + sim.shape[0]] = to_host(xp.take_along_axis(part, order, axis=1), np.int64)
+    return out
 
 
 def probe_pairs(pairs, n: int, *, per_image: int = PROBES, at_least: int = MIN_PROBES, seed: int = 0):

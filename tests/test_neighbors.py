@@ -23,6 +23,7 @@ from iastudio.core.demos import _digit_images, load_demo
 from iastudio.core.neighbors import (
     candidate_pairs,
     invariant_features,
+    nearest_rows,
     probe_pairs,
     pruned_distances,
     resolve_neighbors,
@@ -33,6 +34,25 @@ from iastudio.core.preprocess import preprocess
 from iastudio.core.similarity import invariant_distances, join_pair_results
 from iastudio.core.warp import warp
 from iastudio.core.weights import attention_weights, local_bandwidth
+
+
+@pytest.mark.parametrize("block", [1 << 26, 5_000, 1])
+def test_nearest_rows_equals_scikit_learn(block):
+    """The device kNN of the candidate search gives scikit-learn's exact neighbours, in its order, blocks or not."""
+    from sklearn.neighbors import NearestNeighbors
+
+    rng = np.random.default_rng(3)
+    f = rng.normal(size=(300, 24)).astype(np.float32)
+    f /= np.linalg.norm(f, axis=1, keepdims=True)
+    got = nearest_rows(f, 9, block_elements=block)
+    want = NearestNeighbors(n_neighbors=9).fit(f).kneighbors(f, return_distance=False)
+    assert_array_equal(got, want)
+
+
+def test_nearest_rows_breaks_ties_by_index_and_takes_every_row():
+    f = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])  # rows 0, 1, 3 coincide
+    assert_array_equal(nearest_rows(f, 3), [[0, 1, 3], [1, 0, 3], [2, 0, 1], [3, 0, 1]])
+    assert_array_equal(nearest_rows(f, 4)[2], [2, 0, 1, 3])
 
 
 def test_resolve_neighbors_rule():

@@ -445,3 +445,34 @@ def test_nets_compare_table_from_json_lines(tmp_path):
     assert cells[1].startswith("100 /")
     assert cells[2] == "90.00"
     assert cells[3] == "1"
+
+
+def test_predict_logits_halves_a_batch_that_runs_out_of_device_memory():
+    """A batch too large for the card is redone in halves: the same logits, and the smaller batch is kept."""
+    from iastudio.core.nets.train import predict_logits
+
+    net = build_model("cnn-small").eval()
+    seen = []
+
+    class Tight(torch.nn.Module):  # a card that holds at most 3 images at once
+        def forward(self, x):
+            seen.append(len(x))
+            if len(x) > 3:
+                raise torch.OutOfMemoryError("CUDA out of memory (test)")
+            return net(x)
+
+    x = np.random.default_rng(0).normal(size=(10, 28, 28)).astype(np.float32)
+    got = predict_logits(Tight(), x, batch=16)
+    assert_allclose(_np(got), _np(predict_logits(net, x)), atol=1e-6)
+    assert seen == [10, 8, 4, 2, 2, 2, 2, 2]  # batch 16 (all 10), 8 and 4 fail, then batches of 2 to the end
+
+
+def test_predict_logits_gives_up_when_one_image_does_not_fit():
+    from iastudio.core.nets.train import predict_logits
+
+    class Full(torch.nn.Module):
+        def forward(self, x):
+            raise torch.OutOfMemoryError("CUDA out of memory (test)")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        predict_logits(Full(), np.zeros((2, 28, 28), np.float32), batch=4)

@@ -78,10 +78,27 @@ def _batches(n, batch, rng=None):
 
 @torch.no_grad()
 def predict_logits(model, x: np.ndarray | torch.Tensor, *, device="cpu", batch=256) -> torch.Tensor:
-    """Logits of ``(n, S, S)`` images (eval mode), on the CPU."""
+    """Logits of ``(n, S, S)`` images (eval mode), on the CPU.
+
+    A batch that runs out of device memory (``torch.OutOfMemoryError``: a group self-attention
+    network's attention over 16 rotations holds ~180 MB per image and layer) is redone in halves,
+    down to one image, and the smaller batch is kept for the rest; the logits do not change.
+    """
     model.eval()
     x = torch.as_tensor(x, dtype=torch.float32)
-    out = [model(x[i].unsqueeze(1).to(device)).float().cpu() for i in _batches(len(x), batch)]
+    out, start = [], 0
+    while start < len(x):
+        try:
+            out.append(model(x[start:start + batch].unsqueeze(1).to(device)).float().cpu())
+        except torch.OutOfMemoryError:
+            if batch == 1:
+                raise
+            batch = max(1, batch // 2)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            log.info("predict_logits: out of device memory; batches of %d from image %d on", batch, start)
+            continue
+        start += len(out[-1])
     return torch.cat(out) if out else torch.zeros(0)
 
 
