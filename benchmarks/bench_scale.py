@@ -83,8 +83,15 @@ from checkout import importable  # noqa: E402
 importable()  # a bare checkout (a lent GPU machine): iastudio staged from core/ and app/
 
 
-def make_set(n, size, seed=0):
-    """``n`` unit-norm digit images on one canvas, rotated over the full circle; and their classes."""
+def make_set(n, size, seed=0, sources=None, vary=None):
+    """``n`` unit-norm digit images on one canvas, rotated over the full circle; and their classes.
+
+    scikit-learn has 1,797 digits: beyond that they are drawn again (from the first ``sources`` only, if
+    given).  ``vary`` (default: when there are more than 20 draws per digit) gives every draw its own
+    height and width (20-28 px instead of 24) so that the copies of one digit are not the same image
+    up to a rotation: 100,000 images hold 56 copies of each digit, and a candidate graph of 30 copies of
+    oneself has no edge between different digits.
+    """
     from skimage.transform import resize
     from sklearn.datasets import load_digits
 
@@ -94,12 +101,15 @@ def make_set(n, size, seed=0):
 
     rng = np.random.default_rng(seed)
     data = load_digits()
-    pick = rng.permutation(len(data.target))[:n] if n <= len(data.target) else rng.integers(0, len(data.target), n)
+    m = len(data.target) if sources is None else int(sources)
+    pick = rng.permutation(m)[:n] if n <= m else rng.integers(0, m, n)
+    vary = n > 20 * m if vary is None else vary
     side = 64
     canvas = np.zeros((n, side, side))
     for k, i in enumerate(pick):
-        d = resize(data.images[i] / 16.0, (24, 24), order=1, anti_aliasing=False)
-        canvas[k, 20:44, 20:44] = d
+        h, w = rng.integers(20, 29, 2) if vary else (24, 24)
+        d = resize(data.images[i] / 16.0, (h, w), order=1, anti_aliasing=False)
+        canvas[k, 32 - h // 2:32 - h // 2 + h, 32 - w // 2:32 - w // 2 + w] = d
     from scipy.ndimage import gaussian_filter
 
     canvas = gaussian_filter(canvas, (0, 1.0, 1.0))
@@ -228,7 +238,7 @@ def _one(n, size, neighbors, backend, iterations, warmup=False, kind="digits", f
     """Child process: one full run, JSON on stdout.
 
     ``warmup``: first a small run of 40 other images on the same backend (pruned, one
-    iteration), so that compiling the GPU kernels is not timed.  ``iteration_s`` holds the
+    iteration, without the forecast), so that compiling the GPU kernels is not timed.  ``iteration_s`` holds the
     seconds of each IA iteration (distances, W and the invariant means: from the start, or
     from the end of the previous iteration, to the end of this one's means).
     """
@@ -239,8 +249,8 @@ def _one(n, size, neighbors, backend, iterations, warmup=False, kind="digits", f
     from iastudio.core.attention import AttentionRun, Stage
 
     x, y = make_set(n, size) if kind == "digits" else make_particles(n, size)
-    if warmup:
-        AttentionRun(make_set(40, size, seed=5)[0], backend=backend, neighbors=10, iterations=1).run()
+    if warmup:  # without the forecast, so that the means' kernels compile here too (it may skip the iteration)
+        AttentionRun(make_set(40, size, seed=5)[0], backend=backend, neighbors=10, iterations=1, forecast=False).run()
     t0, c0 = time.perf_counter(), time.process_time()
     run = AttentionRun(x, backend=backend, neighbors=neighbors, iterations=iterations, forecast=forecast)
     marks = [0.0]
