@@ -31,6 +31,7 @@ __all__ = [
     "DeviceOutOfMemory",
     "GpuFallbackWarning",
     "array_module",
+    "blas_threads",
     "block_elements",
     "cpu_count",
     "fft_module",
@@ -255,6 +256,53 @@ def use_threads(n: int | None):
         yield
     finally:
         set_threads(previous)
+
+
+_BLAS = None  # threadpoolctl's controller of the loaded BLAS libraries (made on first use)
+_BLAS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def blas_threads(n: int):
+    """BLAS / LAPACK (OpenBLAS, MKL) on at most ``n`` threads inside the block, process-wide.
+
+    The engine parallelises over blocks of work itself (:func:`iastudio.core.warp.parallel_map`);
+    a BLAS call inside each block that starts its own threads too puts more busy threads on
+    the cores than there are cores, and OpenBLAS's waiting threads spin: on a 2-core CPU with
+    other work running, a 250 x 250 ``eigh`` took 0.16 s on two BLAS threads and 0.008 s on one,
+    and the read-out of 1,000 particle images spent 23 s in such calls (a whole run against the
+    code without this limit: ``benchmarks/bench_threads.py --kind particles``).  Uses threadpoolctl
+    (a scikit-learn dependency); where it is missing, nothing changes.
+
+    Parameters
+    ----------
+    n : int
+        At most this many BLAS threads (>= 1).
+
+    Yields
+    ------
+    None
+        Control, with the limit set; the previous counts are restored after it.
+
+    Examples
+    --------
+    >>> with blas_threads(1):
+    ...     pass
+    """
+    global _BLAS
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - scikit-learn requires it
+        yield
+        return
+    import sys
+
+    with _BLAS_LOCK:  # finding the loaded libraries takes ~10 ms: again only after new imports (SciPy's own BLAS)
+        if _BLAS is None or _BLAS[0] != len(sys.modules):
+            _BLAS = (len(sys.modules), ThreadpoolController())
+        controller = _BLAS[1]
+    with controller.limit(limits=max(1, int(n)), user_api="blas"):
+        yield
 
 
 def in_worker() -> bool:

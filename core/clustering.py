@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from .backend import in_worker, threads
+from .backend import blas_threads, in_worker, threads
 from .weights import graph_affinity, local_bandwidth
 
 __all__ = [
@@ -344,7 +344,8 @@ def _top_eigen(m, k: int, *, vectors: bool = False):
     """
     n = m.shape[0]
     if n <= max(_DENSE_PART, k + 2):
-        w, v = np.linalg.eigh(m.toarray())
+        with blas_threads(1):  # a small matrix: threads cost more than they give (see blas_threads)
+            w, v = np.linalg.eigh(m.toarray())
         return w[::-1][:k], (v[:, ::-1][:, :k] if vectors else None)
     from scipy.sparse.linalg import ArpackNoConvergence, eigsh
 

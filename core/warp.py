@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from .backend import array_module, as_worker, block_elements, in_worker, threads
+from .backend import array_module, as_worker, blas_threads, block_elements, in_worker, threads
 from .keys import KEYS_A, PAD
 
 __all__ = [
@@ -507,7 +507,8 @@ def parallel_map(fn, items) -> list:
         with as_worker():
             return fn(x)
 
-    return list(pool.map(run, items))
+    with blas_threads(1):  # the pool is the parallelism: BLAS inside its blocks on one thread each
+        return list(pool.map(run, items))
 
 
 def _pool():

@@ -149,3 +149,38 @@ def test_reading_clusters_does_not_queue_behind_the_engines_pool(digits):
     assert finished
     assert calls
     assert_array_equal(calls[0][0], clustering.read_clusters(d, k="auto")[0])
+
+
+def _blas_counts():
+    from threadpoolctl import threadpool_info
+
+    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+
+def test_blas_threads_limits_every_loaded_blas_and_restores_it():
+    pytest.importorskip("threadpoolctl")
+    import scipy.linalg  # noqa: F401 - SciPy's own BLAS is loaded too
+    from threadpoolctl import threadpool_limits
+
+    from iastudio.core.backend import blas_threads
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = _blas_counts()
+        assert len(before) >= 1
+        with blas_threads(1):
+            assert _blas_counts() == [1] * len(before)
+        assert _blas_counts() == before
+
+
+def test_the_engine_pool_runs_blas_on_one_thread_per_worker():
+    pytest.importorskip("threadpoolctl")
+    from threadpoolctl import threadpool_limits
+
+    from iastudio.core.backend import use_threads
+    from iastudio.core.warp import parallel_map
+
+    with threadpool_limits(limits=2, user_api="blas"), use_threads(2):
+        inside = parallel_map(lambda _: _blas_counts(), range(4))
+        after = _blas_counts()
+    assert all(set(counts) == {1} for counts in inside)
+    assert set(after) == {2}
