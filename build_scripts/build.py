@@ -379,6 +379,71 @@ def link_duplicate_libraries() -> int:
     return saved
 
 
+def required_system_libraries(main: Path = ROOT / "app" / "__main__.py") -> list[str]:
+    """The Linux libraries the app's start-up check requires from the system (``_LINUX_LIBS`` in
+    ``app/__main__.py``: without one, the app names its package and stops; the README lists the packages)."""
+    import ast
+
+    for node in ast.walk(ast.parse(main.read_text())):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_LINUX_LIBS" for t in node.targets):
+            table = ast.literal_eval(node.value)
+            return [lib for group in table.values() for lib, _package in group]
+    raise RuntimeError(f"{main} defines no _LINUX_LIBS")
+
+
+def _system_paths() -> dict[str, Path]:
+    """The system's shared libraries by name, as the dynamic loader's cache lists them (64-bit x86 ones)."""
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    paths: dict[str, Path] = {}
+    for line in _run(ldconfig, "-p").splitlines():
+        m = re.match(r"\s*(\S+) \((.*?)\) => (\S+)", line)
+        if m and (platform.machine() != "x86_64" or "x86-64" in m.group(2)):
+            paths.setdefault(m.group(1), Path(m.group(3)))
+    return paths
+
+
+def system_closure(names: list[str], paths: dict[str, Path] | None = None) -> set[str]:
+    """``names`` and every library the system's copies of them link, directly or through others.
+
+    A package manager installs these with the packages that provide ``names``.  A name the system lacks is
+    left out (with what only it would link).
+    """
+    paths = _system_paths() if paths is None else paths
+    found: set[str] = set()
+    todo = [n for n in names if n in paths]
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            todo += [n for n in _needed(paths[name]) if n in paths]
+    return found
+
+
+def use_system_libraries() -> int:
+    """Leave out the bundled copies of the libraries the system must provide anyway (Linux).
+
+    The app does not start without the libraries of :func:`required_system_libraries` (its start-up check
+    names the missing package), so a machine that runs it has them, and everything they link (their
+    packages' dependencies: fontconfig brings FreeType, libpng and zlib, D-Bus brings systemd's library,
+    libGL brings libX11 and libxcb, …).  The bundle's copies of those are deleted from ``_internal/``; the
+    system's are loaded instead, as the pip-installed PySide6 loads them.  A library only the wheels
+    graft (``*.libs``) and Qt's own libraries stay.  Returns the bytes saved.
+    """
+    if not sys.platform.startswith("linux") or shutil.which("readelf") is None:
+        return 0
+    try:
+        provided = system_closure(required_system_libraries())
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+        print(f"system libraries kept in the bundle: {exc}")
+        return 0
+    saved = 0
+    for f in sorted((BUNDLE / "_internal").iterdir()):
+        if f.name in provided and (f.is_file() or f.is_symlink()):
+            saved += 0 if f.is_symlink() else f.stat().st_size
+            f.unlink()
+    return saved
+
+
 # GCC's runtime libraries: one soname (libgfortran.so.5) is one ABI, whichever build of GCC made the copy
 _GCC_RUNTIMES = ("libgfortran", "libquadmath", "libgcc_s", "libgomp")
 
@@ -561,6 +626,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", action="store_true", help="include CuPy (pip install -e '.[gpu]' first)")
     ap.add_argument("--nets", action="store_true", help="include PyTorch (pip install -e '.[nets]' first)")
+    ap.add_argument("--bundle-system-libraries", action="store_true",
+                    help="Linux: keep the bundle's copies of the libraries the app requires from the system "
+                         "(glib, fontconfig, D-Bus, xkbcommon, the xcb set) and of what they link")
     ap.add_argument("--skip-build", action="store_true", help="only archive and smoke-test an existing bundle")
     args = ap.parse_args(argv)
     if args.gpu:
@@ -581,6 +649,9 @@ def main(argv=None) -> int:
         raise SystemExit(f"BUILD FAILED: {exe_path()} was not produced")
     if not args.skip_build:
         print(f"left out {prune_orphan_libraries() / 1e6:.1f} MB of system libraries nothing in the bundle links")
+        if not args.bundle_system_libraries:
+            print(f"left out {use_system_libraries() / 1e6:.1f} MB of system libraries the app requires from the "
+                  "system (and what they link)")
         print(f"slimmed Qt's ICU data by {slim_icu_data() / 1e6:.1f} MB")
         print(f"left out {share_openblas() / 1e6:.1f} MB: NumPy's own OpenBLAS (a shim to SciPy's takes its place)")
         print(f"stripped {strip_libraries() / 1e6:.1f} MB of symbol tables from the libraries")

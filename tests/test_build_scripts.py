@@ -289,3 +289,40 @@ except AttributeError as exc:
     assert int(red) > 50  # the curve was drawn
     assert mapped == "False"  # QtOpenGL's bindings were never loaded
     assert "without OpenGL" in message
+
+
+def test_required_system_libraries_are_the_apps_start_up_check(build):
+    """The build leaves to the system exactly what the app refuses to start without (app/__main__.py)."""
+    from iastudio.app.__main__ import _LINUX_LIBS
+
+    assert build.required_system_libraries() == [lib for group in _LINUX_LIBS.values() for lib, _ in group]
+
+
+@needs_cc
+def test_system_closure_follows_what_the_systems_copies_link(build, tmp_path):
+    """On made-up system copies: a required library brings what it links, transitively, and nothing else."""
+    paths = {name: _tiny_library(tmp_path, tmp_path / name, *links) for name, links in (
+        ("libdeep.so.1", []), ("libmid.so.2", []), ("libother.so.3", []))}
+    paths["libmid.so.2"] = _tiny_library(tmp_path, tmp_path / "libmid.so.2", paths["libdeep.so.1"])
+    paths["libtop.so.0"] = _tiny_library(tmp_path, tmp_path / "libtop.so.0", paths["libmid.so.2"])
+    assert build.system_closure(["libtop.so.0", "libabsent.so.9"], paths) == {"libtop.so.0", "libmid.so.2",
+                                                                               "libdeep.so.1"}
+
+
+@needs_cc
+def test_system_libraries_leave_the_bundle_but_grafted_qt_and_modules_stay(build, tmp_path, monkeypatch):
+    internal = tmp_path / "bundle" / "_internal"
+    (internal / "pillow.libs").mkdir(parents=True)
+    (internal / "PySide6" / "Qt" / "lib").mkdir(parents=True)
+    for rel in ("libfontconfig.so.1", "libfreetype.so.6", "libstdc++.so.6", "pillow.libs/libfreetype.so.6",
+                "PySide6/Qt/lib/libfreetype.so.6", "libfreetype.so.6.cpython-311-x86_64-linux-gnu.so"):
+        (internal / rel).write_bytes(b"x" * 10)
+    monkeypatch.setattr(build, "BUNDLE", tmp_path / "bundle")
+    monkeypatch.setattr(build, "required_system_libraries", lambda: ["libfontconfig.so.1"])
+    monkeypatch.setattr(build, "system_closure", lambda names: {"libfontconfig.so.1", "libfreetype.so.6", "libz.so.1"})
+    assert build.use_system_libraries() == 20
+    assert not (internal / "libfontconfig.so.1").exists()
+    assert not (internal / "libfreetype.so.6").exists()
+    for rel in ("libstdc++.so.6", "pillow.libs/libfreetype.so.6", "PySide6/Qt/lib/libfreetype.so.6",
+                "libfreetype.so.6.cpython-311-x86_64-linux-gnu.so"):
+        assert (internal / rel).exists(), rel
