@@ -1,6 +1,8 @@
 """``ia-studio --selftest``: a full run through the real window and worker, checked."""
 from __future__ import annotations
 
+import json
+import os
 import sys
 import tempfile
 import time
@@ -109,6 +111,24 @@ def check_reachable_paths(window, folder) -> list[tuple[str, bool, str]]:
     return checks
 
 
+def write_inventory(path: str | None) -> None:
+    """Write what the self-test loaded to ``path`` (JSON): the imported modules and the mapped files.
+
+    The installer build (``build_scripts/build.py``) sets ``IA_SELFTEST_INVENTORY`` and lists what the bundle
+    carries that the self-test never loaded.  The mapped files are read from ``/proc/self/maps`` (Linux).
+    """
+    if not path:
+        return
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            mapped = sorted({line.split(maxsplit=5)[5].strip() for line in fh
+                             if len(line.split(maxsplit=5)) == 6 and line.split(maxsplit=5)[5].startswith("/")})
+    except OSError:
+        mapped = []
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({"modules": sorted(sys.modules), "mapped": mapped}, fh, indent=0)
+
+
 def run_selftest(window, app: QApplication, screenshot: str | None = None, timeout_s: float = 300) -> int:
     m = window.model
     m.session.load_demo("shapes", seed=0)
@@ -134,8 +154,9 @@ def run_selftest(window, app: QApplication, screenshot: str | None = None, timeo
         QTimer.singleShot(0, lambda: None)
         app.processEvents()
         window.grab().save(screenshot)
-        checks.append(("screenshot saved", __import__("os").path.getsize(screenshot) > 10000, screenshot))
+        checks.append(("screenshot saved", os.path.getsize(screenshot) > 10000, screenshot))
     for name, good, detail in checks:
         print(f"selftest: {'ok  ' if good else 'FAIL'} {name} ({detail})")
+    write_inventory(os.environ.get("IA_SELFTEST_INVENTORY"))
     print(f"selftest: run took {time.monotonic() - t0:.1f} s on {m.session.run.backend.describe()}")
     return 0 if all(good for _, good, _ in checks) else 1
