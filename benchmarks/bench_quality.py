@@ -200,8 +200,9 @@ def main(argv=None) -> int:
     p.add_argument("--methods", nargs="*", help="columns to compute (default: all; ASPIRE when installed)")
     p.add_argument("--neighbors", default="auto",
                    help="IA columns: candidate neighbours K (a number prunes even these small sets; default auto)")
-    p.add_argument("--noise", nargs="?", const="default", choices=("default", "full", "fast"), default=None,
-                   help="the noisy cryo-EM-like suite instead (full: every SNR x size; fast: two small sets)")
+    p.add_argument("--noise", nargs="?", const="default", choices=("default", "full", "fast", "cells"), default=None,
+                   help="the noisy cryo-EM-like suite instead (full: every SNR x size; fast: two small sets; "
+                        "cells: fluorescence-like cells with Poisson noise)")
     p.add_argument("--denoise", choices=("auto", "on", "off"), default="auto",
                    help="the denoiser in front of the IA columns (default auto, as ia-cluster)")
     args = p.parse_args(argv)
@@ -220,7 +221,8 @@ def main(argv=None) -> int:
         print(f"\n## split: {split}")
         print(f"{'set':22s} {'n':>4s} {'K':>3s}  " + "  ".join(f"{m:>21s}" for m in methods) + "  IA k-choice")
         sums = {m: [] for m in methods}
-        specs = (noise_suite(full=args.noise == "full", fast=args.noise == "fast") if args.noise
+        specs = (noise_suite(full=args.noise == "full", fast=args.noise == "fast", cells=args.noise == "cells")
+                 if args.noise
                  else suite(fast=args.fast))
         for spec in specs:
             if args.only and spec.name not in args.only:

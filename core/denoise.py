@@ -28,6 +28,14 @@ absolute value of the finest diagonal differences, which white noise of
 standard deviation ``sigma`` gives as ``0.6745 sigma`` and a smooth or empty
 background as nearly 0.
 
+:func:`photon_unit` recognises photon counts (fluorescence microscopy at low light): values on a
+lattice whose background has Poisson statistics (variance = mean, in counts).  Their noise follows
+the brightness, and in a sparse background most differences are 0, so the white-noise estimate
+above reads about 0 there.  :func:`denoise` then works on Anscombe's transform ``2 sqrt(counts + 3/8)``,
+where Poisson noise has variance 1 (known, not estimated; below ~3 counts it is less, so 1 is an
+upper bound there: using each pixel's exact variance instead kept 5-20x more components and left
+the fluorescence-like tune sets twice as far from their clean images), and transforms back.
+
 :func:`denoise` is what the pipeline calls (``preprocess(..., denoise=)``,
 ``ia-cluster --denoise``): ``"auto"`` steps aside on images with no
 measurable noise, on sets too small to fit a basis and on images of different
@@ -51,6 +59,7 @@ __all__ = [
     "denoise",
     "estimate_noise",
     "fourier_bessel_basis",
+    "photon_unit",
     "steerable_pca",
 ]
 
@@ -144,6 +153,60 @@ def estimate_noise(images, *, radius: float | None = None) -> float:
     corner = outside[:-1, :-1] & outside[1:, :-1] & outside[:-1, 1:] & outside[1:, 1:]
     samples = d[:, corner] if corner.sum() * n >= 16 else d.reshape(n, -1)
     return float(1.4826 * np.median(np.abs(samples)))
+
+
+def photon_unit(images, *, radius: float | None = None, max_values: int = 1_000_000) -> float | None:
+    """The size of one photon count when a stack of images holds photon counts, else None.
+
+    Counts are recognised by two things together: every value is a non-negative
+    whole multiple of one unit ``q`` (the smallest gap between values: 1 for raw
+    counts, ``1/65535`` for 16-bit counts a reader scaled to ``[0, 1]``), and the
+    background (the corners, outside the inscribed disk) has Poisson statistics:
+    its variance over its mean, in counts, between 0.5 and 2.  A clean 8-bit
+    image is on a lattice too, but its background is constant (variance 0) or
+    noisy in another way; a background of exactly 0 cannot tell and is not
+    taken for counts.
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W)
+    radius : float, optional
+        As :func:`estimate_noise`.
+    max_values : int
+        At most this many values are checked for the lattice (evenly spaced).
+
+    Returns
+    -------
+    float or None
+        ``q``, or None.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> photon_unit(rng.poisson(2.0, (20, 16, 16)) / 255.0) == 1 / 255.0
+    True
+    >>> photon_unit(rng.normal(5.0, 1.0, (20, 16, 16))) is None
+    True
+    """
+    x = np.asarray(images, dtype=np.float64)
+    if x.ndim == 2:
+        x = x[None]
+    n, h, w = x.shape
+    if x.size == 0 or x.min() < 0:
+        return None
+    flat = x.ravel()[:: max(1, x.size // max_values)]
+    vals = np.unique(flat)
+    if vals.size < 3:
+        return None
+    q = float(np.min(np.diff(vals)))
+    if not q > 0 or vals[-1] / q > 1e7 or not np.allclose(vals / q, np.round(vals / q), rtol=0, atol=1e-3):
+        return None
+    corner = x[:, ~_disk_mask(h, w, radius)] / q
+    mean = float(corner.mean()) if corner.size else 0.0
+    if corner.size < 16 or mean < 0.01 or np.count_nonzero(corner) < 20:
+        return None
+    dispersion = float(corner.var()) / mean
+    return q if 0.5 <= dispersion <= 2.0 else None
 
 
 # ------------------------------------------------------------------ the basis
@@ -377,7 +440,12 @@ def denoise(images, *, mode: str = "auto", method: str = "steerable"):
     if min(h, w) < 8:
         return images, DenoiseReport(False, mode, note=f"denoising skipped: images of {h} x {w} pixels are too "
                                                           f"small for a basis")
-    sigma = estimate_noise(x)
+    q = photon_unit(x)
+    if q is not None:  # photon counts: Anscombe's transform gives Poisson noise unit variance
+        x = 2.0 * np.sqrt(x / q + 0.375)
+        sigma = 1.0  # exact for bright pixels, an upper bound below ~3 counts (see the module's docstring)
+    else:
+        sigma = estimate_noise(x)
     mask = _disk_mask(h, w)
     inside = x[:, mask]
     total_var = float(np.mean(inside.var(axis=0)) + np.var(inside.mean(axis=0)))  # spread in the disk
@@ -385,6 +453,8 @@ def denoise(images, *, mode: str = "auto", method: str = "steerable"):
     snr = (total_var - sigma ** 2) / sigma ** 2 if sigma > 0 else float("inf")
     snr = max(snr, 0.0)
     level = f"estimated noise {sigma:.3g} per pixel (SNR {snr:.2g})" if sigma > 0 else "estimated noise 0"
+    if q is not None:
+        level = f"photon counts (Poisson noise; SNR {snr:.2g} after Anscombe's transform, unit noise variance)"
     if not sigma > NOISE_FLOOR * spread:
         level = ("estimated noise 0" if not sigma > 1e-6 * spread else
                  f"estimated noise {sigma:.2g} per pixel, below {NOISE_FLOOR:.0%} of the images' spread")
@@ -413,6 +483,9 @@ def denoise(images, *, mode: str = "auto", method: str = "steerable"):
         from skimage.transform import resize
 
         out = resize(out, (n, h, w), order=1, preserve_range=True, anti_aliasing=False)
+    if q is not None:  # back to the input's units (the algebraic inverse)
+        out = q * np.maximum(0.25 * out * out - 0.375, 0.0)
+        name += " (Anscombe)"
     comps = int(sum(kept))
     note = (f"denoised by {name.replace('-', ' ')}: {level}; {comps} components kept"
             + (f" (fitted on {f}x block means)" if f > 1 else ""))
