@@ -191,7 +191,7 @@ def photon_unit(images, *, radius: float | None = None, max_values: int = 1_000_
     x = np.asarray(images, dtype=np.float64)
     if x.ndim == 2:
         x = x[None]
-    n, h, w = x.shape
+    _, h, w = x.shape
     if x.size == 0 or x.min() < 0:
         return None
     flat = x.ravel()[:: max(1, x.size // max_values)]

@@ -244,7 +244,7 @@ def _cells(snr, split="tune"):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
     from noise_suite import NoiseSpec, make_noise_set
 
-    images, labels, _, truth = make_noise_set(NoiseSpec(f"cells-snr{snr:g}-30", snr, 30, views=3, kind="cells"),
+    images, _, _, truth = make_noise_set(NoiseSpec(f"cells-snr{snr:g}-30", snr, 30, views=3, kind="cells"),
                                               split=split, clean_images=True)
     return np.stack(images), truth
 
