@@ -5,6 +5,7 @@ session, and :class:`LoadedImages`, what it hands to :meth:`SessionInputs.add_lo
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,6 +144,7 @@ class SessionInputs:
         if untitled:
             self.project_path = None
         self.data = data
+        self._preview = None
         if canvas is None:
             self._preprocess()
         else:
@@ -157,12 +159,32 @@ class SessionInputs:
         self._mark_dirty()
 
     def _preprocess(self) -> None:
+        self._preview = None  # the canvas is the per-image previews again
         if self.n:
             self.canvas = preprocess(self.data.images, size=self.size)
             self.base = self.canvas.images
         else:
             self.canvas = None
             self.base = np.zeros((0, self.size, self.size), np.float32)
+
+    def _show_run_canvas(self, canvas: Canvas, working: np.ndarray) -> None:
+        """The run denoised the set: its canvas and working images become the session's (the gallery shows
+        what the run clusters); the per-image previews are kept to go back to (:meth:`_restore_preview`)."""
+        if self._preview is None:
+            self._preview = self.canvas
+        self.canvas, self.base, self.working = canvas, canvas.images, working
+        self.events.images.emit()
+        self.events.transforms.emit()
+
+    def _restore_preview(self) -> None:
+        """Back to the per-image preview canvases after a denoised run's images (its run being discarded)."""
+        if self._preview is None:
+            return
+        self.canvas, self._preview = self._preview, None
+        self.base = self.canvas.images
+        self.working = self.base if not self.transforms.any() else apply_transforms(self.base, self.transforms)
+        self.events.images.emit()
+        self.events.transforms.emit()
 
     # ------------------------------------------------------------------ transforms
     def apply_random_transforms(self, *, rotation_deg: float, shift_percent: float, seed: int) -> bool:
@@ -257,6 +279,54 @@ def read_images(paths, *, size: int, progress=None) -> LoadedImages:
         names.append(entry.name)
         labels.append(entry.label)
     return LoadedImages(ImageSet(images, names, labels, skipped), stack_canvases(canvases), int(size))
+
+
+class RunInputs:
+    """What a run clusters, made from the raw images where the run starts: the set preprocessed as one
+    stack, denoised first (``denoise``), then moved by the user's transforms.
+
+    The same steps as ``ia-cluster`` (:func:`~iastudio.core.preprocess.preprocess` with ``denoise``, then
+    :func:`~iastudio.core.preprocess.apply_transforms`), so the app and the command line give the same
+    canvas for the same images and options.  Calling it does the work (0.2--2 s for hundreds of
+    images): a driver thread calls it (:func:`~iastudio.core.session_run.stream_run`), never the GUI.
+
+    Parameters
+    ----------
+    images : sequence of ndarray
+        The raw images (``ImageSet.images``).
+    size : int
+        The working size.
+    transforms : ndarray, shape (n, 3)
+        The user's transforms (canvas px), applied after preprocessing.
+    denoise : {"auto", "on", "off"}
+        As ``ia-cluster --denoise`` (:func:`iastudio.core.denoise.denoise`).
+    """
+
+    def __init__(self, images, *, size: int, transforms, denoise: str):
+        self.images = list(images)
+        self.size = int(size)
+        self.transforms = np.array(transforms, dtype=float)
+        self.denoise = options.check("denoise", denoise)
+        self._cancel = threading.Event()
+
+    def __call__(self) -> tuple[Canvas, np.ndarray]:
+        """``(canvas, working images)``; ``canvas.denoise`` says what the denoiser did."""
+        canvas = preprocess(self.images, size=self.size, denoise=self.denoise)
+        if not self.transforms.any():
+            return canvas, canvas.images
+        return canvas, apply_transforms(canvas.images, self.transforms)
+
+    def cancel(self) -> None:
+        """The run was stopped (thread-safe): a driver does not start it once the inputs are ready."""
+        self._cancel.set()
+
+    def rearm(self) -> None:
+        """Make the inputs again when the stopped run resumes (the run had not begun)."""
+        self._cancel.clear()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
 
 
 def stack_canvases(canvases) -> Canvas | None:

@@ -41,6 +41,9 @@ class SessionProject:
             params = copy.deepcopy(vars(self.run.settings)) if self.run is not None else {}
             params["sigmas"] = list(params.get("sigmas", []))
         if self.run is not None:
+            params["denoise"] = self.denoise
+            rep = self.denoise_report
+            params["denoise_report"] = rep.as_dict() if rep is not None else {"applied": False, "mode": self.denoise}
             params["backend"] = self.run.backend.name
             params.update(run_record(res) or {"beta_used": None})
             params["elapsed"] = self.elapsed
@@ -133,6 +136,11 @@ class SessionProject:
         self.final = st["final"]
         self.elapsed = st["elapsed"]
         self._opened_parameters = st["parameters"]
+        self._preview = None
+        self.run_inputs = None
+        self.denoise_report = None  # an opened run's report is in its parameters ("denoise_report") and notes
+        denoise = st["parameters"].get("denoise")
+        self.denoise = denoise if denoise in ("auto", "on", "off") else "auto"  # older projects: the default
         view = st["parameters"].get("view")
         self.view_state = dict(view) if isinstance(view, dict) else {}
         self.book = st["book"]
