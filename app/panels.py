@@ -532,6 +532,8 @@ class RunPanel(QGroupBox):
         """
         for name in self._FIELDS:
             box, value = getattr(self, name), state.get(name)
+            if value is None:  # a state saved before the field existed (e.g. denoise): left as it is
+                continue
             kind = int if isinstance(box, (QComboBox, QSpinBox)) else bool if isinstance(box, QCheckBox) else float
             if partial and (isinstance(value, bool) != (kind is bool) or not isinstance(value, (int, float))
                             or not math.isfinite(value)):
@@ -559,8 +561,12 @@ class RunPanel(QGroupBox):
             "rotation_range": None if rr >= self.rotation_range.maximum() else rr,
             "angle_step": self.angle_step.value(),
             "group": "e2" if self.mirror.isChecked() else "se2",
-            "denoise": self.denoise.currentData(),
         }
+
+    def denoise_choice(self) -> str:
+        """Whether the run denoises its images first: ``"auto"``, ``"on"`` or ``"off"`` (the session's
+        ``start(denoise=)``; not an engine option, so not in :meth:`options`)."""
+        return self.denoise.currentData()
 
     def set_options(self, params: dict) -> None:
         """Show a run's saved settings (a project's ``parameters``); keys missing or not usable are left as they are.

@@ -258,6 +258,8 @@ def stream_run(run: AttentionRun, builder: FrameBuilder, *, prepare=None):
     """
     t0 = time.perf_counter()
     if prepare is not None:
+        if run.on_progress is not None:
+            run.on_progress(0.0, f"preparing the images (denoise {prepare.denoise})")
         canvas, working = prepare()
         if prepare.cancelled:
             yield ("stopped", time.perf_counter() - t0)
