@@ -100,6 +100,8 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
         self.denoise = options.option("denoise").default  # the last run's choice (saved with the project)
         self.denoise_report = None  # what the denoiser did for the run (DenoiseReport), None before it
         self.run_inputs: RunInputs | None = None  # the inputs the run waits for (made by its driver)
+        # data.images include an opened project's embedded working images (a run denoises the originals)
+        self.embedded = False
         self.selection: list[int] = []
         self.book: ClusterBook | None = None
         self.history = EditHistory()

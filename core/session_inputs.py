@@ -5,17 +5,20 @@ session, and :class:`LoadedImages`, what it hands to :meth:`SessionInputs.add_lo
 """
 from __future__ import annotations
 
+import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from . import options, se2
 from .demos import load_demo
 from .filenames import display_name, printable
-from .imageset import ImageSet, image_files, load_image, no_usable_images, read_entries, skip_entry
+from .imageset import ImageSet, image_files, load_image, load_images, no_usable_images, read_entries, skip_entry
 from .preprocess import Canvas, apply_transforms, preprocess
 from .wording import count_of
+
+log = logging.getLogger(__name__)
 
 
 class SessionInputs:
@@ -143,6 +146,7 @@ class SessionInputs:
         """
         if untitled:
             self.project_path = None
+            self.embedded = False  # images read from files or made here, no longer a project's canvases
         self.data = data
         self._preview = None
         if canvas is None:
@@ -300,18 +304,40 @@ class RunInputs:
         The user's transforms (canvas px), applied after preprocessing.
     denoise : {"auto", "on", "off"}
         As ``ia-cluster --denoise`` (:func:`iastudio.core.denoise.denoise`).
+    originals : sequence of str, optional
+        ``images`` are an opened project's embedded working images (canvases, whose cleared corners
+        hold no noise to measure): read the original files from these paths instead, and use
+        ``images`` only when one of them cannot be read (the report's note says so).
     """
 
-    def __init__(self, images, *, size: int, transforms, denoise: str):
+    def __init__(self, images, *, size: int, transforms, denoise: str, originals=None):
         self.images = list(images)
         self.size = int(size)
         self.transforms = np.array(transforms, dtype=float)
         self.denoise = options.check("denoise", denoise)
+        self.originals = None if originals is None else list(originals)
         self._cancel = threading.Event()
+
+    def _raw_images(self) -> tuple[list, str]:
+        """The images to preprocess, and a note when the originals were wanted but not all read."""
+        if self.originals is None:
+            return self.images, ""
+        try:
+            loaded = load_images(self.originals)
+        except Exception as exc:  # noqa: BLE001 - a file gone or unreadable: the embedded images serve
+            log.info("the project's originals cannot be read (%s); denoising its embedded images", exc)
+            loaded = None
+        if loaded is not None and len(loaded) == len(self.images) and not loaded.skipped:
+            return loaded.images, ""
+        return self.images, ("the project's original files could not all be read, so its embedded working "
+                             "images were used (their cleared corners show no noise)")
 
     def __call__(self) -> tuple[Canvas, np.ndarray]:
         """``(canvas, working images)``; ``canvas.denoise`` says what the denoiser did."""
-        canvas = preprocess(self.images, size=self.size, denoise=self.denoise)
+        images, why = self._raw_images()
+        canvas = preprocess(images, size=self.size, denoise=self.denoise)
+        if why and canvas.denoise is not None:
+            canvas.denoise = replace(canvas.denoise, note=f"{canvas.denoise.note}; {why}")
         if not self.transforms.any():
             return canvas, canvas.images
         return canvas, apply_transforms(canvas.images, self.transforms)

@@ -137,6 +137,7 @@ class SessionProject:
         self.elapsed = st["elapsed"]
         self._opened_parameters = st["parameters"]
         self._preview = None
+        self.embedded = st["embedded"]
         self.run_inputs = None
         self.denoise_report = None  # an opened run's report is in its parameters ("denoise_report") and notes
         denoise = st["parameters"].get("denoise")
@@ -184,7 +185,8 @@ def _state_from_project(proj: Project, path) -> dict:
     if proj.clusters is not None and proj.clusters.n != n:
         raise ProjectError(f"{path}: the clusters do not match the images")
     elapsed = proj.parameters.get("elapsed")
-    return {"data": data, "size": int(proj.size), "canvas": canvas, "base": base, "transforms": transforms,
+    return {"data": data, "embedded": proj.base is not None,
+            "size": int(proj.size), "canvas": canvas, "base": base, "transforms": transforms,
             "working": working, "frames": frames, "final": final, "book": proj.clusters,
             "edits": list(proj.edits), "path": str(path), "missing": missing,
             "elapsed": float(elapsed) if isinstance(elapsed, (int, float)) else 0.0,

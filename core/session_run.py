@@ -72,7 +72,7 @@ class SessionRun:
         self.denoise = denoise
         if denoise != "off":
             self.run_inputs = RunInputs(self.data.images, size=self.size, transforms=self.transforms,
-                                        denoise=denoise)
+                                        denoise=denoise, originals=self.data.paths if self.embedded else None)
         self._set_state(RunState.RUNNING)
         self.message(f"Running {str(options.get('method', 'ia')).upper()} on {self.n} images "
                      f"({run.backend.describe()})")

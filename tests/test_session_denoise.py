@@ -207,3 +207,37 @@ def test_a_bad_choice_is_refused_with_a_message():
 ])
 def test_denoise_line(report, line):
     assert denoise_line(report) == line
+
+
+def test_a_reopened_project_denoises_its_original_files(tmp_path):
+    """An opened project's embedded images are canvases (cleared corners, no noise to measure): a run reads
+    the original files again, and without them says that it used the embedded images."""
+    import shutil
+
+    from PIL import Image
+
+    data, _ = _noisy_set(n=15, seed=9)
+    folder = tmp_path / "noisy"
+    folder.mkdir()
+    for img, name in zip(data.images, data.paths):
+        lo, hi = float(img.min()), float(img.max())
+        Image.fromarray(((img - lo) / (hi - lo) * 255).astype(np.uint8)).save(folder / name)
+    fresh = Session(size=32)
+    fresh.add_paths([str(folder)])
+    fresh.save_project(tmp_path / "before-the-run.iaproj")  # embedded working images, no run
+    fresh_res = fresh.run_here(backend="numpy", denoise="auto", **RUN)
+
+    opened = Session()
+    opened.open_project(tmp_path / "before-the-run.iaproj")
+    assert opened.embedded
+    res = opened.run_here(backend="numpy", denoise="auto", **RUN)
+    assert opened.denoise_report.applied
+    assert_array_equal(opened.canvas.images, fresh.canvas.images)
+    assert_array_equal(res.labels, fresh_res.labels)
+
+    shutil.rmtree(folder)  # the originals are gone: the embedded images serve, and the note says so
+    gone = Session()
+    gone.open_project(tmp_path / "before-the-run.iaproj")
+    gone.run_here(backend="numpy", denoise="auto", **RUN)
+    assert not gone.denoise_report.applied
+    assert "original files could not all be read" in gone.result.notes[0]
