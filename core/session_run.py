@@ -58,7 +58,6 @@ class SessionRun:
             self.message(f"Cannot start: {text}")
             return None
         options.setdefault("snapshot_every", 1)  # the window shows every mean step
-        self._restore_preview()  # every run starts from the per-image canvases and the raw images
         try:
             if dask:
                 options["client"] = self._dask_client(dask)
@@ -66,7 +65,10 @@ class SessionRun:
         except (ValueError, BackendUnavailableError, DaskUnavailableError) as exc:
             self.message(f"Cannot start: {exc}")
             return None
-        self.discard_run()
+        shown = self._preview is not None  # a denoised run's canvas: every run starts from the previews
+        self.discard_run()  # (which it brings back)
+        if shown:
+            run = on_inputs(run, self.working)
         self.run = run
         self.subset_run = None
         self.denoise = denoise

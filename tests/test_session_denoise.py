@@ -241,3 +241,13 @@ def test_a_reopened_project_denoises_its_original_files(tmp_path):
     gone.run_here(backend="numpy", denoise="auto", **RUN)
     assert not gone.denoise_report.applied
     assert "original files could not all be read" in gone.result.notes[0]
+
+
+def test_a_refused_start_keeps_the_finished_denoised_run_as_it_was():
+    data, _ = _noisy_set(n=15, seed=10)
+    s = _session(data)
+    s.run_here(backend="numpy", denoise="auto", **RUN)
+    canvas, final = s.canvas, s.final
+    assert s.start(backend="numpy", denoise="auto", clusters=99) is None  # more clusters than images
+    assert s.final is final
+    assert s.canvas is canvas  # the result and the canvas it was made on stay together
