@@ -8,6 +8,7 @@ never compute, they draw what these signals carry.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -150,7 +151,7 @@ class StudioModel(QObject):
         if run is None:
             return False
         self.builder = FrameBuilder()
-        self._launch(run)
+        self._launch(run, prepare=self.session.run_inputs)  # the worker denoises first (never this thread)
         return True
 
     def resume(self) -> bool:
@@ -159,14 +160,14 @@ class StudioModel(QObject):
         run = self.session.resume()
         if run is None:
             return False
-        self._launch(run)
+        self._launch(run, prepare=self.session.run_inputs)  # stopped before its inputs were made: made now
         return True
 
     def stop(self) -> None:
         """Cancel the run: the engine stops between steps and the worker reports "stopped"."""
         self.session.stop()
 
-    def _launch(self, run) -> None:
+    def _launch(self, run, *, prepare=None) -> None:
         try:
             _warm_imports()
         except Exception as exc:  # noqa: BLE001 -- e.g. a module an installed edition lacks: the run fails, shown
@@ -175,7 +176,8 @@ class StudioModel(QObject):
         self._t_launch = time.perf_counter()
         run.on_progress = lambda fraction, text: self._progressed.emit(fraction, text)  # worker thread
         # handlers given at creation (superqt re-raises errors in the GUI thread when no handler was)
-        worker = create_worker(_reraising, stream_run, run, self.builder, _start_thread=False,
+        worker = create_worker(_reraising, functools.partial(stream_run, prepare=prepare), run, self.builder,
+                               _start_thread=False,
                                _connect={"yielded": self._on_yield, "errored": self._on_error})
         self.worker = worker
         worker.start()

@@ -425,6 +425,11 @@ class RunPanel(QGroupBox):
             values = opt.range_text(unit=True).replace("`", "")
             box.setToolTip(f"{box.toolTip()}\n\n{values}; default {opt.default_text().replace('`', '')}.")
         self.backend.setToolTip(self.backend.toolTip() + "\n\nGPU here: " + gpu_reason)
+        opt = option("denoise")  # its tooltip from the option's declaration, as ia-cluster --help says it
+        self.denoise.setToolTip(f"{opt.help[0].upper()}{opt.help[1:]}.\n\nAuto steps aside on clean images, "
+                                f"on fewer than a dozen and on mixed sizes or colour; what it did is shown "
+                                f"after the run.\n\n{opt.range_text().replace('`', '')}; default "
+                                f"{opt.default_text().replace('`', '')}.")
         self.set_state("idle")
 
     def _build_form(self, gpu_ok: bool, gpu_reason: str) -> QFormLayout:
@@ -470,6 +475,12 @@ class RunPanel(QGroupBox):
         form.addRow("Paper mode", self.paper_mode)
         form.addRow("Angle step", self.angle_step)
         form.addRow("Working size", self.size)
+        self.denoise = QComboBox()
+        self.denoise.setObjectName("denoise")
+        for value in option("denoise").choices:
+            self.denoise.addItem(value.capitalize(), value)
+        self.denoise.setCurrentIndex(self.denoise.findData(option("denoise").default))
+        form.addRow("Denoise", self.denoise)
         form.addRow("Backend", self.backend)
         self.dask = QLineEdit()
         self.dask.setPlaceholderText("this computer (or local:4, tcp://host:8786)")
@@ -503,7 +514,7 @@ class RunPanel(QGroupBox):
 
     # the fields a run reads, by name (what :meth:`settings_state` saves and :meth:`restore_settings` puts back)
     _FIELDS = ("method", "beta_auto", "beta", "iterations", "clusters_auto", "clusters", "rotation_range",
-               "angle_step", "mirror", "paper_mode")
+               "angle_step", "mirror", "paper_mode", "denoise")
 
     def settings_state(self) -> dict:
         """The Run panel's settings as they are shown (the working size and backend excepted)."""
@@ -521,6 +532,8 @@ class RunPanel(QGroupBox):
         """
         for name in self._FIELDS:
             box, value = getattr(self, name), state.get(name)
+            if value is None:  # a state saved before the field existed (e.g. denoise): left as it is
+                continue
             kind = int if isinstance(box, (QComboBox, QSpinBox)) else bool if isinstance(box, QCheckBox) else float
             if partial and (isinstance(value, bool) != (kind is bool) or not isinstance(value, (int, float))
                             or not math.isfinite(value)):
@@ -549,6 +562,11 @@ class RunPanel(QGroupBox):
             "angle_step": self.angle_step.value(),
             "group": "e2" if self.mirror.isChecked() else "se2",
         }
+
+    def denoise_choice(self) -> str:
+        """Whether the run denoises its images first: ``"auto"``, ``"on"`` or ``"off"`` (the session's
+        ``start(denoise=)``; not an engine option, so not in :meth:`options`)."""
+        return self.denoise.currentData()
 
     def set_options(self, params: dict) -> None:
         """Show a run's saved settings (a project's ``parameters``); keys missing or not usable are left as they are.
@@ -582,6 +600,10 @@ class RunPanel(QGroupBox):
             self.angle_step.setValue(v)
         if params.get("group") in ("se2", "e2"):
             self.mirror.setChecked(params["group"] == "e2")
+        # a project made before the app denoised ran without it; its next run denoises as ia-cluster does
+        denoise = params.get("denoise", option("denoise").default)
+        if isinstance(denoise, str) and (idx := self.denoise.findData(denoise)) >= 0:
+            self.denoise.setCurrentIndex(idx)
 
     @staticmethod
     def can_act(state: str) -> dict[str, bool]:

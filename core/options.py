@@ -146,7 +146,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("scale", str, "content", "content: scale each image's object to the working size; frame: scale "
            "each file's longest side to it", choices=("content", "frame"), checked_by="cli", in_panel=False),
     Option("denoise", str, "auto", "denoise a stack of same-size gray images first (steerable PCA); auto: "
-           "only when the images are noisy", choices=("auto", "on", "off"), checked_by="cli", in_panel=False),
+           "only when the images are noisy", choices=("auto", "on", "off"), checked_by="session"),
     Option("backend", str, "auto", "auto: a working CUDA GPU through CuPy, else NumPy",
            choices=("auto", "numpy", "cupy")),
     Option("threads", int, None, "CPU threads the engine runs on", minimum=1, metavar="N",

@@ -43,6 +43,7 @@ from .preprocess import Canvas
 from .session_edits import Edit as Edit
 from .session_edits import EditHistory, SessionClusters
 from .session_inputs import LoadedImages as LoadedImages
+from .session_inputs import RunInputs as RunInputs
 from .session_inputs import SessionInputs
 from .session_inputs import read_images as read_images
 from .session_inputs import stack_canvases as stack_canvases
@@ -95,6 +96,12 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
         self.base = np.zeros((0, self.size, self.size), np.float32)  # preprocessed originals
         self.transforms = np.zeros((0, 3))  # applied per image (canvas px)
         self.working = self.base  # the transformed set: what runs
+        self._preview: Canvas | None = None  # the per-image canvases while a denoised run's are shown
+        self.denoise = options.option("denoise").default  # the last run's choice (saved with the project)
+        self.denoise_report = None  # what the denoiser did for the run (DenoiseReport), None before it
+        self.run_inputs: RunInputs | None = None  # the inputs the run waits for (made by its driver)
+        # data.images include an opened project's embedded working images (a run denoises the originals)
+        self.embedded = False
         self.selection: list[int] = []
         self.book: ClusterBook | None = None
         self.history = EditHistory()
@@ -163,6 +170,8 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
         if self.busy:
             self.stop()
         self.run = None
+        self.run_inputs = None
+        self.denoise_report = None
         self.frames, self.latest, self.final = [], None, None
         self.book = None
         self.history.clear()
@@ -171,6 +180,7 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
         self.elapsed = 0.0
         if not self.busy:
             self._set_state(RunState.IDLE)
+        self._restore_preview()  # a denoised run's images go with it
         self.events.clusters.emit()
         self.events.history.emit()
         self.events.frame.emit(None)

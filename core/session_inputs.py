@@ -5,16 +5,20 @@ session, and :class:`LoadedImages`, what it hands to :meth:`SessionInputs.add_lo
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import threading
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from . import options, se2
 from .demos import load_demo
 from .filenames import display_name, printable
-from .imageset import ImageSet, image_files, load_image, no_usable_images, read_entries, skip_entry
+from .imageset import ImageSet, image_files, load_image, load_images, no_usable_images, read_entries, skip_entry
 from .preprocess import Canvas, apply_transforms, preprocess
 from .wording import count_of
+
+log = logging.getLogger(__name__)
 
 
 class SessionInputs:
@@ -142,7 +146,9 @@ class SessionInputs:
         """
         if untitled:
             self.project_path = None
+            self.embedded = False  # images read from files or made here, no longer a project's canvases
         self.data = data
+        self._preview = None
         if canvas is None:
             self._preprocess()
         else:
@@ -157,12 +163,32 @@ class SessionInputs:
         self._mark_dirty()
 
     def _preprocess(self) -> None:
+        self._preview = None  # the canvas is the per-image previews again
         if self.n:
             self.canvas = preprocess(self.data.images, size=self.size)
             self.base = self.canvas.images
         else:
             self.canvas = None
             self.base = np.zeros((0, self.size, self.size), np.float32)
+
+    def _show_run_canvas(self, canvas: Canvas, working: np.ndarray) -> None:
+        """The run denoised the set: its canvas and working images become the session's (the gallery shows
+        what the run clusters); the per-image previews are kept to go back to (:meth:`_restore_preview`)."""
+        if self._preview is None:
+            self._preview = self.canvas
+        self.canvas, self.base, self.working = canvas, canvas.images, working
+        self.events.images.emit()
+        self.events.transforms.emit()
+
+    def _restore_preview(self) -> None:
+        """Back to the per-image preview canvases after a denoised run's images (its run being discarded)."""
+        if self._preview is None:
+            return
+        self.canvas, self._preview = self._preview, None
+        self.base = self.canvas.images
+        self.working = self.base if not self.transforms.any() else apply_transforms(self.base, self.transforms)
+        self.events.images.emit()
+        self.events.transforms.emit()
 
     # ------------------------------------------------------------------ transforms
     def apply_random_transforms(self, *, rotation_deg: float, shift_percent: float, seed: int) -> bool:
@@ -257,6 +283,76 @@ def read_images(paths, *, size: int, progress=None) -> LoadedImages:
         names.append(entry.name)
         labels.append(entry.label)
     return LoadedImages(ImageSet(images, names, labels, skipped), stack_canvases(canvases), int(size))
+
+
+class RunInputs:
+    """What a run clusters, made from the raw images where the run starts: the set preprocessed as one
+    stack, denoised first (``denoise``), then moved by the user's transforms.
+
+    The same steps as ``ia-cluster`` (:func:`~iastudio.core.preprocess.preprocess` with ``denoise``, then
+    :func:`~iastudio.core.preprocess.apply_transforms`), so the app and the command line give the same
+    canvas for the same images and options.  Calling it does the work (0.2--2 s for hundreds of
+    images): a driver thread calls it (:func:`~iastudio.core.session_run.stream_run`), never the GUI.
+
+    Parameters
+    ----------
+    images : sequence of ndarray
+        The raw images (``ImageSet.images``).
+    size : int
+        The working size.
+    transforms : ndarray, shape (n, 3)
+        The user's transforms (canvas px), applied after preprocessing.
+    denoise : {"auto", "on", "off"}
+        As ``ia-cluster --denoise`` (:func:`iastudio.core.denoise.denoise`).
+    originals : sequence of str, optional
+        ``images`` are an opened project's embedded working images (canvases, whose cleared corners
+        hold no noise to measure): read the original files from these paths instead, and use
+        ``images`` only when one of them cannot be read (the report's note says so).
+    """
+
+    def __init__(self, images, *, size: int, transforms, denoise: str, originals=None):
+        self.images = list(images)
+        self.size = int(size)
+        self.transforms = np.array(transforms, dtype=float)
+        self.denoise = options.check("denoise", denoise)
+        self.originals = None if originals is None else list(originals)
+        self._cancel = threading.Event()
+
+    def _raw_images(self) -> tuple[list, str]:
+        """The images to preprocess, and a note when the originals were wanted but not all read."""
+        if self.originals is None:
+            return self.images, ""
+        try:
+            loaded = load_images(self.originals)
+        except Exception as exc:  # noqa: BLE001 - a file gone or unreadable: the embedded images serve
+            log.info("the project's originals cannot be read (%s); denoising its embedded images", exc)
+            loaded = None
+        if loaded is not None and len(loaded) == len(self.images) and not loaded.skipped:
+            return loaded.images, ""
+        return self.images, ("the project's original files could not all be read, so its embedded working "
+                             "images were used (their cleared corners show no noise)")
+
+    def __call__(self) -> tuple[Canvas, np.ndarray]:
+        """``(canvas, working images)``; ``canvas.denoise`` says what the denoiser did."""
+        images, why = self._raw_images()
+        canvas = preprocess(images, size=self.size, denoise=self.denoise)
+        if why and canvas.denoise is not None:
+            canvas.denoise = replace(canvas.denoise, note=f"{canvas.denoise.note}; {why}")
+        if not self.transforms.any():
+            return canvas, canvas.images
+        return canvas, apply_transforms(canvas.images, self.transforms)
+
+    def cancel(self) -> None:
+        """The run was stopped (thread-safe): a driver does not start it once the inputs are ready."""
+        self._cancel.set()
+
+    def rearm(self) -> None:
+        """Make the inputs again when the stopped run resumes (the run had not begun)."""
+        self._cancel.clear()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
 
 
 def stack_canvases(canvases) -> Canvas | None:

@@ -41,6 +41,9 @@ class SessionProject:
             params = copy.deepcopy(vars(self.run.settings)) if self.run is not None else {}
             params["sigmas"] = list(params.get("sigmas", []))
         if self.run is not None:
+            params["denoise"] = self.denoise
+            rep = self.denoise_report
+            params["denoise_report"] = rep.as_dict() if rep is not None else {"applied": False, "mode": self.denoise}
             params["backend"] = self.run.backend.name
             params.update(run_record(res) or {"beta_used": None})
             params["elapsed"] = self.elapsed
@@ -133,6 +136,12 @@ class SessionProject:
         self.final = st["final"]
         self.elapsed = st["elapsed"]
         self._opened_parameters = st["parameters"]
+        self._preview = None
+        self.embedded = st["embedded"]
+        self.run_inputs = None
+        self.denoise_report = None  # an opened run's report is in its parameters ("denoise_report") and notes
+        denoise = st["parameters"].get("denoise")
+        self.denoise = denoise if denoise in ("auto", "on", "off") else "auto"  # older projects: the default
         view = st["parameters"].get("view")
         self.view_state = dict(view) if isinstance(view, dict) else {}
         self.book = st["book"]
@@ -176,7 +185,8 @@ def _state_from_project(proj: Project, path) -> dict:
     if proj.clusters is not None and proj.clusters.n != n:
         raise ProjectError(f"{path}: the clusters do not match the images")
     elapsed = proj.parameters.get("elapsed")
-    return {"data": data, "size": int(proj.size), "canvas": canvas, "base": base, "transforms": transforms,
+    return {"data": data, "embedded": proj.base is not None,
+            "size": int(proj.size), "canvas": canvas, "base": base, "transforms": transforms,
             "working": working, "frames": frames, "final": final, "book": proj.clusters,
             "edits": list(proj.edits), "path": str(path), "missing": missing,
             "elapsed": float(elapsed) if isinstance(elapsed, (int, float)) else 0.0,

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import fields
 
 import numpy as np
 
-from .attention import AttentionRun, RunState
+from .attention import AttentionRun, RunState, Settings
 from .backend import BackendUnavailableError
 from .clusterbook import ClusterBook
 from .distributed import DaskUnavailableError
 from .frames import Frame, FrameBuilder
+from .options import option, problem
 from .project import RECORDED_STAGES
+from .session_inputs import RunInputs
 from .wording import count_of
 
 log = logging.getLogger(__name__)
@@ -33,11 +36,16 @@ class SessionRun:
     run: AttentionRun | None
     subset_run: AttentionRun | None
 
-    def start(self, *, backend: str = "auto", dask: str | None = None, **options) -> AttentionRun | None:
+    def start(self, *, backend: str = "auto", dask: str | None = None, denoise: str | None = None,
+              **options) -> AttentionRun | None:
         """Prepare a new run on the transformed set (the driver steps it); None (with a message) when refused.
 
         ``dask``: a Dask scheduler to run the alignment and the means on (``"local:N"`` or an address such
         as ``"tcp://host:8786"``); the client is kept for later runs and closed by :meth:`close`.
+        ``denoise`` (``"auto"``, the default, ``"on"`` or ``"off"``; see the ``denoise`` run option): the run
+        clusters the set preprocessed as one stack and denoised first, as ``ia-cluster --denoise`` does.
+        That work waits in :attr:`run_inputs` for the driver (:func:`stream_run` does it first, in its
+        thread); ``"off"`` runs on the per-image canvases as they are.
         """
         if self.busy:
             self.message("A run is already going.")
@@ -45,17 +53,28 @@ class SessionRun:
         if self.n < 2:
             self.message("Add at least 2 images before starting a run.")
             return None
+        denoise = option("denoise").default if denoise is None else denoise
+        if text := problem("denoise", denoise):
+            self.message(f"Cannot start: {text}")
+            return None
         options.setdefault("snapshot_every", 1)  # the window shows every mean step
         try:
             if dask:
                 options["client"] = self._dask_client(dask)
-            run = AttentionRun(self.working, backend=backend, **options)
+            run = AttentionRun(self.working, backend=backend, **options)  # the options checked here, at once
         except (ValueError, BackendUnavailableError, DaskUnavailableError) as exc:
             self.message(f"Cannot start: {exc}")
             return None
-        self.discard_run()
+        shown = self._preview is not None  # a denoised run's canvas: every run starts from the previews
+        self.discard_run()  # (which it brings back)
+        if shown:
+            run = on_inputs(run, self.working)
         self.run = run
         self.subset_run = None
+        self.denoise = denoise
+        if denoise != "off":
+            self.run_inputs = RunInputs(self.data.images, size=self.size, transforms=self.transforms,
+                                        denoise=denoise, originals=self.data.paths if self.embedded else None)
         self._set_state(RunState.RUNNING)
         self.message(f"Running {str(options.get('method', 'ia')).upper()} on {self.n} images "
                      f"({run.backend.describe()})")
@@ -70,7 +89,7 @@ class SessionRun:
         if run is None:
             return None
         try:
-            for item in stream_run(run, FrameBuilder()):
+            for item in stream_run(run, FrameBuilder(), prepare=self.run_inputs):
                 self.take(item)
         except Exception as exc:  # noqa: BLE001 - reported as the app would, then re-raised for the caller
             self.on_failed(str(exc) or type(exc).__name__)
@@ -89,6 +108,25 @@ class SessionRun:
         elif kind == "cpu":
             self.run = item[1]
             self.message(item[2])
+        elif kind == "denoised":
+            self.on_denoised(*item[1:])
+
+    def on_denoised(self, run: AttentionRun | None, canvas, working) -> None:
+        """The run's inputs are ready (the driver made :attr:`run_inputs`): ``run`` clusters the denoised
+        ``working`` images, or is None when the denoiser stepped aside (the run goes on as it started).
+
+        The denoised canvas becomes the session's while the run exists (the gallery shows what it
+        clusters; exports and projects use its geometry); what the denoiser did is
+        :attr:`denoise_report` and, once the run ends, the first of its notes.
+        """
+        self.run_inputs = None
+        self.denoise_report = canvas.denoise
+        if run is None:
+            return
+        self.run = run
+        if self.state != RunState.RUNNING:  # stopped while the images were denoised: the new run stops too
+            run.cancel()
+        self._show_run_canvas(canvas, working)
 
     def _dask_client(self, address: str):
         """The client of ``address``, connected once and kept (raises DaskUnavailableError)."""
@@ -120,6 +158,8 @@ class SessionRun:
         return self.run
 
     def stop(self) -> None:
+        if self.run_inputs is not None:
+            self.run_inputs.cancel()
         for run in (self.run, self.subset_run):
             if run is not None:
                 run.cancel()
@@ -147,6 +187,9 @@ class SessionRun:
             self.frames.append(frame)
         self.history.clear()
         self.edits = []
+        line = denoise_line(self.denoise_report)
+        if line and frame.result.notes[:1] != [line]:
+            frame.result.notes.insert(0, line)  # shown with the run's notes, saved with them (run_notes)
         self._apply_book(ClusterBook.from_labels(frame.result.labels))
         self.events.history.emit()
         self._mark_dirty()
@@ -158,6 +201,8 @@ class SessionRun:
 
     def on_stopped(self, elapsed: float = 0.0) -> None:
         self.elapsed += elapsed
+        if self.run_inputs is not None:  # stopped before its images were ready: Resume makes them again
+            self.run_inputs.rearm()
         self._set_state(RunState.STOPPED)
         self.message("Stopped. Resume continues where it stopped.")
 
@@ -200,16 +245,33 @@ class SessionRun:
                                   self.book.split(cluster, labels))
 
 
-def stream_run(run: AttentionRun, builder: FrameBuilder):
+def stream_run(run: AttentionRun, builder: FrameBuilder, *, prepare=None):
     """Step ``run`` for a driver thread, yielding what the session takes, as tuples.
 
-    ``("frame", Frame)`` for each snapshot, then ``("finished", Frame, seconds)`` (the frame carries the
+    ``prepare`` (a session's :attr:`~SessionRun.run_inputs`, a :class:`~iastudio.core.session_inputs.RunInputs`):
+    first make the run's inputs (preprocess the raw set as one stack, denoise it) and yield
+    ``("denoised", new_run, canvas, working)``; ``new_run``, the same settings on the denoised ``working``
+    images, is stepped instead of ``run`` (None when the denoiser stepped aside: ``run`` goes on).  A run
+    stopped meanwhile yields ``("stopped", seconds)`` and no frame.
+
+    Then ``("frame", Frame)`` for each snapshot, and ``("finished", Frame, seconds)`` (the frame carries the
     result) or ``("stopped", seconds)`` when the run was cancelled.  When the GPU fails the run goes on
     from the start on the CPU, after ``("cpu", new_run, message)``.
     """
     t0 = time.perf_counter()
+    if prepare is not None:
+        if run.on_progress is not None:
+            run.on_progress(0.0, f"preparing the images (denoise {prepare.denoise})")
+        canvas, working = prepare()
+        if prepare.cancelled:
+            yield ("stopped", time.perf_counter() - t0)
+            return
+        denoised = canvas.denoise is not None and canvas.denoise.applied
+        new = on_inputs(run, working) if denoised else None
+        yield ("denoised", new, canvas, working)
+        run = new or run
     try:
-        yield from _step(run, builder, t0)
+        yield from _step(run, builder, t0, prepare)
     except Exception as exc:
         if run.backend.name != "cupy":
             raise
@@ -218,12 +280,44 @@ def stream_run(run: AttentionRun, builder: FrameBuilder):
         cpu.on_progress = run.on_progress
         yield ("cpu", cpu, f"The GPU failed ({exc}); continuing on the CPU.")
         builder.reset()
-        yield from _step(cpu, builder, t0)
+        yield from _step(cpu, builder, t0, prepare)
 
 
-def _step(run: AttentionRun, builder: FrameBuilder, t0: float):
+def on_inputs(run: AttentionRun, images) -> AttentionRun:
+    """A new, unstarted run of ``run``'s settings, backend, threads, Dask client and progress callback on
+    other ``images`` (its denoised inputs)."""
+    new = AttentionRun(images, backend=run.backend, client=run.client, threads=run.threads,
+                       **{f.name: getattr(run.settings, f.name) for f in fields(Settings) if f.name != "preset"})
+    new.settings.preset = run.settings.preset  # its options are in the settings already
+    new.on_progress = getattr(run, "on_progress", None)
+    return new
+
+
+def denoise_line(report) -> str:
+    """What the denoiser did, in one line for the window (``""`` without a report or with denoising off).
+
+    Examples
+    --------
+    >>> from iastudio.core.denoise import DenoiseReport
+    >>> denoise_line(DenoiseReport(True, "auto", "steerable-pca", 0.213, 0.41, 19))
+    'Denoised: noise σ≈0.213 per pixel, SNR≈0.41, 19 components kept'
+    >>> denoise_line(DenoiseReport(False, "auto", note="denoising skipped: estimated noise 0, the images look clean"))
+    'Not denoised: estimated noise 0, the images look clean'
+    """
+    if report is None or report.mode == "off":
+        return ""
+    if report.applied:
+        snr = "" if report.snr is None or not np.isfinite(report.snr) else f", SNR≈{report.snr:.2g}"
+        return f"Denoised: noise σ≈{report.noise_std:.3g} per pixel{snr}, {report.components} components kept"
+    reason = report.note.split(": ", 1)[-1] if report.note else "the denoiser stepped aside"
+    return f"Not denoised: {reason}"
+
+
+def _step(run: AttentionRun, builder: FrameBuilder, t0: float, prepare=None):
     last = None
     for snap in run.steps():
+        if prepare is not None and prepare.cancelled:  # stopped before the session held this run
+            run.cancel()
         last = snap
         yield ("frame", builder.frame(snap, elapsed=time.perf_counter() - t0))
     if run.finished:
