@@ -97,7 +97,7 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
         self.transforms = np.zeros((0, 3))  # applied per image (canvas px)
         self.working = self.base  # the transformed set: what runs
         self._preview: Canvas | None = None  # the per-image canvases while a denoised run's are shown
-        self.denoise = options.option("denoise").default  # the last run's choice (saved with the project)
+        self.denoise = str(options.option("denoise").default)  # the last run's choice (saved with the project)
         self.denoise_report = None  # what the denoiser did for the run (DenoiseReport), None before it
         self.run_inputs: RunInputs | None = None  # the inputs the run waits for (made by its driver)
         # data.images include an opened project's embedded working images (a run denoises the originals)

@@ -31,6 +31,7 @@ class SessionInputs:
     # the state this part shares with the others (set in ``Session.__init__``), typed for mypy
     canvas: Canvas | None
     project_path: str | None
+    _preview: Canvas | None
 
     # ------------------------------------------------------------------ images
     def load_demo(self, name: str, *, seed: int = 0, size: int | None = None) -> bool:

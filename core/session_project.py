@@ -5,6 +5,7 @@ import copy
 import logging
 import os
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +17,9 @@ from .preprocess import Canvas, apply_transforms, preprocess
 from .project import Project, ProjectError, history_entry, load_project, run_record, save_project
 from .wording import count_of
 
+if TYPE_CHECKING:
+    from .session_inputs import RunInputs
+
 log = logging.getLogger(__name__)
 
 
@@ -24,6 +28,8 @@ class SessionProject:
 
     # the state this part shares with the others (set in ``Session.__init__``), typed for mypy
     run: AttentionRun | None
+    _preview: Canvas | None
+    run_inputs: RunInputs | None
 
     def to_project(self, *, autosave: bool = False) -> Project:
         """The session as a :class:`~iastudio.core.project.Project`: a snapshot that later changes do not touch.

@@ -35,6 +35,8 @@ class SessionRun:
     final: Frame | None
     run: AttentionRun | None
     subset_run: AttentionRun | None
+    run_inputs: RunInputs | None
+    denoise: str
 
     def start(self, *, backend: str = "auto", dask: str | None = None, denoise: str | None = None,
               **options) -> AttentionRun | None:
