@@ -38,10 +38,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .groups import Group
 
-__all__ = ["GroupSelfAttention", "LiftingSelfAttention", "neighbour_offsets"]
+__all__ = ["CHECKPOINT_ELEMENTS", "GroupSelfAttention", "LiftingSelfAttention", "neighbour_offsets"]
+
+#: a group self-attention layer whose attention scores hold more entries than this recomputes them in the
+#: backward pass (activation checkpointing per output group element) instead of keeping them: the same
+#: gradients, a quarter (R8) to an eighth (R16) of what the layer keeps for the backward pass (tested),
+#: one more forward pass of the attention.  GSA-R8 and larger at
+#: seed 002's batch of 8 (R8: 90 M entries per layer; R16: 361 M).
+CHECKPOINT_ELEMENTS = 50_000_000
 
 
 def neighbour_offsets(size: int) -> torch.Tensor:
@@ -239,6 +247,16 @@ class GroupSelfAttention(_LocalAttentionBase):
             raise ValueError(f"unknown group encoding {group_encoding!r}: use table or mlp")
         self.register_buffer("rel", torch.as_tensor(group.relative), persistent=False)
 
+    def _attend(self, content, spatial_h, grp, v, scale):
+        """One output group element: the softmax over (t, K) and the values, ``(b, XY, heads, d)``, and its map."""
+        b, heads, n, P, _, K = content.shape
+        scores = (content + spatial_h.unsqueeze(-2) + grp.unsqueeze(-1)) * scale
+        probs = torch.softmax(scores.reshape(b, heads, n, P, n * K), dim=-1)
+        # v does not depend on the query's group element: sum the weights over it first (Eq. 15)
+        summed = self.dropout(probs).sum(dim=2)  # (b, heads, XY, t*K)
+        attention_map = summed.detach().reshape(b, heads, P, n, K).sum(dim=3)  # (b, heads, XY, K)
+        return torch.matmul(summed.unsqueeze(-2), v).squeeze(-2).transpose(1, 2), attention_map
+
     def forward(self, x):
         b, _c, n, X, Y = x.shape
         P, K = X * Y, self.size * self.size
@@ -260,6 +278,9 @@ class GroupSelfAttention(_LocalAttentionBase):
         shared = None
         if not isinstance(self.group_encoding, nn.Parameter):  # E(q^-1 t): the same for every h
             shared = torch.einsum("bedqp,qted->beqpt", q, self.group_encoding())
+        # keep only each output element's inputs for the backward pass, not its scores and weights, where
+        # those are large (GSA-R16 at batch 8: 1.4 GB per element and layer; 80 GB was not enough)
+        recompute = torch.is_grad_enabled() and content.numel() > CHECKPOINT_ELEMENTS
         for h in range(n):
             if shared is None:
                 # E[h^-1 q, h^-1 t]: (q, t, heads, d)
@@ -267,12 +288,12 @@ class GroupSelfAttention(_LocalAttentionBase):
                 grp = torch.einsum("bedqp,qted->beqpt", q, table)
             else:
                 grp = shared
-            scores = (content + spatial[h].unsqueeze(-2) + grp.unsqueeze(-1)) * scale
-            probs = torch.softmax(scores.reshape(*scores.shape[:4], n * K), dim=-1)
-            # v does not depend on the query's group element: sum the weights over it first (Eq. 15)
-            summed = self.dropout(probs).sum(dim=2)  # (b, heads, XY, t*K)
-            maps.append(summed.detach().reshape(b, self.heads, P, n, K).sum(dim=3))  # (b, heads, XY, K)
-            outs.append(torch.matmul(summed.unsqueeze(-2), v).squeeze(-2).transpose(1, 2))  # (b, XY, heads, d)
+            if recompute:
+                out_h, map_h = checkpoint(self._attend, content, spatial[h], grp, v, scale, use_reentrant=False)
+            else:
+                out_h, map_h = self._attend(content, spatial[h], grp, v, scale)
+            outs.append(out_h)
+            maps.append(map_h)
         self.last_attention = torch.stack(maps, dim=2)
         out = self.out(torch.stack(outs, dim=1).transpose(-1, -2).reshape(b, n, P, -1))  # (b, H, XY, Cout)
         return out.permute(0, 3, 1, 2).reshape(b, -1, n, X, Y)
