@@ -149,10 +149,12 @@ def _no_window_outlives_its_module():
     if app is None or main_window is None:
         return
     free_deleted_widgets()
-    for w in app.topLevelWidgets():
-        if isinstance(w, main_window.MainWindow):
-            w.projects.ask = lambda *a, **k: "discard"
-            dispose(w)
+    left = [w for w in app.topLevelWidgets() if isinstance(w, main_window.MainWindow)]
+    for w in left:  # closed already (a second close could touch what the first one shut down): deleted only
+        w.model.shutdown(5000)
+        w.deleteLater()
+    if left:
+        free_deleted_widgets()
 
 
 @pytest.fixture
