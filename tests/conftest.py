@@ -173,3 +173,41 @@ def window(qtbot):
     w.show()
     yield w
     w.model.shutdown(5000)
+
+
+@pytest.fixture(scope="module")
+def module_window(qapp, home):
+    """One shown main window for a module's tests (a new one costs 1-2 s of CPU); take it as ``shared_window``.
+
+    A module opts in by defining ``window`` as ``shared_window``; its tests then share this module's home.
+    """
+    from iastudio.app.main_window import MainWindow
+
+    gc.collect()
+    w = MainWindow()
+    w.show()
+    first = (w.run_panel.settings_state(), w.run_panel.size.value(), w.transform_panel.seed.value())
+    yield w, first
+    dispose(w)
+
+
+@pytest.fixture
+def shared_window(module_window, qtbot):
+    """The module's window, put back as a new one shows itself: no images, no run, the first settings."""
+    w, (state, size, seed) = module_window
+    m, session = w.model, w.model.session
+    m.stop()
+    qtbot.waitUntil(lambda: not session.busy and not m.loading, timeout=30000)
+    session.close()  # the Dask clients a test opened
+    assert session.clear()
+    w.run_panel.restore_settings(state)
+    w.run_panel.size.setValue(size)
+    w.run_panel.dask.setText("")
+    w.transform_panel.seed.setValue(seed)
+    if w.last_dialog is not None:
+        w.last_dialog.close()
+        w.last_dialog = None
+    assert session.n == 0
+    assert session.state == "idle"
+    assert session.final is None
+    return w
