@@ -17,7 +17,6 @@ skips that file only.  CMYK images are converted to RGB.
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import stat
@@ -26,6 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from .imagefile import MAX_PIXELS, ImageLoadError, os_reason, regular_file_size, short_reason
+from .stacks import StackMember, open_stack, split_member, star_members
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -47,14 +49,9 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".mrc", ".
 """Every extension read: single images, stacks (:mod:`~iastudio.core.stacks`) and STAR lists."""
 STACK_FILE_EXTENSIONS = (".tif", ".tiff", ".mrc", ".mrcs", ".npy")
 """Files that may hold several images, each read as one image of the set."""
-MAX_PIXELS = 50_000_000
 MAX_FLOAT = 1e15
 """Largest magnitude accepted in a float image: beyond it sums of squares overflow (treated like inf)."""
 log = logging.getLogger(__name__)
-
-
-class ImageLoadError(ValueError):
-    """A file could not be used; the message is the reason shown to the user."""
 
 
 class Cancelled(ImageLoadError):
@@ -175,58 +172,9 @@ def _to_float(img: np.ndarray, path) -> np.ndarray:
     raise ImageLoadError(f"unsupported: {img.ndim}-dimensional data")
 
 
-def regular_file_size(path: Path) -> int:
-    """The size of ``path`` in bytes after checking it is a regular, non-empty file.
-
-    Raises
-    ------
-    ImageLoadError
-        Why not: the operating system's reason, "not a regular file: a FIFO", "empty file (0 bytes)".
-    """
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise ImageLoadError(os_reason(exc, path)) from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise ImageLoadError(f"not a regular file: {_kind(st.st_mode)}")
-    if st.st_size == 0:
-        raise ImageLoadError("empty file (0 bytes)")
-    return int(st.st_size)
-
-
-def os_reason(exc: OSError, path=None) -> str:
-    """A plain reason for an ``OSError`` met opening ``path``."""
-    if exc.errno == errno.ENOENT:
-        if path is not None and os.path.lexists(path):
-            return "a broken symbolic link (its target does not exist)"
-        return "does not exist"
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return "cannot be read: permission denied"
-    if exc.errno == errno.ELOOP:
-        return "cannot be read: a symbolic link loop"
-    if exc.errno == errno.ENAMETOOLONG:
-        return "cannot be read: the name is too long"
-    return f"cannot be read ({exc.strerror or type(exc).__name__})"
-
-
-def _kind(mode: int) -> str:
-    return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a folder" if stat.S_ISDIR(mode)
-            else "not a regular file")
-
-
 def _too_big(w: int, h: int, frames: int = 1) -> ImageLoadError:
     extra = f" in {frames} frames" if frames > 1 else ""
     return ImageLoadError(f"over 50 megapixels ({w}x{h}{extra})")
-
-
-def _cmyk_to_rgb(cmyk: np.ndarray) -> np.ndarray:
-    """CMYK (any integer or float range) to RGB in [0, 1]: ``(1 - c)(1 - k)``."""
-    x = cmyk.astype(np.float32)
-    if np.issubdtype(cmyk.dtype, np.integer):
-        x /= float(np.iinfo(cmyk.dtype).max)
-    c, m, y, k = (x[..., i] for i in range(4))
-    return np.stack([(1 - c) * (1 - k), (1 - m) * (1 - k), (1 - y) * (1 - k)], axis=-1)
 
 
 def load_image(path) -> np.ndarray:
@@ -253,8 +201,6 @@ def load_image(path) -> np.ndarray:
         of several images (read those with :func:`load_images`), or too large
         for the memory available.
     """
-    from .stacks import open_stack, split_member
-
     member = split_member(path)
     if member is not None:
         try:
@@ -325,12 +271,7 @@ def _decode(path: Path, ext: str) -> np.ndarray:
         text = str(exc).lower()
         if "truncat" in text or "premature" in text or "broken data" in text or "end of file" in text:
             raise ImageLoadError("truncated file (the image data ends early)") from exc
-        raise ImageLoadError(f"not an image ({_short(exc)})") from exc
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:160]
+        raise ImageLoadError(f"not an image ({short_reason(exc)})") from exc
 
 
 def _walk(folder: Path, errors: list | None = None):
@@ -373,8 +314,6 @@ def image_files(inputs) -> tuple[list[tuple[Path, str | None]], list[dict]]:
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
-    from .stacks import split_member
-
     jobs: list[tuple[Path, str | None]] = []
     skipped: list[dict] = []
     for item in inputs:
@@ -419,7 +358,7 @@ def skip_entry(path, exc: BaseException) -> dict:
         reason = "too large to decode in the memory available"
     else:
         log.warning("unexpected failure reading %r", str(path), exc_info=exc)
-        reason = f"could not be decoded ({type(exc).__name__}: {_short(exc)})"
+        reason = f"could not be decoded ({type(exc).__name__}: {short_reason(exc)})"
     return {"path": str(path), "reason": reason}
 
 
@@ -489,7 +428,6 @@ def read_entries(jobs, *, progress=None, load=None):
     """
     from collections import deque
 
-    from .stacks import StackMember, star_members
 
     queue = deque(jobs)
     stack_of = _OpenStacks()
@@ -549,8 +487,6 @@ class _OpenStacks:
 
     def __call__(self, path):
         """The open stack of ``path`` (opened now if it is not)."""
-        from .stacks import open_stack
-
         key = str(path)
         if key in self.stacks:
             self.stacks.move_to_end(key)
@@ -575,7 +511,6 @@ def _is_file(path) -> bool:
 
 def _cancelled(queue):
     """The cancelled entries for what is left in ``queue``: one per file, a stack's rest as one."""
-    from .stacks import StackMember
 
     items = list(queue)
     k = 0

@@ -44,7 +44,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 import numpy as np
 
 from .extras import missing_extra
-from .imageset import MAX_PIXELS, ImageLoadError, os_reason, regular_file_size
+from .imagefile import MAX_PIXELS, ImageLoadError, cmyk_to_rgb, os_reason, regular_file_size, short_reason
 
 __all__ = [
     "MAX_PIXELS_PER_BYTE",
@@ -182,7 +182,7 @@ class MrcStack(Stack):
                     mode, ispg, ext = int(h.mode), int(h.ispg), int(h.nsymbt)
                     voxel = float(mrc.voxel_size.x)
         except (ValueError, OSError, EOFError) as exc:
-            raise ImageLoadError(f"not an MRC file ({_short(exc)})") from None
+            raise ImageLoadError(f"not an MRC file ({short_reason(exc)})") from None
         if min(nx, ny, nz) <= 0:
             raise ImageLoadError(f"corrupt MRC header: dimensions {nx} x {ny} x {nz} (each must be positive)")
         if mode not in MRC_MODES:
@@ -201,7 +201,7 @@ class MrcStack(Stack):
                 warnings.simplefilter("ignore")
                 self._mrc = mrcfile.mmap(path, mode="r", permissive=False)
         except (ValueError, OSError) as exc:
-            raise ImageLoadError(f"not an MRC file ({_short(exc)})") from None
+            raise ImageLoadError(f"not an MRC file ({short_reason(exc)})") from None
         data = self._mrc.data
         self._data = data.reshape(nz, ny, nx)
         self.length = nz
@@ -261,7 +261,7 @@ class NpyStack(Stack):
         except OSError as exc:
             raise ImageLoadError(os_reason(exc, path)) from exc
         except (ValueError, SyntaxError, TypeError, EOFError) as exc:
-            raise ImageLoadError(f"not a NumPy array file ({_short(exc)})") from None
+            raise ImageLoadError(f"not a NumPy array file ({short_reason(exc)})") from None
         if dtype.hasobject:
             raise ImageLoadError("holds Python objects (refused: files are never unpickled)")
         if dtype.kind not in "biuf" or dtype.fields is not None:
@@ -285,7 +285,7 @@ class NpyStack(Stack):
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError) as exc:
-            raise ImageLoadError(f"not a NumPy array file ({_short(exc)})") from None
+            raise ImageLoadError(f"not a NumPy array file ({short_reason(exc)})") from None
         self._arr = arr[None] if len(shape) == 2 or (len(shape) == 3 and colour) else arr
         self.length = n
 
@@ -384,9 +384,7 @@ class TiffStack(Stack):
             img = np.moveaxis(img, 0, -1)
         if getattr(page, "photometric", None) == tifffile.PHOTOMETRIC.SEPARATED and img.ndim == 3 \
                 and img.shape[-1] == 4:
-            from .imageset import _cmyk_to_rgb
-
-            img = _cmyk_to_rgb(img)
+            img = cmyk_to_rgb(img)
         return img
 
     def close(self):
@@ -421,12 +419,7 @@ def _tiff_reason(exc) -> str:
     text = str(exc).lower()
     if "truncat" in text or "end of file" in text or "eof" in text:
         return "truncated file (the image data ends early)"
-    return f"not an image ({_short(exc)})"
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:160]
+    return f"not an image ({short_reason(exc)})"
 
 
 def open_stack(path) -> Stack:
@@ -514,7 +507,7 @@ def star_members(path) -> list[StackMember | Path]:
     except MemoryError:
         raise
     except Exception as exc:  # noqa: BLE001 - pandas/starfile raise many types on bad text
-        raise ImageLoadError(f"not a STAR file ({_short(exc)})") from None
+        raise ImageLoadError(f"not a STAR file ({short_reason(exc)})") from None
     table = next((b for b in blocks.values() if hasattr(b, "columns") and "rlnImageName" in b.columns), None)
     if table is None:
         raise ImageLoadError("no rlnImageName column (not a particle STAR file)")

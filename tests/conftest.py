@@ -1,4 +1,6 @@
+import gc
 import os
+import sys
 
 # GUI tests run without a screen unless the caller chose a platform
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -76,8 +78,6 @@ _ASKED = _Asked()
 def _answer_for_the_user():
     """The app's "Discard your work?" / "Save changes?" never block a test (windows that module fixtures
     close after a test's own patches are undone included): they are answered from ``_ASKED.answer``."""
-    import sys
-
     projects = sys.modules.get("iastudio.app.projects")  # only where the app is under test
     if projects is None:
         yield
@@ -101,6 +101,62 @@ def asked():
     _ASKED.answer = "discard"
 
 
+def _qt_app():
+    """The QApplication where the app is under test, else None (Qt is never imported here)."""
+    widgets = sys.modules.get("PySide6.QtWidgets")
+    return None if widgets is None else widgets.QApplication.instance()
+
+
+def free_deleted_widgets() -> None:
+    """Delete now what ``deleteLater`` left for an event loop, then collect Python's cycles, on the GUI thread.
+
+    pytest-qt closes the widgets a test gave ``qtbot.addWidget`` and calls ``deleteLater``, but outside an
+    event loop ``processEvents`` does not run deferred deletes: left alone, every closed main window (about
+    1,200 widgets) stays alive to the end of the session, and Qt's work over all widgets (building a window,
+    its palette and style) gets dearer with each one.
+    """
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    gc.collect()  # on the GUI thread (see ``window``)
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+def dispose(window) -> None:
+    """Close a main window a fixture made and delete it now (its model's threads stopped first)."""
+    window.model.shutdown(5000)
+    window.close()
+    window.deleteLater()
+    free_deleted_widgets()
+
+
+@pytest.fixture(autouse=True)
+def _free_closed_windows():
+    """After each test (pytest-qt has closed its widgets by then), the widgets it deleted go."""
+    yield
+    if _qt_app() is not None:
+        from PySide6.QtCore import QCoreApplication, QEvent
+
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_window_outlives_its_module():
+    """After each test module, no main window of it is left: those a test or a fixture only closed are deleted."""
+    yield
+    app = _qt_app()
+    main_window = sys.modules.get("iastudio.app.main_window")
+    if app is None or main_window is None:
+        return
+    free_deleted_widgets()
+    left = [w for w in app.topLevelWidgets() if isinstance(w, main_window.MainWindow)]
+    for w in left:  # closed already (a second close could touch what the first one shut down): deleted only
+        w.model.shutdown(5000)
+        w.deleteLater()
+    if left:
+        free_deleted_widgets()
+
+
 @pytest.fixture
 def window(qtbot):
     """A shown main window; its model's threads are stopped afterwards.
@@ -109,8 +165,6 @@ def window(qtbot):
     collection they could be destroyed in another thread (e.g. a Dask client's IO loop), where
     PySide's destructor and the GUI thread can deadlock on the GIL and a Qt mutex.
     """
-    import gc
-
     from iastudio.app.main_window import MainWindow
 
     gc.collect()
@@ -119,3 +173,41 @@ def window(qtbot):
     w.show()
     yield w
     w.model.shutdown(5000)
+
+
+@pytest.fixture(scope="module")
+def module_window(qapp, home):
+    """One shown main window for a module's tests (a new one costs 1-2 s of CPU); take it as ``shared_window``.
+
+    A module opts in by defining ``window`` as ``shared_window``; its tests then share this module's home.
+    """
+    from iastudio.app.main_window import MainWindow
+
+    gc.collect()
+    w = MainWindow()
+    w.show()
+    first = (w.run_panel.settings_state(), w.run_panel.size.value(), w.transform_panel.seed.value())
+    yield w, first
+    dispose(w)
+
+
+@pytest.fixture
+def shared_window(module_window, qtbot):
+    """The module's window, put back as a new one shows itself: no images, no run, the first settings."""
+    w, (state, size, seed) = module_window
+    m, session = w.model, w.model.session
+    m.stop()
+    qtbot.waitUntil(lambda: not session.busy and not m.loading, timeout=30000)
+    session.close()  # the Dask clients a test opened
+    assert session.clear()
+    w.run_panel.restore_settings(state)
+    w.run_panel.size.setValue(size)
+    w.run_panel.dask.setText("")
+    w.transform_panel.seed.setValue(seed)
+    if w.last_dialog is not None:
+        w.last_dialog.close()
+        w.last_dialog = None
+    assert session.n == 0
+    assert session.state == "idle"
+    assert session.final is None
+    return w

@@ -24,44 +24,10 @@ def _logs(tmp_path, monkeypatch):
     monkeypatch.setenv("IA_STUDIO_LOG_DIR", str(tmp_path / "home" / "logs"))
 
 
-@pytest.fixture(scope="module")
-def _one_window(qapp, home):
-    """One main window for the tests of this module that take ``window`` (a new one costs 1-2 s of CPU)."""
-    import gc
-
-    gc.collect()
-    w = MainWindow()
-    w.show()
-    first = (w.run_panel.settings_state(), w.run_panel.size.value(), w.transform_panel.seed.value())
-    yield w, first
-    from PySide6.QtCore import QCoreApplication, QEvent
-
-    w.model.shutdown(5000)
-    w.close()
-    w.deleteLater()  # with its dialogs, as qtbot deletes the windows it was given
-    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-
-
 @pytest.fixture
-def window(_one_window, qtbot):
-    """The module's window, put back as a new one shows itself: no images, no run, the first settings."""
-    w, (settings, size, seed) = _one_window
-    m, session = w.model, w.model.session
-    m.stop()
-    qtbot.waitUntil(lambda: not session.busy and not m.loading, timeout=30000)
-    session.close()  # the Dask clients a test opened
-    assert session.clear()
-    w.run_panel.restore_settings(settings)
-    w.run_panel.size.setValue(size)
-    w.run_panel.dask.setText("")
-    w.transform_panel.seed.setValue(seed)
-    if w.last_dialog is not None:
-        w.last_dialog.close()
-        w.last_dialog = None
-    assert session.n == 0
-    assert session.state == "idle"
-    assert session.final is None
-    return w
+def window(shared_window):
+    """One window for the module's tests (conftest's ``module_window``), put back before each."""
+    return shared_window
 
 
 def _wait_state(qtbot, window, states, timeout=60000):

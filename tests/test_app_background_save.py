@@ -9,6 +9,7 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import pytest  # noqa: E402
 from _malicious import good_project  # noqa: E402
 from PySide6.QtCore import QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
@@ -19,6 +20,12 @@ from iastudio.app.main_window import MainWindow  # noqa: E402
 from iastudio.core.project import load_project, save_project  # noqa: E402
 
 WAIT_S = 10  # the longest a held write waits to be released (a test that forgets fails, never hangs)
+
+
+@pytest.fixture
+def window(shared_window):
+    """One window for the module's tests (conftest's ``module_window``), put back before each."""
+    return shared_window
 
 
 class HeldWrites:

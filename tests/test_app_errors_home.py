@@ -21,9 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def window(window):
-    """conftest's window; an error box a test left open is closed first."""
-    yield window
+def window(shared_window):
+    """The module's window (conftest's ``module_window``, put back before each test); an error box a test
+    left open is closed after it."""
+    yield shared_window
     box = errors.current_error_dialog()
     if box is not None:
         box.close()

@@ -34,6 +34,12 @@ from iastudio.core.wording import count_of  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture
+def window(shared_window):
+    """One window for the module's tests (conftest's ``module_window``), put back before each."""
+    return shared_window
+
+
 def _wait(app, pred, timeout=60.0):
     wait_until(app, pred, timeout)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 from PySide6.QtCore import QThreadPool, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QPushButton  # noqa: E402
@@ -21,6 +22,12 @@ from iastudio.app.errors import current_error_dialog  # noqa: E402
 from iastudio.app.main_window import MainWindow  # noqa: E402
 
 WAIT_MS = 30000
+
+
+@pytest.fixture
+def window(shared_window):
+    """One window for the module's tests (conftest's ``module_window``), put back before each."""
+    return shared_window
 
 
 def _pngs(folder, names):

@@ -15,6 +15,12 @@ import iastudio.app.main_window  # noqa: E402, F401 - imported first, so conftes
 WAIT_MS = 30000
 
 
+@pytest.fixture
+def window(shared_window):
+    """One window for the module's tests (conftest's ``module_window``), put back before each."""
+    return shared_window
+
+
 def _particles(path, n=5):
     img = np.zeros((n, 20, 20), np.float32)
     for k in range(n):

@@ -59,7 +59,9 @@ def _title(w) -> str:
 
 
 # ------------------------------------------------------------------ 1. Save never overwrites another project
-@pytest.mark.parametrize("how", ["demo", "folder", "show me"])
+# "show me" runs the whole demo (with its KA comparison): 15-27 s in the fast gate on a loaded 2-core CPU,
+# so it runs with the slow tests
+@pytest.mark.parametrize("how", ["demo", "folder", pytest.param("show me", marks=pytest.mark.slow)])
 def test_a_new_set_is_untitled_and_save_asks_for_a_file(win, qtbot, tmp_path, monkeypatch, how):
     project = tmp_path / "P.iaproj"
     before = _saved_project(win, qtbot, project)

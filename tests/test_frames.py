@@ -158,9 +158,9 @@ def test_frames_of_a_pruned_run_map_its_neighbour_graph(monkeypatch):
     """A run on K candidate neighbours has sparse distances: the builder maps its graph (no dense MDS)."""
     import scipy.sparse as sp
 
-    import iastudio.core.attention
+    import iastudio.core.run_output
 
-    monkeypatch.setattr(iastudio.core.attention, "_DENSE_VIEW_MAX", 10)  # sparse views from 11 images, not 2,001
+    monkeypatch.setattr(iastudio.core.run_output, "_DENSE_VIEW_MAX", 10)  # sparse views from 11 images, not 2,001
 
     from iastudio.core.attention import AttentionRun
     from iastudio.core.demos import load_demo

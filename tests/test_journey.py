@@ -77,6 +77,9 @@ def _keys(qtbot, window, key, modifier=Qt.KeyboardModifier.ControlModifier):
     QTest.keyClick(window, key, modifier)
 
 
+# three real runs (one of the folder, two of "Show me"): 64-66 s in the fast gate on a loaded 2-core CPU, so
+# it runs with the slow tests (and again in a real X window, below, where xvfb-run is installed)
+@pytest.mark.slow
 def test_a_users_journey(qtbot, home, tmp_path, monkeypatch, asked):
     shots = _artifacts(tmp_path)
     folder = _make_folder(tmp_path / "shapes")

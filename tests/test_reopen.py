@@ -152,12 +152,12 @@ def test_ka_labels_of_the_wrong_shape_are_refused(finished, tmp_path):
 @pytest.fixture(scope="module")
 def pruned():
     """A real pruned run whose results are SciPy sparse, as above 2,000 images (the view limit lowered to 10)."""
-    import iastudio.core.attention
+    import iastudio.core.run_output
 
     s = Session(size=24)
     s.load_demo("shapes")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(iastudio.core.attention, "_DENSE_VIEW_MAX", 10)  # sparse from 11 images, not 2,001
+        mp.setattr(iastudio.core.run_output, "_DENSE_VIEW_MAX", 10)  # sparse from 11 images, not 2,001
         run = s.start(backend="numpy", neighbors=6, iterations=2, clusters=3)
         for item in stream_run(run, FrameBuilder()):
             s.take(item)

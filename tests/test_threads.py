@@ -91,16 +91,16 @@ def test_a_run_on_one_thread_equals_a_run_on_several(digits):
 
 
 def test_a_run_uses_its_thread_count_while_it_steps(digits, monkeypatch):
-    import iastudio.core.attention as attention
+    import iastudio.core.run_steps as run_steps
 
     seen = []
-    real = attention.invariant_distances
+    real = run_steps.invariant_distances
 
     def spy(*args, **kwargs):
         seen.append(bk.threads())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(attention, "invariant_distances", spy)
+    monkeypatch.setattr(run_steps, "invariant_distances", spy)
     AttentionRun(digits[:12], backend="numpy", iterations=1, threads=3).run()
     assert seen
     assert set(seen) == {3}

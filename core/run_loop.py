@@ -1,0 +1,265 @@
+"""The state machine of a run: its committed state, and the step that advances it.
+
+:class:`RunLoop` is the engine inside :class:`~iastudio.core.attention.AttentionRun`
+(which adds the options, the inputs and the public control).  Its state is
+committed before every snapshot, so a stop (``cancel``, or simply not asking
+for the next snapshot) and a later resume redo at most the interrupted step: a
+cancelled-then-resumed run equals an uninterrupted one.  What each step
+computes is in :mod:`~iastudio.core.run_steps`, the read-out and the guard's
+questions in :mod:`~iastudio.core.run_readout`, the snapshots and the result in
+:mod:`~iastudio.core.run_output`.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from enum import StrEnum
+
+import numpy as np
+
+from .backend import to_host
+from .clustering import KChoice
+from .run_output import RunResult, Stage, host_view, is_sparse, make_snapshot, max_abs_diff
+from .run_readout import forecast_verdict, guard_note, guard_verdict, read_labels, same_partition
+from .run_steps import align_to_clusters, entry_transforms, feature_distances, mean_step, start_means
+from .weights import attention_weights, local_bandwidth
+
+__all__ = ["RunLoop"]
+
+
+class _Phase(StrEnum):
+    """The next thing :meth:`RunLoop._advance` does (private: two phases have no snapshot)."""
+
+    SIMILARITY = "similarity"
+    MEANS = "means"
+    FINAL = "final"  # distances of the final features and the read-out
+    FINISHING = "finishing"  # cluster means and per-image alignment
+    DONE = "done"
+
+
+class _Cancelled(Exception):
+    """Raised inside a long stage when the run was cancelled; the stage is redone on resume."""
+
+
+class RunLoop:
+    """The committed state of a run and its steps (the engine of :class:`~iastudio.core.attention.AttentionRun`).
+
+    A subclass sets ``settings``, ``client``, ``backend``, ``blank`` (bool, per
+    image), ``n``, ``_inputs`` (the images on the backend) and ``on_progress``,
+    then calls :meth:`_start_state`; :meth:`_advance` then does the next step
+    and returns its :class:`~iastudio.core.run_output.Snapshot` (or None).
+    """
+
+    def _start_state(self) -> None:
+        """The state before the first step: the inputs are the features, nothing computed."""
+        self._features = self._inputs
+        self._iteration = 1
+        self._stage = _Phase.SIMILARITY  # the next thing to do
+        self._sim = None
+        self._weights = None
+        self._beta = float("nan")
+        self._mean_state = None
+        self._mean_src = None  # the images the means are made of ([v; flip(v)] for E(2))
+        self._history: list[np.ndarray] = []
+        self._input_sim = None
+        self._labels = np.zeros(self.n, dtype=int)
+        self._k_choice: KChoice | None = None
+        self._bandwidth = None  # beta="auto": the local bandwidth s_i of the inputs, kept for every iteration
+        self._prev = None  # (features, sim, weights, labels, k_choice, beta) of the previous iteration, for the guard
+        self._accepted = 0  # mean rounds whose result is in self._features
+        self._notes: list[str] = []
+        self._forecasts: list[dict] = []  # what the guard's forecast saw before each iteration (for benchmarks)
+        self._timings = {"similarity_s": 0.0, "mean_s": 0.0, "forecast_s": 0.0, "total_s": 0.0}
+        self._result: RunResult | None = None
+        self._cancel = threading.Event()
+
+    @property
+    def _steps_per_iteration(self) -> int:
+        s = self.settings
+        return 1 + (s.mean_steps if s.method == "ia" else 1)
+
+    def _done_steps(self) -> int:
+        s = self.settings
+        per = self._steps_per_iteration
+        done = (self._iteration - 1) * per
+        if self._stage == _Phase.MEANS:
+            done += 1 + (self._mean_state.step if self._mean_state is not None else 0)
+        elif self._stage in (_Phase.FINAL, _Phase.FINISHING, _Phase.DONE):
+            done = s.iterations * per + (1 if self._stage == _Phase.DONE else 0)
+        return done
+
+    @property
+    def total_steps(self) -> int:
+        """Steps of the whole run (similarity and mean steps of every iteration, and the end)."""
+        return self.settings.iterations * self._steps_per_iteration + 1
+
+    def _check_cancel(self):
+        if self._cancel.is_set():
+            raise _Cancelled
+
+    def _stage_progress(self, fraction):
+        """Progress inside the similarity stage; raises ``_Cancelled`` on cancel."""
+        if self._cancel.is_set():
+            raise _Cancelled
+        if self.on_progress is not None:
+            overall = (self._done_steps() + fraction) / self.total_steps
+            self.on_progress(min(1.0, overall), f"invariant similarity {int(100 * fraction)} %")
+
+    def _distances(self, feats):
+        t0 = time.perf_counter()
+        out = feature_distances(feats, self.settings, client=self.client, on_progress=self._stage_progress)
+        self._timings["similarity_s"] += time.perf_counter() - t0
+        return out
+
+    def _read_labels(self, distances, probes=None):
+        """Labels and the k choice of the current features (:func:`iastudio.core.run_readout.read_labels`)."""
+        return read_labels(distances, blank=self.blank, clusters=self.settings.clusters,
+                           readout=self.settings.readout, probes=probes, features=self._features,
+                           xp=self.backend.xp)
+
+    def _same_clusters(self, labels) -> bool:
+        """Whether ``labels`` partition the images as the previous iteration's did."""
+        return self._prev is not None and same_partition(self._prev[3], labels)
+
+    def _guard_rejects(self, labels) -> bool:
+        """True (and the previous iteration restored) when ``labels`` are not a clear improvement.
+
+        Otherwise the iteration has mixed what the inputs separate
+        (:func:`iastudio.core.run_readout.guard_verdict`): the previous state is
+        restored and the run stops.
+        """
+        if not self.settings.guarded or self._prev is None:
+            return False
+        refused = guard_verdict(self._prev[3], labels, inputs=self._input_sim, blank=self.blank)
+        if refused is None:
+            return False
+        self._notes.append(guard_note(self._accepted, *refused))
+        feats, self._sim, self._weights, self._labels, self._k_choice, self._beta = self._prev
+        self._features = feats
+        self._accepted -= 1
+        self._history.pop()  # the rejected iteration's distances
+        self._prev = None
+        return True
+
+    def _forecast_rejects(self, distances, weights, probes, labels) -> bool:
+        """True when the guard would undo the next iteration by its forecast (then it is not run)."""
+        s = self.settings
+        if not (s.guarded and s.forecast and s.method == "ia") or self._input_sim is None:
+            return False
+        t0 = time.perf_counter()
+        try:
+            seen, refused = forecast_verdict(distances, weights, labels, read=self._read_labels,
+                                             inputs=self._input_sim, blank=self.blank, probes=probes,
+                                             mass=s.weight_mass)
+            self._forecasts.append({"iteration": self._accepted + 1, **seen})
+        finally:
+            self._timings["forecast_s"] += time.perf_counter() - t0
+        if refused is None:
+            return False
+        self._notes.append(guard_note(self._accepted + 1, *refused, forecast=True))
+        return True
+
+    def _advance(self):
+        if self._stage == _Phase.SIMILARITY:
+            return self._advance_similarity()
+        if self._stage == _Phase.MEANS:
+            return self._advance_means()
+        if self._stage == _Phase.FINAL:
+            sim = self._distances(self._features)
+            dist = sim[0]
+            self._history.append(host_view(dist, fill_missing=True))
+            labels, choice = self._read_labels(dist, sim[3])
+            if not self._guard_rejects(labels):
+                self._sim = sim
+                self._labels, self._k_choice = labels, choice
+            self._stage = _Phase.FINISHING
+            return self._advance()
+        if self._stage == _Phase.FINISHING:  # committed state above; a cancel here redoes only this
+            self._finish()
+            return self._snapshot(Stage.DONE)
+        raise RuntimeError(f"unknown stage {self._stage}")
+
+    def _advance_similarity(self):
+        """The similarity of the current features, W from it, and the start of the means (or the end)."""
+        s = self.settings
+        dist, _, _, probes = sim = self._distances(self._features)
+        self._history.append(host_view(dist, fill_missing=True))
+        labels, choice = self._read_labels(dist, probes)
+        if self._guard_rejects(labels):
+            self._stage = _Phase.FINISHING
+            return self._advance()
+        settled = self.settings.guarded and self._same_clusters(labels)
+        if self._input_sim is None:
+            self._input_sim = sim
+            if s.beta == "auto":
+                self._bandwidth = local_bandwidth(dist, neighbor=choice.scale)
+        w, beta = attention_weights(dist, s.beta if s.beta == "auto" else float(s.beta), bandwidth=self._bandwidth)
+        prev = self._weights
+        self._sim, self._weights, self._beta = sim, w, beta
+        self._labels, self._k_choice = labels, choice
+        if settled:
+            self._notes.append(f"iteration {self._accepted} left the clusters as they were: stopped there "
+                               f"(more iterations would only sharpen W and the means)")
+        if settled or (prev is not None and max_abs_diff(w, prev) < s.converge_tol):
+            self._stage = _Phase.FINISHING  # the clusters settled, or W stopped moving: converged
+            return self._advance()
+        if self._forecast_rejects(dist, w, probes, labels):
+            self._stage = _Phase.FINISHING  # the guard would undo the iteration: not computed
+            return self._advance()
+        self._stage = _Phase.MEANS
+        t0 = time.perf_counter()
+        if s.method == "ia":
+            self._mean_src, self._mean_state = start_means(self._features, w, sim, s, xp=self.backend.xp)
+        self._timings["mean_s"] += time.perf_counter() - t0
+        return self._snapshot(Stage.SIMILARITY)
+
+    def _advance_means(self):
+        """One step of the means (or the kernel average): a snapshot now and then, the iteration at its end."""
+        s = self.settings
+        t0 = time.perf_counter()
+        self._mean_state, feats, done = mean_step(self._features, self._weights, self._mean_src, self._mean_state,
+                                                  s, client=self.client, check=self._check_cancel,
+                                                  xp=self.backend.xp)
+        self._timings["mean_s"] += time.perf_counter() - t0
+        if not done:
+            if self._mean_state.step % max(1, s.snapshot_every) == 0:
+                return self._snapshot(Stage.MEANS)
+            return None
+        self._prev = (self._features, self._sim, self._weights, self._labels, self._k_choice, self._beta)
+        self._features = feats
+        self._accepted += 1
+        snap = self._snapshot(Stage.ITERATION)
+        self._mean_state = None
+        if self._iteration >= s.iterations:
+            self._stage = _Phase.FINAL
+        else:
+            self._iteration += 1
+            self._stage = _Phase.SIMILARITY
+        return snap
+
+    def _finish(self):
+        """Cluster read-out and per-image alignment to the cluster means (:func:`~.run_steps.align_to_clusters`)."""
+        t0 = time.perf_counter()
+        d0, final = self._input_sim[0], self._sim[0]
+        means, tr, scores, mirrored = align_to_clusters(self._inputs, self._labels, self._input_sim, self.settings,
+                                                        beta=self._beta, client=self.client,
+                                                        check=self._check_cancel, xp=self.backend.xp)
+        self._timings["mean_s"] += time.perf_counter() - t0
+        self._result = RunResult(
+            labels=self._labels, n_clusters=int(self._labels.max()) + 1, cluster_means=to_host(means, np.float32),
+            image_transforms=tr, scores=scores, weights=host_view(self._weights),
+            input_distances=host_view(d0, fill_missing=True) if is_sparse(d0) else d0,
+            final_distances=host_view(final, fill_missing=True) if is_sparse(final) else final,
+            history=list(self._history), features=to_host(self._features, np.float32), iterations=self._accepted,
+            beta=self._beta, timings=dict(self._timings), k_choice=self._k_choice, blank=self.blank.copy(),
+            notes=list(self._notes), mirrored=mirrored)
+        self._stage = _Phase.DONE
+
+    def _snapshot(self, stage):
+        return make_snapshot(
+            stage, iteration=self._accepted if stage == Stage.DONE else self._iteration,  # done: the iterations kept
+            mean_state=self._mean_state, features=self._features, sim=self._sim, weights=self._weights,
+            entry_transforms=lambda st: entry_transforms(st, n=self.n, n_sources=int(self._mean_src.shape[0]),
+                                                         mirrored=self._sim[2]),
+            labels=self._labels, n_steps=self.settings.mean_steps if self.settings.method == "ia" else 1,
+            progress=min(1.0, self._done_steps() / self.total_steps), beta=self._beta, k_choice=self._k_choice)
