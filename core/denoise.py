@@ -404,6 +404,31 @@ def augmented_pca(images, *, noise_var: float, turns: int = 8):
     return res, [len(gains)]
 
 
+def _fit(x, sigma: float, method: str):
+    """The denoised stack ``x`` (n, H, W) at noise level ``sigma``: ``(images, kept per frequency, method, f)``.
+
+    Frames larger than :data:`MAX_SIDE` are fitted on ``f x f`` block means and the result resized back.
+    """
+    n, h, w = x.shape
+    small, f = x, 1
+    if max(h, w) > MAX_SIDE:  # the basis grows with the pixel count: fit it on a block-mean copy
+        f = int(np.ceil(max(h, w) / MAX_SIDE))
+        hh, ww = h // f, w // f
+        small = x[:, :hh * f, :ww * f].reshape(n, hh, f, ww, f).mean(axis=(2, 4))
+    noise_var = sigma ** 2 / (f * f)
+    if method == "steerable":
+        out, kept = steerable_pca(small, noise_var=noise_var)
+        name = "steerable-pca"
+    else:
+        out, kept = augmented_pca(small, noise_var=noise_var)
+        name = "augmented-pca"
+    if f > 1:
+        from skimage.transform import resize
+
+        out = resize(out, (n, h, w), order=1, preserve_range=True, anti_aliasing=False)
+    return out, kept, name, f
+
+
 def denoise(images, *, mode: str = "auto", method: str = "steerable"):
     """Denoise a set of images before clustering, or step aside; say which.
 
@@ -467,22 +492,7 @@ def denoise(images, *, mode: str = "auto", method: str = "steerable"):
     if mode == "auto" and snr >= AUTO_MAX_SNR:
         return images, DenoiseReport(False, mode, noise_std=sigma, snr=snr,
                                      note=f"denoising skipped: {level}, above {AUTO_MAX_SNR:g}")
-    small, f = x, 1
-    if max(h, w) > MAX_SIDE:  # the basis grows with the pixel count: fit it on a block-mean copy
-        f = int(np.ceil(max(h, w) / MAX_SIDE))
-        hh, ww = h // f, w // f
-        small = x[:, :hh * f, :ww * f].reshape(n, hh, f, ww, f).mean(axis=(2, 4))
-    noise_var = sigma ** 2 / (f * f)
-    if method == "steerable":
-        out, kept = steerable_pca(small, noise_var=noise_var)
-        name = "steerable-pca"
-    else:
-        out, kept = augmented_pca(small, noise_var=noise_var)
-        name = "augmented-pca"
-    if f > 1:
-        from skimage.transform import resize
-
-        out = resize(out, (n, h, w), order=1, preserve_range=True, anti_aliasing=False)
+    out, kept, name, f = _fit(x, sigma, method)
     if q is not None:  # back to the input's units (the algebraic inverse)
         out = q * np.maximum(0.25 * out * out - 0.375, 0.0)
         name += " (Anscombe)"
