@@ -369,13 +369,7 @@ def link_duplicate_libraries() -> int:
     for f in sorted((BUNDLE / "_internal").glob("*.libs/*")):
         if not f.is_file() or f.is_symlink():
             continue
-        key = (f.stat().st_size, hashlib.sha256(f.read_bytes()).hexdigest())
-        if key not in first:
-            first[key] = f
-            continue
-        saved += f.stat().st_size
-        f.unlink()
-        f.symlink_to(os.path.relpath(first[key], f.parent))
+        saved += _link_to_first(first, (f.stat().st_size, hashlib.sha256(f.read_bytes()).hexdigest()), f)
     return saved
 
 
@@ -470,14 +464,19 @@ def link_same_runtime() -> int:
         major = re.search(r"\.so\.(\d+)", f.name)
         if not f.is_file() or f.is_symlink() or not major or f.name.split("-")[0] not in _GCC_RUNTIMES:
             continue
-        key = (f.name.split("-")[0], major.group(1), _exports(f))
-        if key not in first:
-            first[key] = f
-            continue
-        saved += f.stat().st_size
-        f.unlink()
-        f.symlink_to(os.path.relpath(first[key], f.parent))
+        saved += _link_to_first(first, (f.name.split("-")[0], major.group(1), _exports(f)), f)
     return saved
+
+
+def _link_to_first(first: dict, key, f: Path) -> int:
+    """Keep ``f`` as the first file with ``key``, or replace it by a link to that one; the bytes saved."""
+    if key not in first:
+        first[key] = f
+        return 0
+    size = f.stat().st_size
+    f.unlink()
+    f.symlink_to(os.path.relpath(first[key], f.parent))
+    return size
 
 
 SHIM_SOURCE = ROOT / "build_scripts" / "blas_ilp64_shim.c"

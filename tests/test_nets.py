@@ -478,14 +478,19 @@ def test_predict_logits_gives_up_when_one_image_does_not_fit():
         predict_logits(Full(), np.zeros((2, 28, 28), np.float32), batch=4)
 
 
+def _small_gsa(group):
+    """A small seeded group self-attention layer (paper-style group encoding) and an input for it."""
+    torch.manual_seed(0)
+    g = get_group(group)
+    layer = GroupSelfAttention(4, 6, group=g, heads=2, head_dim=4, size=3, group_encoding="mlp", position_dim=1)
+    return layer, torch.randn(2, 4, g.order, 6, 6)
+
+
 def test_group_self_attention_recomputed_in_the_backward_pass_gives_the_same_gradients(monkeypatch):
     """Checkpointing the attention per output element (large layers) changes memory, not the gradients."""
     from iastudio.core.nets import gsa
 
-    torch.manual_seed(0)
-    layer = GroupSelfAttention(4, 6, group=get_group("r4"), heads=2, head_dim=4, size=3, group_encoding="mlp",
-                               position_dim=1)
-    x = torch.randn(2, 4, 4, 6, 6)
+    layer, x = _small_gsa("r4")
 
     def grads(threshold):
         monkeypatch.setattr(gsa, "CHECKPOINT_ELEMENTS", threshold)
@@ -504,10 +509,7 @@ def test_group_self_attention_recomputed_in_the_backward_pass_gives_the_same_gra
 def test_recomputed_group_self_attention_keeps_far_less_for_the_backward_pass(monkeypatch):
     from iastudio.core.nets import gsa
 
-    torch.manual_seed(0)
-    layer = GroupSelfAttention(4, 6, group=get_group("r8"), heads=2, head_dim=4, size=3, group_encoding="mlp",
-                               position_dim=1)
-    x = torch.randn(2, 4, 8, 6, 6)
+    layer, x = _small_gsa("r8")
 
     def saved_bytes(threshold):
         monkeypatch.setattr(gsa, "CHECKPOINT_ELEMENTS", threshold)
