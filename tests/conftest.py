@@ -211,3 +211,14 @@ def shared_window(module_window, qtbot):
     assert session.state == "idle"
     assert session.final is None
     return w
+
+
+@pytest.fixture
+def gpu():
+    """The CuPy backend on a working CUDA device; the test is skipped (saying why) where there is none."""
+    from iastudio.core.backend import BackendUnavailableError, get_backend
+
+    try:
+        return get_backend("cupy")
+    except BackendUnavailableError as exc:
+        pytest.skip(f"no GPU: {exc}")

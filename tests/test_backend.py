@@ -78,19 +78,12 @@ def test_fft_workers_follow_the_thread_count(monkeypatch):
     assert seen == [bk.cpu_count(), 3, 1, 2]
 
 
-def _gpu():
-    try:
-        return bk.get_backend("cupy")
-    except bk.BackendUnavailableError as exc:
-        pytest.skip(f"no GPU: {exc}")
-
-
 @pytest.mark.gpu
-def test_cupy_warp_matches_numpy():
+def test_cupy_warp_matches_numpy(gpu):
     from iastudio.core.warp import warp
     from tests.conftest import smooth_blob
 
-    b = _gpu()
+    b = gpu
     img = smooth_blob(32)[None].astype(np.float32)
     p = np.array([[0.7, 1.3, -2.1], [-2.0, 0.2, 0.4]])
     o_np, g_np = warp(np.repeat(img, 2, 0), p, gradient=True)
@@ -100,10 +93,10 @@ def test_cupy_warp_matches_numpy():
 
 
 @pytest.mark.gpu
-def test_cupy_distances_match_numpy(shape_images):
+def test_cupy_distances_match_numpy(shape_images, gpu):
     from iastudio.core.similarity import invariant_distances
 
-    b = _gpu()
+    b = gpu
     imgs = shape_images.astype(np.float32)
     d_np = invariant_distances(imgs).distances
     d_cp = invariant_distances(b.asarray(imgs)).distances
@@ -111,10 +104,10 @@ def test_cupy_distances_match_numpy(shape_images):
 
 
 @pytest.mark.gpu
-def test_cupy_polar_spectra_match_numpy(shape_images):
+def test_cupy_polar_spectra_match_numpy(shape_images, gpu):
     from iastudio.core.similarity import _polar_spectra
 
-    b = _gpu()
+    b = gpu
     imgs = np.concatenate([shape_images, shape_images[:, ::-1]]).astype(np.float32)
     q_np = _polar_spectra(imgs, 72, np)
     q_cp = bk.to_host(_polar_spectra(b.asarray(imgs), 72, b.xp))  # many images per call on a GPU

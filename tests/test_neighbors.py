@@ -258,14 +258,8 @@ def test_pruned_run_agrees_with_the_exhaustive_run(name, k):
 
 
 @pytest.mark.gpu
-def test_candidate_search_on_cupy_finds_scikit_learns_neighbours():
+def test_candidate_search_on_cupy_finds_scikit_learns_neighbours(gpu):
     """On a GPU the feature neighbours come from :func:`nearest_rows` on the device, not scikit-learn."""
-    from iastudio.core.backend import BackendUnavailableError, get_backend
-
-    try:
-        gpu = get_backend("cupy")
-    except BackendUnavailableError as exc:
-        pytest.skip(f"no GPU: {exc}")
     x = preprocess(load_demo("digits", seed=0).images, size=32).images
     rows, cols = candidate_pairs(x, 8)
     g_rows, g_cols = candidate_pairs(gpu.xp.asarray(x), 8)
@@ -275,13 +269,7 @@ def test_candidate_search_on_cupy_finds_scikit_learns_neighbours():
 
 
 @pytest.mark.gpu
-def test_pruned_run_on_cupy_gives_the_numpy_labels():
-    from iastudio.core.backend import BackendUnavailableError, get_backend
-
-    try:
-        gpu = get_backend("cupy")
-    except BackendUnavailableError as exc:
-        pytest.skip(f"no GPU: {exc}")
+def test_pruned_run_on_cupy_gives_the_numpy_labels(gpu):
     s = load_demo("digits", seed=0)
     x = preprocess(s.images, size=32).images
     a = AttentionRun(x, backend="numpy", neighbors=12).run()

@@ -118,19 +118,10 @@ def test_cuda_source_warps_a_quarter_turn_exactly(cpu_build):
     assert np.isnan(_[0]).all()  # no gradient asked: not written
 
 
-def _gpu():
-    from iastudio.core.backend import BackendUnavailableError, get_backend
-
-    try:
-        return get_backend("cupy")
-    except BackendUnavailableError as exc:
-        pytest.skip(f"no GPU: {exc}")
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_cuda_kernel_gives_the_compiled_loops_answer(dtype):
-    b = _gpu()
+def test_cuda_kernel_gives_the_compiled_loops_answer(dtype, gpu):
+    b = gpu
     assert warp_module._cuda() is not None, warp_module.describe_gpu_code()
     images, params, index = _case(np.random.default_rng(2), b=500, h=32, w=29, dtype=dtype)
     out, grad = warp(b.asarray(images), b.asarray(params), index=b.asarray(index), gradient=True)
