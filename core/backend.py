@@ -380,12 +380,15 @@ def is_out_of_memory(exc: BaseException) -> bool:
     """True when ``exc`` means the GPU ran out of memory.
 
     :class:`DeviceOutOfMemory`, ``cupy.cuda.memory.OutOfMemoryError``, and
-    CUDA / cuFFT / cuBLAS / cuSOLVER errors that report a failed allocation.
+    CUDA / cuFFT / cuBLAS / cuSOLVER errors that report a failed allocation, and
+    PyTorch's ``torch.OutOfMemoryError`` (the networks' evaluation uses :func:`in_blocks` too).
     A host :class:`MemoryError` is not (smaller GPU blocks would not help).
     """
     if isinstance(exc, DeviceOutOfMemory):
         return True
     mod = type(exc).__module__ or ""
+    if mod == "torch" and type(exc).__name__ == "OutOfMemoryError":
+        return True
     if not (mod.startswith("cupy") or mod.startswith("cupy_backends")):
         return False
     if type(exc).__name__ == "OutOfMemoryError":

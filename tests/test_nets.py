@@ -474,7 +474,9 @@ def test_predict_logits_gives_up_when_one_image_does_not_fit():
         def forward(self, x):
             raise torch.OutOfMemoryError("CUDA out of memory (test)")
 
-    with pytest.raises(torch.OutOfMemoryError):
+    from iastudio.core.backend import DeviceOutOfMemory
+
+    with pytest.raises(DeviceOutOfMemory, match="network evaluation: out of GPU memory even with blocks of 1"):
         predict_logits(Full(), np.zeros((2, 28, 28), np.float32), batch=4)
 
 

@@ -41,6 +41,9 @@ def test_the_error_classes_counted_as_out_of_memory():
     assert not bk.is_out_of_memory(cufft("CUFFT_INVALID_PLAN"))
     assert not bk.is_out_of_memory(MemoryError())  # host memory: smaller GPU blocks would not help
     assert not bk.is_out_of_memory(ValueError("out of memory"))
+    torch_oom = type("OutOfMemoryError", (RuntimeError,), {"__module__": "torch"})  # as torch.OutOfMemoryError
+    assert bk.is_out_of_memory(torch_oom("CUDA out of memory"))
+    assert not bk.is_out_of_memory(type("AcceleratorError", (RuntimeError,), {"__module__": "torch"})("x"))
 
 
 def test_blocks_halve_after_out_of_memory_and_every_item_is_done_once(caplog):

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..backend import in_blocks
 from .groups import Group, rotate_images
 from .modelfile import load_model, save_model  # noqa: F401 - part of this module's API
 from .models import build_model, count_parameters, model_group
@@ -82,24 +83,18 @@ def predict_logits(model, x: np.ndarray | torch.Tensor, *, device="cpu", batch=2
 
     A batch that runs out of device memory (``torch.OutOfMemoryError``: a group self-attention
     network's attention over 16 rotations holds ~180 MB per image and layer) is redone in halves,
-    down to one image, and the smaller batch is kept for the rest; the logits do not change.
+    down to one image, and the smaller batch is kept for the rest (:func:`iastudio.core.backend.in_blocks`);
+    the logits do not change.
     """
     model.eval()
     x = torch.as_tensor(x, dtype=torch.float32)
-    out, start = [], 0
-    while start < len(x):
-        try:
-            out.append(model(x[start:start + batch].unsqueeze(1).to(device)).float().cpu())
-        except torch.OutOfMemoryError:
-            if batch == 1:
-                raise
-            batch = max(1, batch // 2)
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            log.info("predict_logits: out of device memory; batches of %d from image %d on", batch, start)
-            continue
-        start += len(out[-1])
-    return torch.cat(out) if out else torch.zeros(0)
+    out: dict = {}
+
+    def work(lo, hi):
+        out[lo] = model(x[lo:hi].unsqueeze(1).to(device)).float().cpu()
+
+    in_blocks(len(x), batch, work, xp=np, what="network evaluation")
+    return torch.cat([out[lo] for lo in sorted(out)]) if out else torch.zeros(0)
 
 
 def evaluate(model, x, y, *, device="cpu", batch=256) -> tuple[float, float]:
