@@ -63,6 +63,26 @@ def _objective(aligned) -> float:
     return float(np.mean(np.sum((a - a.mean(axis=0)) ** 2, axis=tuple(range(1, a.ndim)))))
 
 
+def _realign_round(images, t, aligned, *, angle_step, rotation_range, leave_one_out):
+    """One round: every member aligned globally onto its reference; a member keeps a pose that fits better."""
+    n = images.shape[0]
+    axes = tuple(range(1, images.ndim))
+    per_image = (n,) + (1,) * (images.ndim - 1)
+    a = aligned.astype(np.float64)
+    total = a.sum(axis=0)
+    refs = (total[None] - a) / (n - 1) if leave_one_out else np.broadcast_to(total / n, a.shape)
+    norms = np.sqrt(np.sum(images.astype(np.float64) ** 2, axis=axes))
+    ref_norms = np.sqrt(np.sum(refs ** 2, axis=axes))
+    scale = np.where(ref_norms > 0, norms / np.maximum(ref_norms, 1e-300), 0.0)  # the alignment's unit scale
+    rows = np.arange(n)
+    sim = invariant_distances(np.concatenate([images, (refs * scale.reshape(per_image)).astype(np.float32)]),
+                              angle_step=angle_step, rotation_range=rotation_range, pairs=(rows, rows + n))
+    proposed = sim.transform(rows, rows + n)
+    moved = warp(images, proposed.astype(np.float32))
+    better = np.sum((moved.astype(np.float64) - refs) ** 2, axis=axes) < np.sum((a - refs) ** 2, axis=axes)
+    return np.where(better[:, None], proposed, t), np.where(better.reshape(per_image), moved, aligned)
+
+
 def realign_to_mean(images, transforms=None, *, rounds: int = 3, angle_step: float = 5.0,
                     rotation_range: float | None = None, leave_one_out: bool = True,
                     tol_px: float = 0.5) -> tuple[np.ndarray, list]:
@@ -120,25 +140,9 @@ def realign_to_mean(images, transforms=None, *, rounds: int = 3, angle_step: flo
     objective = [_objective(aligned)]
     if n < 2 or rounds <= 0:
         return t, objective
-    axes = tuple(range(1, images.ndim))
-    norms = np.sqrt(np.sum(images.astype(np.float64) ** 2, axis=axes))
-    rows = np.arange(n)
     for _ in range(rounds):
-        a = aligned.astype(np.float64)
-        total = a.sum(axis=0)
-        refs = (total[None] - a) / (n - 1) if leave_one_out else np.broadcast_to(total / n, a.shape)
-        ref_norms = np.sqrt(np.sum(refs ** 2, axis=axes))
-        scale = np.where(ref_norms > 0, norms / np.maximum(ref_norms, 1e-300), 0.0)
-        scaled = (refs * scale.reshape((n,) + (1,) * (images.ndim - 1))).astype(np.float32)
-        sim = invariant_distances(np.concatenate([images, scaled]), angle_step=angle_step,
-                                  rotation_range=rotation_range, pairs=(rows, rows + n))
-        proposed = sim.transform(rows, rows + n)
-        moved = warp(images, proposed.astype(np.float32))
-        new_cost = np.sum((moved.astype(np.float64) - refs) ** 2, axis=axes)
-        old_cost = np.sum((a - refs) ** 2, axis=axes)
-        better = new_cost < old_cost
-        t_new = np.where(better[:, None], proposed, t)
-        aligned_new = np.where(better.reshape((n,) + (1,) * (images.ndim - 1)), moved, aligned)
+        t_new, aligned_new = _realign_round(images, t, aligned, angle_step=angle_step,
+                                            rotation_range=rotation_range, leave_one_out=leave_one_out)
         j = _objective(aligned_new)
         if j > objective[-1]:
             break
