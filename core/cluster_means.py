@@ -3,16 +3,18 @@
 A run reads out its clusters and gives one invariant mean per cluster.  After edits (an image moved,
 two clusters merged, one split) a cluster holds images no mean was computed for; averaging the
 members' per-image means as they lie would smear them (they are in different poses).
-:func:`cluster_invariant_means` computes the invariant mean of each such set from the images, as the
-run does for its own clusters: every member aligned onto the cluster's medoid, then the invariant mean
-with equal weights.
+:func:`cluster_invariant_means` computes the invariant mean of each such set from the images: every
+member aligned onto the cluster's medoid (as the run starts its own clusters' means), re-aligned onto
+the mean (below), then the invariant mean with equal weights.
 
 On noisy images one noisy medoid is a poor reference: the members' poses are then partly the noise's.
 :func:`realign_to_mean` minimises the invariant mean's objective ``sum_i ||v_i o tau_i - mu||^2`` by
 alternating, as reference-free class averaging does in cryo-EM: every member aligned *globally* (the
 engine's full angle search and shifts) onto the current mean, whose signal-to-noise ratio is about
 ``n`` times the medoid's, then the mean recomputed, for a few rounds until the poses settle; then the
-invariant mean's local refinement.  ``cluster_invariant_means(..., realign_rounds=r)`` does this.
+invariant mean's local refinement.  ``cluster_invariant_means`` does this by default
+(``realign_rounds=3``, each member onto the mean of the others); ``realign_rounds=0`` is the medoid
+alignment alone.
 """
 from __future__ import annotations
 
@@ -86,7 +88,7 @@ def _realign_round(images, t, aligned, *, angle_step, rotation_range, leave_one_
 def realign_to_mean(images, transforms=None, *, rounds: int = 3, angle_step: float = 5.0,
                     rotation_range: float | None = None, leave_one_out: bool = True,
                     tol_px: float = 0.5) -> tuple[np.ndarray, list]:
-    """Align every image globally onto the current mean of them all, re-average, repeat.
+    """Align every image globally onto the current mean (of the others, by default), re-average, repeat.
 
     Alternating minimisation of the invariant mean's objective (paper eq. 2.3 with equal weights)
     ``J = (1/n) sum_i ||v_i o tau_i - mu||^2``: with ``mu`` fixed, each ``tau_i`` is found by the
