@@ -103,7 +103,8 @@ def realign_to_mean(images, transforms=None, *, rounds: int = 3, angle_step: flo
         The members (one canvas; unit norm as the run's working images, though any scale works).
     transforms : ndarray, shape (n, 3), optional
         Starting poses ``tau_i`` (``v_i o tau_i`` in the mean's frame), e.g. each member aligned onto
-        a medoid.  Default: the identity.
+        a medoid.  Default: the identity (then ``leave_one_out=False`` converges much faster: the
+        others' mean of unaligned images is a smear).
     rounds : int
         Rounds at most (each: ``n`` global alignments and one average).
     angle_step, rotation_range : float
@@ -131,8 +132,8 @@ def realign_to_mean(images, transforms=None, *, rounds: int = 3, angle_step: flo
     >>> yy, xx = np.mgrid[:32, :32]
     >>> blob = np.exp(-((yy - 12) ** 2 + (xx - 18) ** 2) / 8.0).astype(np.float32)
     >>> turned = warp(blob[None], np.array([[0.0, 0, 0], [1.5, 0, 0], [-2.0, 0, 0]]))
-    >>> t, objective = realign_to_mean(turned)
-    >>> objective[-1] < 0.1 * objective[0]
+    >>> t, objective = realign_to_mean(turned, leave_one_out=False)  # from the identity: onto the mean of all
+    >>> bool(objective[-1] < 0.01 * objective[0])
     True
     """
     images = np.asarray(images, dtype=np.float32)
