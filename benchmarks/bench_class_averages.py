@@ -6,9 +6,14 @@ default) the images are clustered by IA as ``ia-cluster`` does with k given (``p
 most of its images gives
 
 * ``IA mean``        -- the invariant mean of the cluster's *noisy* images
-                        (:func:`~iastudio.core.cluster_means.cluster_invariant_means`: each member
-                        aligned onto the cluster's medoid, then the invariant mean);
+                        (:func:`~iastudio.core.cluster_means.cluster_invariant_means` with
+                        ``realign_rounds=0``: each member aligned onto the cluster's medoid, then
+                        the invariant mean; the recipe before issue 30);
 * ``IA mean (dn)``   -- the same of the *denoised* images (what the run's means are made of);
+* ``IA mean re-al.`` -- the invariant mean of the noisy images after ``--realign-rounds`` rounds of
+                        global re-alignment of every member onto the current mean
+                        (``cluster_invariant_means(..., realign_rounds=r)``, :func:`realign_to_mean`);
+* ``IA mean re-al. (dn)`` -- the same of the denoised images;
 * ``aligned avg``    -- the plain average of the cluster's noisy images, each aligned onto the
                         medoid once (the same alignment the invariant mean starts from);
 * ``aligned avg (dn)`` -- the same of the denoised images;
@@ -51,7 +56,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from noise_suite import NoiseSpec, make_noise_set  # noqa: E402
 
-COLUMNS = ("IA mean", "IA mean (dn)", "aligned avg", "aligned avg (dn)", "ASPIRE avg")
+COLUMNS = ("IA mean", "IA mean (dn)", "IA mean re-al.", "IA mean re-al. (dn)", "aligned avg", "aligned avg (dn)",
+           "ASPIRE avg")
 BACKGROUND_RADIUS = 20.0  # px: outside this disk a 48-px particle frame holds background
 
 
@@ -123,7 +129,8 @@ def _aspire_picks(peer, truth, views):
     return picks, inside
 
 
-def evaluate(spec, *, split: str, aspire: bool, aspire_nbor: int = 10, seed: int = 0) -> dict:
+def evaluate(spec, *, split: str, aspire: bool, aspire_nbor: int = 10, seed: int = 0, realign_rounds: int = 3,
+             leave_one_out: bool = True) -> dict:
     """All columns on one set: ``{column: (mean relL2, mean FRC0.5 px, mean FRC0.143 px, seconds)}``."""
     from sklearn.metrics import adjusted_rand_score
 
@@ -161,8 +168,11 @@ def evaluate(spec, *, split: str, aspire: bool, aspire_nbor: int = 10, seed: int
                      secs, rows)
 
     dists = res.input_distances
-    cols("IA mean", lambda: cluster_invariant_means(noisy, clusters, distances=dists))
-    cols("IA mean (dn)", lambda: cluster_invariant_means(den, clusters, distances=dists))
+    cols("IA mean", lambda: cluster_invariant_means(noisy, clusters, distances=dists, realign_rounds=0))
+    cols("IA mean (dn)", lambda: cluster_invariant_means(den, clusters, distances=dists, realign_rounds=0))
+    again = dict(distances=dists, realign_rounds=realign_rounds, leave_one_out=leave_one_out)
+    cols("IA mean re-al.", lambda: cluster_invariant_means(noisy, clusters, **again))
+    cols("IA mean re-al. (dn)", lambda: cluster_invariant_means(den, clusters, **again))
     cols("aligned avg", lambda: aligned_averages(noisy, clusters, distances=dists))
     cols("aligned avg (dn)", lambda: aligned_averages(den, clusters, distances=dists))
     out["_run_s"] = t_run
@@ -195,6 +205,9 @@ def main(argv=None) -> int:
     p.add_argument("--aspire-nbor", type=int, default=None,
                    help="neighbours in each ASPIRE class (default: images per view - 1, so that its averages "
                         "hold as many images as a true class; ASPIRE's peer default is 10)")
+    p.add_argument("--realign-rounds", type=int, default=3, help="rounds of the re-aligned means (default 3)")
+    p.add_argument("--all-in-mean", action="store_true",
+                   help="re-align each member onto the mean of all (default: onto the others' mean)")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     spec = NoiseSpec(f"cryo-snr{args.snr:g}-{args.per_view}", args.snr, args.per_view)
@@ -202,11 +215,13 @@ def main(argv=None) -> int:
     nbor = args.aspire_nbor if args.aspire_nbor is not None else max(args.per_view - 1, 1)
     print(f"# class averages against the clean views, {spec.name} (48 px, NumPy); cells: "
           "relative L2 after alignment / FRC resolution at 0.5 / at 0.143 (px, 2 = Nyquist) / seconds; "
-          f"ASPIRE classes of {nbor + 1} images")
+          f"ASPIRE classes of {nbor + 1} images; re-aligned: {args.realign_rounds} rounds"
+          + (", onto the mean of all" if args.all_in_mean else ", leave-one-out"))
     print("| split | n | IA ARI (k given) | " + " | ".join(COLUMNS) + " |")
     print("|---|---|---|" + "---|" * len(COLUMNS))
     for split in splits:
-        r = evaluate(spec, split=split, aspire=not args.no_aspire, aspire_nbor=nbor)
+        r = evaluate(spec, split=split, aspire=not args.no_aspire, aspire_nbor=nbor,
+                     realign_rounds=args.realign_rounds, leave_one_out=not args.all_in_mean)
         cells = []
         for col in COLUMNS:
             if col in r:
