@@ -16,14 +16,20 @@ per set, ARI / NMI / k found and the time for
                       features (polar |FFT| with the angle's |FFT|), true k
 * ``km rotF+dn``   -- the same features of the denoised images (only with
                       ``--noise``: what the denoiser alone gives the baseline)
-* ``ASPIRE``       -- ASPIRE's ``RIRClass2D`` class averaging, only when
-                      ``aspire`` is installed (it is not a dependency)
+* ``ASPIRE``       -- ASPIRE's ``RIRClass2D`` neighbours split by spectral
+                      clustering, true k, run in ASPIRE's own environment by
+                      ``aspire_peer.py`` (only when that environment exists;
+                      ``IA_ASPIRE_PYTHON`` names its interpreter); with
+                      ``--noise`` too, on the images as they are
 
 ``--noise`` runs the noisy suite of :mod:`noise_suite` instead (cryo-EM-like
 projections of random 3-D densities, 4 views, SNR 3 ... 0.05, 30 ... 300
 images per view; ``--noise full`` every SNR x size).  ``--denoise`` (default
 ``auto``, as ``ia-cluster``) is the denoiser in front of the IA columns; the
 baseline columns always see the images as they are, except ``km rotF+dn``.
+``--ctf`` gives the particle sets a contrast transfer function (``noise_suite(ctf=True)``);
+``--phase-flip`` phase-flips those images first with each image's known defocus
+(``core.ctf.ctf_phase_flip``), for every column.
 
 Usage::
 
@@ -34,6 +40,8 @@ Usage::
                                                        # the pruned path (K = 12) on the same sets
     python benchmarks/bench_quality.py --noise --split holdout   # the noisy suite
     python benchmarks/bench_quality.py --noise --denoise off     # ... without the denoiser
+    python benchmarks/bench_quality.py --noise --ctf --split tune               # particles with a CTF
+    python benchmarks/bench_quality.py --noise --ctf --phase-flip --split tune  # ... phase-flipped first
 
 ``--split tune`` is the material the defaults were chosen on; ``holdout`` is
 disjoint material (other digits, other samples, other letters and photos)
@@ -52,7 +60,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from noise_suite import NoiseSpec, make_noise_set, noise_suite  # noqa: E402
+from noise_suite import CTF_MICROSCOPE, NoiseSpec, ctf_defocus, make_noise_set, noise_suite  # noqa: E402
 from quality_suite import make_set, suite  # noqa: E402
 
 METHODS = ("IA auto", "IA k", "spec(D0) k", "KA k", "km pixels", "km rotF")
@@ -94,11 +102,21 @@ def _score(truth, labels):
     return adjusted_rand_score(truth, labels), normalized_mutual_info_score(truth, labels)
 
 
+def phase_flipped(images, spec, *, split: str) -> np.ndarray:
+    """A CTF set's images phase-flipped with each image's known defocus (``core.ctf.ctf_phase_flip``)."""
+    from iastudio.core.ctf import ctf_phase_flip
+
+    scope = {k: v for k, v in CTF_MICROSCOPE.items() if k != "b_factor"}
+    return ctf_phase_flip(np.stack(images), ctf_defocus(spec, split=split), **scope)
+
+
 def evaluate(spec, *, split: str, size: int, iterations: int = 3, methods=METHODS, neighbors="auto",
-             denoise: str = "off") -> dict:
+             denoise: str = "off", phase_flip: bool = False) -> dict:
     """Run every method on one set; returns ``{method: (ari, nmi, k, seconds)}``.
 
-    ``denoise`` is the denoiser's mode in front of the IA columns (``preprocess(denoise=)``).
+    ``denoise`` is the denoiser's mode in front of the IA columns (``preprocess(denoise=)``);
+    ``phase_flip``: a CTF set's images are phase-flipped first, for every column (a user's
+    preprocessing: the defocus is known).
     """
     from iastudio.core.attention import AttentionRun
     from iastudio.core.clustering import read_clusters
@@ -110,6 +128,9 @@ def evaluate(spec, *, split: str, size: int, iterations: int = 3, methods=METHOD
         images, truth = make_set(spec, split=split)
     k_true = len(set(truth))
     out = {"_k_choice": None, "_notes": []}
+    if phase_flip and getattr(spec, "ctf", False):
+        images = list(phase_flipped(images, spec, split=split))
+        out["_notes"].append("phase-flipped with each image's defocus")
     t = time.perf_counter()
     canvas = preprocess(images, size=size, denoise=denoise)
     prep = time.perf_counter() - t
@@ -163,31 +184,24 @@ def _dense_inputs(x):
 
 
 def _aspire(x, truth, k_true):
-    """ASPIRE's rotation-invariant class averaging as a peer (optional dependency).
+    """ASPIRE's rotation-invariant class averaging as a peer (not a dependency).
 
     ``RIRClass2D`` gives each image its nearest neighbours under rotation (and
     reflection) from bispectrum features; the symmetrised neighbour graph is
-    split into the true k by spectral clustering, as for the other columns.
+    split into the true k by spectral clustering, as for the other columns.  It
+    runs in ASPIRE's own environment (``aspire_peer.py``, by subprocess); the
+    seconds are ASPIRE's own wall time there (without starting its interpreter).
     """
-    from aspire.classification import RIRClass2D
-    from aspire.source import ArrayImageSource
-    from sklearn.cluster import SpectralClustering
+    from aspire_peer import run_peer
 
-    t = time.perf_counter()
-    n = len(x)
-    src = ArrayImageSource(np.asarray(x, dtype=np.float64), pixel_size=1.0)
-    rir = RIRClass2D(src, fspca_components=min(400, 4 * n), bispectrum_components=min(300, n - 1),
-                     n_nbor=min(10, n - 1), seed=0)
-    classes, _, _ = rir.classify()
-    graph = np.zeros((n, n))
-    for i, row in enumerate(np.asarray(classes)):
-        graph[i, row] = 1.0
-    graph = np.maximum(graph, graph.T) + np.eye(n)
     if k_true == 1:
-        labels = np.zeros(n, dtype=int)
-    else:
-        labels = SpectralClustering(k_true, affinity="precomputed", random_state=0).fit_predict(graph)
-    return (*_score(truth, labels), k_true, time.perf_counter() - t)
+        return (*_score(truth, np.zeros(len(x), dtype=int)), 1, 0.0)
+    try:
+        peer = run_peer(np.asarray(x, dtype=np.float64), k_true)
+    except (RuntimeError, OSError) as exc:  # a failed peer leaves its cell empty, the table goes on
+        print(f"# ASPIRE failed: {str(exc)[-300:]}", file=sys.stderr)
+        return None
+    return (*_score(truth, peer["labels"]), k_true, float(peer["wall_s"]))
 
 
 def main(argv=None) -> int:
@@ -203,25 +217,36 @@ def main(argv=None) -> int:
     p.add_argument("--noise", nargs="?", const="default", choices=("default", "full", "fast", "cells"), default=None,
                    help="the noisy cryo-EM-like suite instead (full: every SNR x size; fast: two small sets; "
                         "cells: fluorescence-like cells with Poisson noise)")
+    p.add_argument("--ctf", action="store_true",
+                   help="with --noise: the particle sets with a CTF (cryo-ctf-...; default list: clean, SNR 1, 0.3, "
+                        "0.1 at 30 per view, SNR 0.1 at 100)")
+    p.add_argument("--phase-flip", action="store_true",
+                   help="with --ctf: phase-flip each image with its known defocus first (every column)")
     p.add_argument("--denoise", choices=("auto", "on", "off"), default="auto",
                    help="the denoiser in front of the IA columns (default auto, as ia-cluster)")
     args = p.parse_args(argv)
+    if args.ctf and args.noise in (None, "cells"):
+        p.error("--ctf needs the particle noise suite (--noise, --noise full or --noise fast)")
+    if args.phase_flip and not args.ctf:
+        p.error("--phase-flip needs --ctf (only the CTF sets have a defocus)")
     warnings.filterwarnings("ignore")
     splits = ("tune", "holdout") if args.split == "both" else (args.split,)
     aspire = _aspire_available()
     base = NOISE_METHODS if args.noise else METHODS
     methods = tuple(args.methods) if args.methods else base + (("ASPIRE",) if aspire else ())
     if "ASPIRE" in methods and not aspire:
-        p.error("ASPIRE is not installed (pip install aspire)")
-    print(f"# cluster quality, {args.size}-px working size, NumPy backend, denoise {args.denoise}; "
-          f"cells: ARI/NMI/k (seconds)")
+        p.error("ASPIRE's environment not found: set IA_ASPIRE_PYTHON to its python (see aspire_peer.py)")
+    print(f"# cluster quality, {args.size}-px working size, NumPy backend, denoise {args.denoise}"
+          + (", with a CTF" + (", phase-flipped" if args.phase_flip else ", not phase-flipped") if args.ctf else "")
+          + "; cells: ARI/NMI/k (seconds)")
     if not aspire:
-        print("# ASPIRE (RIRClass2D) not installed: peer column left out")
+        print("# ASPIRE (RIRClass2D): its environment was not found, peer column left out")
     for split in splits:
         print(f"\n## split: {split}")
         print(f"{'set':22s} {'n':>4s} {'K':>3s}  " + "  ".join(f"{m:>21s}" for m in methods) + "  IA k-choice")
         sums = {m: [] for m in methods}
-        specs = (noise_suite(full=args.noise == "full", fast=args.noise == "fast", cells=args.noise == "cells")
+        specs = (noise_suite(full=args.noise == "full", fast=args.noise == "fast", cells=args.noise == "cells",
+                             ctf=args.ctf)
                  if args.noise
                  else suite(fast=args.fast))
         for spec in specs:
@@ -231,7 +256,7 @@ def main(argv=None) -> int:
                          else (sum(spec.sizes), len(spec.sizes)))
             nb = args.neighbors if args.neighbors in ("auto", "all") else int(args.neighbors)
             r = evaluate(spec, split=split, size=args.size, iterations=args.iterations, methods=methods,
-                         neighbors=nb, denoise=args.denoise)
+                         neighbors=nb, denoise=args.denoise, phase_flip=args.phase_flip)
             cells = []
             for m in methods:
                 v = r.get(m)
@@ -252,11 +277,10 @@ def main(argv=None) -> int:
 
 
 def _aspire_available() -> bool:
-    try:
-        import aspire  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether ASPIRE's own environment is there (``aspire_peer.aspire_python``)."""
+    from aspire_peer import aspire_python
+
+    return aspire_python() is not None
 
 
 if __name__ == "__main__":

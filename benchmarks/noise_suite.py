@@ -24,6 +24,18 @@ the full circle, shifted by up to +-3 px, on a dim background (5 % of the nucleu
 counts: Poisson noise, whose variance follows the brightness (not the white noise of the particle
 sets).  The photon scale is set so that the signal variance over the mean noise variance is the
 set's SNR.
+
+With a CTF (``noise_suite(ctf=True)``, ``bench_quality.py --noise --ctf``): every projection is
+rendered on a frame twice as large, convolved with the weak-phase contrast transfer function of
+:mod:`iastudio.core.ctf` (Frank, *Three-Dimensional Electron Microscopy of Macromolecular
+Assemblies*, 2006; ``CTF(k) = -sin(pi lambda df k^2 - pi/2 Cs lambda^3 k^4 - arcsin A)
+exp(-B k^2 / 4)``) at its own defocus, cropped back to 48 px, and only then noised (the SNR is
+that of the CTF-affected images).  The microscope: :data:`CTF_MICROSCOPE` (300 kV, Cs 2.7 mm,
+amplitude contrast 0.1, B 100 Å², 3 Å per pixel: a 48-px frame is 144 Å, the particle about
+70 Å across), defocus drawn per image uniformly in :data:`CTF_DEFOCUS` (1-2.5 µm): the first zero
+lies at a period of 4.7-7.4 px, well inside the frame (Nyquist: 2 px).  A CTF set holds the same
+density, views, turns, shifts and noise draws as the set of the same name without ``-ctf``;
+:func:`ctf_defocus` gives its defocus values (what a STAR file would record).
 """
 from __future__ import annotations
 
@@ -36,6 +48,10 @@ SIDE = 48  # frame side in pixels
 VIEWS = 4  # classes per set
 SHIFT = 3.0  # pixels, each axis: [-SHIFT, SHIFT]
 BALL = 9.0  # blob centres lie in a ball of this radius (px)
+#: The CTF sets' microscope (keywords of ``iastudio.core.ctf.apply_ctf``).
+CTF_MICROSCOPE = {"pixel_size": 3.0, "voltage": 300.0, "spherical_aberration": 2.7, "amplitude_contrast": 0.1,
+                  "b_factor": 100.0}
+CTF_DEFOCUS = (10_000.0, 25_000.0)  # Å: 1-2.5 µm underfocus, uniform per image
 
 
 @dataclass
@@ -47,20 +63,35 @@ class NoiseSpec:
     per_view: int  # images per view (class)
     views: int = VIEWS
     kind: str = "cryo"  # "cryo": projections + white noise; "cells": fluorescence-like cells + Poisson noise
+    ctf: bool = False  # "cryo" only: each projection convolved with a CTF before the noise
+
+    @property
+    def seed_name(self) -> str:
+        """The name the set's random draws come from: a CTF set shares them with its CTF-free twin."""
+        return self.name.replace("-ctf", "")
 
 
 SNRS = (3.0, 1.0, 0.3, 0.1, 0.05)
 PER_VIEW = (30, 100, 300)
 
 
-def noise_suite(*, full: bool = False, fast: bool = False, cells: bool = False) -> list[NoiseSpec]:
+def noise_suite(*, full: bool = False, fast: bool = False, cells: bool = False, ctf: bool = False) -> list[NoiseSpec]:
     """The noisy sets.
 
     ``full``: every SNR x every size (15 sets, up to 1,200 images; long);
     default: the sets the issue's targets name plus the easier levels at
     30 per view and a clean set; ``fast``: two small sets (for tests);
-    ``cells``: the fluorescence-like cell sets instead (3 types, 30 cells each, SNR 3, 1, 0.3).
+    ``cells``: the fluorescence-like cell sets instead (3 types, 30 cells each, SNR 3, 1, 0.3);
+    ``ctf``: the particle sets (as chosen by ``full`` / ``fast``) with a CTF, named ``cryo-ctf-...``;
+    by default the clean set and SNR 1, 0.3, 0.1 at 30 per view and SNR 0.1 at 100 per view.
     """
+    if ctf:
+        if full or fast:
+            base = noise_suite(full=full, fast=fast)
+        else:
+            keep = ("cryo-clean-15", "cryo-snr1-30", "cryo-snr0.3-30", "cryo-snr0.1-30", "cryo-snr0.1-100")
+            base = [s for s in noise_suite() if s.name in keep]
+        return [NoiseSpec(s.name.replace("cryo-", "cryo-ctf-"), s.snr, s.per_view, s.views, ctf=True) for s in base]
     if cells:
         return [NoiseSpec(f"cells-snr{s:g}-30", s, 30, views=3, kind="cells") for s in (3.0, 1.0, 0.3)]
     if fast:
@@ -167,6 +198,22 @@ def _photon_counts(truth: np.ndarray, snr: float, rng, background: float = 0.05)
     return rng.poisson(scale * (truth + background)).astype(float), scale
 
 
+def ctf_defocus(spec: NoiseSpec, *, split: str = "tune", seed: int = 0) -> np.ndarray:
+    """Each image's defocus (Å) in a CTF set, in the order of its images (a stream of its own)."""
+    rng = np.random.default_rng([seed, zlib.crc32(spec.seed_name.encode()), 0 if split == "tune" else 1, 11])
+    return rng.uniform(*CTF_DEFOCUS, size=spec.views * spec.per_view)
+
+
+def _with_ctf(density, views, poses, defocus) -> np.ndarray:
+    """Each pose's projection on a frame twice as large, with the CTF of its defocus, cropped to 48 px."""
+    from iastudio.core.ctf import apply_ctf
+
+    big = np.stack([project(density, views[v], angle=a, shift=sh, side=2 * SIDE) for v, a, sh in poses])
+    out = apply_ctf(big, defocus, **CTF_MICROSCOPE)
+    lo = SIDE // 2
+    return out[:, lo:lo + SIDE, lo:lo + SIDE]
+
+
 def make_noise_set(spec: NoiseSpec, *, split: str = "tune", seed: int = 0, clean_images: bool = False):
     """Build a noisy set.
 
@@ -181,11 +228,11 @@ def make_noise_set(spec: NoiseSpec, *, split: str = "tune", seed: int = 0, clean
         class average is compared with).
     truth : ndarray, shape (n, 48, 48)
         Only with ``clean_images``: every image without its noise (in the
-        order of ``images``).
+        order of ``images``; with the CTF in a CTF set, whose ``clean`` has none).
     """
     from scipy.spatial.transform import Rotation
 
-    rng = np.random.default_rng([seed, zlib.crc32(spec.name.encode()), 0 if split == "tune" else 1, 7])
+    rng = np.random.default_rng([seed, zlib.crc32(spec.seed_name.encode()), 0 if split == "tune" else 1, 7])
     if spec.kind == "cells":
         images, labels, clean_views = _cells(spec, rng)
     else:
@@ -193,13 +240,16 @@ def make_noise_set(spec: NoiseSpec, *, split: str = "tune", seed: int = 0, clean
         views = Rotation.random(spec.views, random_state=rng).as_matrix()
         clean_views = np.stack([project(density, r) for r in views])
         images, labels = [], []
+        poses = []
         for v, rot in enumerate(views):
             for _ in range(spec.per_view):
-                images.append(project(density, rot, angle=rng.uniform(0, 2 * np.pi),
-                                      shift=rng.uniform(-SHIFT, SHIFT, size=2)))
+                poses.append((v, rng.uniform(0, 2 * np.pi), rng.uniform(-SHIFT, SHIFT, size=2)))
+                images.append(project(density, rot, angle=poses[-1][1], shift=poses[-1][2]))
                 labels.append(f"view{v}")
     order = rng.permutation(len(images))
     truth = np.stack(images)[order]
+    if spec.ctf:
+        truth = _with_ctf(density, views, [poses[i] for i in order], ctf_defocus(spec, split=split, seed=seed))
     labels = [labels[i] for i in order]
     noisy = truth
     if np.isfinite(spec.snr) and spec.kind == "cells":

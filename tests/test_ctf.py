@@ -1,0 +1,114 @@
+"""The contrast transfer function and phase flipping (core/ctf.py)."""
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from iastudio.core.backend import to_host
+from iastudio.core.ctf import apply_ctf, ctf_2d, ctf_phase_flip, electron_wavelength
+
+SCOPE = {"pixel_size": 3.0, "voltage": 300.0, "spherical_aberration": 2.7, "amplitude_contrast": 0.1}
+
+
+def _random_stack(n=3, side=48, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, side, side))
+
+
+def test_electron_wavelength_at_known_voltages():
+    # 0.0251 Å at 200 kV, 0.0197 Å at 300 kV (relativistic; e.g. Frank 2006, table 2.1)
+    assert_allclose(electron_wavelength(300), 0.019687, atol=2e-6)
+    assert_allclose(electron_wavelength(200), 0.025079, atol=2e-6)
+    with pytest.raises(ValueError, match="voltage"):
+        electron_wavelength(0)
+
+
+def test_ctf_at_a_bin_where_chi_is_a_quarter_turn():
+    # bin (0, 4) of a 48-px frame at 2 Å/px: k = 4 / 96 1/Å; with Cs = 0 and df = 1 / (2 lambda k^2)
+    # chi = pi / 2, so CTF = -sqrt(1 - A^2) sin(pi/2) + A cos(pi/2) = -sqrt(1 - 0.01)
+    lam = electron_wavelength(300)
+    k = 4 / 96
+    df = 1 / (2 * lam * k ** 2)
+    h = ctf_2d((48, 48), df, pixel_size=2.0, voltage=300, spherical_aberration=0.0, amplitude_contrast=0.1)
+    assert_allclose(h[0, 4], -np.sqrt(0.99), rtol=1e-12)
+    assert_allclose(h[4, 0], -np.sqrt(0.99), rtol=1e-12)  # no astigmatism: the same along every direction
+    assert_allclose(h[0, 0], 0.1, rtol=1e-12)  # frequency 0: the amplitude contrast
+    hb = ctf_2d((48, 48), df, pixel_size=2.0, voltage=300, spherical_aberration=0.0, amplitude_contrast=0.1,
+                b_factor=100.0)
+    assert_allclose(hb[0, 4], -np.sqrt(0.99) * np.exp(-100 * k ** 2 / 4), rtol=1e-12)
+
+
+def test_phase_flip_restores_the_sign_of_every_fourier_coefficient():
+    x = _random_stack()
+    defocus = np.array([10_000.0, 17_500.0, 25_000.0])
+    y = apply_ctf(x, defocus, b_factor=100.0, **SCOPE)
+    h = ctf_2d((48, 48), defocus, **SCOPE)
+    fx = np.fft.fft2(x)
+    before = np.real(np.fft.fft2(y) * np.conj(fx))  # the CTF's sign times |X|^2
+    assert (before < 0).mean() > 0.3  # the CTF did invert many coefficients
+    flipped = ctf_phase_flip(y, defocus, **SCOPE)
+    assert np.isrealobj(flipped)
+    after = np.fft.fft2(flipped)
+    # |CTF| X: the phase of each coefficient is the original one (where the CTF is not ~0)
+    ok = np.abs(h) > 1e-3
+    assert_allclose(np.angle(after[ok] * np.conj(fx[ok])), 0.0, atol=1e-6)
+    henv = ctf_2d((48, 48), defocus, b_factor=100.0, **SCOPE)
+    assert_allclose(after, np.abs(henv) * fx, atol=1e-9)
+
+
+def test_defocus_zero_is_the_identity_up_to_the_amplitude_contrast():
+    x = _random_stack(n=2, seed=1)
+    no_cs = dict(SCOPE, spherical_aberration=0.0)
+    assert_allclose(ctf_2d((48, 48), 0.0, **no_cs), 0.1, rtol=1e-12)
+    assert_allclose(apply_ctf(x, 0.0, **no_cs), 0.1 * x, atol=1e-12)
+    assert_allclose(ctf_phase_flip(x, 0.0, **no_cs), x, atol=1e-12)
+    # with Cs at these frequencies chi stays within (-pi + arcsin A, 0]: every sign positive, nothing flipped
+    assert_allclose(ctf_phase_flip(x, [0.0, 0.0], **SCOPE), x, atol=1e-12)
+
+
+def test_defocus_must_match_the_stack():
+    x = _random_stack(n=3)
+    with pytest.raises(ValueError, match="one defocus per image: 2 values for 3 images"):
+        ctf_phase_flip(x, [1e4, 2e4], **SCOPE)
+    with pytest.raises(ValueError, match="stack"):
+        apply_ctf(x[0], 1e4, **SCOPE)
+    with pytest.raises(ValueError, match="amplitude_contrast"):
+        ctf_2d((8, 8), 1e4, pixel_size=1.0, amplitude_contrast=1.0)
+
+
+def test_phase_flip_on_the_gpu_matches_numpy(gpu):
+    xp = gpu.xp
+    x = _random_stack(n=2, seed=2)
+    defocus = [12_000.0, 21_000.0]
+    got = ctf_phase_flip(xp.asarray(x), defocus, **SCOPE)
+    assert type(got) is not np.ndarray
+    assert_allclose(to_host(got), ctf_phase_flip(x, defocus, **SCOPE), atol=1e-10)
+
+
+@pytest.mark.slow  # 1-4 s: two sets of 32 projections on a 96-px frame
+def test_the_noise_suite_ctf_sets_and_phase_flipping_them():
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    from noise_suite import CTF_MICROSCOPE, ctf_defocus, make_noise_set, noise_suite
+
+    specs = noise_suite(fast=True, ctf=True)
+    assert [s.name for s in specs] == ["cryo-ctf-clean-8", "cryo-ctf-snr0.3-12"]
+    assert all(s.ctf for s in specs)
+    spec, twin = specs[0], noise_suite(fast=True)[0]
+    _, labels, clean, truth = make_noise_set(spec, clean_images=True)
+    _, labels0, clean0, truth0 = make_noise_set(twin, clean_images=True)
+    assert labels == labels0  # the same poses as the CTF-free twin: only the CTF differs
+    assert_allclose(clean, clean0)
+    defocus = ctf_defocus(spec)
+    assert defocus.shape == (32,)
+    assert defocus.min() >= 10_000
+    assert defocus.max() <= 25_000
+
+    def corr(a, b):
+        return np.corrcoef(a.ravel(), b.ravel())[0, 1]
+
+    scope = {k: v for k, v in CTF_MICROSCOPE.items() if k != "b_factor"}
+    before = corr(truth, truth0)
+    after = corr(ctf_phase_flip(truth, defocus, **scope), truth0)
+    assert before < 0 < after  # the CTF inverted the particles' contrast; flipping turns it back
