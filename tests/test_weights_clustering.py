@@ -8,6 +8,7 @@ from numpy.testing import assert_allclose
 from iastudio.core.clustering import (
     cluster_labels,
     eigengap_k,
+    eigengaps,
     grouping_order,
     labels_at_threshold,
     local_scaling_affinity,
@@ -194,6 +195,46 @@ def test_near_tie_goes_to_the_largest_eigengap():
     assert _near_tie_k(sil, gaps, near_tie=0.0) == 2  # no tolerance: the best silhouette
 
 
+def test_product_k_known_answer():
+    from iastudio.core.clustering import _product_k
+
+    gaps = np.array([0.5, 0.02, 0.01, 0.15, 0.03])  # gaps[k - 1]: after eigenvalue k
+    flat = {2: 0.300, 3: 0.299, 4: 0.298, 5: 0.297}  # a flat silhouette curve: the gap decides
+    assert _product_k(flat, gaps) == 4
+    nested = {2: 0.27, 3: 0.19, 4: 0.17, 5: 0.14}  # silhouette prefers 2; 0.17 * 0.15 > 0.27 * 0.02
+    assert _product_k(nested, gaps) == 4
+    assert _product_k(nested, np.array([0.5, 0.10, 0.01, 0.15])) == 2  # 0.27 * 0.10 > 0.17 * 0.15
+    assert _product_k(nested, gaps, near_tie=0.0) == 2  # no tolerance: the best silhouette
+    assert _product_k({2: 0.2, 7: 0.3}, np.array([0.5, 0.01])) == 2  # no gap known past the spectrum's end
+    assert _product_k({2: 0.3, 3: -0.1}, np.array([0.5, 0.01, 0.9])) == 2  # a k below 0 never wins
+    assert _product_k({2: 0.3, 3: 0.2}, np.zeros(3)) == 2  # no gap anywhere: the better silhouette
+
+
+def test_product_rule_reads_nested_classes_the_silhouette_merges():
+    """Four classes in two pairs: the silhouette is best at 2 (0.50 against 0.42 at 4), but the
+    spectrum of the affinity shows a larger gap after 4; the default reads 4, every image right, and
+    says it is unsure; the best silhouette alone, and the previous rule, read 2."""
+    from sklearn.metrics import adjusted_rand_score
+
+    centres = [np.r_[2.0 * x, 1.2 * y, np.zeros(4)] for x in (-1, 1) for y in (-1, 1)]
+    d, lab = _points(centres, [12] * 4, spread=0.5, seed=3)
+    d *= 0.45 / np.median(d)
+    gaps = eigengaps(local_scaling_affinity(d, neighbor=2, nearest=8))
+    choice = select_k(d)
+    assert choice.method == "silhouette"
+    assert choice.unsure
+    assert choice.k == 4
+    assert 2 in choice.plausible()
+    sil = dict(choice.candidates)
+    assert sil[2] > sil[4] + 0.05  # the silhouette alone prefers 2
+    assert sil[4] * gaps[3] > sil[2] * gaps[1]
+    assert select_k(d, near_tie=0.0).k == 2
+    assert select_k(d, settle="eigengap").k == 2  # the previous rule: 4 is not within its tie
+    got, again = read_clusters(d)
+    assert again == choice
+    assert adjusted_rand_score(lab, got) == 1.0
+
+
 @pytest.mark.slow
 def test_near_tied_silhouettes_are_settled_by_the_eigengap():
     """Overlapping clouds (flat silhouette curves): the k taken is within NEAR_TIE of the best silhouette
@@ -210,9 +251,9 @@ def test_near_tied_silhouettes_are_settled_by_the_eigengap():
             rng = np.random.default_rng(seed)
             d, lab = _points(rng.standard_normal((6, 6)) * 0.6, [12] * 6, spread=0.5, seed=seed)
             d *= 0.45 / np.median(d)
-            got, choice = read_clusters(d, near_tie=near_tie)
+            got, choice = read_clusters(d, near_tie=near_tie, settle="eigengap")
             aris.append(adjusted_rand_score(lab, got))
-            assert select_k(d, near_tie=near_tie) == choice
+            assert select_k(d, near_tie=near_tie, settle="eigengap") == choice
             if near_tie and choice.method == "silhouette":
                 best = max(s for _, s in choice.candidates)
                 assert choice.candidates[0][0] == choice.k
@@ -222,7 +263,7 @@ def test_near_tied_silhouettes_are_settled_by_the_eigengap():
                 assert all(gaps[choice.k - 1] >= gaps[k - 1] for k in rivals)
                 changed += choice.k != max(choice.candidates, key=lambda t: t[1])[0]
                 # the gaps at m = 2 are found even when the scales tried for a clear gap leave 2 out
-                assert select_k(d, scales=(1,)).k == choice.k
+                assert select_k(d, scales=(1,), settle="eigengap").k == choice.k
         scores[near_tie] = np.mean(aris)
     assert changed >= 5  # the rule decided some of these sets (9 of 24)
     assert scores[default] > scores[0.0] + 0.03  # measured: 0.45 against 0.38
@@ -430,6 +471,8 @@ def test_stability_settle_reads_the_true_k_and_reports_it():
     assert select_k(d, scales=(1,), min_gap=2.0, near_tie=1.0, settle="eigengap").stability is None
     with pytest.raises(ValueError, match="settle"):
         select_k(d, settle="vote")
+    with pytest.raises(ValueError, match="settle"):
+        read_clusters(d, settle="vote")
 
 
 def test_unsure_choice_is_reported_as_unsure():
