@@ -226,8 +226,8 @@ def _rules():
     from iastudio.core import clustering
 
     return {
-        "this version (sil x gap)": lambda d, p: clustering.select_k(d, probes=p),
-        "eigengap, tie 0.02": lambda d, p: clustering.select_k(d, probes=p, settle="eigengap"),
+        "this version (eigengap)": lambda d, p: clustering.select_k(d, probes=p),
+        "sil x gap (product)": lambda d, p: clustering.select_k(d, probes=p, settle="product"),
         "stability, tie 0.04": lambda d, p: clustering.select_k(d, probes=p, settle="stability", near_tie=0.04),
         "best silhouette": lambda d, p: clustering.select_k(d, probes=p, near_tie=0.0),
     }

@@ -33,11 +33,12 @@ two runs (about 8 minutes on 2 cores).
 *tune* material, the 8 ``h-`` and the 2 ``mid-`` sets from its *holdout* material; mostly rotated
 digits, whose silhouette curves are flat, and four clearly separated controls), aligns every pair
 and, separately, the K = 30 graph with its probes, and reads clusters out of both *input*
-distances (the read-out the guard keeps on digit sets) with this version's rule for the
-silhouette fallback and with the plain best silhouette (``near_tie = 0``), printing k / ARI on
-both paths and whether they agree within 0.01 (about 20 minutes).  ``--draws N`` repeats the
-pruned read-out with N - 1 other random probe samples (their distances read from the every-pair
-run) and averages over the draws: on flat silhouette curves which k the pruned run takes depends on its probe draw.
+distances (the read-out the guard keeps on digit sets) with this version's rule for near-tied
+silhouettes and with the plain best silhouette (``NEAR_TIE = 0``: the previous version's rule, on
+this version's graph silhouette), printing k / ARI on both paths and whether they agree within
+0.01 (about 20 minutes).  ``--draws N`` repeats the pruned read-out with N - 1 other random
+probe samples (their distances read from the every-pair run) and averages over the draws: on flat
+silhouette curves which k the pruned run takes depends on its probe draw.
 
 ``project`` builds the project a finished pruned run of n images leaves
 (embedded images, ``--frames`` recorded steps each with its per-image means
@@ -195,7 +196,7 @@ def readout(size=48, k=30, only=(), draws=1):
     from iastudio.core.preprocess import preprocess
     from iastudio.core.similarity import invariant_distances
 
-    rules = {"this version": None, "best silhouette (near_tie = 0)": 0.0}
+    rules = {"this version": clustering.NEAR_TIE, "best silhouette (NEAR_TIE = 0)": 0.0}
     totals = {}
     print(f"every pair against K = {k}, input distances, {size} px, {draws} probe draw(s); per rule: k every "
           f"pair / K = {k}, ARI every pair / K, '=' when the ARIs agree within 0.01")

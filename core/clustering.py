@@ -14,37 +14,34 @@ least ``min_gap`` (0.4) decides ``k``; the smallest scale comes first so that
 classes of two or three images are not swallowed by their neighbours.  When no
 scale shows a clear gap the data is ambiguous: ``k`` then comes from the
 silhouette (on the distances, of the partitions at ``m = 2``, k = 2 .. 20) and
-the choice is reported as unsure (``confidence`` below ``min_gap``).  The
-silhouette alone prefers too few classes where they are noisy (120 cryo-EM-like
-views at SNR 0.1: 0.27 at k = 2 against 0.17 at the true 4, gaps 0.07 and 0.15) and is flat at the
-top where classes overlap (its best three ``k`` often within 0.005); the
-spectrum of the affinity the partitions were cut from still shows a (small)
-gap after the true ``k``.  So the fallback takes the ``k`` with the largest
-product of the two, ``silhouette(k) * (lambda_k - lambda_{k+1})`` at ``m =
-2`` (``settle="product"``), of the ``k`` whose silhouette is positive and
-within ``PRODUCT_TIE`` (0.15) of the best: the silhouette (Rousseeuw 1987)
-weighted by the eigengap heuristic (von Luxburg 2007, "A tutorial on spectral
-clustering", section 8.3).  Chosen on the tune split of
-``benchmarks/bench_kauto.py`` (input distances: true k on 20 of 30 sets
-against 18 for the best silhouette and for the previous rule; 0.15 is the
-smallest window that reads as many as an unlimited one, 0.1 reads 19); on
-the holdout split 16 of 22 as before (other sets: the noisy particles right,
-10 digit classes wrong) with a better mean ARI where the fallback decided
-(0.802 against 0.785).  Every k it gets wrong stays reported unsure.  The
-window matters: eigengaps of a few dozen images are noisy, and without it 15
-digits and the same digits turned read 2 and 6 clusters.  ``settle="eigengap"`` (the previous rule) takes, of the
-``k`` whose silhouette is within ``near_tie`` (``NEAR_TIE``, 0.02) of the
-best, the one with the largest eigengap at ``m = 2``; the eigengap is read
-off each image's nearest images, which a pruned run has too.
-``settle="stability"`` settles the tie by :func:`partition_stability`
-instead (the most stable partition; within ``STABLE_TIE`` of it, the best
-silhouette): with ``near_tie=0.04`` true k on 20 of 30 tune sets, 16 of 22
-holdout sets, but it read fewer clusters where k = 2 came into the tie (real
-MNIST, 5 classes: k = 2, ARI 0.20, against k = 4, 0.70).  On 22 sets of a
+the choice is reported as unsure (``confidence`` below ``min_gap``).  Of the
+``k`` whose silhouette is within ``NEAR_TIE`` (0.02) of the best, the one with
+the largest eigengap at ``m = 2`` is taken (``settle="eigengap"``, the
+default): on such data the silhouette curve is flat at the top (its best three
+``k`` often within 0.005), so which of those wins is chance; the eigengap is
+read off each image's nearest images, which a pruned run has too.  Two other
+rules are options, chosen on the tune split of ``benchmarks/bench_kauto.py``
+and not the default because neither found the true k on more holdout sets
+(16 of 22 for all three).  ``settle="product"`` takes the ``k`` with the
+largest product ``silhouette(k) * (lambda_k - lambda_{k+1})`` at ``m = 2``, of
+the ``k`` whose silhouette is positive and within ``PRODUCT_TIE`` (0.15) of the
+best: the silhouette (Rousseeuw 1987) weighted by the eigengap heuristic (von
+Luxburg 2007, "A tutorial on spectral clustering", section 8.3).  The
+silhouette alone prefers too few classes where they are noisy (120
+cryo-EM-like views at SNR 0.1: 0.27 at k = 2 against 0.17 at the true 4, gaps
+0.07 and 0.15) and the spectrum still shows a (small) gap after the true
+``k``; on the tune split it reads 20 of 30 sets (18 for the default), on the
+holdout split 16 of 22 (other sets: the noisy particles right, 10 digit
+classes wrong, ARI 0.68 -> 0.51), and a full run of those particles with
+today's engine still read 2.  ``settle="stability"`` settles the tie by
+:func:`partition_stability` instead (the most stable partition; within
+``STABLE_TIE`` of it, the best silhouette): with ``near_tie=0.04`` true k on
+20 of 30 tune sets, 16 of 22 holdout sets, but it read fewer clusters where
+k = 2 came into the tie (real MNIST, 5 classes: k = 2, ARI 0.20, against
+k = 4, 0.70).  On 22 sets of a
 few hundred rotated digits (``bench_scale.py readout --draws 5``) the eigengap
 rule read better than the best silhouette on both paths (holdout ARI 0.651 /
-0.625 -> 0.738 / 0.765, every pair / pruned; not re-measured with the product
-rule) and a
+0.625 -> 0.738 / 0.765, every pair / pruned) and a
 pruned run's estimated silhouette agrees with the exhaustive run within 0.01
 on 9.2 of 12 tune sets (8.0 before) but still on only 5.6 of 10 holdout sets.  A spectrum with an appended zero
 lets the gap sit after the last eigenvalue, so ``k = n`` is possible.  Two
@@ -122,7 +119,7 @@ FLAT_GAP = 0.05  # ... i.e. no gap of even this size (near-duplicates: the graph
 MIN_GAP = 0.4  # an eigengap at least this large is a clear block structure
 MAX_K = 20  # largest k considered by the silhouette fallback
 NEAR_TIE = 0.02  # settle="eigengap" / "stability": silhouettes within this of the best are a tie (module docstring)
-SETTLE = "product"  # the silhouette fallback's rule: "product", "eigengap" or "stability" (module docstring)
+SETTLE = "eigengap"  # the silhouette fallback's rule: "eigengap", "product" or "stability" (module docstring)
 _SETTLES = ("product", "eigengap", "stability")
 PRODUCT_TIE = 0.15  # settle="product": only k whose silhouette is within this of the best are candidates
 STABILITY_DRAWS = 8  # subsets partition_stability re-cuts to settle a near tie
@@ -775,9 +772,9 @@ def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int =
              near_tie: float | None = None, settle: str = SETTLE) -> KChoice:
     """Choose the number of clusters from invariant distances (see the module docstring).
 
-    Without a clear eigengap the silhouette decides, weighted by the
-    eigengap: the k with the largest ``silhouette * eigengap`` at ``m = 2``
-    (``settle="product"``).
+    Without a clear eigengap the silhouette decides: of the k within
+    ``near_tie`` of its best, the one with the largest eigengap
+    (``settle="eigengap"``).
 
     Parameters
     ----------
@@ -798,10 +795,10 @@ def select_k(distances, *, scales=SCALES, min_gap: float = MIN_GAP, max_k: int =
         ``PRODUCT_TIE`` (0.15) for ``settle="product"``, ``NEAR_TIE`` (0.02)
         for the others.
     settle : {"product", "eigengap", "stability"}
-        How the candidates are settled: the largest product of silhouette and
-        eigengap (default), the largest eigengap (the previous version's
-        rule), or the most stable partition (:func:`partition_stability`;
-        within ``STABLE_TIE`` of it, the best silhouette).
+        How the candidates are settled: the largest eigengap (default), the
+        largest product of silhouette and eigengap, or the most stable
+        partition (:func:`partition_stability`; within ``STABLE_TIE`` of it,
+        the best silhouette).
 
     Returns
     -------

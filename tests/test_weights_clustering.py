@@ -212,15 +212,15 @@ def test_product_k_known_answer():
 
 def test_product_rule_reads_nested_classes_the_silhouette_merges():
     """Four classes in two pairs: the silhouette is best at 2 (0.50 against 0.42 at 4), but the
-    spectrum of the affinity shows a larger gap after 4; the default reads 4, every image right, and
-    says it is unsure; the best silhouette alone, and the previous rule, read 2."""
+    spectrum of the affinity shows a larger gap after 4; ``settle="product"`` reads 4, every image
+    right, and says it is unsure; the best silhouette alone, and the default rule, read 2."""
     from sklearn.metrics import adjusted_rand_score
 
     centres = [np.r_[2.0 * x, 1.2 * y, np.zeros(4)] for x in (-1, 1) for y in (-1, 1)]
     d, lab = _points(centres, [12] * 4, spread=0.5, seed=3)
     d *= 0.45 / np.median(d)
     gaps = eigengaps(local_scaling_affinity(d, neighbor=2, nearest=8))
-    choice = select_k(d)
+    choice = select_k(d, settle="product")
     assert choice.method == "silhouette"
     assert choice.unsure
     assert choice.k == 4
@@ -229,8 +229,8 @@ def test_product_rule_reads_nested_classes_the_silhouette_merges():
     assert sil[2] > sil[4] + 0.05  # the silhouette alone prefers 2
     assert sil[4] * gaps[3] > sil[2] * gaps[1]
     assert select_k(d, near_tie=0.0).k == 2
-    assert select_k(d, settle="eigengap").k == 2  # the previous rule: 4 is not within its tie
-    got, again = read_clusters(d)
+    assert select_k(d).k == select_k(d, settle="eigengap").k == 2  # the default: 4 is not within its tie
+    got, again = read_clusters(d, settle="product")
     assert again == choice
     assert adjusted_rand_score(lab, got) == 1.0
 
