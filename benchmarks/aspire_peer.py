@@ -47,7 +47,8 @@ def aspire_python() -> str | None:
 def run_peer(images, k, *, averages=False, n_nbor=10, timeout=7200) -> dict:
     """Run this script under ASPIRE's interpreter on ``images``; return OUT.npz as a dict.
 
-    Raises ``RuntimeError`` (with ASPIRE's stderr) when no interpreter is found or the run fails.
+    Raises ``RuntimeError`` (with ASPIRE's stderr) when no interpreter is found, the run fails or
+    it runs past ``timeout`` seconds.
     """
     python = aspire_python()
     if python is None:
@@ -57,7 +58,10 @@ def run_peer(images, k, *, averages=False, n_nbor=10, timeout=7200) -> dict:
         np.savez(src, images=np.asarray(images, dtype=np.float64))
         cmd = [python, str(Path(__file__).resolve()), str(src), str(dst), "--k", str(int(k)),
                "--n-nbor", str(int(n_nbor))] + (["--averages"] if averages else [])
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired as exc:  # the callers catch RuntimeError: one cell left empty
+            raise RuntimeError(f"ASPIRE did not finish within {timeout} s") from exc
         if done.returncode != 0:
             raise RuntimeError(f"ASPIRE failed ({done.returncode}): {done.stderr[-2000:]}")
         with np.load(dst, allow_pickle=False) as out:

@@ -28,12 +28,12 @@ set's SNR.
 With a CTF (``noise_suite(ctf=True)``, ``bench_quality.py --noise --ctf``): every projection is
 rendered on a frame twice as large, convolved with the weak-phase contrast transfer function of
 :mod:`iastudio.core.ctf` (Frank, *Three-Dimensional Electron Microscopy of Macromolecular
-Assemblies*, 2006; ``CTF(k) = -sin(pi lambda df k^2 - pi/2 Cs lambda^3 k^4 - arcsin A)
+Assemblies*, 2006; ``CTF(k) = -sin(pi lambda df k^2 - pi/2 Cs lambda^3 k^4 + arcsin A)
 exp(-B k^2 / 4)``) at its own defocus, cropped back to 48 px, and only then noised (the SNR is
 that of the CTF-affected images).  The microscope: :data:`CTF_MICROSCOPE` (300 kV, Cs 2.7 mm,
 amplitude contrast 0.1, B 100 Å², 3 Å per pixel: a 48-px frame is 144 Å, the particle about
 70 Å across), defocus drawn per image uniformly in :data:`CTF_DEFOCUS` (1-2.5 µm): the first zero
-lies at a period of 4.7-7.4 px, well inside the frame (Nyquist: 2 px).  A CTF set holds the same
+lies at a period of 4.75-7.5 px, well inside the frame (Nyquist: 2 px).  A CTF set holds the same
 density, views, turns, shifts and noise draws as the set of the same name without ``-ctf``;
 :func:`ctf_defocus` gives its defocus values (what a STAR file would record).
 """

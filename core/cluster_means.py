@@ -113,7 +113,8 @@ def realign_to_mean(images, transforms=None, *, rounds: int = 3, angle_step: flo
         Align member ``i`` onto the mean of the *others*, so that its own noise in the mean does not pull
         it towards its current pose (at SNR 0.1 with 30 members that pull is a third of the signal's);
         ``J`` is still the criterion that accepts a round.  False: onto the mean of all, plain
-        alternating minimisation of ``J``.
+        alternating minimisation of ``J``.  Two members always use the mean of both (each moved
+        onto the other at once, they would swap poses and never meet).
     tol_px : float
         The poses have settled, and the rounds stop, when no member turned by more than half the angle
         step nor moved by more than this many pixels in a round.
@@ -143,6 +144,7 @@ def realign_to_mean(images, transforms=None, *, rounds: int = 3, angle_step: flo
     objective = [_objective(aligned)]
     if n < 2 or rounds <= 0:
         return t, objective
+    leave_one_out = leave_one_out and n > 2  # two members: each onto the other would swap their poses
     for _ in range(rounds):
         t_new, aligned_new = _realign_round(images, t, aligned, angle_step=angle_step,
                                             rotation_range=rotation_range, leave_one_out=leave_one_out)

@@ -8,13 +8,16 @@ University Press 2006, ch. 2; the sign convention and the amplitude-contrast pha
 Rohou & Grigorieff, *CTFFIND4*, J. Struct. Biol. 192, 216-221, 2015)::
 
     chi(k) = pi * lambda * df * k**2 - pi / 2 * Cs * lambda**3 * k**4
-    CTF(k) = -sin(chi(k) - phi_A) * exp(-B * k**2 / 4),    phi_A = arcsin(A)
-           = (-sqrt(1 - A**2) * sin(chi) + A * cos(chi)) * exp(-B * k**2 / 4)
+    CTF(k) = -sin(chi(k) + phi_A) * exp(-B * k**2 / 4),    phi_A = arcsin(A) = arctan(A / sqrt(1 - A**2))
+           = (-sqrt(1 - A**2) * sin(chi) - A * cos(chi)) * exp(-B * k**2 / 4)
 
 with ``lambda`` the electron wavelength (relativistic, from the voltage), ``df`` the defocus
 (positive: underfocus), ``Cs`` the spherical aberration, ``A`` the amplitude contrast (~0.1 for
 ice-embedded proteins) and ``B`` a B-factor envelope.  No astigmatism: ``df`` is the same along
-every direction.
+every direction.  Phase and amplitude contrast act with the same sign: in underfocus both make a
+particle dark at low frequencies (``CTF(0) = -A``), and the CTF's first zero is where
+``chi = pi - phi_A``.  Other packages use the opposite overall sign (Bsoft, RELION: ``+A`` at
+frequency 0); apply and flip with one convention.
 
 The CTF changes sign from ring to ring, so features at those frequencies come out with inverted
 contrast.  **Phase flipping** (:func:`ctf_phase_flip`) multiplies each Fourier coefficient by the
@@ -91,7 +94,7 @@ def ctf_2d(shape, defocus, *, pixel_size: float, voltage: float = 300.0, spheric
     df = df.reshape(-1, 1, 1)
     cs = spherical_aberration * 1e7  # mm -> Å
     chi = np.pi * lam * df * k2 - 0.5 * np.pi * cs * lam ** 3 * k2 ** 2
-    ctf = -xp.sin(chi - np.arcsin(amplitude_contrast))
+    ctf = -xp.sin(chi + np.arcsin(amplitude_contrast))
     if b_factor:
         ctf = ctf * xp.exp(-b_factor * k2 / 4.0)
     return ctf[0] if scalar else ctf
@@ -169,9 +172,9 @@ def ctf_phase_flip(images, defocus, *, pixel_size: float, voltage: float = 300.0
 
     Notes
     -----
-    The CTF at frequency 0 is ``A`` (positive), so an image taken in focus with no spherical
-    aberration is left unchanged; far from focus the CTF's first lobe is negative and flipping
-    turns the particles' inverted contrast back.
+    The CTF at frequency 0 is ``-A`` and its whole first lobe (out to ``chi = pi - arcsin A``) is
+    negative in underfocus, so flipping turns the particles' inverted contrast back; an image
+    taken in focus with no spherical aberration comes back negated (its CTF is ``-A`` everywhere).
     """
     xp = array_module(images)
     x, df = _stack(images, defocus, xp)

@@ -140,3 +140,16 @@ def test_the_realigned_invariant_mean_is_closer_to_the_truth_than_the_medoid_ali
     assert _rel_l2(new, truth) < min(_rel_l2(old, truth), _rel_l2(plain, truth)) - 0.005  # 0.168 vs 0.181
     single = cluster_invariant_means(noisy, [np.array([4])], realign_rounds=3)
     assert_allclose(single[0], noisy[4])  # one member: that image, re-aligned or not
+
+
+def test_two_members_meet_from_the_identity_with_the_default_options():
+    # leave-one-out with two members would move each onto the other at once: they would swap poses
+    from iastudio.core.cluster_means import realign_to_mean
+    from iastudio.core.warp import warp
+
+    truth, _, _ = _known_set(3.0)
+    pair = warp(truth[None], np.array([[0.0, 0, 0], [1.5, 1.0, 0]], dtype=np.float32), index=np.zeros(2, int))
+    t, objective = realign_to_mean(pair)
+    assert objective[-1] < 0.01 * objective[0]
+    rel = warp(pair, t.astype(np.float32))
+    assert np.linalg.norm(rel[0] - rel[1]) < 0.1 * np.linalg.norm(pair[0] - pair[1])

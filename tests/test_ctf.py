@@ -24,17 +24,35 @@ def test_electron_wavelength_at_known_voltages():
 
 def test_ctf_at_a_bin_where_chi_is_a_quarter_turn():
     # bin (0, 4) of a 48-px frame at 2 Å/px: k = 4 / 96 1/Å; with Cs = 0 and df = 1 / (2 lambda k^2)
-    # chi = pi / 2, so CTF = -sqrt(1 - A^2) sin(pi/2) + A cos(pi/2) = -sqrt(1 - 0.01)
+    # chi = pi / 2, so CTF = -sqrt(1 - A^2) sin(pi/2) - A cos(pi/2) = -sqrt(1 - 0.01)
     lam = electron_wavelength(300)
     k = 4 / 96
     df = 1 / (2 * lam * k ** 2)
     h = ctf_2d((48, 48), df, pixel_size=2.0, voltage=300, spherical_aberration=0.0, amplitude_contrast=0.1)
     assert_allclose(h[0, 4], -np.sqrt(0.99), rtol=1e-12)
     assert_allclose(h[4, 0], -np.sqrt(0.99), rtol=1e-12)  # no astigmatism: the same along every direction
-    assert_allclose(h[0, 0], 0.1, rtol=1e-12)  # frequency 0: the amplitude contrast
+    assert_allclose(h[0, 0], -0.1, rtol=1e-12)  # frequency 0: minus the amplitude contrast (CTFFIND4's sign)
     hb = ctf_2d((48, 48), df, pixel_size=2.0, voltage=300, spherical_aberration=0.0, amplitude_contrast=0.1,
                 b_factor=100.0)
     assert_allclose(hb[0, 4], -np.sqrt(0.99) * np.exp(-100 * k ** 2 / 4), rtol=1e-12)
+
+
+def test_phase_and_amplitude_contrast_act_with_the_same_sign():
+    # Cs = 0, df = 1 / (lambda k^2) at bin (0, 4): chi = pi there, where a pure phase CTF has its first zero;
+    # with amplitude contrast CTF = -sqrt(1 - A^2) sin(pi) - A cos(pi) = +A: past the first zero already
+    lam = electron_wavelength(300)
+    k4 = 4 / 96
+    df = 1 / (lam * k4 ** 2)
+    h = ctf_2d((48, 48), df, pixel_size=2.0, voltage=300, spherical_aberration=0.0, amplitude_contrast=0.1)
+    assert_allclose(h[0, 4], 0.1, rtol=1e-9)
+    # every bin: the closed form -sqrt(1 - A^2) sin(chi) - A cos(chi), chi = pi lambda df k^2
+    k = np.hypot(*np.meshgrid(np.fft.fftfreq(48, d=2.0), np.fft.fftfreq(48, d=2.0)))
+    chi = np.pi * lam * df * k ** 2
+    assert_allclose(h, -np.sqrt(0.99) * np.sin(chi) - 0.1 * np.cos(chi), atol=1e-12)
+    # in underfocus the first lobe has one sign from frequency 0 to its zero at chi = pi - arcsin(A)
+    first = chi < np.pi - np.arcsin(0.1) - 1e-9
+    assert np.all(h[first] < 0)
+    assert np.all(h[(chi > np.pi - np.arcsin(0.1) + 1e-9) & (chi < 2 * np.pi - np.arcsin(0.1) - 1e-9)] > 0)
 
 
 def test_phase_flip_restores_the_sign_of_every_fourier_coefficient():
@@ -58,11 +76,10 @@ def test_phase_flip_restores_the_sign_of_every_fourier_coefficient():
 def test_defocus_zero_is_the_identity_up_to_the_amplitude_contrast():
     x = _random_stack(n=2, seed=1)
     no_cs = dict(SCOPE, spherical_aberration=0.0)
-    assert_allclose(ctf_2d((48, 48), 0.0, **no_cs), 0.1, rtol=1e-12)
-    assert_allclose(apply_ctf(x, 0.0, **no_cs), 0.1 * x, atol=1e-12)
-    assert_allclose(ctf_phase_flip(x, 0.0, **no_cs), x, atol=1e-12)
-    # with Cs at these frequencies chi stays within (-pi + arcsin A, 0]: every sign positive, nothing flipped
-    assert_allclose(ctf_phase_flip(x, [0.0, 0.0], **SCOPE), x, atol=1e-12)
+    assert_allclose(ctf_2d((48, 48), 0.0, **no_cs), -0.1, rtol=1e-12)
+    assert_allclose(apply_ctf(x, 0.0, **no_cs), -0.1 * x, atol=1e-12)
+    assert_allclose(ctf_phase_flip(x, 0.0, **no_cs), -x, atol=1e-12)  # in focus the CTF is -A everywhere
+    assert_allclose(ctf_phase_flip(apply_ctf(x, 0.0, **no_cs), 0.0, **no_cs), 0.1 * x, atol=1e-12)  # |CTF| x
 
 
 def test_defocus_must_match_the_stack():
