@@ -21,7 +21,7 @@ PCA, then one content scale) and these distances are read out with
 All are rotation invariant; the FB features are invariant about the canvas centre
 only (the canvas puts each object's centroid there), ``polar`` also to shifts.
 
-Usage: ``python benchmarks/bench_lowsnr.py [--split tune|holdout] [--sets NAME ...]``.
+Usage: ``python benchmarks/bench_lowsnr.py [--split tune|holdout] [--sets NAME ...] [--diagnose]``.
 Prints one row per set and distance: ARI with k given, k found and its ARI, seconds.
 """
 from __future__ import annotations
@@ -150,12 +150,57 @@ def study(spec, *, split: str, size: int = 48) -> list:
     return rows
 
 
+def diagnose(spec, *, split: str) -> list:
+    """Where the features lose: rows ``(set, input, feature, ari k given, k found, ari k found)``.
+
+    The features of (1) the noise-free images (``preprocess``, no denoising), (2) the denoised
+    images (``denoise(mode="auto")``, background = median removed) moved so that the *noise-free*
+    image's centroid is at the frame centre (oracle centring), (3) the same centred on their own
+    centroid.
+    """
+    from scipy import ndimage
+    from sklearn.metrics import adjusted_rand_score
+
+    from iastudio.core.clustering import read_clusters
+    from iastudio.core.denoise import denoise
+    from iastudio.core.preprocess import preprocess
+
+    images, labels, _, clean = make_noise_set(spec, split=split, clean_images=True)
+    truth = np.unique(labels, return_inverse=True)[1]
+    den, _ = denoise(images, mode="auto")
+    centre = (np.asarray(clean.shape[1:]) - 1) / 2.0
+
+    def centred(src):
+        return np.stack([ndimage.shift(np.asarray(d, float) - np.median(d), centre - np.asarray(
+            ndimage.center_of_mass(np.clip(c - np.median(c), 0, None))), order=3) for d, c in zip(den, src)])
+
+    inputs = {"noise-free canvas": np.asarray(preprocess(list(clean), size=48).images),
+              "denoised, oracle centre": centred(clean), "denoised, own centroid": centred(den)}
+    rows = []
+    for what, x in inputs.items():
+        coefs = fb_coefficients(x)
+        for name, feat in (("fb-mag", fb_magnitudes), ("fb-bispec", fb_bispectrum)):
+            d = euclidean(feat(coefs))
+            lab_k, _ = read_clusters(d, k=int(truth.max() + 1))
+            lab_a, choice = read_clusters(d)
+            rows.append((spec.name, what, name, adjusted_rand_score(truth, lab_k), int(choice.k),
+                         adjusted_rand_score(truth, lab_a)))
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", default="tune", choices=("tune", "holdout"))
     ap.add_argument("--sets", nargs="*", default=list(SETS))
+    ap.add_argument("--diagnose", action="store_true", help="where the features lose (see diagnose())")
     args = ap.parse_args(argv)
     specs = [s for s in noise_suite() if s.name in args.sets]
+    if args.diagnose:
+        print("| set | input | feature | k given | k found (ARI) |\n|---|---|---|---|---|")
+        for spec in specs:
+            for s, what, name, ari_k, k, ari_a in diagnose(spec, split=args.split):
+                print(f"| {s} | {what} | {name} | {ari_k:.2f} | {k} ({ari_a:.2f}) |", flush=True)
+        return
     print(f"split {args.split}; preprocess(size=48, denoise='auto'); ARI; seconds of the distances "
           f"(the denoising and preprocessing, the same for all, in brackets)")
     print("| set | n | distance | k given | k found (ARI) | s |")
