@@ -68,6 +68,7 @@ class StudioModel(QObject):
         self._t_launch = 0.0
         self.means_worker = None  # computing the invariant means of edited clusters, while it does
         self._means_again = False
+        self.shut_down = False  # the window closed: results of workers still in flight are dropped
         listen(self.session.events.clusters, self._update_cluster_means)
         app = QCoreApplication.instance()
         if app is not None:
@@ -218,6 +219,8 @@ class StudioModel(QObject):
 
     def _cluster_means_done(self, final, members, means) -> None:
         self.means_worker = None
+        if self.shut_down:  # delivered after the window closed: its views are gone, nothing to draw
+            return
         if self.session.final is final:  # the same run: its edited clusters' means
             self.session.set_cluster_means(members, means)
         if self._means_again or self.session.final is not final:
@@ -250,17 +253,21 @@ class StudioModel(QObject):
         return True
 
     def _subset_returned(self, labels) -> None:
-        self.session.on_subset_done(*self._subset, labels)
+        if not self.shut_down:
+            self.session.on_subset_done(*self._subset, labels)
 
     def _subset_failed(self, exc) -> None:
         log.error("re-run on a cluster failed\n%s", "".join(traceback.format_exception(exc)))
-        self.session.on_subset_done(*self._subset, None)
+        if not self.shut_down:
+            self.session.on_subset_done(*self._subset, None)
 
     def shutdown(self, timeout_ms: int = 10000) -> bool:
         """Stop the runs and the loading and wait for their threads (window closing); True if they ended in time.
 
-        Images still loading are dropped.
+        Images still loading are dropped, and so are the results of the edited clusters' means and of a
+        cluster's re-run that arrive afterwards (queued to this thread, they would reach deleted views).
         """
+        self.shut_down = True
         self.stop()
         self._load_cancel.set()
         self.loader = None

@@ -1,6 +1,7 @@
 """The app never loses work: it asks before discarding a result or edits, saves changes on close, autosaves
 after each edit and keeps the recovery lock until that autosave is written (issue M4, M5, M6)."""
 import os
+import threading
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -10,6 +11,7 @@ from PIL import Image  # noqa: E402
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDropEvent  # noqa: E402
 
+from iastudio.app import model as model_module  # noqa: E402
 from iastudio.app.main_window import MainWindow  # noqa: E402
 from iastudio.core.project import load_project  # noqa: E402
 
@@ -33,6 +35,37 @@ def edited(qtbot):
     yield w
     w.projects.ask = lambda *a, **k: "discard"
     w.close()
+
+
+def test_an_edited_clusters_mean_that_arrives_after_closing_is_dropped(qtbot, monkeypatch):
+    """Closing the window while an edited cluster's mean is computed: the worker's result, queued to the
+    GUI thread, arrives after the views are gone and is dropped (it used to reach the deleted thumbnails)."""
+    gate = threading.Event()
+    real = model_module.cluster_invariant_means
+
+    def held(*args, **kwargs):
+        gate.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model_module, "cluster_invariant_means", held)
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    m = w.model
+    m.session.load_demo("shapes")
+    w.run_panel.size.setValue(24)
+    assert m.start(backend="numpy", **RUN)
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=60000)
+    assert m.session.merge_clusters([0, 1])
+    assert m.means_worker is not None  # the merged cluster's mean is being computed
+    delivered = []
+    monkeypatch.setattr(m.session, "set_cluster_means", lambda *args: delivered.append(args))
+    threading.Timer(0.3, gate.set).start()
+    w.projects.ask = lambda *a, **k: "discard"
+    assert w.close()  # waits for the worker's thread; its result is queued behind this
+    qtbot.wait(300)
+    assert m.means_worker is None  # the result did arrive ...
+    assert delivered == []  # ... and was dropped
 
 
 def test_start_again_asks_and_cancel_keeps_the_result_and_edits(edited, asked):
