@@ -18,17 +18,23 @@ from iastudio.core.project import load_project  # noqa: E402
 RUN = dict(iterations=1, mean_steps=2)
 
 
-@pytest.fixture
-def edited(qtbot):
-    """A window with a finished run on the shapes demo and one unsaved cluster edit."""
+def _finished_shapes_window(qtbot):
+    """A shown window with a finished run on the shapes demo (24 px)."""
     w = MainWindow()
     qtbot.addWidget(w)
     w.show()
-    m = w.model
-    m.session.load_demo("shapes")
+    w.model.session.load_demo("shapes")
     w.run_panel.size.setValue(24)
-    assert m.start(backend="numpy", **RUN)
-    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=60000)
+    assert w.model.start(backend="numpy", **RUN)
+    qtbot.waitUntil(lambda: w.model.session.state == "finished", timeout=60000)
+    return w
+
+
+@pytest.fixture
+def edited(qtbot):
+    """A window with a finished run on the shapes demo and one unsaved cluster edit."""
+    w = _finished_shapes_window(qtbot)
+    m = w.model
     assert m.session.merge_clusters([0, 1])
     assert m.session.dirty
     assert m.session.edits == ["Merge 2 clusters"]
@@ -48,14 +54,8 @@ def test_an_edited_clusters_mean_that_arrives_after_closing_is_dropped(qtbot, mo
         return real(*args, **kwargs)
 
     monkeypatch.setattr(model_module, "cluster_invariant_means", held)
-    w = MainWindow()
-    qtbot.addWidget(w)
-    w.show()
+    w = _finished_shapes_window(qtbot)
     m = w.model
-    m.session.load_demo("shapes")
-    w.run_panel.size.setValue(24)
-    assert m.start(backend="numpy", **RUN)
-    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=60000)
     assert m.session.merge_clusters([0, 1])
     assert m.means_worker is not None  # the merged cluster's mean is being computed
     delivered = []
