@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QByteArray, Qt
 from PySide6.QtGui import QAction, QFont
-from PySide6.QtWidgets import QDockWidget, QGroupBox, QMainWindow, QTabWidget
+from PySide6.QtWidgets import QDockWidget, QGroupBox, QMainWindow, QTabBar, QTabWidget
 
 __all__ = [
     "CONTROLS",
@@ -79,6 +79,7 @@ def add_docks(window: QMainWindow) -> None:
         window.docks[spec.name] = dock
     _arrange(window)
     window.default_layout = window.saveState(LAYOUT_VERSION)  # what View → Reset layout goes back to
+    _restore_state(window, window.default_layout)  # the tab bars of tabifying one dock at a time out of view
 
 
 def _arrange(window) -> None:
@@ -105,10 +106,29 @@ def _default_sizes(window) -> None:
         window.central_splitter.share_evenly()  # W and the means share the middle evenly
 
 
+def _restore_state(window, state) -> bool:
+    """``window.restoreState(state)``, leaving visible only the tab bars of the restored tab groups.
+
+    Qt builds new tab bars for the restored groups but leaves the ones of the arrangement before it
+    shown where they were: after a saved layout was restored at start-up, a stale copy of the bottom
+    panels' tabs lay over the iteration slider.  Hiding every tab bar of the docks first lets the
+    restore show only the bars it uses.
+    """
+    shown = [bar for bar in window.findChildren(QTabBar, options=Qt.FindChildOption.FindDirectChildrenOnly)
+             if not bar.isHidden()]
+    for bar in shown:
+        bar.hide()
+    if window.restoreState(state, LAYOUT_VERSION):
+        return True
+    for bar in shown:  # a refused state changed nothing: the arrangement before keeps its tabs
+        bar.show()
+    return False
+
+
 def reset_layout(window) -> None:
     """View → Reset layout: presentation mode off, every panel back in its default place and size."""
     set_presentation_mode(window, False)
-    window.restoreState(window.default_layout, LAYOUT_VERSION)  # docked, shown, tabbed as at first
+    _restore_state(window, window.default_layout)  # docked, shown, tabbed as at first
     _default_sizes(window)  # in proportion to the window's size now
 
 
@@ -173,7 +193,7 @@ def restore_window(window, store) -> bool:
     state = store.value(STATE_KEY)
     # Qt checks a state before applying any of it (a refused one leaves the default arrangement) and puts a
     # floating panel saved on a screen that is gone back on one
-    return isinstance(state, (QByteArray, bytes)) and window.restoreState(QByteArray(state), LAYOUT_VERSION)
+    return isinstance(state, (QByteArray, bytes)) and _restore_state(window, QByteArray(state))
 
 
 def set_presentation_mode(window, on: bool, scale: float = PRESENTATION_SCALE) -> None:
@@ -194,7 +214,7 @@ def set_presentation_mode(window, on: bool, scale: float = PRESENTATION_SCALE) -
             window.docks[name].hide()
     elif not on and saved is not None:
         window.setFont(saved["font"] if saved["own_font"] else QFont())
-        window.restoreState(saved["state"], LAYOUT_VERSION)
+        _restore_state(window, saved["state"])
         window._presentation = None
     act = getattr(window, "presentation_action", None)
     if act is not None and act.isChecked() != on:

@@ -5,7 +5,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
 from PySide6.QtCore import QByteArray, Qt  # noqa: E402
-from PySide6.QtWidgets import QDockWidget  # noqa: E402
+from PySide6.QtWidgets import QDockWidget, QTabBar  # noqa: E402
 
 from iastudio.app.docks import CONTROLS, DOCKS, LAYOUT_VERSION, STATE_KEY, is_shown, show_view  # noqa: E402
 from iastudio.app.main_window import MainWindow  # noqa: E402
@@ -135,6 +135,28 @@ def test_the_arrangement_is_saved_with_the_window_and_restored(qtbot, qapp):
     assert not w2.presentation_action.isChecked()
     w2.reset_layout_action.trigger()
     _assert_default(w2, qapp)
+    w2.close()
+
+
+def _shown_tab_bars(w):
+    bars = w.findChildren(QTabBar, options=Qt.FindChildOption.FindDirectChildrenOnly)
+    return sorted(tuple(b.tabText(i) for i in range(b.count())) for b in bars if b.isVisible())
+
+
+def test_a_restored_arrangement_leaves_no_stale_tab_bar_in_view(qtbot, qapp):
+    """Restoring a saved arrangement at start-up used to leave the default arrangement's tab bars shown
+    where they were (one over the iteration slider): only the two tab groups' bars are in view."""
+    groups = [("Manifold convergence", "KA vs IA", "Inspect", "Networks"), ("Run", "Transforms", "Clusters")]
+    w = _window(qtbot, qapp)
+    assert _shown_tab_bars(w) == groups
+    w.close()
+    assert settings().value(STATE_KEY) is not None
+    w2 = _window(qtbot, qapp)
+    assert _shown_tab_bars(w2) == groups
+    w2.reset_layout_action.trigger()
+    w2.presentation_action.trigger()
+    w2.presentation_action.trigger()
+    assert _shown_tab_bars(w2) == groups
     w2.close()
 
 
