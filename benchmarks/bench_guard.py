@@ -18,6 +18,12 @@ Usage::
     python benchmarks/bench_guard.py noise --split holdout          # the noisy suite (denoise auto)
     python benchmarks/bench_guard.py scale 1000 --kind digits       # bench_scale's rotated digits
     python benchmarks/bench_guard.py scale 1000 --kind particles    # cryo-like particles, SNR 1
+    python benchmarks/bench_guard.py suite --sharpen                # sharpen=True against sharpen=False
+
+``--sharpen`` compares two runs with the forecast on: ``sharpen=True`` (an iteration whose
+forecast keeps the clusters is run) against ``sharpen=False`` (it is not: the run stops as
+it stops after an iteration that left the clusters as they were).  A skip is wrong where the
+computed iteration moved images between clusters and the guard kept it (``kept``).
 """
 from __future__ import annotations
 
@@ -46,25 +52,30 @@ def outcome(notes) -> str:
     return "ran"
 
 
-def compare(name, x, truth, *, clusters="auto", neighbors="auto", iterations=3):
-    """Both runs on one set; returns a dict of what happened."""
+def compare(name, x, truth, *, clusters="auto", neighbors="auto", iterations=3, sharpen=False):
+    """Both runs on one set; returns a dict of what happened.
+
+    The first run without the forecast and the second with it, or (``sharpen``) both with it,
+    the first with ``sharpen=True`` and the second with ``sharpen=False``.
+    """
     from sklearn.metrics import adjusted_rand_score
 
     from iastudio.core.attention import AttentionRun
 
     out = {}
-    for forecast in (False, True):
+    for second in (False, True):
+        opts = dict(forecast=True, sharpen=not second) if sharpen else dict(forecast=second, sharpen=True)
         t0, c0 = time.perf_counter(), time.process_time()
         run = AttentionRun(x, backend="numpy", iterations=iterations, clusters=clusters, neighbors=neighbors,
-                           forecast=forecast)
+                           **opts)
         res = run.run()
-        out[forecast] = dict(res=res, seen=list(run._forecasts), wall=time.perf_counter() - t0,
+        out[second] = dict(res=res, seen=list(run._forecasts), wall=time.perf_counter() - t0,
                              cpu=time.process_time() - c0, what=outcome(res.notes),
                              ari=adjusted_rand_score(truth, res.labels))
     a, b = out[False], out[True]
     same = bool(np.array_equal(a["res"].labels, b["res"].labels))
     identical = same and np.array_equal(a["res"].features, b["res"].features)
-    wrong = b["what"] == "skipped" and a["what"] in ("settled", "kept", "ran")
+    wrong = b["what"] == "skipped" and a["what"] in (("kept", "ran") if sharpen else ("settled", "kept", "ran"))
     seen = b["seen"][0] if b["seen"] else None
     if seen is None:
         told = "forecast: none"
@@ -111,6 +122,7 @@ def main(argv=None):
     p.add_argument("--size", type=int, default=48)
     p.add_argument("--kind", choices=("digits", "particles"), default="digits")
     p.add_argument("--columns", nargs="*", default=["auto", "k"])
+    p.add_argument("--sharpen", action="store_true", help="sharpen=True against sharpen=False (forecast on)")
     a = p.parse_args(argv)
     nb = a.neighbors if a.neighbors in ("all", "auto") else int(a.neighbors)
     from iastudio.core.preprocess import preprocess
@@ -123,7 +135,7 @@ def main(argv=None):
             x, y = make_set(n, a.size) if a.kind == "digits" else make_particles(n, a.size)
             for col in a.columns:
                 rows.append(compare(f"{a.kind}-{n}", x, y, neighbors=nb,
-                                    clusters="auto" if col == "auto" else len(set(y))))
+                                    clusters="auto" if col == "auto" else len(set(y)), sharpen=a.sharpen))
         summarize(rows)
         return
     if a.what == "noise":
@@ -148,7 +160,7 @@ def main(argv=None):
                 x = preprocess(images, size=a.size).images
             for col in a.columns:
                 rows.append(compare(f"{split}/{spec.name}", x, truth, neighbors=nb,
-                                    clusters="auto" if col == "auto" else len(set(truth))))
+                                    clusters="auto" if col == "auto" else len(set(truth)), sharpen=a.sharpen))
     summarize(rows)
 
 

@@ -104,6 +104,18 @@ class Settings:
         as the guard would have ended it after computing it, and ``notes``
         says so).  A forecast that keeps the clusters, or passes the guard,
         runs the iteration as before.
+    sharpen : bool or "auto"
+        With the guard and the forecast on: also run an iteration whose
+        forecast leaves the clusters as they are (it sharpens W and the
+        means, and the clusters may still move).  ``False``: stop there, as
+        the guard stops after an iteration that left the clusters as they
+        were, without paying for its means and its similarity stage (on the
+        quality suite's 52 runs and the noise suite the clusters were the
+        same either way: ``benchmarks/bench_guard.py --sharpen``).
+        ``"auto"`` (default): run it where every pair is aligned (up to 300
+        images with ``neighbors="auto"``: seconds, and the run shows W turn
+        block-diagonal), stop on the pruned path (thousands of images, where
+        it costs most of the run).
     group : {"se2", "e2"}
         ``"e2"`` also matches mirror images (reflections), for data where a
         flipped specimen is the same thing.  Always on all pairs.
@@ -162,6 +174,7 @@ class Settings:
     readout: str = option("readout").default
     preset: str | None = None
     forecast: bool = True
+    sharpen: object = "auto"
 
     @property
     def guarded(self) -> bool:
@@ -202,6 +215,8 @@ class Settings:
             raise ValueError("mean_solver must be 'gauss-newton' or 'gradient'")
         if not (float(self.learning_rate) > 0 and np.isfinite(float(self.learning_rate))):
             raise ValueError("learning_rate must be a finite number > 0")
+        if not (isinstance(self.sharpen, (bool, np.bool_)) or self.sharpen == "auto"):
+            raise ValueError(f"sharpen must be True, False or 'auto', got {self.sharpen!r}")
         if self.intensity not in ("unit", "paper"):
             raise ValueError("intensity must be 'unit' or 'paper'")
         if self.readout == "collapse" and self.clusters != "auto":
@@ -238,7 +253,7 @@ class AttentionRun(RunLoop):
         process's setting (:func:`iastudio.core.backend.set_threads`).
     method, beta, iterations, clusters, rotation_range, angle_step, mean_steps, sigmas, init, weight_tol, \
 weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors, mean_solver, learning_rate, \
-intensity, readout, forecast
+intensity, readout, forecast, sharpen
         The options of the run, keyword-only: see :class:`Settings` (the
         defaults are its defaults).  They are kept as :attr:`settings`.
     preset : str, optional
@@ -266,7 +281,7 @@ intensity, readout, forecast
                  guard: bool | None = Settings.guard, group: str = Settings.group, neighbors=Settings.neighbors,
                  mean_solver: str = Settings.mean_solver, learning_rate: float = Settings.learning_rate,
                  intensity: str = Settings.intensity, readout: str = Settings.readout, preset: str | None = None,
-                 forecast: bool = Settings.forecast):
+                 forecast: bool = Settings.forecast, sharpen=Settings.sharpen):
         #: optional ``dask.distributed.Client``: similarity chunks and mean columns run as its tasks
         self.client = client
         check("threads", threads)
@@ -277,7 +292,8 @@ intensity, readout, forecast
             angle_step=angle_step, mean_steps=mean_steps, sigmas=sigmas, init=init, weight_tol=weight_tol,
             weight_mass=weight_mass, mean_rtol=mean_rtol, snapshot_every=snapshot_every,
             converge_tol=converge_tol, guard=guard, group=group, neighbors=neighbors, mean_solver=mean_solver,
-            learning_rate=learning_rate, intensity=intensity, readout=readout, forecast=bool(forecast))
+            learning_rate=learning_rate, intensity=intensity, readout=readout, forecast=bool(forecast),
+            sharpen=sharpen)
         self.settings = Settings.of(options, preset=preset)
         images = _checked_images(images)
         self.settings.validate(images.shape[0])

@@ -20,7 +20,7 @@ import numpy as np
 from .backend import to_host
 from .clustering import KChoice
 from .run_output import RunResult, Stage, host_view, is_sparse, make_snapshot, max_abs_diff
-from .run_readout import forecast_verdict, guard_note, guard_verdict, read_labels, same_partition
+from .run_readout import forecast_verdict, guard_note, guard_verdict, read_labels, same_partition, settle_note
 from .run_steps import align_to_clusters, entry_transforms, feature_distances, mean_step, start_means
 from .weights import attention_weights, local_bandwidth
 
@@ -142,7 +142,8 @@ class RunLoop:
         return True
 
     def _forecast_rejects(self, distances, weights, probes, labels) -> bool:
-        """True when the guard would undo the next iteration by its forecast (then it is not run)."""
+        """True when the next iteration is not run: by its forecast the guard would undo it, or (without
+        ``sharpen``) it would leave the clusters as they are."""
         s = self.settings
         if not (s.guarded and s.forecast and s.method == "ia") or self._input_sim is None:
             return False
@@ -155,9 +156,19 @@ class RunLoop:
         finally:
             self._timings["forecast_s"] += time.perf_counter() - t0
         if refused is None:
+            if seen.get("same") and not self._sharpens():
+                self._notes.append(settle_note(self._accepted + 1))
+                return True
             return False
         self._notes.append(guard_note(self._accepted + 1, *refused, forecast=True))
         return True
+
+    def _sharpens(self) -> bool:
+        """Whether an iteration whose forecast keeps the clusters is run (``sharpen``; ``"auto"``: every pair)."""
+        from .neighbors import resolve_neighbors
+
+        sharpen = self.settings.sharpen
+        return resolve_neighbors(self.settings.neighbors, self.n) is None if sharpen == "auto" else bool(sharpen)
 
     def _advance(self):
         if self._stage == _Phase.SIMILARITY:

@@ -16,7 +16,7 @@ from .backend import to_host
 from .clustering import KChoice, read_clusters, silhouette
 from .run_output import rows_cols
 
-__all__ = ["GUARD_GAIN", "forecast_verdict", "guard_note", "guard_verdict", "read_labels", "same_partition",
+__all__ = ["GUARD_GAIN", "forecast_verdict", "guard_note", "guard_verdict", "read_labels", "same_partition", "settle_note",
            "separation"]
 
 GUARD_GAIN = 0.02
@@ -220,6 +220,23 @@ def guard_note(iteration: int, before, after, *, forecast: bool = False) -> str:
                 f"current distances and W) moves images between clusters without fitting the input images better "
                 f"({change}")
     return f"iteration {iteration} moved images between clusters without fitting the input images better ({change}"
+
+
+def settle_note(iteration: int) -> str:
+    """What the run says when it stops before ``iteration`` because its forecast keeps the clusters.
+
+    Parameters
+    ----------
+    iteration : int
+        The iteration not run (1: the first).
+
+    Returns
+    -------
+    str
+    """
+    return (f"iteration {iteration} not run: its forecast (the distances of its means estimated from the current "
+            f"distances and W) leaves the clusters as they are, so it would only sharpen W and the means; stopped "
+            f"there (sharpen=True runs it)")
 
 
 def _text(value) -> str:

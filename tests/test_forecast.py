@@ -110,3 +110,44 @@ def test_an_iteration_the_guard_would_undo_is_not_run_and_the_result_is_the_same
     assert_allclose(new.cluster_means, old.cluster_means, atol=1e-6)
     assert len(new.history) == len(old.history)
 
+
+
+@pytest.fixture(scope="module")
+def shapes_48():
+    """The shapes demo at 48 px: iteration 1 leaves its three clusters as they are, and its forecast says so."""
+    from iastudio.core import load_demo, preprocess
+
+    return preprocess(load_demo("shapes").images, size=48).images
+
+
+def test_without_sharpen_an_iteration_whose_forecast_keeps_the_clusters_is_not_run(shapes_48):
+    sharpened = AttentionRun(shapes_48, backend="numpy", sharpen=True)
+    old_stages = [snap.stage for snap in sharpened.steps()]
+    old = sharpened.result()
+    assert Stage.ITERATION in old_stages and old.iterations == 1
+    assert any("left the clusters as they were" in note for note in old.notes)
+    assert sharpened._forecasts and sharpened._forecasts[0]["same"]
+    run = AttentionRun(shapes_48, backend="numpy", sharpen=False)
+    stages = [snap.stage for snap in run.steps()]
+    new = run.result()
+    assert Stage.MEANS not in stages and Stage.ITERATION not in stages
+    assert new.iterations == 0
+    assert any("leaves the clusters as they are" in note and "not run" in note for note in new.notes)
+    assert_array_equal(new.labels, old.labels)
+    assert_allclose(new.cluster_means, old.cluster_means, atol=1e-6)  # the class averages come from the inputs
+    assert new.timings["mean_s"] < old.timings["mean_s"]
+
+
+def test_sharpen_auto_runs_the_iteration_on_every_pair_and_not_on_the_pruned_path(shapes_48):
+    every_pair = AttentionRun(shapes_48, backend="numpy").run()  # 18 images: every pair aligned
+    assert every_pair.iterations == 1
+    pruned = AttentionRun(shapes_48, backend="numpy", neighbors=8).run()
+    assert pruned.iterations == 0
+    assert any("leaves the clusters as they are" in note for note in pruned.notes)
+    assert_array_equal(pruned.labels, every_pair.labels)
+
+
+@pytest.mark.parametrize("bad", ["yes", 2, None])
+def test_sharpen_takes_true_false_or_auto(shapes_48, bad):
+    with pytest.raises(ValueError, match="sharpen must be"):
+        AttentionRun(shapes_48, sharpen=bad)
