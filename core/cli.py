@@ -547,7 +547,7 @@ def _phase_flip_record(data, applied: bool) -> dict:
             "spherical_aberration_mm": span("spherical_aberration"),
             "amplitude_contrast": span("amplitude_contrast"), "pixel_size_A": span("pixel_size"),
             "defocus_is": "the mean of rlnDefocusU and rlnDefocusV (astigmatism not modelled)",
-            "convention": "CTFFIND4's sign (CTF(0) = -A), iastudio.core.ctf.ctf_phase_flip"}
+            "convention": "RELION's CTF sign (+A at frequency 0): particles stay white on dark"}
 
 
 def _iterate(run, args) -> list:

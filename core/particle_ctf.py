@@ -12,6 +12,13 @@ particle's row wins over its optics group's.
 :func:`~iastudio.core.ctf.ctf_2d` models no astigmatism, so a particle's defocus is the mean of
 ``rlnDefocusU`` and ``rlnDefocusV`` (``rlnDefocusU`` alone when the file has no ``rlnDefocusV``);
 the angle ``rlnDefocusAngle`` is not read.
+
+**Sign.**  RELION's CTF is the negative of :mod:`~iastudio.core.ctf`'s (CTFFIND4's): ``+A`` at
+frequency 0, matching the white-on-dark particles RELION extracts (``--invert_contrast``).  Particles
+listed in a STAR file are therefore flipped with RELION's sign by default (``convention="relion"``):
+each Fourier coefficient times the sign of RELION's CTF, ``-ctf_phase_flip(image)``, which gives the
+white particle's own projection filtered by ``|CTF|`` (``ctf_phase_flip`` itself would turn them dark
+on light).
 """
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ from .ctf import ctf_phase_flip
 from .imagefile import ImageLoadError
 from .stacks import read_star
 
-__all__ = ["ParticleCtf", "phase_flip_particles", "star_ctf"]
+__all__ = ["CONVENTIONS", "ParticleCtf", "phase_flip_particles", "star_ctf"]
 
 _MICROSCOPE = (("voltage", "rlnVoltage"), ("spherical_aberration", "rlnSphericalAberration"),
                ("amplitude_contrast", "rlnAmplitudeContrast"))
@@ -179,7 +186,11 @@ def _pixel_size(column, name: str) -> np.ndarray:
     return np.where(np.isfinite(out), out, -1.0)
 
 
-def phase_flip_particles(images, ctf) -> list[np.ndarray]:
+CONVENTIONS = ("relion", "ctffind4")
+"""The CTF signs :func:`phase_flip_particles` flips with: RELION's (``+A`` at frequency 0) or CTFFIND4's (``-A``)."""
+
+
+def phase_flip_particles(images, ctf, *, convention: str = "relion") -> list[np.ndarray]:
     """Phase-flip each image with its own particle's CTF parameters.
 
     Parameters
@@ -188,14 +199,21 @@ def phase_flip_particles(images, ctf) -> list[np.ndarray]:
         The raw particle images (sizes may differ).
     ctf : sequence of ParticleCtf
         One per image (:func:`star_ctf`).
+    convention : {"relion", "ctffind4"}
+        Whose CTF sign to flip with: ``"relion"`` (particles as RELION extracts them, white on dark:
+        the result is ``-ctf_phase_flip``) or ``"ctffind4"`` (the microscope's own contrast, dark
+        particles: :func:`~iastudio.core.ctf.ctf_phase_flip` as it is).
 
     Returns
     -------
     list of ndarray
-        Float32 images, each :func:`~iastudio.core.ctf.ctf_phase_flip` of its image at its own
-        defocus, voltage, spherical aberration, amplitude contrast and pixel size (images sharing a
-        size and a microscope are flipped as one stack).
+        Float32 images, each :func:`~iastudio.core.ctf.ctf_phase_flip` of its image (negated for
+        ``"relion"``) at its own defocus, voltage, spherical aberration, amplitude contrast and pixel
+        size (images sharing a size and a microscope are flipped as one stack).
     """
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
+    sign = -1.0 if convention == "relion" else 1.0
     images = list(images)
     ctf = list(ctf)
     if len(ctf) != len(images):
@@ -210,5 +228,5 @@ def phase_flip_particles(images, ctf) -> list[np.ndarray]:
         flipped = ctf_phase_flip(np.stack([images[i] for i in idx]), [ctf[i].defocus for i in idx], pixel_size=px,
                                  voltage=kv, spherical_aberration=cs, amplitude_contrast=amp)
         for i, img in zip(idx, flipped):
-            out[i] = img.astype(np.float32)
+            out[i] = (sign * img).astype(np.float32)
     return out

@@ -134,12 +134,28 @@ def test_phase_flip_particles_flips_each_image_with_its_own_microscope():
     imgs = list(rng.normal(size=(3, 16, 16)))
     ctf = [ParticleCtf(1e4, 300.0, 2.7, 0.1, 2.0), ParticleCtf(2e4, 200.0, 2.0, 0.07, 1.5),
            ParticleCtf(3e4, 300.0, 2.7, 0.1, 2.0)]
-    got = phase_flip_particles(imgs, ctf)
+    got = phase_flip_particles(imgs, ctf, convention="ctffind4")
     for img, c, out in zip(imgs, ctf, got):
         want = ctf_phase_flip(img[None], c.defocus, pixel_size=c.pixel_size, voltage=c.voltage,
                               spherical_aberration=c.spherical_aberration, amplitude_contrast=c.amplitude_contrast)[0]
         assert_allclose(out, want, rtol=1e-5, atol=1e-5)
     assert np.abs(got[1] - got[0]).max() > 0.1  # the flip differs from image to image
+    relion = phase_flip_particles(imgs, ctf)  # RELION's CTF is the negative of CTFFIND4's
+    assert_allclose(np.stack(relion), -np.stack(got), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="convention"):
+        phase_flip_particles(imgs, ctf, convention="bsoft")
+
+
+def test_relion_white_particles_come_back_white():
+    """Known answer: a white particle (RELION's contrast: the projection times RELION's CTF, the negative
+    of CTFFIND4's) flipped with RELION's sign is the projection filtered by |CTF| (positive correlation)."""
+    yy, xx = np.mgrid[:48, :48] - 24
+    proj = np.exp(-(yy ** 2 + (xx / 2) ** 2) / 40)[None]
+    c = ParticleCtf(15000.0, **SCOPE)
+    white = -apply_ctf(proj, c.defocus, **SCOPE)
+    flipped = phase_flip_particles(list(white), [c])[0]
+    assert np.corrcoef(white[0].ravel(), proj[0].ravel())[0, 1] > 0
+    assert np.corrcoef(flipped.ravel(), proj[0].ravel())[0, 1] > 0.9
 
 
 # ---------------------------------------------------------------- ia-cluster --phase-flip
@@ -151,7 +167,7 @@ def _ctf_particles(folder, *, n=8, side=32, seed=0):
     yy, xx = np.mgrid[:side, :side] - side / 2
     truth = np.stack([np.exp(-((yy - rng.uniform(-3, 3)) ** 2 + (xx / (1 + k % 2)) ** 2) / 18) for k in range(n)])
     defocus = rng.uniform(1e4, 2.5e4, n)
-    raw = apply_ctf(truth, defocus, **SCOPE) + 0.05 * rng.normal(size=truth.shape)
+    raw = -apply_ctf(truth, defocus, **SCOPE) + 0.05 * rng.normal(size=truth.shape)  # white, as RELION extracts
     half = n // 2
     _write_mrcs(folder / "a.mrcs", raw[:half])
     _write_mrcs(folder / "b.mrcs", raw[half:])
@@ -177,7 +193,7 @@ def test_cli_phase_flip_flips_every_loaded_particle_with_its_own_row(tmp_path, c
             "--quiet", "--export", "relion", "--pixel-size", "3"]
     assert main([*args, "--out", str(out), "--save-project", str(tmp_path / "p.iaproj")]) == 0
     assert "99" in capsys.readouterr().err  # the row beyond its stack was skipped, with a message
-    flipped = ctf_phase_flip(raw, defocus, **SCOPE)
+    flipped = -ctf_phase_flip(raw, defocus, **SCOPE)  # RELION's CTF sign
     want = preprocess(list(flipped.astype(np.float32)), size=24).images
     assert_allclose(load_project(tmp_path / "p.iaproj").base, want, rtol=1e-4, atol=1e-5)
     unflipped = preprocess(list(raw), size=24).images
@@ -217,3 +233,20 @@ def test_cli_phase_flip_without_ctf_parameters_stops_with_one_line(tmp_path, cap
     assert "Traceback" not in err
     assert re.search(says, err), err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow  # 15-30 s: four runs of 40 particles
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cli_phase_flip_clusters_ctf_particles_at_least_as_well(tmp_path, seed):
+    """Noise-suite CTF particles (4 views x 10, SNR 1) as STAR + .mrcs: --phase-flip's ARI >= without it."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    from bench_phase_flip import cluster_ari, write_star_set
+
+    star, labels, *_ = write_star_set(tmp_path, snr=1.0, per_view=10, seed=seed)
+    plain, _ = cluster_ari(star, labels, tmp_path / "plain")
+    flipped, _ = cluster_ari(star, labels, tmp_path / "flip", ["--phase-flip"])
+    assert flipped >= plain
+    assert flipped >= 0.9
