@@ -530,6 +530,10 @@ def _phase_flipped(data) -> list:
         i = missing[0]
         why = ctf[i] if isinstance(ctf[i], str) else "not listed in a STAR file"
         raise _UsageError(f"--phase-flip: no CTF parameters for {printable(data.paths[i])} ({printable(why)})")
+    colour = [p for p, img in zip(data.paths, data.images) if np.ndim(img) != 2]
+    if colour:
+        raise _UsageError(f"--phase-flip needs gray particle images; {len(colour)} are in colour, e.g. "
+                          f"{printable(colour[0])}")
     return phase_flip_particles(data.images, ctf)
 
 

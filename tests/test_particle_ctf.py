@@ -209,7 +209,7 @@ def test_cli_phase_flip_flips_every_loaded_particle_with_its_own_row(tmp_path, c
     assert exported == [f"{k:06d}@{a}" for k in range(1, 5)] + [f"{k:06d}@{b}" for k in range(1, 5)]
 
 
-@pytest.mark.parametrize("make", ["png", "mrcs", "no-defocus", "demo"])
+@pytest.mark.parametrize("make", ["png", "mrcs", "no-defocus", "demo", "colour"])
 def test_cli_phase_flip_without_ctf_parameters_stops_with_one_line(tmp_path, capsys, make):
     from PIL import Image
 
@@ -222,6 +222,15 @@ def test_cli_phase_flip_without_ctf_parameters_stops_with_one_line(tmp_path, cap
         inputs, says = [str(tmp_path / "a.mrcs")], "a.mrcs is not a STAR file"
     elif make == "demo":
         inputs, says = ["demo:shapes"], "demo:shapes is not a STAR file"
+    elif make == "colour":  # a STAR file may name image files; colour ones cannot be flipped
+        for name in ("c1.png", "c2.png"):
+            Image.fromarray(np.full((8, 8, 3), (200, 10, 10), np.uint8)).save(tmp_path / name)
+        _relion30(tmp_path / "p.star", rlnImageName=["c1.png", "c2.png"], **{
+            k: v[:2] for k, v in (("rlnDefocusU", [1e4, 1e4]), ("rlnDefocusV", [1e4, 1e4]),
+                                  ("rlnVoltage", [300.0] * 2), ("rlnSphericalAberration", [2.7] * 2),
+                                  ("rlnAmplitudeContrast", [0.1] * 2), ("rlnDetectorPixelSize", [5.0] * 2),
+                                  ("rlnMagnification", [25000.0] * 2))})
+        inputs, says = [str(tmp_path / "p.star")], "needs gray particle images; 2 are in colour, e.g. .*c1.png"
     else:
         _write_mrcs(tmp_path / "a.mrcs", np.ones((2, 8, 8)))
         starfile.write(pd.DataFrame({"rlnImageName": ["1@a.mrcs", "2@a.mrcs"]}), tmp_path / "p.star")
