@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "class_averages.mrcs for RELION/cryoSPARC; needs MRC inputs and --pixel-size")
     p.add_argument("--pixel-size", type=_positive_float("--pixel-size"), default=None, metavar="A",
                    help="the particles' pixel size in Angstrom (for --export relion)")
+    p.add_argument("--phase-flip", action="store_true",
+                   help="phase-flip each particle with its own CTF (defocus, voltage, Cs, amplitude contrast and "
+                        "pixel size read from the RELION STAR file INPUT) before preprocessing and denoising; "
+                        "every INPUT must be such a STAR file")
     p.add_argument("--seed", type=int, default=0, help="seed for demos and --transform")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--save-project", metavar="P.iaproj", default=None,
@@ -350,7 +354,31 @@ def _import_engine() -> None:
         from . import attention  # noqa: F401
 
 
+def _phase_flip_problem(args) -> str | None:
+    """With ``--phase-flip``: why the inputs cannot be phase-flipped (not all STAR files with CTF columns), or None.
+
+    Read before any image is, so a wrong input stops at once (exit 2).
+    """
+    if not getattr(args, "phase_flip", False):
+        return None
+    from .imagefile import ImageLoadError
+    from .particle_ctf import star_ctf
+
+    for item in args.inputs:
+        if str(item).startswith("demo:") or Path(item).suffix.lower() != ".star":
+            return (f"--phase-flip needs each particle's defocus, read from a RELION STAR file; "
+                    f"{_short(item)} is not a STAR file (a folder, an image or a stack records no CTF)")
+        try:
+            star_ctf(item)
+        except ImageLoadError as exc:
+            return f"--phase-flip cannot read the CTF of {_short(item)}: {printable(exc)}"
+    return None
+
+
 def _run(args, parser) -> int:
+    problem = _phase_flip_problem(args)
+    if problem:
+        raise _UsageError(problem)
     _import_engine()
     client = None
     if args.dask:  # first, so a wrong address fails before any work
@@ -481,12 +509,49 @@ def _working_images(args, data):
     from .preprocess import apply_transforms, preprocess
 
     n = len(data)
-    canvas = preprocess(data.images, size=args.size, scale=args.scale, denoise=getattr(args, "denoise", "off"))
+    images = data.images
+    if getattr(args, "phase_flip", False):
+        images = _phase_flipped(data)
+    canvas = preprocess(images, size=args.size, scale=args.scale, denoise=getattr(args, "denoise", "off"))
     if args.transform is None:
         return canvas, canvas.images, np.zeros((n, 3))
     rot, frac = args.transform
     tau = se2.random_transforms(n, rotation_range=rot, shift_range=frac * args.size, seed=args.seed + 1)
     return canvas, apply_transforms(canvas.images, tau), tau
+
+
+def _phase_flipped(data) -> list:
+    """``data``'s images, each phase-flipped with its STAR row's CTF (every image has one: checked first)."""
+    from .particle_ctf import ParticleCtf, phase_flip_particles
+
+    ctf = data.ctf or [None] * len(data)
+    missing = [i for i, c in enumerate(ctf) if not isinstance(c, ParticleCtf)]
+    if missing:  # checked before loading; a file changed meanwhile
+        i = missing[0]
+        why = ctf[i] if isinstance(ctf[i], str) else "not listed in a STAR file"
+        raise _UsageError(f"--phase-flip: no CTF parameters for {printable(data.paths[i])} ({printable(why)})")
+    colour = [p for p, img in zip(data.paths, data.images) if np.ndim(img) != 2]
+    if colour:
+        raise _UsageError(f"--phase-flip needs gray particle images; {len(colour)} are in colour, e.g. "
+                          f"{printable(colour[0])}")
+    return phase_flip_particles(data.images, ctf)
+
+
+def _phase_flip_record(data, applied: bool) -> dict:
+    """What ``summary.json`` says about phase flipping: whether it was applied and the ranges of the parameters."""
+    if not applied:
+        return {"applied": False}
+    ctf = data.ctf
+
+    def span(attr):
+        values = [getattr(c, attr) for c in ctf]
+        return [round(min(values), 6), round(max(values), 6)]
+
+    return {"applied": True, "n_images": len(ctf), "defocus_A": span("defocus"), "voltage_kV": span("voltage"),
+            "spherical_aberration_mm": span("spherical_aberration"),
+            "amplitude_contrast": span("amplitude_contrast"), "pixel_size_A": span("pixel_size"),
+            "defocus_is": "the mean of rlnDefocusU and rlnDefocusV (astigmatism not modelled)",
+            "convention": "RELION's CTF sign (+A at frequency 0): particles stay white on dark"}
 
 
 def _iterate(run, args) -> list:
@@ -545,7 +610,7 @@ def _summary(args, data, canvas, run, res, seconds: float) -> dict:
             "canvas": canvas.size, "neighbors": run.settings.neighbors, "dask": args.dask,
             "transform": list(args.transform) if args.transform else None, "seed": args.seed,
             "export": args.export, "pixel_size": args.pixel_size,
-            "denoise": getattr(args, "denoise", "off"),
+            "denoise": getattr(args, "denoise", "off"), "phase_flip": bool(getattr(args, "phase_flip", False)),
             "preset": run.settings.preset, "readout": run.settings.readout,
         },
         "timings": {
@@ -559,6 +624,7 @@ def _summary(args, data, canvas, run, res, seconds: float) -> dict:
     summary["notes"] = _notes(canvas, res)
     rep = getattr(canvas, "denoise", None)
     summary["denoise"] = rep.as_dict() if rep is not None else {"applied": False, "mode": "off"}
+    summary["phase_flip"] = _phase_flip_record(data, bool(getattr(args, "phase_flip", False)))
     if data.has_labels:
         from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 

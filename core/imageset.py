@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .imagefile import MAX_PIXELS, ImageLoadError, os_reason, regular_file_size, short_reason
-from .stacks import StackMember, open_stack, split_member, star_members
+from .stacks import StackMember, open_stack, read_star, split_member, star_members
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -87,6 +87,11 @@ class ImageSet:
         that made each image from its base, ``image = base o tau``.
     originals : ndarray, optional
         For demo sets: the untransformed images, ``(n, H, W)``.
+    ctf : list, optional
+        Per image, its particle's CTF parameters from the STAR file that listed it
+        (:class:`~iastudio.core.particle_ctf.ParticleCtf`); a string saying why there are none
+        when that STAR file's could not be read; None for an image no STAR file listed.  None
+        (the attribute): no image came from a STAR file.
     """
 
     images: list
@@ -95,6 +100,7 @@ class ImageSet:
     skipped: list = field(default_factory=list)
     true_transforms: np.ndarray | None = None
     originals: np.ndarray | None = None
+    ctf: list | None = None
 
     def __len__(self) -> int:
         return len(self.images)
@@ -126,15 +132,20 @@ class ImageSet:
             list(self.skipped),
             tt,
             orig,
+            None if self.ctf is None else [self.ctf[i] for i in idx],
         )
 
     def extend(self, other: ImageSet) -> ImageSet:
-        """A new set with ``other`` appended (demo metadata is dropped)."""
+        """A new set with ``other`` appended (demo metadata is dropped; CTF parameters are kept)."""
+        ctf = None
+        if self.ctf is not None or other.ctf is not None:
+            ctf = (self.ctf or [None] * len(self)) + (other.ctf or [None] * len(other))
         return ImageSet(
             self.images + other.images,
             self.paths + other.paths,
             self.labels + other.labels,
             self.skipped + other.skipped,
+            ctf=ctf,
         )
 
 
@@ -389,12 +400,16 @@ class Entry:
         The image (:func:`load_image`'s float32), or None when ``error`` is set.
     error : BaseException or None
         What stopped it (:func:`skip_entry` turns it into a reason).
+    ctf : ParticleCtf, str or None
+        For an image listed in a STAR file: its row's CTF parameters
+        (:func:`~iastudio.core.particle_ctf.star_ctf`), or why the file's could not be read.
     """
 
     name: str
     label: str | None
     image: np.ndarray | None = None
     error: BaseException | None = None
+    ctf: object = None
 
 
 RELEASE_EVERY = 256
@@ -429,13 +444,13 @@ def read_entries(jobs, *, progress=None, load=None):
     from collections import deque
 
 
-    queue = deque(jobs)
+    queue = deque((item, label, None) for item, label in jobs)
     stack_of = _OpenStacks()
     reads = 0
     done = 0
     try:
         while queue:
-            item, label = queue[0]
+            item, label, ctf = queue[0]
             name = str(item)
             if progress is not None and progress(done, done + len(queue), name) is False:
                 yield from _cancelled(queue)
@@ -449,31 +464,47 @@ def read_entries(jobs, *, progress=None, load=None):
                     reads += 1
                     if reads % RELEASE_EVERY == 0:
                         st.release()
-                    yield Entry(name, label, img)
+                    yield Entry(name, label, img, ctf=ctf)
                     continue
                 ext = Path(item).suffix.lower()
+                rows = [ctf]  # a stack a STAR row names whole: its images share that row
                 if ext == ".star":
-                    members = star_members(item)
+                    blocks = read_star(item)
+                    members = star_members(item, blocks=blocks)
+                    rows = _star_ctf_rows(item, blocks, len(members))
                 elif ext in STACK_FILE_EXTENSIONS and _is_file(item):
                     st = stack_of(item)
                     if len(st) == 1:
                         img = _to_float(st.read(0), item)
                         if img.shape[0] * img.shape[1] > MAX_PIXELS:
                             raise _too_big(img.shape[1], img.shape[0])
-                        yield Entry(name, label, img)
+                        yield Entry(name, label, img, ctf=ctf)
                         continue
                     members = [StackMember(Path(item), k) for k in range(len(st))]
                 else:
-                    yield Entry(name, label, (load or load_image)(item))
+                    yield Entry(name, label, (load or load_image)(item), ctf=ctf)
                     continue
                 done -= 1  # the file is not an image: its images are
-                queue.extendleft((m, label) for m in reversed(members))
+                rows = rows * len(members) if len(rows) == 1 else rows
+                queue.extendleft((m, label, c) for m, c in zip(reversed(members), reversed(rows)))
             except Exception as exc:  # noqa: BLE001 - a decoder's bug on one file never ends the set
                 if isinstance(exc, MemoryError):
                     exc = ImageLoadError("too large to decode in the memory available")
                 yield Entry(name, label, error=exc)
     finally:
         stack_of.close()
+
+
+def _star_ctf_rows(path, blocks, n: int) -> list:
+    """Each row's :class:`~iastudio.core.particle_ctf.ParticleCtf`, or ``[why not]`` (kept, not fatal: only
+    phase flipping needs them)."""
+    from .particle_ctf import star_ctf
+
+    try:
+        rows = star_ctf(path, blocks=blocks)
+    except ImageLoadError as exc:
+        return [str(exc)]
+    return rows if len(rows) == n else [f"{Path(path).name}: {len(rows)} CTF rows for {n} images"]
 
 
 class _OpenStacks:
@@ -515,7 +546,7 @@ def _cancelled(queue):
     items = list(queue)
     k = 0
     while k < len(items):
-        item, label = items[k]
+        item, label = items[k][:2]
         if isinstance(item, StackMember):
             j = k
             while j + 1 < len(items) and isinstance(items[j + 1][0], StackMember) \
@@ -561,7 +592,7 @@ def load_images(inputs, *, on_progress=None) -> ImageSet:
         When no input gave a usable image (the message lists the reasons).
     """
     jobs, skipped = image_files(inputs)
-    images, paths, labels = [], [], []
+    images, paths, labels, ctf = [], [], [], []
     seen = {"total": len(jobs)}
 
     def before(done, total, name):
@@ -577,8 +608,9 @@ def load_images(inputs, *, on_progress=None) -> ImageSet:
         images.append(entry.image)
         paths.append(entry.name)
         labels.append(entry.label)
+        ctf.append(entry.ctf)
     if on_progress is not None and not stopped:
         on_progress(seen["total"], seen["total"])
     if not images:
         raise no_usable_images(skipped)
-    return ImageSet(images, paths, labels, skipped)
+    return ImageSet(images, paths, labels, skipped, ctf=ctf if any(c is not None for c in ctf) else None)

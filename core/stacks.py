@@ -56,6 +56,7 @@ __all__ = [
     "StackMember",
     "member_name",
     "open_stack",
+    "read_star",
     "source_file",
     "split_member",
     "star_members",
@@ -467,29 +468,25 @@ def _relative(text: str) -> PurePosixPath | None:
     return rel
 
 
-def star_members(path) -> list[StackMember | Path]:
-    """The images a RELION STAR file names in its ``rlnImageName`` column, in order.
+def read_star(path) -> dict:
+    """The data blocks of a STAR file, read with ``starfile`` after its size is checked.
 
     Parameters
     ----------
     path : str or Path
-        The STAR file (any data block holding ``rlnImageName``: RELION 3.0's
-        single block, or 3.1's ``particles`` block beside ``optics``).
+        The STAR file.
 
     Returns
     -------
-    list of StackMember or Path
-        ``N@stack.mrcs`` gives ``StackMember(folder / "stack.mrcs", N - 1)``;
-        a plain file name gives that file.
+    dict
+        Block name to table (a :class:`pandas.DataFrame` for loops, a dict for single values), as
+        ``starfile.read(path, always_dict=True)`` gives them.
 
     Raises
     ------
     ImageLoadError
-        Not a STAR file, larger than :data:`MAX_STAR_BYTES`, no
-        ``rlnImageName`` column, more than :data:`MAX_STACK_IMAGES` rows, an
-        entry that is not ``N@name`` with ``N >= 1``, or a name outside the
-        STAR file's folder (absolute, with ``..``, or reaching out through a
-        symbolic link): the whole file is refused, naming the first such row.
+        Not a regular file, larger than :data:`MAX_STAR_BYTES`, ``starfile`` not installed, or not a
+        STAR file.
     """
     path = Path(path)
     size = regular_file_size(path)
@@ -508,6 +505,37 @@ def star_members(path) -> list[StackMember | Path]:
         raise
     except Exception as exc:  # noqa: BLE001 - pandas/starfile raise many types on bad text
         raise ImageLoadError(f"not a STAR file ({short_reason(exc)})") from None
+    return blocks
+
+
+def star_members(path, *, blocks=None) -> list[StackMember | Path]:
+    """The images a RELION STAR file names in its ``rlnImageName`` column, in order.
+
+    Parameters
+    ----------
+    path : str or Path
+        The STAR file (any data block holding ``rlnImageName``: RELION 3.0's
+        single block, or 3.1's ``particles`` block beside ``optics``).
+    blocks : dict, optional
+        Its blocks, already read by :func:`read_star` (None: read here).
+
+    Returns
+    -------
+    list of StackMember or Path
+        ``N@stack.mrcs`` gives ``StackMember(folder / "stack.mrcs", N - 1)``;
+        a plain file name gives that file.
+
+    Raises
+    ------
+    ImageLoadError
+        Not a STAR file, larger than :data:`MAX_STAR_BYTES`, no
+        ``rlnImageName`` column, more than :data:`MAX_STACK_IMAGES` rows, an
+        entry that is not ``N@name`` with ``N >= 1``, or a name outside the
+        STAR file's folder (absolute, with ``..``, or reaching out through a
+        symbolic link): the whole file is refused, naming the first such row.
+    """
+    path = Path(path)
+    blocks = read_star(path) if blocks is None else blocks
     table = next((b for b in blocks.values() if hasattr(b, "columns") and "rlnImageName" in b.columns), None)
     if table is None:
         raise ImageLoadError("no rlnImageName column (not a particle STAR file)")

@@ -1,0 +1,232 @@
+"""Each particle's CTF parameters, read from a RELION STAR file, and phase flipping with them.
+
+A RELION particle STAR file records, per particle, the defocus the CTF was estimated with
+(``rlnDefocusU``, ``rlnDefocusV``, in Å) and the microscope: voltage (``rlnVoltage``, kV),
+spherical aberration (``rlnSphericalAberration``, mm), amplitude contrast
+(``rlnAmplitudeContrast``) and pixel size (``rlnImagePixelSize``, or ``rlnPixelSize``, or in
+RELION 3.0 ``rlnDetectorPixelSize`` (µm) × 10000 / ``rlnMagnification``).  RELION 3.0 writes them all
+in the one block of particles; RELION 3.1 and later move the microscope's values into a
+``data_optics`` block, one row per optics group, joined on ``rlnOpticsGroup``.  A value in a
+particle's row wins over its optics group's.
+
+:func:`~iastudio.core.ctf.ctf_2d` models no astigmatism, so a particle's defocus is the mean of
+``rlnDefocusU`` and ``rlnDefocusV`` (``rlnDefocusU`` alone when the file has no ``rlnDefocusV``);
+the angle ``rlnDefocusAngle`` is not read.
+
+**Sign.**  RELION's CTF is the negative of :mod:`~iastudio.core.ctf`'s (CTFFIND4's): ``+A`` at
+frequency 0, matching the white-on-dark particles RELION extracts (``--invert_contrast``).  Particles
+listed in a STAR file are therefore flipped with RELION's sign by default (``convention="relion"``):
+each Fourier coefficient times the sign of RELION's CTF, ``-ctf_phase_flip(image)``, which gives the
+white particle's own projection filtered by ``|CTF|`` (``ctf_phase_flip`` itself would turn them dark
+on light).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .ctf import ctf_phase_flip
+from .imagefile import ImageLoadError
+from .stacks import read_star
+
+__all__ = ["CONVENTIONS", "ParticleCtf", "phase_flip_particles", "star_ctf"]
+
+_MICROSCOPE = (("voltage", "rlnVoltage"), ("spherical_aberration", "rlnSphericalAberration"),
+               ("amplitude_contrast", "rlnAmplitudeContrast"))
+
+
+@dataclass(frozen=True)
+class ParticleCtf:
+    """One particle's CTF parameters, in the units of :mod:`~iastudio.core.ctf`.
+
+    Attributes
+    ----------
+    defocus : float
+        Å, positive for underfocus (the mean of ``rlnDefocusU`` and ``rlnDefocusV``).
+    voltage : float
+        kV.
+    spherical_aberration : float
+        mm.
+    amplitude_contrast : float
+        In [0, 1).
+    pixel_size : float
+        Å per pixel of the particle's image.
+    """
+
+    defocus: float
+    voltage: float
+    spherical_aberration: float
+    amplitude_contrast: float
+    pixel_size: float
+
+    def microscope(self) -> tuple[float, float, float, float]:
+        """``(voltage, spherical_aberration, amplitude_contrast, pixel_size)``: shared by images flipped together."""
+        return self.voltage, self.spherical_aberration, self.amplitude_contrast, self.pixel_size
+
+
+def _numbers(table, column: str, name: str, rows) -> np.ndarray:
+    """``table[column]`` as finite floats, or an error naming the first row that is not one."""
+    import pandas as pd
+
+    raw = table[column]
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        k = int(bad[0])
+        raise ImageLoadError(f"{name}: {rows(k)}: {column} is not a finite number ({str(raw.iloc[k])[:40]!r})")
+    return values
+
+
+def _optics_rows(blocks, particles, name: str, row_of):
+    """The optics block and each particle's row in it (RELION 3.1+); ``None, None`` without one."""
+    optics = next((b for key, b in blocks.items() if str(key).lower() == "optics" and hasattr(b, "columns")), None)
+    if optics is None or "rlnOpticsGroup" not in particles.columns:
+        return None, None
+    if "rlnOpticsGroup" not in optics.columns:
+        raise ImageLoadError(f"{name}: the optics block has no rlnOpticsGroup column")
+    groups = _numbers(optics, "rlnOpticsGroup", name, lambda k: f"optics row {k + 1}")
+    index = {g: k for k, g in enumerate(groups.tolist())}
+    mine = _numbers(particles, "rlnOpticsGroup", name, row_of)
+    where = np.array([index.get(g, -1) for g in mine.tolist()], dtype=int)
+    missing = np.flatnonzero(where < 0)
+    if missing.size:
+        k = int(missing[0])
+        raise ImageLoadError(f"{name}: {row_of(k)}: optics group {mine[k]:g} is not in the optics block")
+    return optics, where
+
+
+def _column(column: str, particles, optics, where, name: str, row_of) -> np.ndarray | None:
+    """Per particle: ``column`` from its own row, else from its optics group's; None when neither has it."""
+    if column in particles.columns:
+        return _numbers(particles, column, name, row_of)
+    if optics is not None and column in optics.columns:
+        return _numbers(optics, column, name, lambda k: f"optics row {k + 1}")[where]
+    return None
+
+
+def star_ctf(path, *, blocks=None) -> list[ParticleCtf]:
+    """The CTF parameters of every particle of a RELION STAR file, in the order of its rows.
+
+    Parameters
+    ----------
+    path : str or Path
+        A particle STAR file: RELION 3.0's one block, or RELION 3.1's ``particles`` and ``optics``
+        blocks (see the module's docstring for the columns read).
+    blocks : dict, optional
+        Its blocks, already read by :func:`~iastudio.core.stacks.read_star` (None: read here).
+
+    Returns
+    -------
+    list of ParticleCtf
+        One per row of the block holding ``rlnImageName`` (the rows
+        :func:`~iastudio.core.stacks.star_members` turns into images, in the same order).  The
+        defocus is the mean of ``rlnDefocusU`` and ``rlnDefocusV``: astigmatism is not modelled.
+
+    Raises
+    ------
+    ImageLoadError
+        Naming the file, the row (counted from 1, as ``star_members`` counts) and the reason: not a
+        particle STAR file, a column missing from the particles and their optics groups, a value that
+        is not a finite number, a voltage or pixel size that is not positive, an amplitude contrast
+        outside [0, 1), or an optics group that is not in the optics block.
+
+    """
+    path = Path(path)
+    name = path.name
+    blocks = read_star(path) if blocks is None else blocks
+    particles = next((b for b in blocks.values() if hasattr(b, "columns") and "rlnImageName" in b.columns), None)
+    if particles is None:
+        raise ImageLoadError(f"{name}: no rlnImageName column (not a particle STAR file)")
+
+    def row_of(k: int) -> str:
+        return f"row {k + 1}"
+
+    optics, where = _optics_rows(blocks, particles, name, row_of)
+
+    def column(col):
+        return _column(col, particles, optics, where, name, row_of)
+
+    def need(col, what):
+        values = column(col)
+        if values is None:
+            raise ImageLoadError(f"{name}: no {col} column (the {what}) in the particles or their optics group")
+        return values
+
+    u = need("rlnDefocusU", "defocus, needed to phase-flip")
+    v = column("rlnDefocusV")
+    defocus = u if v is None else 0.5 * (u + v)
+    found = {key: need(col, key.replace("_", " ")) for key, col in _MICROSCOPE}
+    pixel = _pixel_size(column, name)
+    checks = (("voltage", found["voltage"] > 0, "rlnVoltage must be positive"),
+              ("pixel", pixel > 0, "the pixel size must be positive"),
+              ("contrast", (found["amplitude_contrast"] >= 0) & (found["amplitude_contrast"] < 1),
+               "rlnAmplitudeContrast must lie in [0, 1)"))
+    for _key, ok, says in checks:
+        bad = np.flatnonzero(~ok)
+        if bad.size:
+            raise ImageLoadError(f"{name}: {row_of(int(bad[0]))}: {says}")
+    return [ParticleCtf(float(d), float(kv), float(cs), float(a), float(px)) for d, kv, cs, a, px in
+            zip(defocus, found["voltage"], found["spherical_aberration"], found["amplitude_contrast"], pixel)]
+
+
+def _pixel_size(column, name: str) -> np.ndarray:
+    """Å per pixel: ``rlnImagePixelSize``, ``rlnPixelSize`` or ``rlnDetectorPixelSize`` · 1e4 / ``rlnMagnification``."""
+    for col in ("rlnImagePixelSize", "rlnPixelSize"):
+        values = column(col)
+        if values is not None:
+            return values
+    detector, mag = column("rlnDetectorPixelSize"), column("rlnMagnification")
+    if detector is None or mag is None:
+        raise ImageLoadError(f"{name}: no pixel size (rlnImagePixelSize, rlnPixelSize, or rlnDetectorPixelSize "
+                             "with rlnMagnification) in the particles or their optics group")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = detector * 1e4 / mag
+    return np.where(np.isfinite(out), out, -1.0)
+
+
+CONVENTIONS = ("relion", "ctffind4")
+"""The CTF signs :func:`phase_flip_particles` flips with: RELION's (``+A`` at frequency 0) or CTFFIND4's (``-A``)."""
+
+
+def phase_flip_particles(images, ctf, *, convention: str = "relion") -> list[np.ndarray]:
+    """Phase-flip each image with its own particle's CTF parameters.
+
+    Parameters
+    ----------
+    images : sequence of ndarray, shape (H, W)
+        The raw particle images (sizes may differ).
+    ctf : sequence of ParticleCtf
+        One per image (:func:`star_ctf`).
+    convention : {"relion", "ctffind4"}
+        Whose CTF sign to flip with: ``"relion"`` (particles as RELION extracts them, white on dark:
+        the result is ``-ctf_phase_flip``) or ``"ctffind4"`` (the microscope's own contrast, dark
+        particles: :func:`~iastudio.core.ctf.ctf_phase_flip` as it is).
+
+    Returns
+    -------
+    list of ndarray
+        Float32 images, each :func:`~iastudio.core.ctf.ctf_phase_flip` of its image (negated for
+        ``"relion"``) at its own defocus, voltage, spherical aberration, amplitude contrast and pixel
+        size (images sharing a size and a microscope are flipped as one stack).
+    """
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
+    sign = -1.0 if convention == "relion" else 1.0
+    images = list(images)
+    ctf = list(ctf)
+    if len(ctf) != len(images):
+        raise ValueError(f"one ParticleCtf per image: {len(ctf)} for {len(images)} images")
+    groups: dict = {}
+    for i, (img, c) in enumerate(zip(images, ctf)):
+        if np.ndim(img) != 2:
+            raise ValueError(f"image {i} is not a grayscale image (shape {np.shape(img)}): particles are gray")
+        groups.setdefault((np.shape(img), c.microscope()), []).append(i)
+    out: list = [None] * len(images)
+    for (_shape, (kv, cs, amp, px)), idx in groups.items():
+        flipped = ctf_phase_flip(np.stack([images[i] for i in idx]), [ctf[i].defocus for i in idx], pixel_size=px,
+                                 voltage=kv, spherical_aberration=cs, amplitude_contrast=amp)
+        for i, img in zip(idx, flipped):
+            out[i] = (sign * img).astype(np.float32)
+    return out

@@ -1,0 +1,261 @@
+"""Each particle's CTF read from a RELION STAR file, and ``ia-cluster --phase-flip`` (core/particle_ctf.py)."""
+import json
+import re
+
+import mrcfile
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+from iastudio.core.cli import main
+from iastudio.core.ctf import apply_ctf, ctf_phase_flip
+from iastudio.core.imageset import ImageLoadError, load_images
+from iastudio.core.particle_ctf import ParticleCtf, phase_flip_particles, star_ctf
+
+starfile = pytest.importorskip("starfile")
+pd = pytest.importorskip("pandas")
+
+SCOPE = {"voltage": 300.0, "spherical_aberration": 2.7, "amplitude_contrast": 0.1, "pixel_size": 3.0}
+
+
+@pytest.fixture(autouse=True)
+def _logs(tmp_path, monkeypatch):
+    monkeypatch.setenv("IA_STUDIO_LOG_DIR", str(tmp_path / "logs"))
+
+
+def _relion30(path, **override):
+    """RELION 3.0: one block, the microscope on every row; pixel size from detector pixel and magnification."""
+    cols = {"rlnImageName": ["1@a.mrcs", "2@a.mrcs", "1@b.mrcs"],
+            "rlnDefocusU": [10000.0, 20000.0, 15000.0], "rlnDefocusV": [12000.0, 18000.0, 15000.0],
+            "rlnVoltage": [300.0] * 3, "rlnSphericalAberration": [2.7] * 3, "rlnAmplitudeContrast": [0.1] * 3,
+            "rlnDetectorPixelSize": [5.0] * 3, "rlnMagnification": [25000.0] * 3}
+    for key, value in override.items():
+        if value is None:
+            cols.pop(key)
+        else:
+            cols[key] = value
+    starfile.write(pd.DataFrame(cols), path, overwrite=True)
+    return path
+
+
+def _relion31(path, groups=(1, 2, 1), optics_groups=(1, 2)):
+    """RELION 3.1: the microscope per optics group, joined on rlnOpticsGroup."""
+    optics = pd.DataFrame({"rlnOpticsGroup": list(optics_groups),
+                           "rlnOpticsGroupName": ["g1", "g2"][:len(optics_groups)],
+                           "rlnVoltage": [300.0, 200.0][:len(optics_groups)],
+                           "rlnSphericalAberration": [2.7, 0.01][:len(optics_groups)],
+                           "rlnAmplitudeContrast": [0.1, 0.07][:len(optics_groups)],
+                           "rlnImagePixelSize": [1.06, 2.0][:len(optics_groups)]})
+    particles = pd.DataFrame({"rlnImageName": [f"{k + 1}@a.mrcs" for k in range(len(groups))],
+                              "rlnDefocusU": [11000.0, 21000.0, 31000.0][:len(groups)],
+                              "rlnDefocusV": [13000.0, 23000.0, 33000.0][:len(groups)],
+                              "rlnOpticsGroup": list(groups)})
+    starfile.write({"optics": optics, "particles": particles}, path, overwrite=True)
+    return path
+
+
+def test_relion30_rows_give_the_mean_defocus_and_the_detector_pixel_size(tmp_path):
+    got = star_ctf(_relion30(tmp_path / "p.star"))
+    assert got == [ParticleCtf(11000.0, 300.0, 2.7, 0.1, 2.0), ParticleCtf(19000.0, 300.0, 2.7, 0.1, 2.0),
+                   ParticleCtf(15000.0, 300.0, 2.7, 0.1, 2.0)]  # 5 µm * 1e4 / 25000 = 2 Å
+
+
+def test_relion30_pixel_size_column_wins_and_defocus_u_alone_serves(tmp_path):
+    got = star_ctf(_relion30(tmp_path / "p.star", rlnDefocusV=None, rlnImagePixelSize=[1.5, 1.5, 1.5]))
+    assert [c.defocus for c in got] == [10000.0, 20000.0, 15000.0]
+    assert {c.pixel_size for c in got} == {1.5}
+
+
+def test_relion31_takes_each_particle_s_microscope_from_its_optics_group(tmp_path):
+    got = star_ctf(_relion31(tmp_path / "p.star"))
+    assert got == [ParticleCtf(12000.0, 300.0, 2.7, 0.1, 1.06), ParticleCtf(22000.0, 200.0, 0.01, 0.07, 2.0),
+                   ParticleCtf(32000.0, 300.0, 2.7, 0.1, 1.06)]
+
+
+@pytest.mark.parametrize(("override", "says"), [
+    ({"rlnDefocusU": None}, "p.star: no rlnDefocusU column"),
+    ({"rlnDefocusU": [1e4, "abc", 1e4]}, "p.star: row 2: rlnDefocusU is not a finite number ('abc')"),
+    ({"rlnDefocusV": [1e4, 1e4, "inf"]}, "p.star: row 3: rlnDefocusV is not a finite number"),
+    ({"rlnVoltage": None}, "p.star: no rlnVoltage column"),
+    ({"rlnVoltage": [300.0, -300.0, 300.0]}, "p.star: row 2: rlnVoltage must be positive"),
+    ({"rlnMagnification": [25000.0, 0.0, 25000.0]}, "p.star: row 2: the pixel size must be positive"),
+    ({"rlnMagnification": None}, "p.star: no pixel size"),
+    ({"rlnAmplitudeContrast": [0.1, 0.1, 1.0]}, "p.star: row 3: rlnAmplitudeContrast must lie in [0, 1)"),
+    ({"rlnAmplitudeContrast": [-0.1, 0.1, 0.1]}, "p.star: row 1: rlnAmplitudeContrast must lie in [0, 1)"),
+])
+def test_bad_relion30_rows_are_refused_naming_file_row_and_reason(tmp_path, override, says):
+    with pytest.raises(ImageLoadError, match=re.escape(says)):
+        star_ctf(_relion30(tmp_path / "p.star", **override))
+
+
+def test_a_particle_in_an_optics_group_missing_from_the_optics_block_is_refused(tmp_path):
+    with pytest.raises(ImageLoadError, match=re.escape("p.star: row 2: optics group 3 is not in the optics block")):
+        star_ctf(_relion31(tmp_path / "p.star", groups=(1, 3, 1)))
+
+
+def test_a_star_file_without_image_names_is_refused(tmp_path):
+    starfile.write(pd.DataFrame({"rlnDefocusU": [1.0]}), tmp_path / "p.star", overwrite=True)
+    with pytest.raises(ImageLoadError, match=re.escape("p.star: no rlnImageName column")):
+        star_ctf(tmp_path / "p.star")
+
+
+def _write_mrcs(path, data):
+    with mrcfile.new(path, overwrite=True) as m:
+        m.set_data(np.asarray(data, dtype=np.float32))
+        m.set_image_stack()
+
+
+def test_the_parameters_follow_the_images_that_load_across_stacks(tmp_path):
+    rng = np.random.default_rng(0)
+    _write_mrcs(tmp_path / "a.mrcs", rng.random((2, 8, 8)))
+    _write_mrcs(tmp_path / "b.mrcs", rng.random((1, 8, 8)))
+    names = ["1@a.mrcs", "9@a.mrcs", "1@b.mrcs", "2@a.mrcs"]  # row 2 is beyond its stack: skipped
+    _relion30(tmp_path / "p.star", rlnImageName=names, rlnDefocusU=[1e4, 2e4, 3e4, 4e4],
+              rlnDefocusV=[1e4, 2e4, 3e4, 4e4], **{k: [v[0]] * 4 for k, v in (
+                  ("rlnVoltage", [300.0]), ("rlnSphericalAberration", [2.7]), ("rlnAmplitudeContrast", [0.1]),
+                  ("rlnDetectorPixelSize", [5.0]), ("rlnMagnification", [25000.0]))})
+    res = load_images([tmp_path / "p.star"])
+    assert [p.rsplit("/", 1)[-1] for p in res.paths] == ["a.mrcs#1", "b.mrcs#1", "a.mrcs#2"]
+    assert [c.defocus for c in res.ctf] == [1e4, 3e4, 4e4]
+    assert len(res.skipped) == 1
+
+
+def test_a_star_file_without_ctf_columns_still_loads_and_says_why(tmp_path):
+    _write_mrcs(tmp_path / "a.mrcs", np.ones((2, 8, 8)))
+    starfile.write(pd.DataFrame({"rlnImageName": ["1@a.mrcs", "2@a.mrcs"]}), tmp_path / "p.star", overwrite=True)
+    res = load_images([tmp_path / "p.star"])
+    assert len(res) == 2
+    assert all("no rlnDefocusU column" in c for c in res.ctf)
+    assert load_images([tmp_path / "a.mrcs"]).ctf is None
+
+
+def test_phase_flip_particles_flips_each_image_with_its_own_microscope():
+    rng = np.random.default_rng(1)
+    imgs = list(rng.normal(size=(3, 16, 16)))
+    ctf = [ParticleCtf(1e4, 300.0, 2.7, 0.1, 2.0), ParticleCtf(2e4, 200.0, 2.0, 0.07, 1.5),
+           ParticleCtf(3e4, 300.0, 2.7, 0.1, 2.0)]
+    got = phase_flip_particles(imgs, ctf, convention="ctffind4")
+    for img, c, out in zip(imgs, ctf, got):
+        want = ctf_phase_flip(img[None], c.defocus, pixel_size=c.pixel_size, voltage=c.voltage,
+                              spherical_aberration=c.spherical_aberration, amplitude_contrast=c.amplitude_contrast)[0]
+        assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    assert np.abs(got[1] - got[0]).max() > 0.1  # the flip differs from image to image
+    relion = phase_flip_particles(imgs, ctf)  # RELION's CTF is the negative of CTFFIND4's
+    assert_allclose(np.stack(relion), -np.stack(got), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="convention"):
+        phase_flip_particles(imgs, ctf, convention="bsoft")
+
+
+def test_relion_white_particles_come_back_white():
+    """Known answer: a white particle (RELION's contrast: the projection times RELION's CTF, the negative
+    of CTFFIND4's) flipped with RELION's sign is the projection filtered by |CTF| (positive correlation)."""
+    yy, xx = np.mgrid[:48, :48] - 24
+    proj = np.exp(-(yy ** 2 + (xx / 2) ** 2) / 40)[None]
+    c = ParticleCtf(15000.0, **SCOPE)
+    white = -apply_ctf(proj, c.defocus, **SCOPE)
+    flipped = phase_flip_particles(list(white), [c])[0]
+    assert np.corrcoef(white[0].ravel(), proj[0].ravel())[0, 1] > 0
+    assert np.corrcoef(flipped.ravel(), proj[0].ravel())[0, 1] > 0.9
+
+
+# ---------------------------------------------------------------- ia-cluster --phase-flip
+
+
+def _ctf_particles(folder, *, n=8, side=32, seed=0):
+    """``n`` CTF-affected blobs in two stacks with a STAR file (RELION 3.1), a row beyond its stack among them."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[:side, :side] - side / 2
+    truth = np.stack([np.exp(-((yy - rng.uniform(-3, 3)) ** 2 + (xx / (1 + k % 2)) ** 2) / 18) for k in range(n)])
+    defocus = rng.uniform(1e4, 2.5e4, n)
+    raw = -apply_ctf(truth, defocus, **SCOPE) + 0.05 * rng.normal(size=truth.shape)  # white, as RELION extracts
+    half = n // 2
+    _write_mrcs(folder / "a.mrcs", raw[:half])
+    _write_mrcs(folder / "b.mrcs", raw[half:])
+    names = [f"{k + 1}@a.mrcs" for k in range(half)] + [f"{k + 1}@b.mrcs" for k in range(n - half)]
+    optics = pd.DataFrame({"rlnOpticsGroup": [1], "rlnVoltage": [300.0], "rlnSphericalAberration": [2.7],
+                           "rlnAmplitudeContrast": [0.1], "rlnImagePixelSize": [3.0]})
+    particles = pd.DataFrame({"rlnImageName": [*names[:2], "99@a.mrcs", *names[2:]],
+                              "rlnDefocusU": [*defocus[:2], 5e4, *defocus[2:]] - np.r_[100.0, 0, 0, np.zeros(n - 2)],
+                              "rlnDefocusV": [*defocus[:2], 5e4, *defocus[2:]] + np.r_[100.0, 0, 0, np.zeros(n - 2)],
+                              "rlnOpticsGroup": [1] * (n + 1)})
+    starfile.write({"optics": optics, "particles": particles}, folder / "particles.star", overwrite=True)
+    return folder / "particles.star", raw.astype(np.float32), defocus
+
+
+@pytest.mark.slow
+def test_cli_phase_flip_flips_every_loaded_particle_with_its_own_row(tmp_path, capsys):
+    from iastudio.core.preprocess import preprocess
+    from iastudio.core.project import load_project
+
+    star, raw, defocus = _ctf_particles(tmp_path)
+    out = tmp_path / "out"
+    args = [str(star), "--phase-flip", "--denoise", "off", "--size", "24", "--iterations", "1", "--clusters", "2",
+            "--quiet", "--export", "relion", "--pixel-size", "3"]
+    assert main([*args, "--out", str(out), "--save-project", str(tmp_path / "p.iaproj")]) == 0
+    assert "99" in capsys.readouterr().err  # the row beyond its stack was skipped, with a message
+    flipped = -ctf_phase_flip(raw, defocus, **SCOPE)  # RELION's CTF sign
+    want = preprocess(list(flipped.astype(np.float32)), size=24).images
+    assert_allclose(load_project(tmp_path / "p.iaproj").base, want, rtol=1e-4, atol=1e-5)
+    unflipped = preprocess(list(raw), size=24).images
+    assert np.abs(want - unflipped).max() > 0.05  # the flip changed what is clustered
+    s = json.loads((out / "summary.json").read_text())
+    assert s["phase_flip"]["applied"] is True
+    assert s["parameters"]["phase_flip"] is True
+    assert_allclose(s["phase_flip"]["defocus_A"], [defocus.min(), defocus.max()], rtol=1e-6)
+    assert s["phase_flip"]["voltage_kV"] == [300.0, 300.0]
+    assert s["phase_flip"]["pixel_size_A"] == [3.0, 3.0]
+    exported = starfile.read(out / "particles.star", always_dict=True)["particles"]["rlnImageName"].tolist()
+    a, b = ((tmp_path / f).resolve() for f in ("a.mrcs", "b.mrcs"))
+    assert exported == [f"{k:06d}@{a}" for k in range(1, 5)] + [f"{k:06d}@{b}" for k in range(1, 5)]
+
+
+@pytest.mark.parametrize("make", ["png", "mrcs", "no-defocus", "demo", "colour"])
+def test_cli_phase_flip_without_ctf_parameters_stops_with_one_line(tmp_path, capsys, make):
+    from PIL import Image
+
+    if make == "png":
+        (tmp_path / "in").mkdir()
+        Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "in" / "x.png")
+        inputs, says = [str(tmp_path / "in")], "is not a STAR file"
+    elif make == "mrcs":
+        _write_mrcs(tmp_path / "a.mrcs", np.ones((2, 8, 8)))
+        inputs, says = [str(tmp_path / "a.mrcs")], "a.mrcs is not a STAR file"
+    elif make == "demo":
+        inputs, says = ["demo:shapes"], "demo:shapes is not a STAR file"
+    elif make == "colour":  # a STAR file may name image files; colour ones cannot be flipped
+        for name in ("c1.png", "c2.png"):
+            Image.fromarray(np.full((8, 8, 3), (200, 10, 10), np.uint8)).save(tmp_path / name)
+        _relion30(tmp_path / "p.star", rlnImageName=["c1.png", "c2.png"], **{
+            k: v[:2] for k, v in (("rlnDefocusU", [1e4, 1e4]), ("rlnDefocusV", [1e4, 1e4]),
+                                  ("rlnVoltage", [300.0] * 2), ("rlnSphericalAberration", [2.7] * 2),
+                                  ("rlnAmplitudeContrast", [0.1] * 2), ("rlnDetectorPixelSize", [5.0] * 2),
+                                  ("rlnMagnification", [25000.0] * 2))})
+        inputs, says = [str(tmp_path / "p.star")], "needs gray particle images; 2 are in colour, e.g. .*c1.png"
+    else:
+        _write_mrcs(tmp_path / "a.mrcs", np.ones((2, 8, 8)))
+        starfile.write(pd.DataFrame({"rlnImageName": ["1@a.mrcs", "2@a.mrcs"]}), tmp_path / "p.star")
+        inputs, says = [str(tmp_path / "p.star")], "cannot read the CTF of .*p.star: p.star: no rlnDefocusU column"
+    with pytest.raises(SystemExit) as info:
+        main([*inputs, "--phase-flip", "--out", str(tmp_path / "o"), "--quiet"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert re.search(says, err), err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow  # 15-30 s: four runs of 40 particles
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cli_phase_flip_clusters_ctf_particles_at_least_as_well(tmp_path, seed):
+    """Noise-suite CTF particles (4 views x 10, SNR 1) as STAR + .mrcs: --phase-flip's ARI >= without it."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    from bench_phase_flip import cluster_ari, write_star_set
+
+    star, labels, *_ = write_star_set(tmp_path, snr=1.0, per_view=10, seed=seed)
+    plain, _ = cluster_ari(star, labels, tmp_path / "plain")
+    flipped, _ = cluster_ari(star, labels, tmp_path / "flip", ["--phase-flip"])
+    assert flipped >= plain
+    assert flipped >= 0.9
