@@ -16,8 +16,8 @@ from .backend import to_host
 from .clustering import KChoice, read_clusters, silhouette
 from .run_output import rows_cols
 
-__all__ = ["GUARD_GAIN", "forecast_verdict", "guard_note", "guard_verdict", "read_labels", "same_partition", "settle_note",
-           "separation"]
+__all__ = ["GUARD_GAIN", "forecast_verdict", "guard_note", "guard_verdict", "read_labels", "same_partition",
+           "separation", "settle_note"]
 
 GUARD_GAIN = 0.02
 """A changed partition must raise the silhouette on the input distances by this much to be kept."""

@@ -124,13 +124,16 @@ def test_without_sharpen_an_iteration_whose_forecast_keeps_the_clusters_is_not_r
     sharpened = AttentionRun(shapes_48, backend="numpy", sharpen=True)
     old_stages = [snap.stage for snap in sharpened.steps()]
     old = sharpened.result()
-    assert Stage.ITERATION in old_stages and old.iterations == 1
+    assert Stage.ITERATION in old_stages
+    assert old.iterations == 1
     assert any("left the clusters as they were" in note for note in old.notes)
-    assert sharpened._forecasts and sharpened._forecasts[0]["same"]
+    assert sharpened._forecasts
+    assert sharpened._forecasts[0]["same"]
     run = AttentionRun(shapes_48, backend="numpy", sharpen=False)
     stages = [snap.stage for snap in run.steps()]
     new = run.result()
-    assert Stage.MEANS not in stages and Stage.ITERATION not in stages
+    assert Stage.MEANS not in stages
+    assert Stage.ITERATION not in stages
     assert new.iterations == 0
     assert any("leaves the clusters as they are" in note and "not run" in note for note in new.notes)
     assert_array_equal(new.labels, old.labels)
