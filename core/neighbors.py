@@ -34,7 +34,7 @@ import scipy.sparse as sp
 
 from .backend import array_module, fft_module, threads, to_host
 from .clustering import closest_in_rows, nearest_pairs
-from .similarity import invariant_distances, join_pair_results, sample_polar
+from .similarity import invariant_distances, join_pair_results, refine_pairs, sample_polar
 from .warp import parallel_map
 from .weights import graph_affinity
 
@@ -45,6 +45,7 @@ __all__ = [
     "graph_curves",
     "graph_map",
     "invariant_features",
+    "near_radius",
     "nearest_rows",
     "probe_pairs",
     "pruned_distances",
@@ -383,7 +384,12 @@ def pruned_distances(images, k: int, *, on_progress=None, **options):
     the pairs of images that share a near neighbour on that graph
     (:func:`shared_neighbor_pairs`) together with the probes
     (:func:`probe_pairs`), drawn from the pairs left off the final graph so
-    that they sample exactly those.
+    that they sample exactly those.  Each stage runs the global search on all
+    its pairs and the Gauss-Newton refinement only on the pairs within
+    :func:`near_radius` of either image
+    (:func:`iastudio.core.similarity.refine_pairs`); the others keep the grid
+    search's transform and the residual there.  With a Dask ``client`` every
+    pair is refined, on the workers.
 
     Parameters
     ----------
@@ -406,20 +412,94 @@ def pruned_distances(images, k: int, *, on_progress=None, **options):
     """
     n = images.shape[0]
     progress = on_progress or (lambda f: None)
+    steps = options.pop("refine_steps", 6)
+    near_only = steps > 0 and options.get("client") is None  # a Dask run refines every pair, on its workers
+    if near_only:
+        options["refine_steps"] = 0
+    else:
+        options["refine_steps"] = steps
+
+    search = 0.7 if near_only else 1.0  # the part of a stage's time before its refinement (about)
+
+    def refined(result, radius, lo, hi, also=None):
+        if not near_only:
+            return result
+        rows, cols = result.pairs
+        d = np.asarray(result.distances[rows, cols], dtype=float).ravel()
+        select = d <= np.maximum(radius[rows], radius[cols])
+        if also is not None:
+            select |= np.isin(rows.astype(np.int64) * n + cols, also)
+        return refine_pairs(images, result, select, steps=steps,
+                            on_progress=lambda f: progress(lo + (hi - lo) * (search + (1 - search) * f)))
+
     pairs = candidate_pairs(images, k)
     share = pairs[0].size / max(1, pairs[0].size + SHARED_NEAREST * n + max(PROBES * n, MIN_PROBES))  # expected
-    first = invariant_distances(images, pairs=pairs, on_progress=lambda f: progress(share * f), **options)
+    first = invariant_distances(images, pairs=pairs, on_progress=lambda f: progress(share * search * f), **options)
+    first = refined(first, near_radius(first.distances), 0.0, share)
     shared = shared_neighbor_pairs(first.distances)
     key = np.union1d(pairs[0] * n + pairs[1], shared[0] * n + shared[1])
     probes = probe_pairs((key // n, key % n), n)  # a random sample of the pairs left off the final graph
     key = np.union1d(shared[0] * n + shared[1], probes[0] * n + probes[1])
     if key.size:
         more = invariant_distances(images, pairs=(key // n, key % n),
-                                   on_progress=lambda f: progress(share + (1 - share) * f), **options)
-        first = join_pair_results(first, more)
+                                   on_progress=lambda f: progress(share + (1 - share) * search * f), **options)
+        # the probes are refined too: the read-out's silhouettes average over them
+        first = join_pair_results(first, refined(more, near_radius(first.distances), share, 1.0,
+                                                 also=probes[0].astype(np.int64) * n + probes[1]))
     graph, sample = split_probes(first.distances, probes)
     progress(1.0)
     return first, graph, sample
+
+
+#: The pruned path refines (Gauss-Newton) only the pairs whose grid-search distance is at most
+#: ``REFINE_MARGIN`` times the ``REFINE_NEAREST``-th nearest of either image (:func:`near_radius`).
+REFINE_NEAREST = 10
+REFINE_MARGIN = 1.15
+
+
+def near_radius(distances, *, nearest: int = REFINE_NEAREST, margin: float = REFINE_MARGIN) -> np.ndarray:
+    """Each image's ``nearest``-th smallest distance on a graph, times ``margin``.
+
+    The pairs the pruned path refines (:func:`pruned_distances`): those whose distance
+    after the global search is within the radius of either image.  The refinement only
+    lowers a distance, by a few per cent on most pairs, so a pair outside both radii stays
+    outside the images' ``nearest`` neighbours, which are all that W, the read-out's
+    8-nearest graph and its bandwidths weigh.
+
+    Parameters
+    ----------
+    distances : scipy.sparse matrix, shape (n, n)
+        Symmetric; absent entries were not computed (stored zeros are real zeros).
+    nearest : int
+        Which neighbour's distance (1: the nearest).
+    margin : float
+        Factor on that distance.
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        ``inf`` for an image with fewer than ``nearest`` pairs on the graph.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> d = sp.csr_matrix(np.array([[0, 1, 2, 4], [1, 0, 3, 0], [2, 3, 0, 5], [4, 0, 5, 0]], float))
+    >>> near_radius(d, nearest=2, margin=1.0).tolist()
+    [2.0, 3.0, 3.0, 5.0]
+    """
+    d = sp.csr_matrix(distances)
+    n = d.shape[0]
+    counts = np.diff(d.indptr)
+    rows = np.repeat(np.arange(n), counts)
+    keep = d.indices != rows  # the diagonal is not a neighbour
+    rows, values = rows[keep], d.data[keep]
+    counts = np.bincount(rows, minlength=n)
+    order = np.lexsort((values, rows))
+    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    out = np.full(n, np.inf)
+    ok = counts >= nearest
+    out[ok] = values[order][start[ok] + nearest - 1] * margin
+    return out
 
 
 def split_probes(distances, probes):

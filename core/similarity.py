@@ -39,7 +39,8 @@ from .backend import array_module, block_elements, fft_module, in_blocks, ndimag
 from .gauss_newton import gauss_newton_step
 from .warp import parallel_map, warp
 
-__all__ = ["SimilarityResult", "angle_grid", "invariant_distances", "join_pair_results", "plain_distances"]
+__all__ = ["SimilarityResult", "angle_grid", "invariant_distances", "join_pair_results", "plain_distances",
+           "refine_pairs"]
 
 _BLOCK = 1 << 22  # elements per temporary block
 _GPU_BLOCK = 1 << 24  # on a GPU: fewer, larger kernel launches
@@ -677,8 +678,7 @@ def _align_pairs(images, q, fv_conj, pi, pj, angles, allowed, candidates, refine
 
     # 3. continuous refinement, in blocks for progress reports
     if refine_steps <= 0:
-        warped = warp(images, params, index=pi)
-        return params, ((warped - images[pj]) ** 2).reshape(n_pairs, -1).sum(axis=1)
+        return params, _residuals(images, params, pi, pj, xp)
     out_p, out_r = [], []
     blk = max(2048, n_pairs // 10)  # big enough that per-call overhead does not matter
     for lo in range(0, n_pairs, blk):
@@ -689,6 +689,81 @@ def _align_pairs(images, q, fv_conj, pi, pj, angles, allowed, candidates, refine
         out_r.append(rr)
         progress(0.6 + 0.4 * min(1.0, (lo + blk) / n_pairs))
     return xp.concatenate(out_p), xp.concatenate(out_r)
+
+
+def _residuals(images, params, index, tindex, xp):
+    """``||v_index o tau - v_tindex||^2`` of every entry, in blocks of bounded memory on every thread."""
+    per = int(np.prod(images.shape[1:]))
+    spans = _even_spans(0, int(params.shape[0]), max(1, _block(xp) // (4 * per)), xp)
+
+    def one(span):
+        lo, hi = span
+        r = (warp(images, params[lo:hi], index=index[lo:hi]) - images[tindex[lo:hi]]).reshape(hi - lo, -1)
+        return xp.sum(r * r, axis=1, dtype=np.float64)
+
+    if not spans:
+        return xp.zeros(0, dtype=np.float64)
+    return xp.concatenate(parallel_map(one, spans) if xp is np else [one(span) for span in spans])
+
+
+def refine_pairs(images, result: SimilarityResult, select, *, steps: int = 6, on_progress=None) -> SimilarityResult:
+    """``result`` with the pairs ``select`` refined by Gauss-Newton steps from their transforms.
+
+    The pruned path (:func:`iastudio.core.neighbors.pruned_distances`) aligns its pairs
+    without the refinement (``refine_steps=0``: the grid search's transform and the
+    residual there) and then refines only the pairs near enough to matter.  A refined
+    distance is never above the one it started from (a step is kept only where it
+    lowers the residual).
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W[, C])
+        The images ``result`` was computed on (NumPy or CuPy).
+    result : SimilarityResult
+        Sparse (computed on ``pairs``).
+    select : ndarray of bool, shape (P,)
+        Which of ``result.pairs`` to refine.
+    steps : int
+        Gauss-Newton steps at most (as ``refine_steps`` of :func:`invariant_distances`).
+    on_progress : callable(fraction), optional
+        Told after each block of pairs (it may raise to stop the work).
+
+    Returns
+    -------
+    SimilarityResult
+        The same pairs; the selected ones with their refined transforms and distances.
+
+    Examples
+    --------
+    >>> x = np.random.default_rng(0).random((3, 8, 8)).astype(np.float32)
+    >>> coarse = invariant_distances(x, pairs=([0, 1], [1, 2]), refine_steps=0)
+    >>> fine = refine_pairs(x, coarse, np.array([True, False]))
+    >>> bool(fine.distances[0, 1] <= coarse.distances[0, 1]), bool(fine.distances[1, 2] == coarse.distances[1, 2])
+    (True, True)
+    """
+    if not result.sparse:
+        raise ValueError("refine_pairs needs a result on candidate pairs (invariant_distances(..., pairs=...))")
+    rows, cols = result.pairs
+    n = result.distances.shape[0]
+    select = np.asarray(select, dtype=bool)
+    if select.shape != rows.shape:
+        raise ValueError(f"select must have one entry per pair ({rows.size}), got shape {select.shape}")
+    dist = np.asarray(result.distances[rows, cols], dtype=np.float64).ravel()
+    params = np.array(result.pair_transforms, dtype=np.float64)
+    pick = np.flatnonzero(select)
+    if pick.size and steps > 0:
+        xp = array_module(images)
+        imgs = xp.asarray(images, dtype=np.float32)
+        blk = max(2048, pick.size // 10)  # big enough that per-call overhead does not matter
+        for lo in range(0, pick.size, blk):
+            part = pick[lo:lo + blk]
+            p, r = refine_alignment(imgs, imgs, xp.asarray(params[part]), index=xp.asarray(rows[part]),
+                                    target_index=xp.asarray(cols[part]), steps=steps, xp=xp)
+            params[part] = to_host(p, np.float64)
+            dist[part] = np.minimum(dist[part], np.sqrt(np.maximum(to_host(r, np.float64), 0.0)))
+            if on_progress is not None:
+                on_progress(min(1.0, (lo + blk) / pick.size))
+    return _check_distances(_assemble(n, rows, cols, params, dist, sparse=True))
 
 
 MAX_VALUE = 1e12  # larger pixel values overflow the float32 sums of squares and products (inf, then NaN)

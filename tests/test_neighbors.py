@@ -23,6 +23,7 @@ from iastudio.core.demos import _digit_images, load_demo
 from iastudio.core.neighbors import (
     candidate_pairs,
     invariant_features,
+    near_radius,
     nearest_rows,
     probe_pairs,
     pruned_distances,
@@ -31,7 +32,7 @@ from iastudio.core.neighbors import (
     split_probes,
 )
 from iastudio.core.preprocess import preprocess
-from iastudio.core.similarity import invariant_distances, join_pair_results
+from iastudio.core.similarity import invariant_distances, join_pair_results, refine_pairs
 from iastudio.core.warp import warp
 from iastudio.core.weights import attention_weights, local_bandwidth
 
@@ -152,12 +153,17 @@ def test_pruned_graph_finds_neighbours_the_candidates_missed(rotated_digits):
     assert (on_graph | ~adj).all()  # every candidate is on the graph
     before, after = adj[np.arange(n)[:, None], true].mean(), on_graph[np.arange(n)[:, None], true].mean()
     assert after >= before + 0.1  # measured 0.67 -> 0.83
-    # the graph and the probes hold the exhaustive distances of their pairs, and nothing is both
+    # the graph and the probes never hold less than the exhaustive distances of their pairs (a pair far from
+    # both images is not refined), each image's nearest ones exactly those, and nothing is both
     for part in (graph, sample):
         r, c = part.nonzero()
-        assert_allclose(np.asarray(part[r, c]).ravel(), full.distances[r, c], atol=1e-6)
+        assert (np.asarray(part[r, c]).ravel() >= full.distances[r, c] - 1e-6).all()
     assert graph.multiply(sample).nnz == 0
-    assert_allclose(sim.transform(*graph.nonzero()), full.transforms[graph.nonzero()], atol=1e-6)
+    dense = np.where(on_graph, graph.toarray(), np.inf)
+    near = np.argsort(dense, axis=1)[:, :4]
+    rows4 = np.repeat(np.arange(n), 4)
+    assert_allclose(dense[rows4, near.ravel()], full.distances[rows4, near.ravel()], atol=1e-6)
+    assert_allclose(sim.transform(rows4, near.ravel()), full.transforms[rows4, near.ravel()], atol=1e-6)
 
 
 def test_join_pair_results_equals_aligning_the_pairs_together(rotated_digits):
@@ -542,3 +548,49 @@ def test_read_out_sees_the_same_affinity_on_the_graph_as_on_every_pair(rotated_d
         assert_allclose(graph_aff.toarray(), dense_aff)
         assert_allclose(eigengaps(graph_aff), eigengaps(dense_aff)[:MAX_K], atol=1e-3)
         assert adjusted_rand_score(_spectral(dense_aff, 10), _spectral(graph_aff, 10)) == 1.0
+
+
+def test_near_radius_is_each_images_nth_nearest_distance_times_the_margin():
+    d = np.array([[0, 1, 2, 4], [1, 0, 3, 0], [2, 3, 0, 5], [4, 0, 5, 0]], float)
+    r, c = d.nonzero()
+    r, c = np.append(r, 1), np.append(c, 1)  # a stored zero on the diagonal is not a neighbour
+    g = sp.csr_matrix((d[r, c], (r, c)), shape=d.shape)
+    assert g.nnz == 11
+    assert_allclose(near_radius(g, nearest=2, margin=1.5), [3.0, 4.5, 4.5, 7.5])
+    assert_allclose(near_radius(g, nearest=1, margin=1.0), [1.0, 1.0, 2.0, 4.0])
+    assert np.isinf(near_radius(g, nearest=3, margin=1.0)[[1, 3]]).all()  # fewer than 3 pairs
+
+
+def test_refine_pairs_refines_the_selected_pairs_as_the_full_alignment_does(rotated_digits):
+    x, _ = rotated_digits
+    rng = np.random.default_rng(3)
+    rows, cols = rng.integers(0, x.shape[0], 60), rng.integers(0, x.shape[0], 60)
+    coarse = invariant_distances(x, pairs=(rows, cols), refine_steps=0)
+    full = invariant_distances(x, pairs=(rows, cols))
+    r, c = coarse.pairs
+    select = np.arange(r.size) % 3 == 0
+    fine = refine_pairs(x, coarse, select)
+    d_coarse, d_full, d_fine = (np.asarray(m.distances[r, c]).ravel() for m in (coarse, full, fine))
+    assert_allclose(d_fine[select], d_full[select], atol=1e-6)
+    assert_allclose(fine.pair_transforms[select], full.pair_transforms[select], atol=1e-6)
+    assert_array_equal(d_fine[~select], d_coarse[~select])
+    assert (d_fine <= d_coarse + 1e-9).all()
+    assert (d_coarse[select] > d_full[select] + 1e-4).any()  # the refinement did move them
+    with pytest.raises(ValueError, match="one entry per pair"):
+        refine_pairs(x, coarse, select[:-1])
+
+
+def test_the_pruned_path_refines_only_near_pairs_and_keeps_every_images_nearest(rotated_digits):
+    x, full = rotated_digits
+    _, graph, sample = pruned_distances(x, 30)
+    r, c = graph.nonzero()
+    got, exact = np.asarray(graph[r, c]).ravel(), full.distances[r, c]
+    assert (got >= exact - 1e-6).all()
+    assert (got > exact + 1e-4).mean() > 0.1  # far pairs were left at the grid search's distance
+    pr, pc = sample.nonzero()  # the probes, which the read-out's silhouettes average over, are all refined
+    assert_allclose(np.asarray(sample[pr, pc]).ravel(), full.distances[pr, pc], atol=1e-6)
+    on_graph = graph.toarray() > 0
+    mine = np.argsort(np.where(on_graph, graph.toarray(), np.inf), axis=1)[:, :8]
+    theirs = np.argsort(np.where(on_graph, full.distances, np.inf), axis=1)[:, :8]
+    same = [set(a) == set(b) for a, b in zip(mine, theirs)]
+    assert np.mean(same) >= 0.95
