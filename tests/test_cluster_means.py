@@ -122,7 +122,8 @@ def test_realigning_onto_the_mean_recovers_the_poses_and_never_raises_the_object
     if leave_one_out:
         assert np.mean(after <= 5.0) >= 0.9  # within the angle step (29 of 30; 13 are not onto the medoid)
     mean = lambda t: warp(noisy, t.astype(np.float32)).mean(axis=0)  # noqa: E731
-    assert _rel_l2(mean(found), truth) < _rel_l2(mean(start), truth) - 0.005  # 0.170 or 0.167 vs 0.181
+    # 0.173 or 0.171 vs 0.177 (the similarity's 3 rotation candidates; with 6: 0.170 or 0.167 vs 0.181)
+    assert _rel_l2(mean(found), truth) < _rel_l2(mean(start), truth) - 0.003
     _, clean_poses, clean_set = _known_set(3.0)
     found, _ = realign_to_mean(clean_set, rounds=3, leave_one_out=leave_one_out, transforms=_medoid_poses(clean_set)[1])
     assert np.all(_pose_errors_deg(clean_poses, found) <= 5.0)  # little noise: every pose within the angle step
