@@ -414,10 +414,7 @@ def pruned_distances(images, k: int, *, on_progress=None, **options):
     progress = on_progress or (lambda f: None)
     steps = options.pop("refine_steps", 6)
     near_only = steps > 0 and options.get("client") is None  # a Dask run refines every pair, on its workers
-    if near_only:
-        options["refine_steps"] = 0
-    else:
-        options["refine_steps"] = steps
+    options["refine_steps"] = 0 if near_only else steps  # near-only: the refinement follows, by refine_pairs
 
     search = 0.7 if near_only else 1.0  # the part of a stage's time before its refinement (about)
 

@@ -448,11 +448,8 @@ def invariant_distances(
     candidates : int or None
         Rotation candidates per pair taken from the polar Fourier step (each
         orientation and its 180-degree twin count separately: 3 is the best
-        peak, its twin and the next).  ``None`` evaluates every grid angle.
-        3 replaced 6 in this version: on the quality suite (both splits,
-        every pair and pruned) and the noise suite's holdout the clusters
-        read the same but for two runs of 52 (``docs/speed.md``), and the
-        translation search, half of the similarity's time, halves.
+        peak, its twin and the next; measured against 6 in ``docs/speed.md``).
+        ``None`` evaluates every grid angle.
     refine_steps : int
         Gauss-Newton steps of the continuous refinement (0 disables it).
     pairs : (ndarray, ndarray), optional
@@ -679,15 +676,20 @@ def _align_pairs(images, q, fv_conj, pi, pj, angles, allowed, candidates, refine
     # 3. continuous refinement, in blocks for progress reports
     if refine_steps <= 0:
         return params, _residuals(images, params, pi, pj, xp)
+    return _refine_in_blocks(images, params, pi, pj, refine_steps, xp, lambda f: progress(0.6 + 0.4 * f))
+
+
+def _refine_in_blocks(images, params, pi, pj, steps, xp, progress):
+    """:func:`refine_alignment` of the pairs ``(pi, pj)`` in blocks, telling ``progress`` after each."""
     out_p, out_r = [], []
+    n_pairs = int(params.shape[0])
     blk = max(2048, n_pairs // 10)  # big enough that per-call overhead does not matter
     for lo in range(0, n_pairs, blk):
         sl = slice(lo, lo + blk)
-        pp, rr = refine_alignment(images, images, params[sl], index=pi[sl], target_index=pj[sl],
-                                  steps=refine_steps, xp=xp)
+        pp, rr = refine_alignment(images, images, params[sl], index=pi[sl], target_index=pj[sl], steps=steps, xp=xp)
         out_p.append(pp)
         out_r.append(rr)
-        progress(0.6 + 0.4 * min(1.0, (lo + blk) / n_pairs))
+        progress(min(1.0, (lo + blk) / n_pairs))
     return xp.concatenate(out_p), xp.concatenate(out_r)
 
 
@@ -753,16 +755,11 @@ def refine_pairs(images, result: SimilarityResult, select, *, steps: int = 6, on
     pick = np.flatnonzero(select)
     if pick.size and steps > 0:
         xp = array_module(images)
-        imgs = xp.asarray(images, dtype=np.float32)
-        blk = max(2048, pick.size // 10)  # big enough that per-call overhead does not matter
-        for lo in range(0, pick.size, blk):
-            part = pick[lo:lo + blk]
-            p, r = refine_alignment(imgs, imgs, xp.asarray(params[part]), index=xp.asarray(rows[part]),
-                                    target_index=xp.asarray(cols[part]), steps=steps, xp=xp)
-            params[part] = to_host(p, np.float64)
-            dist[part] = np.minimum(dist[part], np.sqrt(np.maximum(to_host(r, np.float64), 0.0)))
-            if on_progress is not None:
-                on_progress(min(1.0, (lo + blk) / pick.size))
+        p, r = _refine_in_blocks(xp.asarray(images, dtype=np.float32), xp.asarray(params[pick]),
+                                 xp.asarray(rows[pick]), xp.asarray(cols[pick]), steps, xp,
+                                 on_progress or (lambda f: None))
+        params[pick] = to_host(p, np.float64)
+        dist[pick] = np.sqrt(np.maximum(to_host(r, np.float64), 0.0))
     return _check_distances(_assemble(n, rows, cols, params, dist, sparse=True))
 
 
