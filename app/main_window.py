@@ -223,7 +223,8 @@ class MainWindow(QMainWindow):
             return False
         self.compare_view.caption.setText("Running…")
         return self.model.start(backend=self.run_panel.backend.currentData(), dask=self.run_panel.dask_address(),
-                                denoise=self.run_panel.denoise_choice(), **self.run_panel.options())
+                                denoise=self.run_panel.denoise_choice(),
+                                phase_flip=self.run_panel.phase_flip_choice(), **self.run_panel.options())
 
     # ------------------------------------------------------------ clusters and inspect
     def rename_cluster(self, cluster, name=None) -> None:

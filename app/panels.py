@@ -36,6 +36,7 @@ from iastudio.core.clusterbook import UNASSIGNED
 from iastudio.core.demos import DEMO_NAMES, PAPER_MODE
 from iastudio.core.filenames import display_name
 from iastudio.core.options import option
+from iastudio.core.particle_ctf import NO_CTF
 from iastudio.core.pose import canonical_pose
 from iastudio.core.presets import PRESETS
 from iastudio.core.wording import count_of
@@ -481,6 +482,11 @@ class RunPanel(QGroupBox):
             self.denoise.addItem(value.capitalize(), value)
         self.denoise.setCurrentIndex(self.denoise.findData(option("denoise").default))
         form.addRow("Denoise", self.denoise)
+        self.phase_flip = QCheckBox("each image with its own CTF")
+        self.phase_flip.setObjectName("phase_flip")
+        self.phase_flip.setChecked(False)
+        form.addRow("Phase flip (CTF)", self.phase_flip)
+        self.set_phase_flip_problem(NO_CTF)  # no images yet
         form.addRow("Backend", self.backend)
         self.dask = QLineEdit()
         self.dask.setPlaceholderText("this computer (or local:4, tcp://host:8786)")
@@ -514,7 +520,7 @@ class RunPanel(QGroupBox):
 
     # the fields a run reads, by name (what :meth:`settings_state` saves and :meth:`restore_settings` puts back)
     _FIELDS = ("method", "beta_auto", "beta", "iterations", "clusters_auto", "clusters", "rotation_range",
-               "angle_step", "mirror", "paper_mode", "denoise")
+               "angle_step", "mirror", "paper_mode", "denoise", "phase_flip")
 
     def settings_state(self) -> dict:
         """The Run panel's settings as they are shown (the working size and backend excepted)."""
@@ -568,6 +574,25 @@ class RunPanel(QGroupBox):
         ``start(denoise=)``; not an engine option, so not in :meth:`options`)."""
         return self.denoise.currentData()
 
+    def set_phase_flip_problem(self, problem: str | None) -> None:
+        """Offer phase flipping only when every loaded image carries CTF parameters; ``problem`` says why not
+        (:func:`~iastudio.core.particle_ctf.flip_problem`; None: they all do).  The tick is kept either way."""
+        self.phase_flip.setEnabled(problem is None)
+        if problem is None:
+            self.phase_flip.setToolTip(
+                "Phase-flip each image with its own CTF before the preprocessing and the denoiser, as "
+                "ia-cluster --phase-flip: the defocus (mean of rlnDefocusU and rlnDefocusV), voltage, Cs, "
+                "amplitude contrast and pixel size of its row of the RELION STAR file, with RELION's sign "
+                "(particles stay white on dark).\n\nDefault off.")
+        else:
+            self.phase_flip.setToolTip(f"Not available: {problem}.\n\nPhase flipping needs each image's "
+                                       "defocus and microscope, read from a RELION particle STAR file.")
+
+    def phase_flip_choice(self) -> bool:
+        """Whether the run phase-flips its images first (ticked, and every image carries CTF parameters);
+        the session's ``start(phase_flip=)``, not an engine option."""
+        return self.phase_flip.isChecked() and self.phase_flip.isEnabled()
+
     def set_options(self, params: dict) -> None:
         """Show a run's saved settings (a project's ``parameters``); keys missing or not usable are left as they are.
 
@@ -604,6 +629,7 @@ class RunPanel(QGroupBox):
         denoise = params.get("denoise", option("denoise").default)
         if isinstance(denoise, str) and (idx := self.denoise.findData(denoise)) >= 0:
             self.denoise.setCurrentIndex(idx)
+        self.phase_flip.setChecked(params.get("phase_flip") is True)  # older projects: off
 
     @staticmethod
     def can_act(state: str) -> dict[str, bool]:

@@ -6,6 +6,7 @@ from PySide6.QtCore import QItemSelection, QItemSelectionModel
 
 from iastudio.core.filenames import display_name
 from iastudio.core.frames import book_frame, weight_range
+from iastudio.core.particle_ctf import flip_problem
 
 from .docks import show_view
 from .events import listen
@@ -48,6 +49,7 @@ class ViewSync:
         w.weights_view.set_names(s.data.paths)
         w.transform_panel.clear_image()
         w.run_panel.clusters.setMaximum(max(1, s.n))
+        w.run_panel.set_phase_flip_problem(flip_problem(s.data.ctf, s.data.images, paths=s.data.paths))
         if w.run_panel.size.value() != s.size:
             w.run_panel.size.blockSignals(True)
             w.run_panel.size.setValue(s.size)

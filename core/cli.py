@@ -422,6 +422,7 @@ def _run_body(args, client) -> int:
     write_json(out / "summary.json", summary)
     if args.save_project:
         from .clusterbook import ClusterBook
+        from .particle_ctf import ctf_to_array
         from .project import Project, run_record, save_project
 
         proj = Project(
@@ -429,7 +430,7 @@ def _run_body(args, client) -> int:
             transforms=tau, base=canvas.images, scale=canvas.scale, offset=canvas.offset,
             parameters={**summary["parameters"], **run_record(res)}, clusters=ClusterBook.from_labels(res.labels),
             history=history,
-            result=res.arrays(),
+            result=res.arrays(), ctf=ctf_to_array(data.ctf, len(data)),
         )
         save_project(args.save_project, proj)
     out = args.results.commit()
@@ -522,36 +523,19 @@ def _working_images(args, data):
 
 def _phase_flipped(data) -> list:
     """``data``'s images, each phase-flipped with its STAR row's CTF (every image has one: checked first)."""
-    from .particle_ctf import ParticleCtf, phase_flip_particles
+    from .particle_ctf import flip_problem, phase_flip_particles
 
-    ctf = data.ctf or [None] * len(data)
-    missing = [i for i, c in enumerate(ctf) if not isinstance(c, ParticleCtf)]
-    if missing:  # checked before loading; a file changed meanwhile
-        i = missing[0]
-        why = ctf[i] if isinstance(ctf[i], str) else "not listed in a STAR file"
-        raise _UsageError(f"--phase-flip: no CTF parameters for {printable(data.paths[i])} ({printable(why)})")
-    colour = [p for p, img in zip(data.paths, data.images) if np.ndim(img) != 2]
-    if colour:
-        raise _UsageError(f"--phase-flip needs gray particle images; {len(colour)} are in colour, e.g. "
-                          f"{printable(colour[0])}")
-    return phase_flip_particles(data.images, ctf)
+    problem = flip_problem(data.ctf, data.images, paths=data.paths)
+    if problem:  # checked before loading; a file changed meanwhile, or colour images a STAR file names
+        raise _UsageError(f"--phase-flip: {problem}")
+    return phase_flip_particles(data.images, data.ctf)
 
 
 def _phase_flip_record(data, applied: bool) -> dict:
-    """What ``summary.json`` says about phase flipping: whether it was applied and the ranges of the parameters."""
-    if not applied:
-        return {"applied": False}
-    ctf = data.ctf
+    """What ``summary.json`` says about phase flipping (:func:`iastudio.core.particle_ctf.phase_flip_record`)."""
+    from .particle_ctf import phase_flip_record
 
-    def span(attr):
-        values = [getattr(c, attr) for c in ctf]
-        return [round(min(values), 6), round(max(values), 6)]
-
-    return {"applied": True, "n_images": len(ctf), "defocus_A": span("defocus"), "voltage_kV": span("voltage"),
-            "spherical_aberration_mm": span("spherical_aberration"),
-            "amplitude_contrast": span("amplitude_contrast"), "pixel_size_A": span("pixel_size"),
-            "defocus_is": "the mean of rlnDefocusU and rlnDefocusV (astigmatism not modelled)",
-            "convention": "RELION's CTF sign (+A at frequency 0): particles stay white on dark"}
+    return phase_flip_record(data.ctf) if applied else {"applied": False}
 
 
 def _iterate(run, args) -> list:

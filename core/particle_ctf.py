@@ -28,10 +28,12 @@ from pathlib import Path
 import numpy as np
 
 from .ctf import ctf_phase_flip
+from .filenames import printable
 from .imagefile import ImageLoadError
 from .stacks import read_star
 
-__all__ = ["CONVENTIONS", "ParticleCtf", "phase_flip_particles", "star_ctf"]
+__all__ = ["CONVENTIONS", "NO_CTF", "ParticleCtf", "ctf_from_array", "ctf_to_array", "flip_problem",
+           "phase_flip_particles", "phase_flip_record", "star_ctf"]
 
 _MICROSCOPE = (("voltage", "rlnVoltage"), ("spherical_aberration", "rlnSphericalAberration"),
                ("amplitude_contrast", "rlnAmplitudeContrast"))
@@ -229,4 +231,169 @@ def phase_flip_particles(images, ctf, *, convention: str = "relion") -> list[np.
                                  voltage=kv, spherical_aberration=cs, amplitude_contrast=amp)
         for i, img in zip(idx, flipped):
             out[i] = (sign * img).astype(np.float32)
+    return out
+
+
+NO_CTF = "the images have no CTF parameters: open a RELION particle STAR file"
+"""What :func:`flip_problem` says of a set in which no image came from a STAR file."""
+
+
+def flip_problem(ctf, images, *, paths=None) -> str | None:
+    """Why ``images`` cannot be phase-flipped with ``ctf``, in words, or None when they can.
+
+    Parameters
+    ----------
+    ctf : sequence or None
+        Per image, its :class:`ParticleCtf`, a string saying why its STAR file's CTF could not be read,
+        or None (no STAR file listed it); None: no image has any (``ImageSet.ctf``).
+    images : sequence of ndarray
+        The images (gray ones only can be flipped).
+    paths : sequence of str, optional
+        Their names, for the message (default: "image N").
+
+    Returns
+    -------
+    str or None
+        :data:`NO_CTF` when no image has CTF parameters; else the first image without them (or in
+        colour), how many there are and why; None when every image is gray and has a
+        :class:`ParticleCtf`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> flip_problem(None, [np.zeros((4, 4))] * 2) == NO_CTF
+    True
+    >>> c = ParticleCtf(1e4, 300.0, 2.7, 0.1, 3.0)
+    >>> flip_problem([c, None], [np.zeros((4, 4))] * 2, paths=["a.mrcs#1", "b.png"])
+    '1 of the 2 images have no CTF parameters, e.g. b.png (not listed in a RELION particle STAR file)'
+    >>> flip_problem([c, c], [np.zeros((4, 4))] * 2) is None
+    True
+    """
+    images = list(images)
+    n = len(images)
+    ctf = [None] * n if ctf is None else list(ctf)
+    if len(ctf) != n:
+        raise ValueError(f"one CTF entry per image: {len(ctf)} for {n} images")
+
+    def name(i: int) -> str:
+        return printable(paths[i]) if paths is not None else f"image {i + 1}"
+
+    missing = [i for i, c in enumerate(ctf) if not isinstance(c, ParticleCtf)]
+    if not n or all(c is None for c in ctf):
+        return NO_CTF
+    if missing:
+        i = missing[0]
+        why = printable(ctf[i]) if isinstance(ctf[i], str) else "not listed in a RELION particle STAR file"
+        return f"{len(missing)} of the {n} images have no CTF parameters, e.g. {name(i)} ({why})"
+    colour = [i for i, img in enumerate(images) if np.ndim(img) != 2]
+    if colour:
+        return f"phase flipping needs gray particle images; {len(colour)} are in colour, e.g. {name(colour[0])}"
+    return None
+
+
+def phase_flip_record(ctf) -> dict:
+    """What a run's summary says of phase flipping with ``ctf``: applied, and the ranges of the parameters.
+
+    Parameters
+    ----------
+    ctf : sequence of ParticleCtf
+        One per image flipped (at least one).
+
+    Returns
+    -------
+    dict
+        ``applied`` (True), ``n_images``, ``[min, max]`` of ``defocus_A``, ``voltage_kV``,
+        ``spherical_aberration_mm``, ``amplitude_contrast`` and ``pixel_size_A``, and what the defocus
+        and the sign convention are, in words (``ia-cluster``'s ``summary.json``: ``phase_flip``).
+
+    Examples
+    --------
+    >>> r = phase_flip_record([ParticleCtf(1e4, 300.0, 2.7, 0.1, 3.0), ParticleCtf(2e4, 300.0, 2.7, 0.1, 3.0)])
+    >>> r["applied"], r["n_images"], r["defocus_A"]
+    (True, 2, [10000.0, 20000.0])
+    """
+    ctf = list(ctf)
+
+    def span(attr):
+        values = [getattr(c, attr) for c in ctf]
+        return [round(min(values), 6), round(max(values), 6)]
+
+    return {"applied": True, "n_images": len(ctf), "defocus_A": span("defocus"), "voltage_kV": span("voltage"),
+            "spherical_aberration_mm": span("spherical_aberration"),
+            "amplitude_contrast": span("amplitude_contrast"), "pixel_size_A": span("pixel_size"),
+            "defocus_is": "the mean of rlnDefocusU and rlnDefocusV (astigmatism not modelled)",
+            "convention": "RELION's CTF sign (+A at frequency 0): particles stay white on dark"}
+
+
+_FIELDS = ("defocus", "voltage", "spherical_aberration", "amplitude_contrast", "pixel_size")
+
+
+def ctf_to_array(ctf, n: int) -> np.ndarray | None:
+    """Per-image CTF parameters as an ``(n, 5)`` float array (a project file's ``ctf``), or None when none has any.
+
+    Parameters
+    ----------
+    ctf : sequence or None
+        ``ImageSet.ctf``: a :class:`ParticleCtf`, a string or None per image.
+    n : int
+        The number of images.
+
+    Returns
+    -------
+    ndarray, shape (n, 5), or None
+        Columns: defocus, voltage, spherical aberration, amplitude contrast, pixel size; a row of NaN
+        for an image without parameters.
+
+    Examples
+    --------
+    >>> ctf_to_array([ParticleCtf(1e4, 300.0, 2.7, 0.1, 3.0), None], 2)[:, 0]
+    array([10000.,    nan])
+    """
+    if ctf is None or not any(isinstance(c, ParticleCtf) for c in ctf):
+        return None
+    out = np.full((n, len(_FIELDS)), np.nan)
+    for i, c in enumerate(ctf):
+        if isinstance(c, ParticleCtf):
+            out[i] = [getattr(c, f) for f in _FIELDS]
+    return out
+
+
+def ctf_from_array(arr) -> list | None:
+    """The per-image :class:`ParticleCtf` (None for a row of NaN) of :func:`ctf_to_array`'s array.
+
+    Parameters
+    ----------
+    arr : ndarray, shape (n, 5), or None
+
+    Returns
+    -------
+    list or None
+        None when ``arr`` is None.
+
+    Raises
+    ------
+    ValueError
+        A row that is partly NaN, or whose voltage or pixel size is not positive or whose amplitude
+        contrast is outside [0, 1).
+
+    Examples
+    --------
+    >>> c = ParticleCtf(1e4, 300.0, 2.7, 0.1, 3.0)
+    >>> ctf_from_array(ctf_to_array([c, None], 2)) == [c, None]
+    True
+    """
+    if arr is None:
+        return None
+    arr = np.asarray(arr, dtype=float)
+    if arr.ndim != 2 or arr.shape[1] != len(_FIELDS):
+        raise ValueError(f"the CTF parameters must be an (n, {len(_FIELDS)}) array, got shape {arr.shape}")
+    out: list = []
+    for k, row in enumerate(arr):
+        if np.isnan(row).all():
+            out.append(None)
+            continue
+        d, kv, cs, amp, px = (float(v) for v in row)
+        if not (np.isfinite(row).all() and kv > 0 and px > 0 and 0 <= amp < 1):
+            raise ValueError(f"the CTF parameters of image {k + 1} are not usable")
+        out.append(ParticleCtf(d, kv, cs, amp, px))
     return out

@@ -156,6 +156,11 @@ class Project:
     ka_labels : ndarray (n,) of int or None
         Kernel attention's clusters of the same images (a finished IA run's
         comparison); None in projects saved without it.
+    ctf : ndarray (n, 5) or None
+        Each image's CTF parameters from the RELION STAR file that listed it
+        (:func:`~iastudio.core.particle_ctf.ctf_to_array`: defocus, voltage,
+        spherical aberration, amplitude contrast, pixel size; a row of NaN:
+        none); None when no image came from a STAR file.
     """
 
     paths: list
@@ -172,6 +177,7 @@ class Project:
     result: dict = field(default_factory=dict)
     edits: list = field(default_factory=list)
     ka_labels: np.ndarray | None = None
+    ctf: np.ndarray | None = None
     app_version: str = __version__
 
     @property
@@ -316,6 +322,8 @@ def _project_arrays(project: Project, *, embed: bool) -> tuple[dict, dict, list]
             arrays[key] = getattr(project, key)
     if project.ka_labels is not None:
         arrays["ka_labels"] = np.asarray(project.ka_labels, dtype=np.int64)
+    if project.ctf is not None:
+        arrays["ctf"] = np.asarray(project.ctf, dtype=np.float64)
     for key, arr in project.result.items():
         if arr is not None and key in _RESULT_KEYS:
             put(f"result/{key}", arr, key in _SPARSE_RESULT)
@@ -581,7 +589,8 @@ class _Manifest:
         names = m.get("arrays", [])
         if not isinstance(names, list) or not all(isinstance(a, str) for a in names) or len(set(names)) != len(names):
             bad("the list of arrays is malformed")
-        allowed = {"transforms", "base", "scale", "offset", "ka_labels"} | {f"result/{k}" for k in _RESULT_KEYS} | {
+        allowed = {"transforms", "base", "scale", "offset", "ka_labels", "ctf"} | {
+            f"result/{k}" for k in _RESULT_KEYS} | {
             f"history/{k:04d}_{key}" for k in range(len(frames)) for key in _FRAME_KEYS}
         sparse = m.get("sparse", {})
         may_be_sparse = {f"result/{k}" for k in _SPARSE_RESULT} | {
@@ -634,7 +643,7 @@ class _Manifest:
                  "offset": ((n, 2), "f"), "cluster_means": (img, "f"), "image_transforms": ((n, 3), "f"),
                  "scores": ((n,), "f"), "weights": ((n, n), "f"), "input_distances": ((n, n), "f"),
                  "final_distances": ((n, n), "f"), "run_labels": ((n,), "iu"),
-                 "ka_labels": ((n,), "iu"), "means": ((n, "S", "S", "C"), "f"),
+                 "ka_labels": ((n,), "iu"), "ctf": ((n, 5), "f"), "means": ((n, "S", "S", "C"), "f"),
                  "distances": ((n, n), "f"), "labels": ((n,), "iu")}
         return table[key.split("/")[-1].split("_", 1)[-1] if key.startswith("history/") else key.split("/")[-1]]
 
@@ -648,13 +657,20 @@ class _Manifest:
             short = key.split("/")[-1]
             if key in self.sparse:
                 continue  # checked by _csr_from_parts
-            if arr.dtype.kind == "f" and short not in ("scores",) and not np.isfinite(arr).all():
+            if arr.dtype.kind == "f" and short not in ("scores", "ctf") and not np.isfinite(arr).all():
                 bad(f"'{key}' holds NaN or infinite values")
             if short.endswith("labels") and arr.size and (arr.min() < 0 or arr.max() >= n):
                 bad(f"'{key}' holds a cluster number out of range")
         scale = arrays.get("scale")
         if scale is not None and not (scale > 0).all():
             bad("'scale' must be positive")
+        if arrays.get("ctf") is not None:
+            from .particle_ctf import ctf_from_array
+
+            try:
+                ctf_from_array(arrays["ctf"])
+            except ValueError as exc:
+                bad(f"'ctf': {exc}")
         for k, fr in enumerate(self.frames):
             for key in _FRAME_KEYS:
                 fr[key] = arrays.get(f"history/{k:04d}_{key}")
@@ -672,7 +688,7 @@ class _Manifest:
             transforms=np.asarray(arrays.get("transforms", np.zeros((n, 3))), dtype=float),
             base=arrays.get("base"), scale=scale, offset=arrays.get("offset"), parameters=dict(self.params),
             clusters=book, history=self.frames, result=result, edits=list(self.edits), app_version=self.version,
-            ka_labels=arrays.get("ka_labels"),
+            ka_labels=arrays.get("ka_labels"), ctf=arrays.get("ctf"),
         )
 
 

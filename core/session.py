@@ -99,6 +99,8 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
         self._preview: Canvas | None = None  # the per-image canvases while a denoised run's are shown
         self.denoise = str(options.option("denoise").default)  # the last run's choice (saved with the project)
         self.denoise_report = None  # what the denoiser did for the run (DenoiseReport), None before it
+        self.phase_flip = False  # whether the last run phase-flipped its images (saved with the project)
+        self.phase_flip_report: dict | None = None  # what phase flipping did (phase_flip_record), None: not done
         self.run_inputs: RunInputs | None = None  # the inputs the run waits for (made by its driver)
         # data.images include an opened project's embedded working images (a run denoises the originals)
         self.embedded = False
@@ -172,6 +174,7 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
         self.run = None
         self.run_inputs = None
         self.denoise_report = None
+        self.phase_flip_report = None
         self.frames, self.latest, self.final = [], None, None
         self.book = None
         self.history.clear()

@@ -15,6 +15,7 @@ from . import options, se2
 from .demos import load_demo
 from .filenames import display_name, printable
 from .imageset import ImageSet, image_files, load_image, load_images, no_usable_images, read_entries, skip_entry
+from .particle_ctf import flip_problem, phase_flip_particles
 from .preprocess import Canvas, apply_transforms, preprocess
 from .wording import count_of
 
@@ -270,7 +271,7 @@ def read_images(paths, *, size: int, progress=None) -> LoadedImages:
     LoadedImages
     """
     files, skipped = image_files(paths)
-    images, names, labels, canvases = [], [], [], []
+    images, names, labels, canvases, ctf = [], [], [], [], []
     for entry in read_entries(files, progress=progress, load=load_image):
         if entry.error is None:
             try:
@@ -283,14 +284,17 @@ def read_images(paths, *, size: int, progress=None) -> LoadedImages:
         images.append(entry.image)
         names.append(entry.name)
         labels.append(entry.label)
-    return LoadedImages(ImageSet(images, names, labels, skipped), stack_canvases(canvases), int(size))
+        ctf.append(entry.ctf)  # a STAR row's CTF parameters stay with its image (skipped rows drop theirs)
+    data = ImageSet(images, names, labels, skipped, ctf=ctf if any(c is not None for c in ctf) else None)
+    return LoadedImages(data, stack_canvases(canvases), int(size))
 
 
 class RunInputs:
-    """What a run clusters, made from the raw images where the run starts: the set preprocessed as one
-    stack, denoised first (``denoise``), then moved by the user's transforms.
+    """What a run clusters, made from the raw images where the run starts: the set phase-flipped
+    (``phase_flip``), preprocessed as one stack, denoised (``denoise``), then moved by the user's transforms.
 
-    The same steps as ``ia-cluster`` (:func:`~iastudio.core.preprocess.preprocess` with ``denoise``, then
+    The same steps as ``ia-cluster`` (:func:`~iastudio.core.particle_ctf.phase_flip_particles` with
+    ``--phase-flip``, :func:`~iastudio.core.preprocess.preprocess` with ``denoise``, then
     :func:`~iastudio.core.preprocess.apply_transforms`), so the app and the command line give the same
     canvas for the same images and options.  Calling it does the work (0.2--2 s for hundreds of
     images): a driver thread calls it (:func:`~iastudio.core.session_run.stream_run`), never the GUI.
@@ -309,14 +313,28 @@ class RunInputs:
         ``images`` are an opened project's embedded working images (canvases, whose cleared corners
         hold no noise to measure): read the original files from these paths instead, and use
         ``images`` only when one of them cannot be read (the report's note says so).
+    phase_flip : bool
+        Phase-flip each raw image with its own CTF parameters first, as ``ia-cluster --phase-flip``.
+    ctf : sequence of ParticleCtf, optional
+        One per image (``ImageSet.ctf``); needed with ``phase_flip``.
+    scale : ndarray, shape (n,), optional
+        With ``originals``: the embedded images' canvas pixels per original pixel, so that flipping them
+        (when the originals cannot be read) uses each image's pixel size on its canvas.
     """
 
-    def __init__(self, images, *, size: int, transforms, denoise: str, originals=None):
+    def __init__(self, images, *, size: int, transforms, denoise: str, originals=None, phase_flip: bool = False,
+                 ctf=None, scale=None):
         self.images = list(images)
         self.size = int(size)
         self.transforms = np.array(transforms, dtype=float)
         self.denoise = options.check("denoise", denoise)
         self.originals = None if originals is None else list(originals)
+        self.phase_flip = bool(phase_flip)
+        self.ctf = None if ctf is None else list(ctf)
+        self.scale = None if scale is None else np.asarray(scale, dtype=float)
+        if self.phase_flip and (problem := flip_problem(self.ctf, self.images)):
+            raise ValueError(f"cannot phase-flip: {problem}")
+        self.note = ""  # what the run's report adds about the images used (set when they are made)
         self._cancel = threading.Event()
 
     def _raw_images(self) -> tuple[list, str]:
@@ -333,10 +351,22 @@ class RunInputs:
         return self.images, ("the project's original files could not all be read, so its embedded working "
                              "images were used (their cleared corners show no noise)")
 
+    def _flipped(self, images, embedded: bool) -> list:
+        """``images`` phase-flipped with their CTF (on embedded canvases: at their canvas pixel size)."""
+        ctf = self.ctf
+        if embedded and self.scale is not None:
+            ctf = [replace(c, pixel_size=c.pixel_size / float(s)) for c, s in zip(ctf, self.scale)]
+        return phase_flip_particles(images, ctf)
+
     def __call__(self) -> tuple[Canvas, np.ndarray]:
         """``(canvas, working images)``; ``canvas.denoise`` says what the denoiser did."""
         images, why = self._raw_images()
+        if self.phase_flip:  # first, on the raw images: the CTF acts on the particle as it was recorded
+            images = self._flipped(images, embedded=bool(why))
         canvas = preprocess(images, size=self.size, denoise=self.denoise)
+        if why and self.phase_flip:
+            why = f"{why}; they were phase-flipped at their canvas pixel size"
+        self.note = why  # read by the session once the run has its inputs
         if why and canvas.denoise is not None:
             canvas.denoise = replace(canvas.denoise, note=f"{canvas.denoise.note}; {why}")
         if not self.transforms.any():

@@ -13,6 +13,7 @@ from .attention import AttentionRun, RunState
 from .filenames import display_name
 from .frames import frames_from_project
 from .imageset import ImageSet, load_images
+from .particle_ctf import ctf_from_array, ctf_to_array
 from .preprocess import Canvas, apply_transforms, preprocess
 from .project import Project, ProjectError, history_entry, load_project, run_record, save_project
 from .wording import count_of
@@ -50,6 +51,8 @@ class SessionProject:
             params["denoise"] = self.denoise
             rep = self.denoise_report
             params["denoise_report"] = rep.as_dict() if rep is not None else {"applied": False, "mode": self.denoise}
+            params["phase_flip"] = self.phase_flip
+            params["phase_flip_report"] = copy.deepcopy(self.phase_flip_report) or {"applied": False}
             params["backend"] = self.run.backend.name
             params.update(run_record(res) or {"beta_used": None})
             params["elapsed"] = self.elapsed
@@ -69,6 +72,7 @@ class SessionProject:
             parameters=params, clusters=book, history=[history_entry(f.snapshot) for f in self.frames],
             result={} if res is None else res.arrays(), edits=list(self.edits),
             ka_labels=None if self.final is None else self.final.ka_labels,
+            ctf=ctf_to_array(self.data.ctf, self.n),
         )
 
     def adopt_recovered(self) -> None:
@@ -148,6 +152,8 @@ class SessionProject:
         self.denoise_report = None  # an opened run's report is in its parameters ("denoise_report") and notes
         denoise = st["parameters"].get("denoise")
         self.denoise = denoise if denoise in ("auto", "on", "off") else "auto"  # older projects: the default
+        self.phase_flip = st["parameters"].get("phase_flip") is True  # older projects: off
+        self.phase_flip_report = None  # as the denoiser's: in the parameters and the notes
         view = st["parameters"].get("view")
         self.view_state = dict(view) if isinstance(view, dict) else {}
         self.book = st["book"]
@@ -168,6 +174,7 @@ def _state_from_project(proj: Project, path) -> dict:
     """Everything :meth:`Session.open_project` installs, built without touching the session."""
     n = proj.n
     missing = proj.missing_originals()
+    ctf = ctf_from_array(proj.ctf)  # each image's CTF parameters, when they came from a STAR file
     if proj.base is None:
         if missing:
             raise ProjectError(f"{path}: the original images were moved and the project has no embedded "
@@ -178,12 +185,12 @@ def _state_from_project(proj: Project, path) -> dict:
             raise ProjectError(f"{path}: {n - len(loaded)} of the {n} original images cannot be read "
                                f"and the project has no embedded copies ({bad})")
         canvas = preprocess(loaded.images, size=proj.size)
-        data = ImageSet(loaded.images, list(proj.paths), list(proj.labels), list(proj.skipped))
+        data = ImageSet(loaded.images, list(proj.paths), list(proj.labels), list(proj.skipped), ctf=ctf)
     else:
         base = proj.base.astype(np.float32, copy=False)
         canvas = Canvas(base, proj.scale if proj.scale is not None else np.ones(n),
                         proj.offset if proj.offset is not None else np.zeros((n, 2)), [])
-        data = ImageSet(list(base), list(proj.paths), list(proj.labels), list(proj.skipped))
+        data = ImageSet(list(base), list(proj.paths), list(proj.labels), list(proj.skipped), ctf=ctf)
     base = canvas.images
     transforms = np.array(proj.transforms, dtype=float)
     working = base if not transforms.any() else apply_transforms(base, transforms)

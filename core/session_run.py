@@ -20,6 +20,7 @@ from .clusterbook import ClusterBook
 from .distributed import DaskUnavailableError
 from .frames import Frame, FrameBuilder
 from .options import option, problem
+from .particle_ctf import flip_problem, phase_flip_record
 from .project import RECORDED_STAGES
 from .session_inputs import RunInputs
 from .wording import count_of
@@ -37,9 +38,11 @@ class SessionRun:
     subset_run: AttentionRun | None
     run_inputs: RunInputs | None
     denoise: str
+    phase_flip: bool
+    phase_flip_report: dict | None
 
     def start(self, *, backend: str = "auto", dask: str | None = None, denoise: str | None = None,
-              **options) -> AttentionRun | None:
+              phase_flip: bool = False, **options) -> AttentionRun | None:
         """Prepare a new run on the transformed set (the driver steps it); None (with a message) when refused.
 
         ``dask``: a Dask scheduler to run the alignment and the means on (``"local:N"`` or an address such
@@ -48,6 +51,8 @@ class SessionRun:
         clusters the set preprocessed as one stack and denoised first, as ``ia-cluster --denoise`` does.
         That work waits in :attr:`run_inputs` for the driver (:func:`stream_run` does it first, in its
         thread); ``"off"`` runs on the per-image canvases as they are.
+        ``phase_flip``: first phase-flip each raw image with its own CTF parameters (every image must
+        carry them: a RELION particle STAR file's images), as ``ia-cluster --phase-flip`` does.
         """
         if self.busy:
             self.message("A run is already going.")
@@ -58,6 +63,9 @@ class SessionRun:
         denoise = option("denoise").default if denoise is None else denoise
         if text := problem("denoise", denoise):
             self.message(f"Cannot start: {text}")
+            return None
+        if phase_flip and (text := flip_problem(self.data.ctf, self.data.images, paths=self.data.paths)):
+            self.message(f"Cannot phase-flip: {text}.")
             return None
         options.setdefault("snapshot_every", 1)  # the window shows every mean step
         try:
@@ -74,9 +82,12 @@ class SessionRun:
         self.run = run
         self.subset_run = None
         self.denoise = denoise
-        if denoise != "off":
+        self.phase_flip = bool(phase_flip)
+        if denoise != "off" or phase_flip:
             self.run_inputs = RunInputs(self.data.images, size=self.size, transforms=self.transforms,
-                                        denoise=denoise, originals=self.data.paths if self.embedded else None)
+                                        denoise=denoise, originals=self.data.paths if self.embedded else None,
+                                        phase_flip=phase_flip, ctf=self.data.ctf if phase_flip else None,
+                                        scale=None if self.canvas is None else self.canvas.scale)
         self._set_state(RunState.RUNNING)
         self.message(f"Running {str(options.get('method', 'ia')).upper()} on {self.n} images "
                      f"({run.backend.describe()})")
@@ -121,6 +132,9 @@ class SessionRun:
         clusters; exports and projects use its geometry); what the denoiser did is
         :attr:`denoise_report` and, once the run ends, the first of its notes.
         """
+        if self.run_inputs is not None and self.run_inputs.phase_flip:
+            self.phase_flip_report = {**phase_flip_record(self.data.ctf), **(
+                {"note": self.run_inputs.note} if self.run_inputs.note else {})}
         self.run_inputs = None
         self.denoise_report = canvas.denoise
         if run is None:
@@ -189,9 +203,9 @@ class SessionRun:
             self.frames.append(frame)
         self.history.clear()
         self.edits = []
-        line = denoise_line(self.denoise_report)
-        if line and frame.result.notes[:1] != [line]:
-            frame.result.notes.insert(0, line)  # shown with the run's notes, saved with them (run_notes)
+        for line in reversed([phase_flip_line(self.phase_flip_report), denoise_line(self.denoise_report)]):
+            if line and line not in frame.result.notes:
+                frame.result.notes.insert(0, line)  # shown with the run's notes, saved with them (run_notes)
         self._apply_book(ClusterBook.from_labels(frame.result.labels))
         self.events.history.emit()
         self._mark_dirty()
@@ -251,9 +265,10 @@ def stream_run(run: AttentionRun, builder: FrameBuilder, *, prepare=None):
     """Step ``run`` for a driver thread, yielding what the session takes, as tuples.
 
     ``prepare`` (a session's :attr:`~SessionRun.run_inputs`, a :class:`~iastudio.core.session_inputs.RunInputs`):
-    first make the run's inputs (preprocess the raw set as one stack, denoise it) and yield
-    ``("denoised", new_run, canvas, working)``; ``new_run``, the same settings on the denoised ``working``
-    images, is stepped instead of ``run`` (None when the denoiser stepped aside: ``run`` goes on).  A run
+    first make the run's inputs (phase-flip the raw set, preprocess it as one stack, denoise it) and yield
+    ``("denoised", new_run, canvas, working)``; ``new_run``, the same settings on the new ``working``
+    images, is stepped instead of ``run`` (None when the images were neither phase-flipped nor denoised:
+    ``run`` goes on).  A run
     stopped meanwhile yields ``("stopped", seconds)`` and no frame.
 
     Then ``("frame", Frame)`` for each snapshot, and ``("finished", Frame, seconds)`` (the frame carries the
@@ -263,13 +278,14 @@ def stream_run(run: AttentionRun, builder: FrameBuilder, *, prepare=None):
     t0 = time.perf_counter()
     if prepare is not None:
         if run.on_progress is not None:
-            run.on_progress(0.0, f"preparing the images (denoise {prepare.denoise})")
+            flip = "phase flip, " if prepare.phase_flip else ""
+            run.on_progress(0.0, f"preparing the images ({flip}denoise {prepare.denoise})")
         canvas, working = prepare()
         if prepare.cancelled:
             yield ("stopped", time.perf_counter() - t0)
             return
-        denoised = canvas.denoise is not None and canvas.denoise.applied
-        new = on_inputs(run, working) if denoised else None
+        changed = prepare.phase_flip or (canvas.denoise is not None and canvas.denoise.applied)
+        new = on_inputs(run, working) if changed else None
         yield ("denoised", new, canvas, working)
         run = new or run
     try:
@@ -293,6 +309,19 @@ def on_inputs(run: AttentionRun, images) -> AttentionRun:
     new.settings.preset = run.settings.preset  # its options are in the settings already
     new.on_progress = getattr(run, "on_progress", None)
     return new
+
+
+def phase_flip_line(report) -> str:
+    """That the run's images were phase-flipped, in one line for the window (``""`` when they were not).
+
+    >>> phase_flip_line({"applied": True, "n_images": 40, "defocus_A": [10000.0, 25000.0]})
+    'Phase-flipped: each of the 40 images with its own CTF (defocus 1–2.5 µm)'
+    """
+    if not report or not report.get("applied"):
+        return ""
+    lo, hi = (d / 1e4 for d in report["defocus_A"])
+    line = f"Phase-flipped: each of the {report['n_images']} images with its own CTF (defocus {lo:.3g}–{hi:.3g} µm)"
+    return f"{line}; {report['note']}" if report.get("note") else line
 
 
 def denoise_line(report) -> str:
