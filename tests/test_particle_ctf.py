@@ -259,3 +259,67 @@ def test_cli_phase_flip_clusters_ctf_particles_at_least_as_well(tmp_path, seed):
     flipped, _ = cluster_ari(star, labels, tmp_path / "flip", ["--phase-flip"])
     assert flipped >= plain
     assert flipped >= 0.9
+
+
+# ---------------------------------------------------------------- shared by ia-cluster and the app
+
+
+def test_flip_problem_says_why_a_set_cannot_be_flipped():
+    from iastudio.core.particle_ctf import NO_CTF, flip_problem
+
+    c = ParticleCtf(1e4, 300.0, 2.7, 0.1, 3.0)
+    gray, colour = np.zeros((4, 4)), np.zeros((4, 4, 3))
+    assert flip_problem(None, [gray, gray]) == NO_CTF
+    assert flip_problem([None, None], [gray, gray]) == NO_CTF
+    assert flip_problem([c, "p.star: no rlnDefocusU column", None], [gray] * 3, paths=["a", "b", "c"]) == (
+        "2 of the 3 images have no CTF parameters, e.g. b (p.star: no rlnDefocusU column)")
+    assert flip_problem([c, c], [gray, colour], paths=["a", "b"]) == (
+        "phase flipping needs gray particle images; 1 are in colour, e.g. b")
+    assert flip_problem([c, c], [gray, gray]) is None
+    with pytest.raises(ValueError, match="one CTF entry per image"):
+        flip_problem([c], [gray, gray])
+
+
+def test_ctf_arrays_round_trip_and_bad_rows_are_refused():
+    from iastudio.core.particle_ctf import ctf_from_array, ctf_to_array
+
+    c = ParticleCtf(1.5e4, 200.0, 0.01, 0.07, 1.06)
+    arr = ctf_to_array([None, c], 2)
+    assert arr.shape == (2, 5)
+    assert np.isnan(arr[0]).all()
+    assert_allclose(arr[1], [1.5e4, 200.0, 0.01, 0.07, 1.06])
+    assert ctf_from_array(arr) == [None, c]
+    assert ctf_to_array([None, "why"], 2) is None
+    assert ctf_to_array(None, 2) is None
+    for bad in ([1e4, np.nan, 2.7, 0.1, 3.0], [1e4, 300.0, 2.7, 1.0, 3.0], [1e4, 300.0, 2.7, 0.1, 0.0],
+                [1e4, -300.0, 2.7, 0.1, 3.0], [np.inf, 300.0, 2.7, 0.1, 3.0]):
+        with pytest.raises(ValueError, match="image 1"):
+            ctf_from_array(np.array([bad]))
+
+
+def test_a_project_keeps_the_ctf_and_refuses_a_bad_one(tmp_path):
+    import zipfile
+
+    from iastudio.core.particle_ctf import ctf_to_array
+    from iastudio.core.project import Project, ProjectError, load_project, save_project
+
+    c = ParticleCtf(1e4, 300.0, 2.7, 0.1, 3.0)
+    proj = Project(paths=["a.mrcs#1", "b.png"], labels=[None, None], base=np.zeros((2, 8, 8), np.float32),
+                   ctf=ctf_to_array([c, None], 2))
+    save_project(tmp_path / "p.iaproj", proj)
+    back = load_project(tmp_path / "p.iaproj")
+    assert_allclose(back.ctf, proj.ctf)  # the NaN row included
+    assert load_project(_saved(tmp_path / "old.iaproj", Project(paths=["x"], labels=[None]))).ctf is None
+    bad = proj.ctf.copy()
+    bad[0, 3] = 1.5  # amplitude contrast out of range
+    save_project(tmp_path / "bad.iaproj", Project(paths=proj.paths, labels=proj.labels, base=proj.base, ctf=bad))
+    with pytest.raises(ProjectError, match=r"bad\.iaproj: inconsistent contents .*ctf.*image 1"):
+        load_project(tmp_path / "bad.iaproj")
+    assert "arrays/ctf.npy" in zipfile.ZipFile(tmp_path / "p.iaproj").namelist()
+
+
+def _saved(path, project):
+    from iastudio.core.project import save_project
+
+    save_project(path, project)
+    return path
