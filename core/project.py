@@ -29,8 +29,10 @@ A project holds the image paths and true labels, the files skipped, the
 working size, the per-image transforms the user applied, the run parameters,
 the run's history (W, means, distances and labels per iteration, enough to
 replay the animation), the result, the clusters with their names after the
-user's edits, and — optionally, by default — the preprocessed working images,
-so the project opens even when the original files have moved.
+user's edits, each image's CTF parameters when it came from a RELION STAR
+file (``arrays/ctf.npy``, for phase flipping), and — optionally, by default —
+the preprocessed working images, so the project opens even when the original
+files have moved.
 """
 from __future__ import annotations
 
