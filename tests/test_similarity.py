@@ -102,3 +102,33 @@ def test_mirror_group_recovers_reflection_rotation_and_shift():
     assert np.linalg.norm(back - stack[1]) < 0.05  # and the reverse transform holds
     assert_allclose(se2.mirror_conjugate(se2.mirror_conjugate(tau)), tau)
     assert (e2.distances <= plain.distances + 1e-9).all()
+
+
+def test_binned_averages_blocks_and_keeps_channels():
+    from iastudio.core.similarity import _binned
+
+    x = np.arange(32.0).reshape(2, 4, 4)
+    assert_allclose(_binned(x, 2)[1], [[18.5, 20.5], [26.5, 28.5]])
+    colour = np.stack([x, 2 * x], axis=-1)  # (2, 4, 4, 2)
+    assert_allclose(_binned(colour, 2)[..., 1], 2 * _binned(x, 2))
+    assert _binned(x, 1) is x
+    with pytest.raises(ValueError, match="divisible"):
+        _binned(np.zeros((1, 5, 4)), 2)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_binned_search_alone_lands_within_a_pixel_and_the_refinement_on_the_answer(shape_images, seed):
+    from iastudio.core import similarity
+
+    rng = np.random.default_rng(10 + seed)
+    base = shape_images[seed]
+    # shifts that are not multiples of the 2-px bins, on a grid angle (5 degrees) and off it
+    tau = np.array([np.deg2rad(5.0 * rng.integers(-35, 36) + 1.3), rng.uniform(-7, 7), rng.uniform(-7, 7)])
+    imgs = np.stack([base, warp(base[None], tau[None])[0]]).astype(np.float32)
+    assert imgs.shape[1] >= similarity.BIN_MIN  # the binned search runs here
+    coarse = invariant_distances(imgs, refine_steps=0).transforms[0, 1]
+    assert abs(np.rad2deg(se2.wrap_angle(coarse[0] - tau[0]))) <= 2.5 + 1e-6  # the nearest grid angle
+    assert np.abs(coarse[1:] - tau[1:]).max() < 1.0
+    fine = invariant_distances(imgs)
+    assert_allclose(fine.transforms[0, 1, 1:], tau[1:], atol=0.1)
+    assert fine.distances[0, 1] < 0.02
