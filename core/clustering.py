@@ -553,7 +553,23 @@ def _by_parts(a, ks) -> dict:
     if cluster_qr is None or n_parts == 1 or not ks:
         return {}
     maps = _part_embedding(a, max(ks))
-    return {k: relabel_by_appearance(cluster_qr(maps[:, :k])) for k in ks if k <= maps.shape[1]}
+    return _cuts(maps, [k for k in ks if k <= maps.shape[1]], cluster_qr)
+
+
+def _cuts(maps, ks, cluster_qr) -> dict:
+    """``cluster_qr`` of the leading ``k`` columns of ``maps`` for each ``k`` of ``ks``, relabelled."""
+    def cut(k):
+        return relabel_by_appearance(cluster_qr(maps[:, :k]))
+
+    workers = min(threads(), len(ks))
+    if workers > 1 and not in_worker():
+        # each k's pivoted QR on a thread of its own (LAPACK releases the GIL); a pool of its own, not the
+        # engine's: the window re-reads clusters on its thread and must not queue behind a running computation
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ia-cuts") as pool:
+            return dict(zip(ks, pool.map(cut, ks)))
+    return {k: cut(k) for k in ks}
 
 
 def _partitions(affinity, ks) -> dict:
@@ -591,19 +607,7 @@ def _partitions(affinity, ks) -> dict:
                                       eigen_tol=1e-8, random_state=0, drop_first=False)
         else:
             maps = spectral_embedding(a + 1e-12, n_components=max(inside), random_state=0, drop_first=False)
-    def cut(k):
-        return relabel_by_appearance(cluster_qr(maps[:, :k]))
-
-    workers = min(threads(), len(inside))
-    if workers > 1 and not in_worker():
-        # each k's pivoted QR on a thread of its own (LAPACK releases the GIL); a pool of its own, not the
-        # engine's: the window re-reads clusters on its thread and must not queue behind a running computation
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ia-cuts") as pool:
-            cuts = dict(zip(inside, pool.map(cut, inside)))
-    else:
-        cuts = {k: cut(k) for k in inside}
+    cuts = _cuts(maps, inside, cluster_qr)
     return {k: cuts[k] if k in cuts else _spectral(affinity, k) for k in ks}
 
 
