@@ -25,8 +25,37 @@ from .run_output import is_sparse
 from .similarity import invariant_distances, plain_distances
 from .warp import warp
 
-__all__ = ["align_to_clusters", "entry_transforms", "feature_distances", "mean_step", "start_means",
-           "with_mirrors"]
+__all__ = ["AUTO_REALIGN_ROUNDS", "align_to_clusters", "entry_transforms", "feature_distances", "mean_step",
+           "realign_rounds", "start_means", "with_mirrors"]
+
+#: ``realign_rounds="auto"``: the rounds where every pair is aligned, and on the pruned path (thousands of
+#: images, where each round costs about 5 % of the run: ``benchmarks/bench_class_averages.py --run-only``)
+AUTO_REALIGN_ROUNDS = {"all pairs": 3, "pruned": 1}
+
+
+def realign_rounds(setting, *, pruned: bool) -> int:
+    """The rounds of re-alignment of a run's final class averages.
+
+    Parameters
+    ----------
+    setting : int or "auto"
+        ``Settings.realign_rounds``.
+    pruned : bool
+        The run aligned only candidate neighbours (its distances are a sparse graph).
+
+    Returns
+    -------
+    int
+        ``setting``, or for ``"auto"`` the entry of :data:`AUTO_REALIGN_ROUNDS`.
+
+    Examples
+    --------
+    >>> realign_rounds("auto", pruned=False), realign_rounds("auto", pruned=True), realign_rounds(0, pruned=False)
+    (3, 1, 0)
+    """
+    if setting == "auto":
+        return AUTO_REALIGN_ROUNDS["pruned" if pruned else "all pairs"]
+    return int(setting)
 
 
 def feature_distances(feats, settings, *, client=None, on_progress=None) -> tuple:
@@ -218,7 +247,7 @@ def _cluster_starts(labels, input_sim, beta: float):
     return weights, init, mirror, medoids
 
 
-def _realigned_starts(src, index, labels, init, settings, *, client=None, check=None):
+def _realigned_starts(src, index, labels, init, settings, *, rounds: int, client=None, check=None):
     """Each image's start re-aligned onto its cluster's mean: ``init(source, column)`` for the means.
 
     ``init`` holds the medoid alignments (the ``(n_sources, k, 3)`` array, or a pruned run's look-up);
@@ -237,7 +266,7 @@ def _realigned_starts(src, index, labels, init, settings, *, client=None, check=
         images = src[xp.asarray(index[members])]
         if members.size < 2 or not bool(xp.any(images != 0)):  # one image, or the blank images' cluster
             continue
-        t[members], _ = realign_to_mean(images, t[members], rounds=settings.realign_rounds,
+        t[members], _ = realign_to_mean(images, t[members], rounds=rounds,
                                         angle_step=settings.angle_step, rotation_range=settings.rotation_range,
                                         client=client)
     starts = np.zeros((src.shape[0], 3))
@@ -260,7 +289,7 @@ def align_to_clusters(inputs, labels, input_sim, settings, *, beta: float, clien
         ``method``, ``group``, ``angle_step``, ``rotation_range``, ``mean_steps``, ``sigmas``, ``mean_rtol``,
         ``realign_rounds``.  IA: every image is aligned onto its cluster's medoid (the features'
         alignments; a pruned run aligns the pairs image -> medoid here), then, for ``realign_rounds``
-        rounds, globally onto the mean of the cluster's other images
+        rounds (:func:`realign_rounds`), globally onto the mean of the cluster's other images
         (:func:`~iastudio.core.cluster_means.realign_to_mean`), then the invariant mean's refinement.
         E(2): whether an image is mirrored stays the medoid alignment's choice.
     beta : float
@@ -294,8 +323,9 @@ def align_to_clusters(inputs, labels, input_sim, settings, *, beta: float, clien
                                   pairs=(a[a != b], b[a != b]), client=client)
         init = lambda src, col: own.transform(src, medoids[col])  # noqa: E731
     if s.method == "ia":
-        if s.realign_rounds > 0:
-            init = _realigned_starts(src, index, labels, init, s, client=client, check=check)
+        rounds = realign_rounds(s.realign_rounds, pruned=is_sparse(input_sim[0]))
+        if rounds > 0:
+            init = _realigned_starts(src, index, labels, init, s, rounds=rounds, client=client, check=check)
         state = invariant_means(src, xp.asarray(w_src, dtype=np.float32), init, steps=s.mean_steps,
                                 sigmas=s.sigmas, tol=0.0, rtol=s.mean_rtol, check=check)
         means = state.means

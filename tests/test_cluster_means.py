@@ -218,3 +218,13 @@ def test_mirror_images_keep_the_medoids_choice_and_are_realigned():
     assert 5 <= new.mirrored.sum() <= 25
     closest = lambda mean: min(_rel_l2(mean, truth), _rel_l2(mean, np.ascontiguousarray(truth[:, ::-1])))  # noqa: E731
     assert closest(new.cluster_means[0]) < closest(old.cluster_means[0]) - 0.005  # 0.201 against 0.213
+
+
+def test_auto_realigns_three_rounds_on_every_pair_and_one_on_the_pruned_path():
+    # 3 rounds cost 16 % of a pruned run of 1,000 images, 1 round 5 % (docs/noise.md)
+    _, _, noisy = _known_set(0.5, n=20, seed=3)
+    for neighbors, rounds, other in (("all", 3, 1), (6, 1, 3)):
+        auto, same, differs = (_run_means(noisy, r, clusters=1, neighbors=neighbors) for r in ("auto", rounds, other))
+        assert_allclose(auto.cluster_means, same.cluster_means)
+        assert_allclose(auto.image_transforms, same.image_transforms)
+        assert np.abs(auto.cluster_means - differs.cluster_means).max() > 1e-3  # the rounds show in the mean
