@@ -120,14 +120,15 @@ def aligned_averages(images, clusters, *, distances=None) -> np.ndarray:
     return out
 
 
-def to_input_frame(image, scale: float) -> np.ndarray:
-    """A canvas image (content scaled by ``scale`` about the centre) resampled back to the input's pixels."""
+def to_input_frame(image, scale: float, shape) -> np.ndarray:
+    """A canvas image (content scaled by ``scale`` about the centre) resampled back to the input's ``shape``."""
     from scipy.ndimage import affine_transform
 
     image = np.asarray(image, dtype=np.float64)
-    centre = (np.array(image.shape) - 1) / 2.0
-    # output pixel p (input frame) reads the canvas at centre + scale (p - centre)
-    return affine_transform(image, np.full(2, float(scale)), offset=centre - scale * centre, order=3, mode="constant")
+    centre, inner = (np.array(image.shape) - 1) / 2.0, (np.array(shape) - 1) / 2.0
+    # output pixel p (input frame) reads the canvas at centre + scale (p - inner)
+    return affine_transform(image, np.full(2, float(scale)), offset=centre - scale * inner, output_shape=tuple(shape),
+                            order=3, mode="constant")
 
 
 def _majority_labels(labels, truth, views):
@@ -193,7 +194,8 @@ def evaluate(spec, *, split: str, aspire: bool, aspire_nbor: int = 10, seed: int
     picked = _majority_labels(res.labels, truth, views)
     for rounds, name in ((0, "run means r0"), (realign_rounds, "run means rN")):
         # the canvas frame back to the input's (each cluster: its members' median canvas scale)
-        rows = [measure(to_input_frame(runs[rounds].cluster_means[c], np.median(scales[res.labels == c])), clean[v])
+        rows = [measure(to_input_frame(runs[rounds].cluster_means[c], np.median(scales[res.labels == c]),
+                                       clean[v].shape), clean[v])
                 for c, v in zip(picked, views, strict=True)]
         out[name] = (*(float(np.mean([r[key] for r in rows])) for key in ("relL2", "frc0.5", "frc0.143")),
                      out["_runs"][rounds][0], rows)
