@@ -17,6 +17,14 @@ most of its images gives
 * ``aligned avg``    -- the plain average of the cluster's noisy images, each aligned onto the
                         medoid once (the same alignment the invariant mean starts from);
 * ``aligned avg (dn)`` -- the same of the denoised images;
+* ``run means r0`` / ``run means rN`` -- the run's *own* class averages (``RunResult.cluster_means``,
+                        what ``ia-cluster`` writes as ``means.npy`` and the app shows; made of the
+                        denoised canvas by :func:`~iastudio.core.run_steps.align_to_clusters`) of the
+                        same ``AttentionRun`` with ``realign_rounds=0`` (each image aligned onto its
+                        cluster's medoid, then the invariant mean: before issue 30) and with
+                        ``realign_rounds=N`` (``--realign-rounds``, the default 3): the cluster of the
+                        view's majority, resampled from the canvas (the object scaled to the working
+                        size) back to the input's pixels; ``--denoise off``: runs of the noisy images;
 * ``ASPIRE avg``     -- ASPIRE's class average (``DebugClassAvgSource``, run from its own
                         environment by ``aspire_peer.py``) of the image of that view whose
                         neighbour class lies most inside its own ASPIRE cluster (ASPIRE's
@@ -34,12 +42,17 @@ the clean image by the engine's own invariant alignment
                  below 0.5 / 0.143 (:func:`~iastudio.core.frc.frc_resolution`; 2 px = Nyquist).
 
 Each column's cell is the mean over the views, and the seconds it took (the IA run's seconds are
-the clustering's, shared by the IA columns).
+the clustering's, shared by the IA columns).  A second table gives the two runs' seconds: the final
+stage (``timings["final_s"]``: the class averages and every image's alignment onto them) and the whole
+run, with rounds 0 and N, and their ratios (N over 0), measured in the same process one after the
+other (so the ratios hold on a loaded machine).  ``--run-only`` measures only the two runs (e.g. a
+pruned run: ``--snr 1 --per-view 250``, 1,000 images, pruned by ``neighbors="auto"`` above 300).
 
 Usage::
 
     python benchmarks/bench_class_averages.py                         # SNR 0.1, 30 per view, tune + holdout
     python benchmarks/bench_class_averages.py --per-view 100 --no-aspire
+    python benchmarks/bench_class_averages.py --snr 1 --per-view 250 --run-only   # a pruned run
 """
 from __future__ import annotations
 
@@ -57,7 +70,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from noise_suite import NoiseSpec, make_noise_set  # noqa: E402
 
 COLUMNS = ("IA mean", "IA mean (dn)", "IA mean re-al.", "IA mean re-al. (dn)", "aligned avg", "aligned avg (dn)",
-           "ASPIRE avg")
+           "run means r0", "run means rN", "ASPIRE avg")
 BACKGROUND_RADIUS = 20.0  # px: outside this disk a 48-px particle frame holds background
 
 
@@ -107,15 +120,27 @@ def aligned_averages(images, clusters, *, distances=None) -> np.ndarray:
     return out
 
 
+def to_input_frame(image, scale: float, shape) -> np.ndarray:
+    """A canvas image (content scaled by ``scale`` about the centre) resampled back to the input's ``shape``."""
+    from scipy.ndimage import affine_transform
+
+    image = np.asarray(image, dtype=np.float64)
+    centre, inner = (np.array(image.shape) - 1) / 2.0, (np.array(shape) - 1) / 2.0
+    # output pixel p (input frame) reads the canvas at centre + scale (p - inner)
+    return affine_transform(image, np.full(2, float(scale)), offset=centre - scale * inner, output_shape=tuple(shape),
+                            order=3, mode="constant")
+
+
+def _majority_labels(labels, truth, views):
+    """For each view, the predicted cluster holding most of its images."""
+    labels = np.asarray(labels)
+    return [int(np.bincount(labels[truth == v]).argmax()) for v in views]
+
+
 def _majority_clusters(labels, truth, views):
     """For each view, the members of the predicted cluster holding most of its images."""
     labels = np.asarray(labels)
-    out = []
-    for v in views:
-        mine = labels[truth == v]
-        best = np.bincount(mine).argmax()
-        out.append(np.flatnonzero(labels == best))
-    return out
+    return [np.flatnonzero(labels == best) for best in _majority_labels(labels, truth, views)]
 
 
 def _aspire_picks(peer, truth, views):
@@ -130,8 +155,13 @@ def _aspire_picks(peer, truth, views):
 
 
 def evaluate(spec, *, split: str, aspire: bool, aspire_nbor: int = 10, seed: int = 0, realign_rounds: int = 3,
-             leave_one_out: bool = True) -> dict:
-    """All columns on one set: ``{column: (mean relL2, mean FRC0.5 px, mean FRC0.143 px, seconds)}``."""
+             leave_one_out: bool = True, run_only: bool = False, run_denoise: str = "auto",
+             run_scale: str = "content") -> dict:
+    """All columns on one set: ``{column: (mean relL2, mean FRC0.5 px, mean FRC0.143 px, seconds)}``.
+
+    ``_runs`` holds the two runs' seconds: ``{rounds: (final stage, whole run)}`` (rounds 0 and
+    ``realign_rounds``; the preprocessing and denoising, shared, are not in them).
+    """
     from sklearn.metrics import adjusted_rand_score
 
     from iastudio.core.attention import AttentionRun
@@ -147,11 +177,31 @@ def evaluate(spec, *, split: str, aspire: bool, aspire_nbor: int = 10, seed: int
     out = {"_n": len(images)}
 
     t0 = time.perf_counter()
-    canvas = preprocess(images, size=stack.shape[1], denoise="auto")
-    res = AttentionRun(canvas.images, backend="numpy", clusters=k).run()
-    t_run = time.perf_counter() - t0
+    canvas = preprocess(images, size=stack.shape[1], denoise=run_denoise, scale=run_scale)
+    t_prep = time.perf_counter() - t0
+    runs, out["_runs"] = {}, {}
+    for rounds in (0, realign_rounds):  # the same run but its final stage; the old way first
+        t = time.perf_counter()
+        runs[rounds] = AttentionRun(canvas.images, backend="numpy", clusters=k, realign_rounds=rounds).run()
+        out["_runs"][rounds] = (runs[rounds].timings["final_s"], time.perf_counter() - t)
+    res = runs[realign_rounds]
+    t_run = t_prep + out["_runs"][0][1]
     out["_ari"] = adjusted_rand_score(truth, res.labels)
     out["_note"] = canvas.denoise.note if canvas.denoise is not None else ""
+    scales = np.asarray(canvas.scale, dtype=float)
+    out["_canvas_scale"] = (float(np.min(scales)), float(np.max(scales)))
+    out["_same_labels"] = bool(np.array_equal(runs[0].labels, res.labels))
+    picked = _majority_labels(res.labels, truth, views)
+    for rounds, name in ((0, "run means r0"), (realign_rounds, "run means rN")):
+        # the canvas frame back to the input's (each cluster: its members' median canvas scale)
+        rows = [measure(to_input_frame(runs[rounds].cluster_means[c], np.median(scales[res.labels == c]),
+                                       clean[v].shape), clean[v])
+                for c, v in zip(picked, views, strict=True)]
+        out[name] = (*(float(np.mean([r[key] for r in rows])) for key in ("relL2", "frc0.5", "frc0.143")),
+                     out["_runs"][rounds][0], rows)
+    out["_run_s"] = t_run
+    if run_only:
+        return out
     clusters = _majority_clusters(res.labels, truth, views)
 
     scale = 1.0 / float(np.mean(np.linalg.norm(stack, axis=(1, 2))))  # one factor: intensities kept
@@ -175,7 +225,6 @@ def evaluate(spec, *, split: str, aspire: bool, aspire_nbor: int = 10, seed: int
     cols("IA mean re-al. (dn)", lambda: cluster_invariant_means(den, clusters, **again))
     cols("aligned avg", lambda: aligned_averages(noisy, clusters, distances=dists))
     cols("aligned avg (dn)", lambda: aligned_averages(den, clusters, distances=dists))
-    out["_run_s"] = t_run
     if aspire:
         from aspire_peer import aspire_python, run_peer
 
@@ -208,6 +257,14 @@ def main(argv=None) -> int:
     p.add_argument("--realign-rounds", type=int, default=3, help="rounds of the re-aligned means (default 3)")
     p.add_argument("--all-in-mean", action="store_true",
                    help="re-align each member onto the mean of all (default: onto the others' mean)")
+    p.add_argument("--denoise", choices=("auto", "off"), default="auto",
+                   help="the runs' preprocessing (default auto, as ia-cluster; off: the runs' means of the noisy "
+                        "images)")
+    p.add_argument("--scale", choices=("content", "frame"), default="content",
+                   help="the runs' preprocessing (default content, as ia-cluster; frame: every image at its own "
+                        "scale, for --denoise off, where finding the object in a noisy image fails)")
+    p.add_argument("--run-only", action="store_true",
+                   help="only the run's own means and the two runs' seconds (no other columns, no ASPIRE)")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     spec = NoiseSpec(f"cryo-snr{args.snr:g}-{args.per_view}", args.snr, args.per_view)
@@ -215,13 +272,19 @@ def main(argv=None) -> int:
     nbor = args.aspire_nbor if args.aspire_nbor is not None else max(args.per_view - 1, 1)
     print(f"# class averages against the clean views, {spec.name} (48 px, NumPy); cells: "
           "relative L2 after alignment / FRC resolution at 0.5 / at 0.143 (px, 2 = Nyquist) / seconds; "
-          f"ASPIRE classes of {nbor + 1} images; re-aligned: {args.realign_rounds} rounds"
+          f"ASPIRE classes of {nbor + 1} images; re-aligned: {args.realign_rounds} rounds; the runs: --denoise "
+          f"{args.denoise} --scale {args.scale}"
           + (", onto the mean of all" if args.all_in_mean else ", leave-one-out"))
     print("| split | n | IA ARI (k given) | " + " | ".join(COLUMNS) + " |")
     print("|---|---|---|" + "---|" * len(COLUMNS))
+    timing_rows = []
     for split in splits:
-        r = evaluate(spec, split=split, aspire=not args.no_aspire, aspire_nbor=nbor,
-                     realign_rounds=args.realign_rounds, leave_one_out=not args.all_in_mean)
+        r = evaluate(spec, split=split, aspire=not (args.no_aspire or args.run_only), aspire_nbor=nbor,
+                     realign_rounds=args.realign_rounds, leave_one_out=not args.all_in_mean, run_only=args.run_only,
+                     run_denoise=args.denoise, run_scale=args.scale)
+        (f0, w0), (f1, w1) = r["_runs"][0], r["_runs"][args.realign_rounds]
+        timing_rows.append(f"| {split} | {r['_n']} | {f0:.1f} | {f1:.1f} | {f1 / max(f0, 1e-9):.2f} | {w0:.1f} | "
+                           f"{w1:.1f} | {w1 / max(w0, 1e-9):.2f} | {(f1 - f0) / max(w0, 1e-9):+.1%} |")
         cells = []
         for col in COLUMNS:
             if col in r:
@@ -237,7 +300,14 @@ def main(argv=None) -> int:
                                      for row in r[col][4])
                 print(f"#   {split} {col} per view: {per_view}")
         print(f"#   {split}: {r['_note']}" + (f"; ASPIRE ARI {r['_aspire_ari']:.2f}" if "_aspire_ari" in r else "")
-              + (f"; {r['_aspire']}" if "_aspire" in r else ""), flush=True)
+              + (f"; {r['_aspire']}" if "_aspire" in r else "")
+              + f"; canvas scale {r['_canvas_scale'][0]:.3f}-{r['_canvas_scale'][1]:.3f}; the two runs' clusters "
+              + ("equal" if r["_same_labels"] else "DIFFER"), flush=True)
+    print(f"\n# the run's seconds, realign_rounds 0 and {args.realign_rounds} (one after the other, one process)")
+    print("| split | n | final stage, r0 (s) | final stage, rN (s) | ratio | run, r0 (s) | run, rN (s) | ratio | "
+          "added, share of the r0 run |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(timing_rows), flush=True)
     return 0
 
 

@@ -140,6 +140,14 @@ class Settings:
         given; ``"paper"`` each image divided by its peak, the paper's
         ``[0, 1]`` intensities, on which a ``beta`` of the paper applies
         (:func:`iastudio.core.presets.paper_intensity`).
+    realign_rounds : int or "auto"
+        The final class averages (:func:`~iastudio.core.run_steps.align_to_clusters`): rounds of
+        global re-alignment of each cluster's images onto the mean of the others
+        (:func:`~iastudio.core.cluster_means.realign_to_mean`) after their alignment onto the
+        cluster's medoid and before the invariant mean's refinement; ``0``: the medoid alignment
+        alone (the means before issue 30).  ``"auto"`` (default): 3 where every pair is aligned,
+        1 on the pruned path (:data:`~iastudio.core.run_steps.AUTO_REALIGN_ROUNDS`; 3 rounds took
+        16 % more time on a pruned run of 1,000 images, 1 round 5 %).
     readout : {"auto", "spectral", "collapse"}
         How the clusters are read from the final distances: spectral
         clustering (:mod:`iastudio.core.clustering`), or the images whose
@@ -172,6 +180,7 @@ class Settings:
     learning_rate: float = 0.005
     intensity: str = "unit"
     readout: str = option("readout").default
+    realign_rounds: object = option("realign_rounds").default
     preset: str | None = None
     forecast: bool = True
     sharpen: object = "auto"
@@ -253,7 +262,7 @@ class AttentionRun(RunLoop):
         process's setting (:func:`iastudio.core.backend.set_threads`).
     method, beta, iterations, clusters, rotation_range, angle_step, mean_steps, sigmas, init, weight_tol, \
 weight_mass, mean_rtol, snapshot_every, converge_tol, guard, group, neighbors, mean_solver, learning_rate, \
-intensity, readout, forecast, sharpen
+intensity, readout, forecast, sharpen, realign_rounds
         The options of the run, keyword-only: see :class:`Settings` (the
         defaults are its defaults).  They are kept as :attr:`settings`.
     preset : str, optional
@@ -281,7 +290,8 @@ intensity, readout, forecast, sharpen
                  guard: bool | None = Settings.guard, group: str = Settings.group, neighbors=Settings.neighbors,
                  mean_solver: str = Settings.mean_solver, learning_rate: float = Settings.learning_rate,
                  intensity: str = Settings.intensity, readout: str = Settings.readout, preset: str | None = None,
-                 forecast: bool = Settings.forecast, sharpen=Settings.sharpen):
+                 forecast: bool = Settings.forecast, sharpen=Settings.sharpen,
+                 realign_rounds=Settings.realign_rounds):
         #: optional ``dask.distributed.Client``: similarity chunks and mean columns run as its tasks
         self.client = client
         check("threads", threads)
@@ -293,7 +303,7 @@ intensity, readout, forecast, sharpen
             weight_mass=weight_mass, mean_rtol=mean_rtol, snapshot_every=snapshot_every,
             converge_tol=converge_tol, guard=guard, group=group, neighbors=neighbors, mean_solver=mean_solver,
             learning_rate=learning_rate, intensity=intensity, readout=readout, forecast=bool(forecast),
-            sharpen=sharpen)
+            sharpen=sharpen, realign_rounds=realign_rounds)
         self.settings = Settings.of(options, preset=preset)
         images = _checked_images(images)
         self.settings.validate(images.shape[0])

@@ -411,6 +411,7 @@ def _run_body(args, client) -> int:
                        rotation_range=args.rotation_range, angle_step=args.angle_step, group=args.group,
                        neighbors=args.neighbors, client=client, threads=args.threads,
                        readout=getattr(args, "readout", "auto"),
+                       realign_rounds=getattr(args, "realign_rounds", options.option("realign_rounds").default),
                        preset="paper" if getattr(args, "paper", False) else None)
     history = _iterate(run, args)
     res = run.result()
@@ -596,6 +597,7 @@ def _summary(args, data, canvas, run, res, seconds: float) -> dict:
             "export": args.export, "pixel_size": args.pixel_size,
             "denoise": getattr(args, "denoise", "off"), "phase_flip": bool(getattr(args, "phase_flip", False)),
             "preset": run.settings.preset, "readout": run.settings.readout,
+            "realign_rounds": run.settings.realign_rounds,
         },
         "timings": {
             "total_s": round(seconds, 3),

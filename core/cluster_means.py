@@ -22,6 +22,7 @@ import numpy as np
 from scipy import sparse
 
 from . import se2
+from .backend import array_module, to_host
 from .invariant_mean import invariant_means
 from .similarity import invariant_distances
 from .warp import warp
@@ -60,34 +61,37 @@ def medoid(members, distances) -> int:
 
 
 def _objective(aligned) -> float:
-    """``mean_i ||a_i - mu||^2`` with ``mu`` the mean of the aligned members (float64)."""
-    a = np.asarray(aligned, dtype=np.float64)
-    return float(np.mean(np.sum((a - a.mean(axis=0)) ** 2, axis=tuple(range(1, a.ndim)))))
+    """``mean_i ||a_i - mu||^2`` with ``mu`` the mean of the aligned members (float64; NumPy or CuPy)."""
+    a = aligned.astype(np.float64)
+    return float(((a - a.mean(axis=0)) ** 2).sum(axis=tuple(range(1, a.ndim))).mean())
 
 
-def _realign_round(images, t, aligned, *, angle_step, rotation_range, leave_one_out):
+def _realign_round(images, t, aligned, *, angle_step, rotation_range, leave_one_out, client=None):
     """One round: every member aligned globally onto its reference; a member keeps a pose that fits better."""
+    xp = array_module(images)
     n = images.shape[0]
     axes = tuple(range(1, images.ndim))
     per_image = (n,) + (1,) * (images.ndim - 1)
     a = aligned.astype(np.float64)
     total = a.sum(axis=0)
-    refs = (total[None] - a) / (n - 1) if leave_one_out else np.broadcast_to(total / n, a.shape)
-    norms = np.sqrt(np.sum(images.astype(np.float64) ** 2, axis=axes))
-    ref_norms = np.sqrt(np.sum(refs ** 2, axis=axes))
-    scale = np.where(ref_norms > 0, norms / np.maximum(ref_norms, 1e-300), 0.0)  # the alignment's unit scale
+    refs = (total[None] - a) / (n - 1) if leave_one_out else xp.broadcast_to(total / n, a.shape)
+    norms = xp.sqrt((images.astype(np.float64) ** 2).sum(axis=axes))
+    ref_norms = xp.sqrt((refs ** 2).sum(axis=axes))
+    scale = xp.where(ref_norms > 0, norms / xp.maximum(ref_norms, 1e-300), 0.0)  # the alignment's unit scale
     rows = np.arange(n)
-    sim = invariant_distances(np.concatenate([images, (refs * scale.reshape(per_image)).astype(np.float32)]),
-                              angle_step=angle_step, rotation_range=rotation_range, pairs=(rows, rows + n))
-    proposed = sim.transform(rows, rows + n)
-    moved = warp(images, proposed.astype(np.float32))
-    better = np.sum((moved.astype(np.float64) - refs) ** 2, axis=axes) < np.sum((a - refs) ** 2, axis=axes)
-    return np.where(better[:, None], proposed, t), np.where(better.reshape(per_image), moved, aligned)
+    sim = invariant_distances(xp.concatenate([images, (refs * scale.reshape(per_image)).astype(np.float32)]),
+                              angle_step=angle_step, rotation_range=rotation_range, pairs=(rows, rows + n),
+                              client=client)
+    proposed = sim.transform(rows, rows + n)  # host
+    moved = warp(images, xp.asarray(proposed, dtype=np.float32))
+    better = to_host(((moved.astype(np.float64) - refs) ** 2).sum(axis=axes) < ((a - refs) ** 2).sum(axis=axes))
+    return (np.where(better[:, None], proposed, t),
+            xp.where(xp.asarray(better).reshape(per_image), moved, aligned))
 
 
 def realign_to_mean(images, transforms=None, *, rounds: int = 3, angle_step: float = 5.0,
                     rotation_range: float | None = None, leave_one_out: bool = True,
-                    tol_px: float = 0.5) -> tuple[np.ndarray, list]:
+                    tol_px: float = 0.5, client=None) -> tuple[np.ndarray, list]:
     """Align every image globally onto the current mean (of the others, by default), re-average, repeat.
 
     Alternating minimisation of the invariant mean's objective (paper eq. 2.3 with equal weights)
@@ -100,7 +104,8 @@ def realign_to_mean(images, transforms=None, *, rounds: int = 3, angle_step: flo
     Parameters
     ----------
     images : ndarray, shape (n, H, W[, C])
-        The members (one canvas; unit norm as the run's working images, though any scale works).
+        The members (one canvas; unit norm as the run's working images, though any scale works), NumPy
+        or CuPy: the alignments and averages run where the images are.
     transforms : ndarray, shape (n, 3), optional
         Starting poses ``tau_i`` (``v_i o tau_i`` in the mean's frame), e.g. each member aligned onto
         a medoid.  Default: the identity (then ``leave_one_out=False`` converges much faster: the
@@ -118,6 +123,8 @@ def realign_to_mean(images, transforms=None, *, rounds: int = 3, angle_step: flo
     tol_px : float
         The poses have settled, and the rounds stop, when no member turned by more than half the angle
         step nor moved by more than this many pixels in a round.
+    client : dask.distributed.Client, optional
+        Run the alignments as tasks on this cluster (:func:`~iastudio.core.similarity.invariant_distances`).
 
     Returns
     -------
@@ -137,17 +144,18 @@ def realign_to_mean(images, transforms=None, *, rounds: int = 3, angle_step: flo
     >>> bool(objective[-1] < 0.01 * objective[0])
     True
     """
-    images = np.asarray(images, dtype=np.float32)
+    xp = array_module(images)
+    images = xp.asarray(images, dtype=np.float32)
     n = images.shape[0]
-    t = np.zeros((n, 3)) if transforms is None else np.array(transforms, dtype=np.float64).reshape(n, 3)
-    aligned = warp(images, t.astype(np.float32))
+    t = np.zeros((n, 3)) if transforms is None else np.array(to_host(transforms), dtype=np.float64).reshape(n, 3)
+    aligned = warp(images, xp.asarray(t, dtype=np.float32))
     objective = [_objective(aligned)]
     if n < 2 or rounds <= 0:
         return t, objective
     leave_one_out = leave_one_out and n > 2  # two members: each onto the other would swap their poses
     for _ in range(rounds):
-        t_new, aligned_new = _realign_round(images, t, aligned, angle_step=angle_step,
-                                            rotation_range=rotation_range, leave_one_out=leave_one_out)
+        t_new, aligned_new = _realign_round(images, t, aligned, angle_step=angle_step, rotation_range=rotation_range,
+                                            leave_one_out=leave_one_out, client=client)
         j = _objective(aligned_new)
         if j > objective[-1]:
             break

@@ -153,6 +153,10 @@ OPTIONS: tuple[Option, ...] = (
            none_means="one per core this process may use", in_panel=False),
     Option("neighbors", int, "auto", "align only each image's K candidate neighbours (auto: all pairs up to "
            "300 images, K=30 above)", minimum=1, words=("all", "auto"), metavar="K|all|auto", in_panel=False),
+    Option("realign_rounds", int, "auto", "rounds of global re-alignment of each cluster's images onto its mean "
+           "before the final class averages (auto: 3 where every pair is aligned, 1 on the pruned path; 0: each "
+           "aligned onto the cluster's medoid only)",
+           minimum=0, maximum=20, words=("auto",), metavar="N|auto", typical=3, in_panel=False),
     Option("readout", str, "auto", "how clusters are read out: spectral clustering, or collapse (images whose "
            "final features coincide; needs --clusters auto); auto: collapse with --paper and --clusters auto, "
            "spectral otherwise", choices=("auto", "spectral", "collapse"), in_panel=False),

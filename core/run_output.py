@@ -113,6 +113,8 @@ class RunResult:
     beta : float
         The global ``beta`` used (explicit) or its equivalent (auto).
     timings : dict
+        Seconds: ``similarity_s``, ``mean_s``, ``forecast_s``, ``total_s``; ``final_s``, the final
+        class averages and alignment (:func:`~iastudio.core.run_steps.align_to_clusters`, also in ``mean_s``).
     k_choice : KChoice
         How the number of clusters was chosen: candidates and confidence.
     blank : ndarray of bool (n,)

@@ -7,13 +7,17 @@ and the backend's array module (``xp``).  One IA iteration (paper §2):
 invariant distances of the features (:func:`feature_distances`) -> W -> the
 invariant mean of every column (:func:`start_means`, then :func:`mean_step`
 until done).  At the end, every image is aligned onto the invariant mean of
-its cluster (:func:`align_to_clusters`).
+its cluster (:func:`align_to_clusters`): aligned onto the cluster's medoid,
+re-aligned globally onto the mean of the others for ``realign_rounds`` rounds
+(:func:`~iastudio.core.cluster_means.realign_to_mean`), then the invariant
+mean's refinement.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .backend import to_host
+from .backend import array_module, to_host
+from .cluster_means import realign_to_mean
 from .descent_mean import descent_step, start_descent_means
 from .invariant_mean import invariant_mean_step, invariant_means, start_invariant_means
 from .neighbors import resolve_neighbors
@@ -21,8 +25,37 @@ from .run_output import is_sparse
 from .similarity import invariant_distances, plain_distances
 from .warp import warp
 
-__all__ = ["align_to_clusters", "entry_transforms", "feature_distances", "mean_step", "start_means",
-           "with_mirrors"]
+__all__ = ["AUTO_REALIGN_ROUNDS", "align_to_clusters", "entry_transforms", "feature_distances", "mean_step",
+           "realign_rounds", "start_means", "with_mirrors"]
+
+#: ``realign_rounds="auto"``: the rounds where every pair is aligned, and on the pruned path (thousands of
+#: images, where each round costs about 5 % of the run: ``benchmarks/bench_class_averages.py --run-only``)
+AUTO_REALIGN_ROUNDS = {"all pairs": 3, "pruned": 1}
+
+
+def realign_rounds(setting, *, pruned: bool) -> int:
+    """The rounds of re-alignment of a run's final class averages.
+
+    Parameters
+    ----------
+    setting : int or "auto"
+        ``Settings.realign_rounds``.
+    pruned : bool
+        The run aligned only candidate neighbours (its distances are a sparse graph).
+
+    Returns
+    -------
+    int
+        ``setting``, or for ``"auto"`` the entry of :data:`AUTO_REALIGN_ROUNDS`.
+
+    Examples
+    --------
+    >>> realign_rounds("auto", pruned=False), realign_rounds("auto", pruned=True), realign_rounds(0, pruned=False)
+    (3, 1, 0)
+    """
+    if setting == "auto":
+        return AUTO_REALIGN_ROUNDS["pruned" if pruned else "all pairs"]
+    return int(setting)
 
 
 def feature_distances(feats, settings, *, client=None, on_progress=None) -> tuple:
@@ -214,6 +247,33 @@ def _cluster_starts(labels, input_sim, beta: float):
     return weights, init, mirror, medoids
 
 
+def _realigned_starts(src, index, labels, init, settings, *, rounds: int, client=None, check=None):
+    """Each image's start re-aligned onto its cluster's mean: ``init(source, column)`` for the means.
+
+    ``init`` holds the medoid alignments (the ``(n_sources, k, 3)`` array, or a pruned run's look-up);
+    image ``i`` is the source ``index[i]`` (its mirror image where E(2) chose it: the mirror flags stay
+    the medoid alignment's, the rounds search rotations and shifts).  Sources that are no image's own
+    entry (the other half of ``[v; flip(v)]``) start at the identity; they carry no weight.
+    """
+    n = labels.shape[0]
+    own = np.arange(n)
+    t = np.array(init(own, labels) if callable(init) else to_host(init)[index, labels], dtype=np.float64)
+    xp = array_module(src)
+    for c in range(int(labels.max()) + 1):
+        members = np.flatnonzero(labels == c)
+        if check is not None:
+            check()
+        images = src[xp.asarray(index[members])]
+        if members.size < 2 or not bool(xp.any(images != 0)):  # one image, or the blank images' cluster
+            continue
+        t[members], _ = realign_to_mean(images, t[members], rounds=rounds,
+                                        angle_step=settings.angle_step, rotation_range=settings.rotation_range,
+                                        client=client)
+    starts = np.zeros((src.shape[0], 3))
+    starts[index] = t
+    return lambda source, col: starts[np.asarray(source)]
+
+
 def align_to_clusters(inputs, labels, input_sim, settings, *, beta: float, client=None, check=None,
                       xp=np) -> tuple:
     """Each cluster's invariant mean of its input images, and every image aligned onto its cluster's.
@@ -226,7 +286,12 @@ def align_to_clusters(inputs, labels, input_sim, settings, *, beta: float, clien
     input_sim : tuple
         The inputs' ``(distances, transforms, mirrored, probes)``.
     settings : Settings
-        ``method``, ``group``, ``angle_step``, ``rotation_range``, ``mean_steps``, ``sigmas``, ``mean_rtol``.
+        ``method``, ``group``, ``angle_step``, ``rotation_range``, ``mean_steps``, ``sigmas``, ``mean_rtol``,
+        ``realign_rounds``.  IA: every image is aligned onto its cluster's medoid (the features'
+        alignments; a pruned run aligns the pairs image -> medoid here), then, for ``realign_rounds``
+        rounds (:func:`realign_rounds`), globally onto the mean of the cluster's other images
+        (:func:`~iastudio.core.cluster_means.realign_to_mean`), then the invariant mean's refinement.
+        E(2): whether an image is mirrored stays the medoid alignment's choice.
     beta : float
         The run's bandwidth (a pruned run's medoids).
     client : dask.distributed.Client, optional
@@ -258,6 +323,9 @@ def align_to_clusters(inputs, labels, input_sim, settings, *, beta: float, clien
                                   pairs=(a[a != b], b[a != b]), client=client)
         init = lambda src, col: own.transform(src, medoids[col])  # noqa: E731
     if s.method == "ia":
+        rounds = realign_rounds(s.realign_rounds, pruned=is_sparse(input_sim[0]))
+        if rounds > 0:
+            init = _realigned_starts(src, index, labels, init, s, rounds=rounds, client=client, check=check)
         state = invariant_means(src, xp.asarray(w_src, dtype=np.float32), init, steps=s.mean_steps,
                                 sigmas=s.sigmas, tol=0.0, rtol=s.mean_rtol, check=check)
         means = state.means
