@@ -31,6 +31,7 @@ class SessionProject:
     run: AttentionRun | None
     _preview: Canvas | None
     run_inputs: RunInputs | None
+    phase_flip_report: dict | None
 
     def to_project(self, *, autosave: bool = False) -> Project:
         """The session as a :class:`~iastudio.core.project.Project`: a snapshot that later changes do not touch.
