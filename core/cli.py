@@ -354,6 +354,17 @@ def _import_engine() -> None:
         from . import attention  # noqa: F401
 
 
+def _realign_rounds_used(run) -> int | None:
+    """The rounds of re-alignment the run's class averages had (``"auto"`` resolved); None for KA (no means)."""
+    from .neighbors import resolve_neighbors
+    from .run_steps import realign_rounds
+
+    if run.settings.method != "ia":
+        return None
+    return realign_rounds(run.settings.realign_rounds,
+                          pruned=resolve_neighbors(run.settings.neighbors, run.n) is not None)
+
+
 def _phase_flip_problem(args) -> str | None:
     """With ``--phase-flip``: why the inputs cannot be phase-flipped (not all STAR files with CTF columns), or None.
 
@@ -597,7 +608,7 @@ def _summary(args, data, canvas, run, res, seconds: float) -> dict:
             "export": args.export, "pixel_size": args.pixel_size,
             "denoise": getattr(args, "denoise", "off"), "phase_flip": bool(getattr(args, "phase_flip", False)),
             "preset": run.settings.preset, "readout": run.settings.readout,
-            "realign_rounds": run.settings.realign_rounds,
+            "realign_rounds": run.settings.realign_rounds, "realign_rounds_used": _realign_rounds_used(run),
         },
         "timings": {
             "total_s": round(seconds, 3),

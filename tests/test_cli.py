@@ -60,6 +60,9 @@ def test_end_to_end_folder_with_skipped_files(tmp_path, capsys):
     assert 0 < summary["k_confidence"] <= 1
     assert summary["blank"] == []
     assert summary["parameters"]["scale"] == "content"
+    # "auto" as asked, and what it meant: every pair of 6 images is aligned, so 3 rounds
+    assert summary["parameters"]["realign_rounds"] == "auto"
+    assert summary["parameters"]["realign_rounds_used"] == 3
     assert summary["k_unsure"] == (summary["k_confidence"] < 0.4)
     assert "k_stability" in summary
     w = np.load(out / "weights.npy", allow_pickle=False)
@@ -83,6 +86,7 @@ def test_demo_ka_one_iteration_and_transform(tmp_path):
     assert s["n_clusters"] == 3
     assert s["iterations"] == 1
     assert s["parameters"]["method"] == "ka"
+    assert s["parameters"]["realign_rounds_used"] is None  # KA has no invariant means to re-align
     assert s["metrics"]["ari"] < 1.0
 
 
