@@ -316,14 +316,11 @@ def main(argv=None) -> int:
     except _UsageError as exc:
         parser.error(str(exc))
     except Interrupted as exc:
-        args.results.discard()
-        log.info("interrupted by signal %s", exc.signum)
-        lead = "\n" if sys.stderr.isatty() else ""
-        what = (f"the results in {printable(args.out)} are complete" if args.results.committed
-                else "no results were written")
-        print(f"{lead}ia-cluster: interrupted by {signal.Signals(exc.signum).name}; {what}", file=sys.stderr)
-        return exc.code
+        return _interrupted(args, exc)
     except Exception as exc:  # noqa: BLE001 - the user sees one line, the log the traceback
+        if (signalled := _interruption(exc)) is not None:
+            log.info("the signal's exception became %r inside the threading module", exc, exc_info=exc)
+            return _interrupted(args, signalled)
         log.exception("run failed")
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else (
             "not enough memory" if isinstance(exc, MemoryError) else type(exc).__name__)
@@ -336,6 +333,34 @@ def main(argv=None) -> int:
 
 class _UsageError(Exception):
     pass
+
+
+def _interruption(exc: BaseException) -> Interrupted | None:
+    """The :class:`Interrupted` that ``exc`` arose while handling, if any.
+
+    A signal that lands while the main thread waits on a worker's result can raise inside
+    ``threading.Condition.wait`` between its release and re-acquire of the lock; leaving the ``with``
+    block then fails with ``RuntimeError: cannot release un-acquired lock``, whose context is the
+    :class:`Interrupted`.  That is the signal, not a failure of the run.
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, Interrupted):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _interrupted(args, exc: Interrupted) -> int:
+    """Discard the partial results, say so in one line, and return the signal's exit status."""
+    args.results.discard()
+    log.info("interrupted by signal %s", exc.signum)
+    lead = "\n" if sys.stderr.isatty() else ""
+    what = (f"the results in {printable(args.out)} are complete" if args.results.committed
+            else "no results were written")
+    print(f"{lead}ia-cluster: interrupted by {signal.Signals(exc.signum).name}; {what}", file=sys.stderr)
+    return exc.code
 
 
 def _import_engine() -> None:

@@ -191,3 +191,30 @@ def test_two_commits_into_one_folder_take_turns(tmp_path, monkeypatch):
     contents = {(final / f"f{k}.txt").read_text() for k in range(6)}
     assert len(contents) == 1, "a mix of both sets"
     assert _hidden(tmp_path) == []
+
+
+def test_a_signal_that_breaks_a_lock_inside_threading_still_reads_as_the_signal(tmp_path, monkeypatch, capsys):
+    # CI saw SIGTERM land inside threading.Condition.wait (between its release and re-acquire of the
+    # lock): leaving the `with` then raised "cannot release un-acquired lock", with the signal's
+    # exception as its context -- the run must still end as interrupted (143), not as failed (1)
+    from iastudio.core import cli
+
+    def broken_wait(args, parser):
+        lock = threading.Lock()
+        try:
+            raise cli.Interrupted(signal.SIGTERM)
+        except cli.Interrupted:
+            lock.release()  # RuntimeError, its __context__ the Interrupted
+
+    monkeypatch.setattr(cli, "_run", broken_wait)
+    out = tmp_path / "out"
+    assert cli.main(["demo:shapes", "--out", str(out)]) == 143
+    err = capsys.readouterr().err
+    assert "interrupted by SIGTERM; no results were written" in err
+    assert "failed" not in err
+    assert "Traceback" not in err
+    assert not out.exists() or os.listdir(out) == []
+    # a plain failure is still one
+    monkeypatch.setattr(cli, "_run", lambda args, parser: threading.Lock().release())
+    assert cli.main(["demo:shapes", "--out", str(out)]) == 1
+    assert "ia-cluster: failed: release unlocked lock" in capsys.readouterr().err
