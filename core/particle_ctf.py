@@ -161,16 +161,18 @@ def star_ctf(path, *, blocks=None) -> list[ParticleCtf]:
     defocus = u if v is None else 0.5 * (u + v)
     found = {key: need(col, key.replace("_", " ")) for key, col in _MICROSCOPE}
     pixel = _pixel_size(column, name)
-    checks = (("voltage", found["voltage"] > 0, "rlnVoltage must be positive"),
-              ("pixel", pixel > 0, "the pixel size must be positive"),
-              ("contrast", (found["amplitude_contrast"] >= 0) & (found["amplitude_contrast"] < 1),
-               "rlnAmplitudeContrast must lie in [0, 1)"))
-    for _key, ok, says in checks:
-        bad = np.flatnonzero(~ok)
-        if bad.size:
-            raise ImageLoadError(f"{name}: {row_of(int(bad[0]))}: {says}")
+    for says, bad in _unusable(found["voltage"], pixel, found["amplitude_contrast"]):
+        if bad.any():
+            raise ImageLoadError(f"{name}: {row_of(int(np.flatnonzero(bad)[0]))}: {says}")
     return [ParticleCtf(float(d), float(kv), float(cs), float(a), float(px)) for d, kv, cs, a, px in
             zip(defocus, found["voltage"], found["spherical_aberration"], found["amplitude_contrast"], pixel)]
+
+
+def _unusable(voltage, pixel_size, amplitude_contrast) -> tuple:
+    """Each rule a particle's microscope must meet, as ``(what it says, where it fails)`` over arrays of values."""
+    return (("rlnVoltage must be positive", ~(voltage > 0)),
+            ("the pixel size must be positive", ~(pixel_size > 0)),
+            ("rlnAmplitudeContrast must lie in [0, 1)", ~((amplitude_contrast >= 0) & (amplitude_contrast < 1))))
 
 
 def _pixel_size(column, name: str) -> np.ndarray:
@@ -387,13 +389,11 @@ def ctf_from_array(arr) -> list | None:
     arr = np.asarray(arr, dtype=float)
     if arr.ndim != 2 or arr.shape[1] != len(_FIELDS):
         raise ValueError(f"the CTF parameters must be an (n, {len(_FIELDS)}) array, got shape {arr.shape}")
-    out: list = []
-    for k, row in enumerate(arr):
-        if np.isnan(row).all():
-            out.append(None)
-            continue
-        d, kv, cs, amp, px = (float(v) for v in row)
-        if not (np.isfinite(row).all() and kv > 0 and px > 0 and 0 <= amp < 1):
-            raise ValueError(f"the CTF parameters of image {k + 1} are not usable")
-        out.append(ParticleCtf(d, kv, cs, amp, px))
-    return out
+    listed = ~np.isnan(arr).all(axis=1)  # a row of NaN: an image no STAR file listed
+    rules = (("a value is missing or not finite", ~np.isfinite(arr).all(axis=1)),
+             *_unusable(arr[:, 1], arr[:, 4], arr[:, 3]))
+    for says, bad in rules:
+        if (bad & listed).any():
+            raise ValueError(f"the CTF parameters of image {int(np.flatnonzero(bad & listed)[0]) + 1} are not "
+                             f"usable: {says}")
+    return [ParticleCtf(*(float(v) for v in row)) if use else None for row, use in zip(arr, listed)]
