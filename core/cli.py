@@ -437,8 +437,10 @@ def _run(args, parser) -> int:
 
 def _run_body(args, client) -> int:
     from .attention import AttentionRun
+    from .warmup import start_warmup
 
     t_start = time.perf_counter()
+    start_warmup(numpy_warp=args.backend != "cupy")  # the compiled warp loads while the images are read
     data = _usable_inputs(args)
     relion_names = _relion_inputs(args, data)
     canvas, images, tau = _working_images(args, data)

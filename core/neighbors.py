@@ -10,8 +10,8 @@ rotationally-invariant class averaging:
    the angle, so the magnitude of its Fourier series along the angle (the
    angular power spectrum of every ring) does not change either.  The
    feature vector of an image is that spectrum, unit-norm.
-2. **Neighbours.**  scikit-learn's :class:`~sklearn.neighbors.NearestNeighbors`
-   on the features gives every image ``3 K`` neighbours; they are re-ranked
+2. **Neighbours.**  The exact nearest neighbours on the features
+   (:func:`nearest_rows`: blocks of one matrix product) give every image ``3 K`` neighbours; they are re-ranked
    by the best circular correlation of the polar magnitudes over every
    rotation (phase along the angle kept), and the top ``K`` are the image's
    candidates.  The union of the candidate lists is the graph on which the
@@ -110,13 +110,23 @@ def _polar_magnitudes(images, n_rings, n_angles):
     weight = xp.asarray(np.sqrt(radii), dtype=np.float32)[:, None]
     out = xp.empty((n, n_rings, n_angles), dtype=np.float32)
     step = max(1, (1 << 22) // (p * p))
-    for lo in range(0, n, step):
+    if xp is np and n > 1:  # a block per thread at least
+        step = min(step, -(-n // threads()))
+
+    def block(lo):
         blk = xp.asarray(images[lo:lo + step], dtype=np.float32)
         spec = xp.abs(fft.fftshift(fft.fft2(blk, s=(p, p), axes=(1, 2)), axes=(1, 2)))
         if spec.ndim == 4:
             spec = spec.sum(axis=-1)
         polar = sample_polar(spec, rows, cols)
         out[lo:lo + step] = polar.reshape(-1, n_rings, n_angles) * weight
+
+    starts = range(0, n, step)
+    if xp is np:  # the blocks on every thread (each image's spectrum is its own)
+        parallel_map(block, starts)
+    else:
+        for lo in starts:
+            block(lo)
     out /= xp.maximum(xp.sqrt((out * out).sum(axis=(1, 2))), 1e-12)[:, None, None]
     return out
 
@@ -146,13 +156,12 @@ def invariant_features(images, *, n_rings: int | None = None, n_angles: int = 64
     return power / np.maximum(np.linalg.norm(power, axis=1, keepdims=True), 1e-12)
 
 
-def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
-                    n_jobs: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """The pairs ``i < j`` where ``j`` is among ``i``'s ``k`` candidates or vice versa.
 
     Two stages, both invariant to rotation and shift: the ``oversample * k``
-    nearest neighbours of :func:`invariant_features` (scikit-learn
-    :class:`~sklearn.neighbors.NearestNeighbors`), re-ranked by the best
+    nearest neighbours of :func:`invariant_features` (:func:`nearest_rows`, on the
+    device the images are on), re-ranked by the best
     circular correlation of the polar Fourier magnitudes over all rotations
     (the score the global search of :mod:`iastudio.core.similarity` starts from);
     the top ``k`` are kept.
@@ -167,17 +176,12 @@ def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
         How many more feature neighbours are re-ranked.
     n_angles : int
         Angles per polar ring.
-    n_jobs : int, optional
-        Passed to :class:`~sklearn.neighbors.NearestNeighbors` (default: the
-        engine's thread count, :func:`iastudio.core.backend.threads`).
 
     Returns
     -------
     rows, cols : ndarray of int, shape (P,)
         Unique pairs with ``rows < cols``, sorted; ``P <= n k``.
     """
-    from sklearn.neighbors import NearestNeighbors
-
     n = images.shape[0]
     k = min(int(k), n - 1)
     polar = _polar_magnitudes(images, None, n_angles)
@@ -187,12 +191,7 @@ def candidate_pairs(images, k: int, *, oversample: int = 3, n_angles: int = 64,
     feats = to_host(xp.abs(q), np.float32).reshape(n, -1)
     feats /= np.maximum(np.linalg.norm(feats, axis=1, keepdims=True), 1e-12)
     k1 = min(n - 1, max(k, oversample * k))
-    if xp is np:
-        n_jobs = threads() if n_jobs is None else n_jobs
-        idx = NearestNeighbors(n_neighbors=k1 + 1, n_jobs=n_jobs).fit(feats).kneighbors(feats,
-                                                                                        return_distance=False)
-    else:  # on the device: one matrix product per block of rows, not n^2 distances on the host
-        idx = nearest_rows(xp.asarray(feats), k1 + 1)
+    idx = nearest_rows(xp.asarray(feats), k1 + 1)  # on a device: the products there, not n^2 distances on the host
     top = np.empty((n, k), dtype=np.int64)
     step = max(1, (1 << 22) // (k1 * q.shape[1] * q.shape[2]))
 
@@ -224,8 +223,10 @@ def nearest_rows(feats, k: int, *, block_elements: int = 1 << 26) -> np.ndarray:
     For unit-norm rows the distance falls as the inner product rises, so a
     block of rows is one matrix product with all rows and a partial sort of
     each row of the product, on the device the rows are on (NumPy or CuPy);
-    no ``n x n`` array is held.  The NumPy path of :func:`candidate_pairs` uses
-    scikit-learn instead; this is its GPU counterpart.
+    no ``n x n`` array is held.  On NumPy the blocks run on every thread.  It
+    gives scikit-learn's :class:`~sklearn.neighbors.NearestNeighbors` answer
+    (brute force, the same matrix product) without importing scikit-learn,
+    whose first import is 1 to 2 s of one core at the start of a run.
 
     Parameters
     ----------
@@ -254,7 +255,10 @@ def nearest_rows(feats, k: int, *, block_elements: int = 1 << 26) -> np.ndarray:
     k = int(k)
     out = np.empty((n, k), dtype=np.int64)
     step = max(1, int(block_elements) // max(n, 1))
-    for lo in range(0, n, step):
+    if xp is np and n > 1:  # a block per thread at least: the product and its partial sort on every core
+        step = min(step, -(-n // threads()))
+
+    def block(lo):
         sim = feats[lo:lo + step] @ feats.T  # (b, n): larger is nearer
         sim[xp.arange(sim.shape[0]), xp.arange(lo, lo + sim.shape[0])] = xp.inf  # itself first
         if k < n:
@@ -263,6 +267,13 @@ def nearest_rows(feats, k: int, *, block_elements: int = 1 << 26) -> np.ndarray:
             part = xp.broadcast_to(xp.arange(n), sim.shape)
         order = xp.argsort(-xp.take_along_axis(sim, part, axis=1), axis=1, kind="stable")
         out[lo:lo + sim.shape[0]] = to_host(xp.take_along_axis(part, order, axis=1), np.int64)
+
+    starts = range(0, n, step)
+    if xp is np:  # the blocks on every thread (BLAS on one thread inside each)
+        parallel_map(block, starts)
+    else:
+        for lo in starts:
+            block(lo)
     return out
 
 

@@ -397,13 +397,13 @@ def _gauss_newton(images, targets, params, index, tindex, steps, xp):
     r, grad, f = evaluate(params, active)
     f_all = f.copy()
     lam = xp.full(e, 1e-3)
-    tail = (1,) * (r.ndim - 1)
     for _ in range(steps):
         delta, predicted = gauss_newton_step(grad, r, lam[active]) if active.shape[0] else (None, None)
         if delta is not None:
             tiny = (xp.abs(delta[:, 0]) < _STOP_STEP[0]) & (xp.abs(delta[:, 1:]).max(axis=1) < _STOP_STEP[1])
             keep = ~(tiny | (predicted < _STOP_ATOL + _STOP_RTOL * f))
-            active, r, grad, f, delta = active[keep], r[keep], grad[keep], f[keep], delta[keep]
+            if not bool(keep.all()):  # (a copy of the images only where an entry stops)
+                active, r, grad, f, delta = active[keep], r[keep], grad[keep], f[keep], delta[keep]
         if active.shape[0] == 0:
             break
         cand = params[active] + delta
@@ -412,11 +412,14 @@ def _gauss_newton(images, targets, params, index, tindex, steps, xp):
         params[active] = xp.where(better[:, None], cand, params[active])
         f = xp.where(better, f2, f)
         f_all[active] = f
-        r = xp.where(better.reshape((-1, *tail)), r2, r)
-        grad = xp.where(better.reshape((-1, 1, *tail)), g2, grad)
+        worse = ~better  # the refused proposals keep their residual and jacobian: copied into the new arrays
+        if bool(worse.any()):
+            r2[worse], g2[worse] = r[worse], grad[worse]
+        r, grad = r2, g2
         lam[active] = xp.where(better, lam[active] / 3.0, lam[active] * 4.0)
         keep = lam[active] <= 1.0
-        active, r, grad, f = active[keep], r[keep], grad[keep], f[keep]
+        if not bool(keep.all()):
+            active, r, grad, f = active[keep], r[keep], grad[keep], f[keep]
     params[:, 0] = se2.wrap_angle(params[:, 0])
     return params, f_all
 
@@ -582,7 +585,7 @@ class _Aligner:
         else:
             self.q = _polar_spectra(self.images, self.angles.size, xp)
         # the translation search on binned images (SEARCH_BIN), the residual and the refinement on the images
-        self.bin = SEARCH_BIN if h % SEARCH_BIN == 0 and w % SEARCH_BIN == 0 and min(h, w) >= BIN_MIN else 1
+        self.bin = _search_bin(h, w)
         self.coarse = _binned(self.images, self.bin)
         self.p = _fast_len(int(np.ceil(1.5 * max(h, w) / self.bin)))
         self.fv_conj = xp.conj(fft_module(xp).rfft2(self.coarse, s=(self.p, self.p), axes=(1, 2)))
@@ -653,10 +656,20 @@ def align_pair_chunk(images, rows, cols, *, angle_step=5.0, rotation_range=None,
 #: The translation search runs on images averaged over ``SEARCH_BIN x SEARCH_BIN`` blocks (a quarter
 #: of the pixels: its warps and FFTs cost about a quarter) where both sides are divisible by it and at
 #: least ``BIN_MIN`` px (32-px digits binned to 16 px lost 0.06 ARI on a demo set); the shift found is
-#: scaled back, and the residual and the Gauss-Newton refinement use the images themselves
-#: (``docs/speed.md``, section 000).
+#: scaled back, and the residual and the Gauss-Newton refinement use the images themselves (on the
+#: pruned path after ``COARSE_STEPS`` on the binned images: :func:`refine_pairs`; ``docs/speed.md``,
+#: section 000).
 SEARCH_BIN = 2
 BIN_MIN = 48
+
+
+#: :func:`refine_pairs`: Gauss-Newton steps on the binned images before those on the images themselves
+COARSE_STEPS = 3
+
+
+def _search_bin(h: int, w: int) -> int:
+    """The binning of the translation search and of the coarse refinement for ``h x w`` images (1: none)."""
+    return SEARCH_BIN if h % SEARCH_BIN == 0 and w % SEARCH_BIN == 0 and min(h, w) >= BIN_MIN else 1
 
 
 def _binned(images, b: int):
@@ -769,9 +782,13 @@ def refine_pairs(images, result: SimilarityResult, select, *, steps: int = 6, on
 
     The pruned path (:func:`iastudio.core.neighbors.pruned_distances`) aligns its pairs
     without the refinement (``refine_steps=0``: the grid search's transform and the
-    residual there) and then refines only the pairs near enough to matter.  A refined
-    distance is never above the one it started from (a step is kept only where it
-    lowers the residual).
+    residual there) and then refines only the pairs near enough to matter.  Images
+    the translation search bins (:data:`SEARCH_BIN`, at least :data:`BIN_MIN` px) are
+    refined coarse to fine: up to :data:`COARSE_STEPS` steps on the binned images (a
+    quarter of the pixels), then up to ``steps`` on the images themselves, which then
+    mostly confirm convergence in one evaluation.  A refined distance is never above
+    the one it started from (a step is kept only where it lowers the residual, and
+    where the coarse steps led to a worse transform the grid search's one stays).
 
     Parameters
     ----------
@@ -811,11 +828,21 @@ def refine_pairs(images, result: SimilarityResult, select, *, steps: int = 6, on
     pick = np.flatnonzero(select)
     if pick.size and steps > 0:
         xp = array_module(images)
-        p, r = _refine_in_blocks(xp.asarray(images, dtype=np.float32), xp.asarray(params[pick]),
-                                 xp.asarray(rows[pick]), xp.asarray(cols[pick]), steps, xp,
-                                 on_progress or (lambda f: None))
-        params[pick] = to_host(p, np.float64)
-        dist[pick] = np.sqrt(np.maximum(to_host(r, np.float64), 0.0))
+        progress = on_progress or (lambda f: None)
+        images = xp.asarray(images, dtype=np.float32)
+        pi, pj, start = xp.asarray(rows[pick]), xp.asarray(cols[pick]), xp.asarray(params[pick])
+        b = _search_bin(*images.shape[1:3])
+        share = 0.0
+        if b > 1:  # coarse to fine: the first steps on the binned images, a quarter of the pixels
+            share = 0.3
+            start[:, 1:] /= b
+            start, _ = _refine_in_blocks(_binned(images, b), start, pi, pj, COARSE_STEPS, xp,
+                                         lambda f: progress(share * f))
+            start[:, 1:] *= b
+        p, r = _refine_in_blocks(images, start, pi, pj, steps, xp, lambda f: progress(share + (1 - share) * f))
+        p, d = to_host(p, np.float64), np.sqrt(np.maximum(to_host(r, np.float64), 0.0))
+        kept = d <= dist[pick]  # a coarse step can lead off: there the grid search's transform stays
+        params[pick[kept]], dist[pick[kept]] = p[kept], d[kept]
     return _check_distances(_assemble(n, rows, cols, params, dist, sparse=True))
 
 

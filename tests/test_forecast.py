@@ -39,6 +39,24 @@ def test_a_complete_graph_gives_the_dense_forecast():
     assert_allclose(graph.toarray(), dense, atol=1e-9)
 
 
+@pytest.mark.parametrize("block", [1, 7, 1 << 22])
+def test_the_graph_forecast_reads_single_entries_of_the_product_in_any_blocks(block):
+    """The graph's forecast never forms W^T S W: each entry it reads is one column's dot product."""
+    from iastudio.core.forecast import _product_entries
+
+    rng = np.random.default_rng(5)
+    n = 40
+    a = sp.random(n, n, density=0.15, random_state=rng, format="lil")
+    a[:, 3] = 0.0  # a column without entries: its products are 0
+    a = a.tocsr()
+    b = sp.random(n, n, density=0.3, random_state=rng, format="csr")
+    rows, cols = rng.integers(0, n, 300), rng.integers(0, n, 300)
+    rows[:5] = 3
+    want = (a.toarray().T @ b.toarray())[rows, cols]
+    assert_allclose(_product_entries(a, b, rows, cols, block_elements=block * n), want, atol=1e-12)
+    assert _product_entries(a, b, rows[:0], cols[:0]).shape == (0,)
+
+
 def test_pairs_off_the_graph_count_at_the_probes_mean_square():
     # the corners of a simplex: every distance is sqrt(2), so the probes' mean square is exact for the missing pairs
     n = 12

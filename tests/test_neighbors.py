@@ -580,6 +580,60 @@ def test_refine_pairs_refines_the_selected_pairs_as_the_full_alignment_does(rota
         refine_pairs(x, coarse, select[:-1])
 
 
+@pytest.fixture(scope="module")
+def digits_48():
+    """Rotated digits on 48-px canvases: sizes the translation search and the refinement bin."""
+    rng = np.random.default_rng(4)
+    orig, _labels = _digit_images(tuple(range(5)), 6, rng)
+    tau = se2.random_transforms(len(orig), rotation_range=180, shift_range=3, seed=rng)
+    x = preprocess(list(np.clip(warp(orig, tau), 0, None).astype(np.float32)), size=48).images
+    rows, cols = rng.integers(0, x.shape[0], 80), rng.integers(0, x.shape[0], 80)
+    return x, invariant_distances(x, pairs=(rows, cols), refine_steps=0), invariant_distances(x, pairs=(rows, cols))
+
+
+def test_refine_pairs_on_binned_sizes_goes_coarse_to_fine_to_the_same_distances(digits_48, monkeypatch):
+    from iastudio.core import similarity
+
+    x, coarse, full = digits_48
+    assert similarity._search_bin(*x.shape[1:3]) == 2
+    sizes = []
+    refine = similarity._refine_in_blocks
+
+    def spy(images, *args):
+        sizes.append(images.shape[1])
+        return refine(images, *args)
+
+    monkeypatch.setattr(similarity, "_refine_in_blocks", spy)
+    r, c = coarse.pairs
+    select = np.arange(r.size) % 2 == 0
+    fine = refine_pairs(x, coarse, select)
+    assert sizes == [24, 48]  # the binned images first, then the images themselves
+    d_coarse, d_full, d_fine = (np.asarray(m.distances[r, c]).ravel() for m in (coarse, full, fine))
+    assert (d_fine <= d_coarse + 1e-9).all()
+    assert_array_equal(d_fine[~select], d_coarse[~select])
+    # the optimum of the refinement on the images alone, to its stopping rule (5e-4 of d), or a lower one
+    ratio = d_fine[select] / d_full[select]
+    assert (ratio <= 1.002).all()
+    assert np.median(np.abs(ratio - 1.0)) < 5e-4
+    assert (d_coarse[select] > d_full[select] * 1.001).mean() > 0.5  # and the refinement did move them
+
+
+def test_refine_pairs_keeps_the_grid_transform_where_the_coarse_steps_lead_off(digits_48, monkeypatch):
+    from iastudio.core import similarity
+
+    x, coarse, _ = digits_48
+    rng = np.random.default_rng(0)
+    # coarse images of other digits: their steps lead anywhere
+    monkeypatch.setattr(similarity, "_binned", lambda images, b: rng.permutation(images[:, ::b, ::b]))
+    r, c = coarse.pairs
+    fine = refine_pairs(x, coarse, np.ones(r.size, dtype=bool), steps=1)
+    d_coarse, d_fine = (np.asarray(m.distances[r, c]).ravel() for m in (coarse, fine))
+    assert (d_fine <= d_coarse + 1e-9).all()
+    stayed = d_fine == d_coarse
+    assert stayed.any()  # some pairs kept the grid search's distance ...
+    assert_array_equal(fine.pair_transforms[stayed], coarse.pair_transforms[stayed])  # ... and its transform
+
+
 def test_the_pruned_path_refines_only_near_pairs_and_keeps_every_images_nearest(rotated_digits):
     x, full = rotated_digits
     _, graph, sample = pruned_distances(x, 30)
