@@ -34,7 +34,7 @@ import scipy.sparse as sp
 
 from .backend import array_module, fft_module, threads, to_host
 from .clustering import closest_in_rows, nearest_pairs
-from .similarity import invariant_distances, join_pair_results, refine_pairs, sample_polar
+from .similarity import invariant_distances, join_pair_results, refine_pairs, sample_polar, sharing_preparation
 from .warp import parallel_map
 from .weights import graph_affinity
 
@@ -421,8 +421,14 @@ def pruned_distances(images, k: int, *, on_progress=None, **options):
         The distances of the graph (candidates and shared-neighbour pairs)
         and of the probes (see :func:`split_probes`).
     """
-    n = images.shape[0]
     progress = on_progress or (lambda f: None)
+    with sharing_preparation():  # both stages align pairs of the same images: prepared once
+        return _pruned_stages(images, k, progress, options)
+
+
+def _pruned_stages(images, k, progress, options):
+    """The stages of :func:`pruned_distances` (inside its :func:`~iastudio.core.similarity.sharing_preparation`)."""
+    n = images.shape[0]
     steps = options.pop("refine_steps", 6)
     near_only = steps > 0 and options.get("client") is None  # a Dask run refines every pair, on its workers
     options["refine_steps"] = 0 if near_only else steps  # near-only: the refinement follows, by refine_pairs

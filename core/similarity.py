@@ -29,7 +29,9 @@ chunks of pairs run as tasks on the cluster.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,7 +42,7 @@ from .gauss_newton import gauss_newton_step
 from .warp import parallel_map, warp
 
 __all__ = ["SimilarityResult", "angle_grid", "invariant_distances", "join_pair_results", "plain_distances",
-           "refine_pairs"]
+           "refine_pairs", "sharing_preparation"]
 
 _BLOCK = 1 << 22  # elements per temporary block
 _GPU_BLOCK = 1 << 24  # on a GPU: fewer, larger kernel launches
@@ -537,6 +539,34 @@ def _align_on_cluster(client, images, pi_host, pj_host, opts, progress):
 
 
 _MIN_PAIRS = 16  # a chunk of pairs is not halved below this after running out of GPU memory
+_SHARED = threading.local()
+
+
+@contextlib.contextmanager
+def sharing_preparation():
+    """Within the block, this thread's :func:`invariant_distances` calls on the same image array share its preparation.
+
+    Aligning pairs first prepares the images (their polar spectra, binned
+    copies and padded FFTs: 1.2 s of 4,000 images on two cores); the pruned
+    path (:func:`iastudio.core.neighbors.pruned_distances`) aligns two sets of
+    pairs of the same images and prepares them once.  The preparation is
+    kept while the block runs (and the images with it), then dropped.
+
+    Examples
+    --------
+    >>> x = np.random.default_rng(0).random((4, 8, 8)).astype(np.float32)
+    >>> with sharing_preparation():
+    ...     a = invariant_distances(x, pairs=([0], [1]))
+    ...     b = invariant_distances(x, pairs=([2], [3]))
+    >>> a.distances.shape == b.distances.shape == (4, 4)
+    True
+    """
+    before = getattr(_SHARED, "aligners", None)
+    _SHARED.aligners = {} if before is None else before
+    try:
+        yield
+    finally:
+        _SHARED.aligners = before
 
 
 def _align_here(images, pi_host, pj_host, opts, progress):
@@ -552,10 +582,17 @@ def _align_here(images, pi_host, pj_host, opts, progress):
     if n_pairs == 0:
         return p_all, d_all
     aligners = {}
+    shared = getattr(_SHARED, "aligners", None)  # inside sharing_preparation(): this thread's earlier ones
 
     def aligner(on_host):
         if on_host not in aligners:
-            aligners[on_host] = _Aligner(to_host(images) if on_host else images, **opts)
+            key = (id(images), on_host, tuple(sorted(opts.items())))
+            if shared is not None and key in shared and shared[key][0] is images:
+                aligners[on_host] = shared[key][1]
+            else:
+                aligners[on_host] = _Aligner(to_host(images) if on_host else images, **opts)
+                if shared is not None:
+                    shared[key] = (images, aligners[on_host])  # the images held: their id stays theirs
         return aligners[on_host]
 
     def work(lo, hi, on_host=False):

@@ -634,6 +634,27 @@ def test_refine_pairs_keeps_the_grid_transform_where_the_coarse_steps_lead_off(d
     assert_array_equal(fine.pair_transforms[stayed], coarse.pair_transforms[stayed])  # ... and its transform
 
 
+def test_the_pruned_path_prepares_its_images_once_for_both_stages(rotated_digits, monkeypatch):
+    from iastudio.core import similarity
+
+    x, _ = rotated_digits
+    made = []
+    real = similarity._Aligner
+
+    class Counted(real):
+        def __init__(self, images, **opts):
+            made.append(images.shape)
+            super().__init__(images, **opts)
+
+    monkeypatch.setattr(similarity, "_Aligner", Counted)
+    pruned_distances(x, 10)
+    assert made == [x.shape]  # the candidates and the shared-neighbour pairs: one preparation
+    assert getattr(similarity._SHARED, "aligners", None) is None  # dropped after the block
+    invariant_distances(x, pairs=([0], [1]))
+    invariant_distances(x, pairs=([0], [1]))
+    assert len(made) == 3  # outside the block every call prepares its own
+
+
 def test_the_pruned_path_refines_only_near_pairs_and_keeps_every_images_nearest(rotated_digits):
     x, full = rotated_digits
     _, graph, sample = pruned_distances(x, 30)
