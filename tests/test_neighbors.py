@@ -591,7 +591,7 @@ def digits_48():
     return x, invariant_distances(x, pairs=(rows, cols), refine_steps=0), invariant_distances(x, pairs=(rows, cols))
 
 
-def test_refine_pairs_on_binned_sizes_goes_coarse_to_fine_to_the_same_distances(digits_48, monkeypatch):
+def test_refine_pairs_on_binned_sizes_steps_on_the_binned_images_to_the_same_distances(digits_48, monkeypatch):
     from iastudio.core import similarity
 
     x, coarse, full = digits_48
@@ -607,18 +607,22 @@ def test_refine_pairs_on_binned_sizes_goes_coarse_to_fine_to_the_same_distances(
     r, c = coarse.pairs
     select = np.arange(r.size) % 2 == 0
     fine = refine_pairs(x, coarse, select)
-    assert sizes == [24, 48]  # the binned images first, then the images themselves
+    assert sizes == [24]  # the steps on the binned images only
     d_coarse, d_full, d_fine = (np.asarray(m.distances[r, c]).ravel() for m in (coarse, full, fine))
     assert (d_fine <= d_coarse + 1e-9).all()
     assert_array_equal(d_fine[~select], d_coarse[~select])
-    # the optimum of the refinement on the images alone, to its stopping rule (5e-4 of d), or a lower one
+    # the distances of the refinement on the images themselves, to a few times its stopping rule (5e-4 of d)
     ratio = d_fine[select] / d_full[select]
-    assert (ratio <= 1.002).all()
-    assert np.median(np.abs(ratio - 1.0)) < 5e-4
+    assert (ratio <= 1.005).all()
+    assert np.median(np.abs(ratio - 1.0)) < 1e-3
     assert (d_coarse[select] > d_full[select] * 1.001).mean() > 0.5  # and the refinement did move them
+    # the distance is the images' own residual at the transform found
+    warped = warp(x, fine.pair_transforms[select][:5], index=r[select][:5])
+    assert_allclose(d_fine[select][:5], np.linalg.norm((warped - x[c[select][:5]]).reshape(5, -1), axis=1),
+                    rtol=1e-5)
 
 
-def test_refine_pairs_keeps_the_grid_transform_where_the_coarse_steps_lead_off(digits_48, monkeypatch):
+def test_refine_pairs_keeps_the_grid_transform_where_the_binned_steps_lead_off(digits_48, monkeypatch):
     from iastudio.core import similarity
 
     x, coarse, _ = digits_48
