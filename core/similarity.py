@@ -701,7 +701,7 @@ BIN_MIN = 48
 
 
 def _search_bin(h: int, w: int) -> int:
-    """The binning of the translation search and of the coarse refinement for ``h x w`` images (1: none)."""
+    """The binning of the translation search (and of the pruned path's refinement) for ``h x w`` images (1: none)."""
     return SEARCH_BIN if h % SEARCH_BIN == 0 and w % SEARCH_BIN == 0 and min(h, w) >= BIN_MIN else 1
 
 

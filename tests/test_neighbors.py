@@ -77,12 +77,16 @@ def test_features_do_not_change_under_rotation_and_shift(shape_images):
     assert same.max() < 0.25 * other.min()  # a moved copy is far nearer than any other shape
 
 
+def _turned_digits(classes, per_class, size, rng):
+    """Digits turned over the whole circle and shifted by up to 3 px, preprocessed to ``size`` px."""
+    orig, _labels = _digit_images(tuple(range(classes)), per_class, rng)
+    tau = se2.random_transforms(len(orig), rotation_range=180, shift_range=3, seed=rng)
+    return preprocess(list(np.clip(warp(orig, tau), 0, None).astype(np.float32)), size=size).images
+
+
 @pytest.fixture(scope="module")
 def rotated_digits():
-    rng = np.random.default_rng(1)
-    orig, _labels = _digit_images(tuple(range(10)), 12, rng)
-    tau = se2.random_transforms(len(orig), rotation_range=180, shift_range=3, seed=rng)
-    x = preprocess(list(np.clip(warp(orig, tau), 0, None).astype(np.float32)), size=24).images
+    x = _turned_digits(10, 12, 24, np.random.default_rng(1))
     return x, invariant_distances(x)
 
 
@@ -584,9 +588,7 @@ def test_refine_pairs_refines_the_selected_pairs_as_the_full_alignment_does(rota
 def digits_48():
     """Rotated digits on 48-px canvases: sizes the translation search and the refinement bin."""
     rng = np.random.default_rng(4)
-    orig, _labels = _digit_images(tuple(range(5)), 6, rng)
-    tau = se2.random_transforms(len(orig), rotation_range=180, shift_range=3, seed=rng)
-    x = preprocess(list(np.clip(warp(orig, tau), 0, None).astype(np.float32)), size=48).images
+    x = _turned_digits(5, 6, 48, rng)
     rows, cols = rng.integers(0, x.shape[0], 80), rng.integers(0, x.shape[0], 80)
     return x, invariant_distances(x, pairs=(rows, cols), refine_steps=0), invariant_distances(x, pairs=(rows, cols))
 
