@@ -14,8 +14,9 @@ rotationally-invariant class averaging:
    (:func:`nearest_rows`: blocks of one matrix product) give every image
    ``3 K`` neighbours; they are re-ranked by the best circular correlation
    of the polar magnitudes over every rotation (phase along the angle kept),
-   and the top ``K`` are the image's candidates.  The union of the candidate lists is the graph on which the
-   full alignment (global search + refinement) runs.
+   and the top ``K`` are the image's candidates.  The union of the
+   candidate lists is the graph on which the full alignment (global search
+   + refinement) runs.
 3. **Shared neighbours.**  The features miss a few true neighbours (a
    digit's nearest image can rank 40th by feature).  Two images that share
    a near neighbour are often near each other (the step of nearest-neighbour
