@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .backend import to_host
+from .backend import threads, to_host
 from .warp import parallel_map
 
 __all__ = ["forecast_mean_distances"]
@@ -138,7 +138,7 @@ def _product_entries(a, b, rows, cols, *, block_elements: int = 1 << 22) -> np.n
         return out
     n = b.shape[0]
     order = np.argsort(cols, kind="stable")
-    width = max(1, int(block_elements) // max(n, 1))
+    width = max(1, min(int(block_elements) // max(n, 1), -(-b.shape[1] // threads())))  # a block per thread at least
     edges = np.searchsorted(cols[order], np.arange(0, b.shape[1] + width, width))
 
     def block(m):
