@@ -156,7 +156,9 @@ def test_without_sharpen_an_iteration_whose_forecast_keeps_the_clusters_is_not_r
     assert any("leaves the clusters as they are" in note and "not run" in note for note in new.notes)
     assert_array_equal(new.labels, old.labels)
     assert_allclose(new.cluster_means, old.cluster_means, atol=1e-6)  # the class averages come from the inputs
-    assert new.timings["mean_s"] < old.timings["mean_s"]
+    # no means of an iteration were paid for: the run's mean time is its class averages' alone
+    assert new.timings["mean_s"] == new.timings["final_s"]
+    assert old.timings["mean_s"] > old.timings["final_s"]
 
 
 def test_sharpen_auto_runs_the_iteration_on_every_pair_and_not_on_the_pruned_path(shapes_48):
