@@ -212,3 +212,31 @@ def test_astigmatic_values_must_match_the_stack():
         apply_ctf(_random_stack(), 1e4, defocus_v=[1e4, 1.1e4], **SCOPE)
     with pytest.raises(ValueError, match="one astigmatism_angle per image"):
         ctf_phase_flip(_random_stack(), 1e4, defocus_v=1.1e4, astigmatism_angle=[0.0, 1.0], **SCOPE)
+
+
+@pytest.mark.slow  # 1-3 s: two sets of 32 projections on a 96-px frame
+def test_the_noise_suite_astigmatic_ctf_set_and_flipping_it_with_its_astigmatism():
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    from noise_suite import CTF_MICROSCOPE, ctf_astigmatism, ctf_defocus, make_noise_set, noise_suite
+
+    spec, twin = noise_suite(fast=True, ctf=True, astigmatism=True)[0], noise_suite(fast=True)[0]
+    assert spec.name == "cryo-ctf-astig-clean-8"
+    u, v, angle = ctf_astigmatism(spec)
+    assert_allclose(0.5 * (u + v), ctf_defocus(spec))  # the same mean defocus as the set without astigmatism
+    assert (u - v).min() >= 500
+    assert (u - v).max() <= 1500
+    assert angle.min() >= 0
+    assert angle.max() < 180
+    _, _, _, truth = make_noise_set(spec, clean_images=True)
+    _, _, _, truth0 = make_noise_set(twin, clean_images=True)
+    scope = {k: val for k, val in CTF_MICROSCOPE.items() if k != "b_factor"}
+    right = ctf_phase_flip(truth, u, defocus_v=v, astigmatism_angle=angle, **scope)
+    mean = ctf_phase_flip(truth, 0.5 * (u + v), **scope)
+
+    def corr(a, b):
+        return np.corrcoef(a.ravel(), b.ravel())[0, 1]
+
+    assert corr(truth, truth0) < 0 < corr(mean, truth0) < corr(right, truth0)
