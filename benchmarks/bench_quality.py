@@ -29,7 +29,9 @@ images per view; ``--noise full`` every SNR x size).  ``--denoise`` (default
 baseline columns always see the images as they are, except ``km rotF+dn``.
 ``--ctf`` gives the particle sets a contrast transfer function (``noise_suite(ctf=True)``);
 ``--phase-flip`` phase-flips those images first with each image's known defocus
-(``core.ctf.ctf_phase_flip``), for every column.
+(``core.ctf.ctf_phase_flip``), for every column.  ``--astigmatism`` makes the CTF astigmatic
+(``noise_suite(ctf=True, astigmatism=True)``); the flip then uses each image's astigmatism, or with
+``--flip-mean`` only the mean of its U and V defocus (what was done before astigmatism was read).
 
 Usage::
 
@@ -42,6 +44,7 @@ Usage::
     python benchmarks/bench_quality.py --noise --denoise off     # ... without the denoiser
     python benchmarks/bench_quality.py --noise --ctf --split tune               # particles with a CTF
     python benchmarks/bench_quality.py --noise --ctf --phase-flip --split tune  # ... phase-flipped first
+    python benchmarks/bench_quality.py --noise --ctf --astigmatism --phase-flip [--flip-mean]
 
 ``--split tune`` is the material the defaults were chosen on; ``holdout`` is
 disjoint material (other digits, other samples, other letters and photos)
@@ -60,7 +63,14 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from noise_suite import CTF_MICROSCOPE, NoiseSpec, ctf_defocus, make_noise_set, noise_suite  # noqa: E402
+from noise_suite import (  # noqa: E402
+    CTF_MICROSCOPE,
+    NoiseSpec,
+    ctf_astigmatism,
+    ctf_defocus,
+    make_noise_set,
+    noise_suite,
+)
 from quality_suite import make_set, suite  # noqa: E402
 
 METHODS = ("IA auto", "IA k", "spec(D0) k", "KA k", "km pixels", "km rotF")
@@ -102,21 +112,28 @@ def _score(truth, labels):
     return adjusted_rand_score(truth, labels), normalized_mutual_info_score(truth, labels)
 
 
-def phase_flipped(images, spec, *, split: str) -> np.ndarray:
-    """A CTF set's images phase-flipped with each image's known defocus (``core.ctf.ctf_phase_flip``)."""
+def phase_flipped(images, spec, *, split: str, mean_only: bool = False) -> np.ndarray:
+    """A CTF set's images phase-flipped with each image's known defocus (``core.ctf.ctf_phase_flip``).
+
+    An astigmatic set's images are flipped with their astigmatism, or with ``mean_only`` with the mean
+    of U and V along every direction.
+    """
     from iastudio.core.ctf import ctf_phase_flip
 
     scope = {k: v for k, v in CTF_MICROSCOPE.items() if k != "b_factor"}
+    if getattr(spec, "astigmatism", False) and not mean_only:
+        u, v, angle = ctf_astigmatism(spec, split=split)
+        return ctf_phase_flip(np.stack(images), u, defocus_v=v, astigmatism_angle=angle, **scope)
     return ctf_phase_flip(np.stack(images), ctf_defocus(spec, split=split), **scope)
 
 
 def evaluate(spec, *, split: str, size: int, iterations: int = 3, methods=METHODS, neighbors="auto",
-             denoise: str = "off", phase_flip: bool = False) -> dict:
+             denoise: str = "off", phase_flip: bool = False, flip_mean: bool = False) -> dict:
     """Run every method on one set; returns ``{method: (ari, nmi, k, seconds)}``.
 
     ``denoise`` is the denoiser's mode in front of the IA columns (``preprocess(denoise=)``);
     ``phase_flip``: a CTF set's images are phase-flipped first, for every column (a user's
-    preprocessing: the defocus is known).
+    preprocessing: the defocus is known); ``flip_mean``: an astigmatic set's with the mean defocus.
     """
     from iastudio.core.attention import AttentionRun
     from iastudio.core.clustering import read_clusters
@@ -129,8 +146,9 @@ def evaluate(spec, *, split: str, size: int, iterations: int = 3, methods=METHOD
     k_true = len(set(truth))
     out = {"_k_choice": None, "_notes": []}
     if phase_flip and getattr(spec, "ctf", False):
-        images = list(phase_flipped(images, spec, split=split))
-        out["_notes"].append("phase-flipped with each image's defocus")
+        images = list(phase_flipped(images, spec, split=split, mean_only=flip_mean))
+        out["_notes"].append("phase-flipped with each image's defocus"
+                             + (" (the mean of U and V)" if flip_mean and getattr(spec, "astigmatism", False) else ""))
     t = time.perf_counter()
     canvas = preprocess(images, size=size, denoise=denoise)
     prep = time.perf_counter() - t
@@ -222,6 +240,10 @@ def main(argv=None) -> int:
                         "0.1 at 30 per view, SNR 0.1 at 100)")
     p.add_argument("--phase-flip", action="store_true",
                    help="with --ctf: phase-flip each image with its known defocus first (every column)")
+    p.add_argument("--astigmatism", action="store_true",
+                   help="with --ctf: an astigmatic CTF (dU - dV 500-1500 Å, random angles; cryo-ctf-astig-...)")
+    p.add_argument("--flip-mean", action="store_true",
+                   help="with --phase-flip on astigmatic sets: flip with the mean of U and V, not the astigmatism")
     p.add_argument("--denoise", choices=("auto", "on", "off"), default="auto",
                    help="the denoiser in front of the IA columns (default auto, as ia-cluster)")
     args = p.parse_args(argv)
@@ -229,6 +251,10 @@ def main(argv=None) -> int:
         p.error("--ctf needs the particle noise suite (--noise, --noise full or --noise fast)")
     if args.phase_flip and not args.ctf:
         p.error("--phase-flip needs --ctf (only the CTF sets have a defocus)")
+    if args.astigmatism and not args.ctf:
+        p.error("--astigmatism needs --ctf")
+    if args.flip_mean and not (args.phase_flip and args.astigmatism):
+        p.error("--flip-mean needs --phase-flip and --astigmatism")
     warnings.filterwarnings("ignore")
     splits = ("tune", "holdout") if args.split == "both" else (args.split,)
     aspire = _aspire_available()
@@ -237,7 +263,9 @@ def main(argv=None) -> int:
     if "ASPIRE" in methods and not aspire:
         p.error("ASPIRE's environment not found: set IA_ASPIRE_PYTHON to its python (see aspire_peer.py)")
     print(f"# cluster quality, {args.size}-px working size, NumPy backend, denoise {args.denoise}"
-          + (", with a CTF" + (", phase-flipped" if args.phase_flip else ", not phase-flipped") if args.ctf else "")
+          + (", with a" + ("n astigmatic" if args.astigmatism else "") + " CTF"
+             + (", phase-flipped" + (" with the mean defocus" if args.flip_mean else "") if args.phase_flip
+                else ", not phase-flipped") if args.ctf else "")
           + "; cells: ARI/NMI/k (seconds)")
     if not aspire:
         print("# ASPIRE (RIRClass2D): its environment was not found, peer column left out")
@@ -246,7 +274,7 @@ def main(argv=None) -> int:
         print(f"{'set':22s} {'n':>4s} {'K':>3s}  " + "  ".join(f"{m:>21s}" for m in methods) + "  IA k-choice")
         sums = {m: [] for m in methods}
         specs = (noise_suite(full=args.noise == "full", fast=args.noise == "fast", cells=args.noise == "cells",
-                             ctf=args.ctf)
+                             ctf=args.ctf, astigmatism=args.astigmatism)
                  if args.noise
                  else suite(fast=args.fast))
         for spec in specs:
@@ -256,7 +284,7 @@ def main(argv=None) -> int:
                          else (sum(spec.sizes), len(spec.sizes)))
             nb = args.neighbors if args.neighbors in ("auto", "all") else int(args.neighbors)
             r = evaluate(spec, split=split, size=args.size, iterations=args.iterations, methods=methods,
-                         neighbors=nb, denoise=args.denoise, phase_flip=args.phase_flip)
+                         neighbors=nb, denoise=args.denoise, phase_flip=args.phase_flip, flip_mean=args.flip_mean)
             cells = []
             for m in methods:
                 v = r.get(m)

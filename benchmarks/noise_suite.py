@@ -35,7 +35,10 @@ amplitude contrast 0.1, B 100 Å², 3 Å per pixel: a 48-px frame is 144 Å, the
 70 Å across), defocus drawn per image uniformly in :data:`CTF_DEFOCUS` (1-2.5 µm): the first zero
 lies at a period of 4.75-7.5 px, well inside the frame (Nyquist: 2 px).  A CTF set holds the same
 density, views, turns, shifts and noise draws as the set of the same name without ``-ctf``;
-:func:`ctf_defocus` gives its defocus values (what a STAR file would record).
+:func:`ctf_defocus` gives its defocus values (what a STAR file would record).  With
+``noise_suite(ctf=True, astigmatism=True)`` the CTF is astigmatic (``cryo-ctf-astig-...``): the same
+mean defocus, ``dU - dV`` in :data:`CTF_ASTIGMATISM` (500-1500 Å) and the U axis at a random angle;
+:func:`ctf_astigmatism` gives them.
 """
 from __future__ import annotations
 
@@ -52,6 +55,7 @@ BALL = 9.0  # blob centres lie in a ball of this radius (px)
 CTF_MICROSCOPE = {"pixel_size": 3.0, "voltage": 300.0, "spherical_aberration": 2.7, "amplitude_contrast": 0.1,
                   "b_factor": 100.0}
 CTF_DEFOCUS = (10_000.0, 25_000.0)  # Å: 1-2.5 µm underfocus, uniform per image
+CTF_ASTIGMATISM = (500.0, 1500.0)  # Å: dU - dV, uniform per image, in the astigmatic CTF sets
 
 
 @dataclass
@@ -64,18 +68,20 @@ class NoiseSpec:
     views: int = VIEWS
     kind: str = "cryo"  # "cryo": projections + white noise; "cells": fluorescence-like cells + Poisson noise
     ctf: bool = False  # "cryo" only: each projection convolved with a CTF before the noise
+    astigmatism: bool = False  # with ctf: an astigmatic CTF (ctf_astigmatism)
 
     @property
     def seed_name(self) -> str:
         """The name the set's random draws come from: a CTF set shares them with its CTF-free twin."""
-        return self.name.replace("-ctf", "")
+        return self.name.replace("-ctf", "").replace("-astig", "")
 
 
 SNRS = (3.0, 1.0, 0.3, 0.1, 0.05)
 PER_VIEW = (30, 100, 300)
 
 
-def noise_suite(*, full: bool = False, fast: bool = False, cells: bool = False, ctf: bool = False) -> list[NoiseSpec]:
+def noise_suite(*, full: bool = False, fast: bool = False, cells: bool = False, ctf: bool = False,
+                astigmatism: bool = False) -> list[NoiseSpec]:
     """The noisy sets.
 
     ``full``: every SNR x every size (15 sets, up to 1,200 images; long);
@@ -83,7 +89,9 @@ def noise_suite(*, full: bool = False, fast: bool = False, cells: bool = False, 
     30 per view and a clean set; ``fast``: two small sets (for tests);
     ``cells``: the fluorescence-like cell sets instead (3 types, 30 cells each, SNR 3, 1, 0.3);
     ``ctf``: the particle sets (as chosen by ``full`` / ``fast``) with a CTF, named ``cryo-ctf-...``;
-    by default the clean set and SNR 1, 0.3, 0.1 at 30 per view and SNR 0.1 at 100 per view.
+    by default the clean set and SNR 1, 0.3, 0.1 at 30 per view and SNR 0.1 at 100 per view;
+    with ``astigmatism`` too, the same sets with an astigmatic CTF, named ``cryo-ctf-astig-...``
+    (:func:`ctf_astigmatism`).
     """
     if ctf:
         if full or fast:
@@ -91,7 +99,9 @@ def noise_suite(*, full: bool = False, fast: bool = False, cells: bool = False, 
         else:
             keep = ("cryo-clean-15", "cryo-snr1-30", "cryo-snr0.3-30", "cryo-snr0.1-30", "cryo-snr0.1-100")
             base = [s for s in noise_suite() if s.name in keep]
-        return [NoiseSpec(s.name.replace("cryo-", "cryo-ctf-"), s.snr, s.per_view, s.views, ctf=True) for s in base]
+        tag = "cryo-ctf-astig-" if astigmatism else "cryo-ctf-"
+        return [NoiseSpec(s.name.replace("cryo-", tag), s.snr, s.per_view, s.views, ctf=True, astigmatism=astigmatism)
+                for s in base]
     if cells:
         return [NoiseSpec(f"cells-snr{s:g}-30", s, 30, views=3, kind="cells") for s in (3.0, 1.0, 0.3)]
     if fast:
@@ -204,12 +214,33 @@ def ctf_defocus(spec: NoiseSpec, *, split: str = "tune", seed: int = 0) -> np.nd
     return rng.uniform(*CTF_DEFOCUS, size=spec.views * spec.per_view)
 
 
-def _with_ctf(density, views, poses, defocus) -> np.ndarray:
-    """Each pose's projection on a frame twice as large, with the CTF of its defocus, cropped to 48 px."""
+def ctf_astigmatism(spec: NoiseSpec, *, split: str = "tune", seed: int = 0):
+    """An astigmatic CTF set's ``(defocus_u, defocus_v, angle)`` per image (Å, Å, degrees).
+
+    The mean of U and V is :func:`ctf_defocus` (the same as the set without astigmatism), ``dU - dV``
+    is uniform in :data:`CTF_ASTIGMATISM` and the U axis's angle from x (RELION's ``rlnDefocusAngle``)
+    uniform in [0, 180), from a stream of their own.
+    """
+    mean = ctf_defocus(spec, split=split, seed=seed)
+    rng = np.random.default_rng([seed, zlib.crc32(spec.seed_name.encode()), 0 if split == "tune" else 1, 13])
+    diff = rng.uniform(*CTF_ASTIGMATISM, size=mean.size)
+    angle = rng.uniform(0.0, 180.0, size=mean.size)
+    return mean + 0.5 * diff, mean - 0.5 * diff, angle
+
+
+def _with_ctf(density, views, poses, defocus, astigmatism=None) -> np.ndarray:
+    """Each pose's projection on a frame twice as large, with the CTF of its defocus, cropped to 48 px.
+
+    ``astigmatism``: ``(defocus_u, defocus_v, angle)`` per pose (then ``defocus`` is not used).
+    """
     from iastudio.core.ctf import apply_ctf
 
     big = np.stack([project(density, views[v], angle=a, shift=sh, side=2 * SIDE) for v, a, sh in poses])
-    out = apply_ctf(big, defocus, **CTF_MICROSCOPE)
+    if astigmatism is None:
+        out = apply_ctf(big, defocus, **CTF_MICROSCOPE)
+    else:
+        u, v, angle = astigmatism
+        out = apply_ctf(big, u, defocus_v=v, astigmatism_angle=angle, **CTF_MICROSCOPE)
     lo = SIDE // 2
     return out[:, lo:lo + SIDE, lo:lo + SIDE]
 
@@ -249,7 +280,8 @@ def make_noise_set(spec: NoiseSpec, *, split: str = "tune", seed: int = 0, clean
     order = rng.permutation(len(images))
     truth = np.stack(images)[order]
     if spec.ctf:
-        truth = _with_ctf(density, views, [poses[i] for i in order], ctf_defocus(spec, split=split, seed=seed))
+        truth = _with_ctf(density, views, [poses[i] for i in order], ctf_defocus(spec, split=split, seed=seed),
+                          ctf_astigmatism(spec, split=split, seed=seed) if spec.astigmatism else None)
     labels = [labels[i] for i in order]
     noisy = truth
     if np.isfinite(spec.snr) and spec.kind == "cells":

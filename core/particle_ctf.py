@@ -9,9 +9,13 @@ in the one block of particles; RELION 3.1 and later move the microscope's values
 ``data_optics`` block, one row per optics group, joined on ``rlnOpticsGroup``.  A value in a
 particle's row wins over its optics group's.
 
-:func:`~iastudio.core.ctf.ctf_2d` models no astigmatism, so a particle's defocus is the mean of
-``rlnDefocusU`` and ``rlnDefocusV`` (``rlnDefocusU`` alone when the file has no ``rlnDefocusV``);
-the angle ``rlnDefocusAngle`` is not read.
+**Astigmatism.**  With ``rlnDefocusV`` and ``rlnDefocusAngle`` both in the file, a particle is
+astigmatic: its CTF has ``rlnDefocusU`` along the U axis, at ``rlnDefocusAngle`` degrees from the
+image's x axis, and ``rlnDefocusV`` at right angles to it (RELION's convention, see
+:mod:`~iastudio.core.ctf`), and it is flipped with that CTF.  Without ``rlnDefocusV`` its defocus is
+``rlnDefocusU`` along every direction; with ``rlnDefocusV`` but no ``rlnDefocusAngle`` (which a file
+RELION wrote does not lack) the orientation is unknown, so it is the mean of the two along every
+direction, as before astigmatism was read.
 
 **Sign.**  RELION's CTF is the negative of :mod:`~iastudio.core.ctf`'s (CTFFIND4's): ``+A`` at
 frequency 0, matching the white-on-dark particles RELION extracts (``--invert_contrast``).  Particles
@@ -46,7 +50,8 @@ class ParticleCtf:
     Attributes
     ----------
     defocus : float
-        Å, positive for underfocus (the mean of ``rlnDefocusU`` and ``rlnDefocusV``).
+        Å, positive for underfocus: ``rlnDefocusU`` (the defocus along the U axis) where
+        ``defocus_v`` is set, else the defocus along every direction.
     voltage : float
         kV.
     spherical_aberration : float
@@ -55,6 +60,11 @@ class ParticleCtf:
         In [0, 1).
     pixel_size : float
         Å per pixel of the particle's image.
+    defocus_v : float or None
+        Å: ``rlnDefocusV``, the defocus along the V axis; None (default): no astigmatism.
+    astigmatism_angle : float or None
+        Degrees: ``rlnDefocusAngle``, the U axis's angle from the image's x axis; set with
+        ``defocus_v`` and only then.
     """
 
     defocus: float
@@ -62,6 +72,22 @@ class ParticleCtf:
     spherical_aberration: float
     amplitude_contrast: float
     pixel_size: float
+    defocus_v: float | None = None
+    astigmatism_angle: float | None = None
+
+    def __post_init__(self):
+        if (self.defocus_v is None) != (self.astigmatism_angle is None):
+            raise ValueError("defocus_v and astigmatism_angle are set together or not at all")
+
+    @property
+    def mean_defocus(self) -> float:
+        """Å: the mean of the U and V defocus (``defocus`` without astigmatism)."""
+        return self.defocus if self.defocus_v is None else 0.5 * (self.defocus + self.defocus_v)
+
+    @property
+    def astigmatism(self) -> float:
+        """Å: ``|dU - dV|`` (0 without astigmatism)."""
+        return 0.0 if self.defocus_v is None else abs(self.defocus - self.defocus_v)
 
     def microscope(self) -> tuple[float, float, float, float]:
         """``(voltage, spherical_aberration, amplitude_contrast, pixel_size)``: shared by images flipped together."""
@@ -123,16 +149,18 @@ def star_ctf(path, *, blocks=None) -> list[ParticleCtf]:
     -------
     list of ParticleCtf
         One per row of the block holding ``rlnImageName`` (the rows
-        :func:`~iastudio.core.stacks.star_members` turns into images, in the same order).  The
-        defocus is the mean of ``rlnDefocusU`` and ``rlnDefocusV``: astigmatism is not modelled.
+        :func:`~iastudio.core.stacks.star_members` turns into images, in the same order),
+        astigmatic where the file has ``rlnDefocusV`` and ``rlnDefocusAngle`` (the module's
+        docstring says what is read without them).
 
     Raises
     ------
     ImageLoadError
         Naming the file, the row (counted from 1, as ``star_members`` counts) and the reason: not a
         particle STAR file, a column missing from the particles and their optics groups, a value that
-        is not a finite number, a voltage or pixel size that is not positive, an amplitude contrast
-        outside [0, 1), or an optics group that is not in the optics block.
+        is not a finite number (an angle included), a negative defocus, a voltage or pixel size that is
+        not positive, an amplitude contrast outside [0, 1), or an optics group that is not in the optics
+        block.
 
     """
     path = Path(path)
@@ -158,14 +186,20 @@ def star_ctf(path, *, blocks=None) -> list[ParticleCtf]:
 
     u = need("rlnDefocusU", "defocus, needed to phase-flip")
     v = column("rlnDefocusV")
-    defocus = u if v is None else 0.5 * (u + v)
+    angle = column("rlnDefocusAngle") if v is not None else None
     found = {key: need(col, key.replace("_", " ")) for key, col in _MICROSCOPE}
     pixel = _pixel_size(column, name)
-    for says, bad in _unusable(found["voltage"], pixel, found["amplitude_contrast"]):
+    for says, bad in (*_negative_defocus(u, v), *_unusable(found["voltage"], pixel, found["amplitude_contrast"])):
         if bad.any():
             raise ImageLoadError(f"{name}: {row_of(int(np.flatnonzero(bad)[0]))}: {says}")
-    return [ParticleCtf(float(d), float(kv), float(cs), float(a), float(px)) for d, kv, cs, a, px in
-            zip(defocus, found["voltage"], found["spherical_aberration"], found["amplitude_contrast"], pixel)]
+    if v is not None and angle is None:
+        u, v = 0.5 * (u + v), None  # no orientation: the mean along every direction
+    scopes = zip(found["voltage"], found["spherical_aberration"], found["amplitude_contrast"], pixel)
+    if v is None:
+        return [ParticleCtf(float(d), float(kv), float(cs), float(a), float(px)) for d, (kv, cs, a, px) in
+                zip(u, scopes)]
+    return [ParticleCtf(float(du), float(kv), float(cs), float(a), float(px), float(dv), float(ang))
+            for du, dv, ang, (kv, cs, a, px) in zip(u, v, angle, scopes)]
 
 
 def _unusable(voltage, pixel_size, amplitude_contrast) -> tuple:
@@ -173,6 +207,12 @@ def _unusable(voltage, pixel_size, amplitude_contrast) -> tuple:
     return (("rlnVoltage must be positive", ~(voltage > 0)),
             ("the pixel size must be positive", ~(pixel_size > 0)),
             ("rlnAmplitudeContrast must lie in [0, 1)", ~((amplitude_contrast >= 0) & (amplitude_contrast < 1))))
+
+
+def _negative_defocus(u, v) -> tuple:
+    """The STAR reader's rule on defocus: RELION's underfocus is positive (a project's old rows are not refused)."""
+    rules = (("rlnDefocusU must not be negative (underfocus is positive)", u < 0),)
+    return rules if v is None else (*rules, ("rlnDefocusV must not be negative (underfocus is positive)", v < 0))
 
 
 def _pixel_size(column, name: str) -> np.ndarray:
@@ -212,8 +252,9 @@ def phase_flip_particles(images, ctf, *, convention: str = "relion") -> list[np.
     -------
     list of ndarray
         Float32 images, each :func:`~iastudio.core.ctf.ctf_phase_flip` of its image (negated for
-        ``"relion"``) at its own defocus, voltage, spherical aberration, amplitude contrast and pixel
-        size (images sharing a size and a microscope are flipped as one stack).
+        ``"relion"``) at its own defocus (astigmatic where its :class:`ParticleCtf` is), voltage,
+        spherical aberration, amplitude contrast and pixel size (images sharing a size and a microscope
+        are flipped as one stack).
     """
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
@@ -229,8 +270,12 @@ def phase_flip_particles(images, ctf, *, convention: str = "relion") -> list[np.
         groups.setdefault((np.shape(img), c.microscope()), []).append(i)
     out: list = [None] * len(images)
     for (_shape, (kv, cs, amp, px)), idx in groups.items():
+        astig = {}
+        if any(ctf[i].defocus_v is not None for i in idx):  # else exactly as without astigmatism
+            astig = {"defocus_v": [ctf[i].defocus if ctf[i].defocus_v is None else ctf[i].defocus_v for i in idx],
+                     "astigmatism_angle": [ctf[i].astigmatism_angle or 0.0 for i in idx]}
         flipped = ctf_phase_flip(np.stack([images[i] for i in idx]), [ctf[i].defocus for i in idx], pixel_size=px,
-                                 voltage=kv, spherical_aberration=cs, amplitude_contrast=amp)
+                                 voltage=kv, spherical_aberration=cs, amplitude_contrast=amp, **astig)
         for i, img in zip(idx, flipped):
             out[i] = (sign * img).astype(np.float32)
     return out
@@ -304,9 +349,11 @@ def phase_flip_record(ctf) -> dict:
     Returns
     -------
     dict
-        ``applied`` (True), ``n_images``, ``[min, max]`` of ``defocus_A``, ``voltage_kV``,
-        ``spherical_aberration_mm``, ``amplitude_contrast`` and ``pixel_size_A``, and what the defocus
-        and the sign convention are, in words (``ia-cluster``'s ``summary.json``: ``phase_flip``).
+        ``applied`` (True), ``n_images``, ``[min, max]`` of ``defocus_A`` (each particle's mean of U and
+        V), ``astigmatism_A`` (``|dU - dV|``), ``voltage_kV``, ``spherical_aberration_mm``,
+        ``amplitude_contrast`` and ``pixel_size_A``, ``n_astigmatic`` (the images flipped with an
+        astigmatic CTF), and what the defocus and the sign convention are, in words (``ia-cluster``'s
+        ``summary.json``: ``phase_flip``).
 
     Examples
     --------
@@ -320,18 +367,30 @@ def phase_flip_record(ctf) -> dict:
         values = [getattr(c, attr) for c in ctf]
         return [round(min(values), 6), round(max(values), 6)]
 
-    return {"applied": True, "n_images": len(ctf), "defocus_A": span("defocus"), "voltage_kV": span("voltage"),
+    n_astig = sum(c.defocus_v is not None for c in ctf)
+    if n_astig == len(ctf):
+        says = "astigmatic: rlnDefocusU along the U axis at rlnDefocusAngle from x, rlnDefocusV across it"
+    elif n_astig:
+        says = (f"astigmatic for {n_astig} images (rlnDefocusU, rlnDefocusV, rlnDefocusAngle); the others one "
+                "defocus along every direction")
+    else:
+        says = ("one defocus along every direction (rlnDefocusU, or the mean of rlnDefocusU and rlnDefocusV where "
+                "rlnDefocusAngle is missing)")
+    return {"applied": True, "n_images": len(ctf), "defocus_A": span("mean_defocus"),
+            "astigmatism_A": span("astigmatism"), "n_astigmatic": n_astig, "voltage_kV": span("voltage"),
             "spherical_aberration_mm": span("spherical_aberration"),
             "amplitude_contrast": span("amplitude_contrast"), "pixel_size_A": span("pixel_size"),
-            "defocus_is": "the mean of rlnDefocusU and rlnDefocusV (astigmatism not modelled)",
+            "defocus_is": says,
             "convention": "RELION's CTF sign (+A at frequency 0): particles stay white on dark"}
 
 
-_FIELDS = ("defocus", "voltage", "spherical_aberration", "amplitude_contrast", "pixel_size")
+_FIELDS = ("defocus", "voltage", "spherical_aberration", "amplitude_contrast", "pixel_size", "defocus_v",
+           "astigmatism_angle")
+_OLD_COLUMNS = 5  # a project saved before astigmatism was read: no defocus_v, no angle
 
 
 def ctf_to_array(ctf, n: int) -> np.ndarray | None:
-    """Per-image CTF parameters as an ``(n, 5)`` float array (a project file's ``ctf``), or None when none has any.
+    """Per-image CTF parameters as an ``(n, 7)`` float array (a project file's ``ctf``), or None when none has any.
 
     Parameters
     ----------
@@ -342,9 +401,10 @@ def ctf_to_array(ctf, n: int) -> np.ndarray | None:
 
     Returns
     -------
-    ndarray, shape (n, 5), or None
-        Columns: defocus, voltage, spherical aberration, amplitude contrast, pixel size; a row of NaN
-        for an image without parameters.
+    ndarray, shape (n, 7), or None
+        Columns: defocus, voltage, spherical aberration, amplitude contrast, pixel size, defocus V,
+        astigmatism angle (the last two NaN for a particle without astigmatism); a row of NaN for an
+        image without parameters.
 
     Examples
     --------
@@ -356,7 +416,7 @@ def ctf_to_array(ctf, n: int) -> np.ndarray | None:
     out = np.full((n, len(_FIELDS)), np.nan)
     for i, c in enumerate(ctf):
         if isinstance(c, ParticleCtf):
-            out[i] = [getattr(c, f) for f in _FIELDS]
+            out[i] = [np.nan if getattr(c, f) is None else getattr(c, f) for f in _FIELDS]
     return out
 
 
@@ -365,7 +425,8 @@ def ctf_from_array(arr) -> list | None:
 
     Parameters
     ----------
-    arr : ndarray, shape (n, 5), or None
+    arr : ndarray, shape (n, 7), or None
+        Or ``(n, 5)``: a project saved before astigmatism was read (no defocus V, no angle).
 
     Returns
     -------
@@ -375,8 +436,8 @@ def ctf_from_array(arr) -> list | None:
     Raises
     ------
     ValueError
-        A row that is partly NaN, or whose voltage or pixel size is not positive or whose amplitude
-        contrast is outside [0, 1).
+        A row that is partly NaN (the pair defocus V and angle aside, NaN together: no astigmatism),
+        or whose voltage or pixel size is not positive or whose amplitude contrast is outside [0, 1).
 
     Examples
     --------
@@ -387,13 +448,20 @@ def ctf_from_array(arr) -> list | None:
     if arr is None:
         return None
     arr = np.asarray(arr, dtype=float)
-    if arr.ndim != 2 or arr.shape[1] != len(_FIELDS):
-        raise ValueError(f"the CTF parameters must be an (n, {len(_FIELDS)}) array, got shape {arr.shape}")
+    if arr.ndim != 2 or arr.shape[1] not in (_OLD_COLUMNS, len(_FIELDS)):
+        raise ValueError(f"the CTF parameters must be an (n, {len(_FIELDS)}) array (or (n, {_OLD_COLUMNS}) from a "
+                         f"project saved before astigmatism was read), got shape {arr.shape}")
+    if arr.shape[1] == _OLD_COLUMNS:
+        arr = np.concatenate([arr, np.full((len(arr), len(_FIELDS) - _OLD_COLUMNS), np.nan)], axis=1)
     listed = ~np.isnan(arr).all(axis=1)  # a row of NaN: an image no STAR file listed
-    rules = (("a value is missing or not finite", ~np.isfinite(arr).all(axis=1)),
+    astig = ~np.isnan(arr[:, _OLD_COLUMNS:]).all(axis=1)
+    rules = (("a value is missing or not finite", ~np.isfinite(arr[:, :_OLD_COLUMNS]).all(axis=1)),
+             ("the astigmatism (defocus V and angle) is not two finite numbers",
+              astig & ~np.isfinite(arr[:, _OLD_COLUMNS:]).all(axis=1)),
              *_unusable(arr[:, 1], arr[:, 4], arr[:, 3]))
     for says, bad in rules:
         if (bad & listed).any():
             raise ValueError(f"the CTF parameters of image {int(np.flatnonzero(bad & listed)[0]) + 1} are not "
                              f"usable: {says}")
-    return [ParticleCtf(*(float(v) for v in row)) if use else None for row, use in zip(arr, listed)]
+    return [(ParticleCtf(*(float(v) for v in row)) if a else ParticleCtf(*(float(v) for v in row[:_OLD_COLUMNS])))
+            if use else None for row, use, a in zip(arr, listed, astig)]

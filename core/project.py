@@ -158,11 +158,13 @@ class Project:
     ka_labels : ndarray (n,) of int or None
         Kernel attention's clusters of the same images (a finished IA run's
         comparison); None in projects saved without it.
-    ctf : ndarray (n, 5) or None
+    ctf : ndarray (n, 7) or None
         Each image's CTF parameters from the RELION STAR file that listed it
         (:func:`~iastudio.core.particle_ctf.ctf_to_array`: defocus, voltage,
-        spherical aberration, amplitude contrast, pixel size; a row of NaN:
-        none); None when no image came from a STAR file.
+        spherical aberration, amplitude contrast, pixel size, defocus V,
+        astigmatism angle; a row of NaN: none); None when no image came from a
+        STAR file.  Projects saved before astigmatism was read hold ``(n, 5)``
+        (no defocus V or angle) and open as they are.
     """
 
     paths: list
@@ -645,7 +647,7 @@ class _Manifest:
                  "offset": ((n, 2), "f"), "cluster_means": (img, "f"), "image_transforms": ((n, 3), "f"),
                  "scores": ((n,), "f"), "weights": ((n, n), "f"), "input_distances": ((n, n), "f"),
                  "final_distances": ((n, n), "f"), "run_labels": ((n,), "iu"),
-                 "ka_labels": ((n,), "iu"), "ctf": ((n, 5), "f"), "means": ((n, "S", "S", "C"), "f"),
+                 "ka_labels": ((n,), "iu"), "ctf": ((n, (5, 7)), "f"), "means": ((n, "S", "S", "C"), "f"),
                  "distances": ((n, n), "f"), "labels": ((n,), "iu")}
         return table[key.split("/")[-1].split("_", 1)[-1] if key.startswith("history/") else key.split("/")[-1]]
 
@@ -813,6 +815,8 @@ def _match(shape, pattern, dims, meta, key):
     for got, want in zip(shape, pattern) if ok else ():
         if _is_int(want):
             ok = ok and got == want
+        elif isinstance(want, tuple):  # one of these sizes (ctf: 7 columns, 5 in older projects)
+            ok = ok and got in want
         elif want == "C":
             ok = ok and got == 3 and dims.setdefault("C", 3) == 3
         elif want == "k":

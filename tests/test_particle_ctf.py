@@ -10,7 +10,7 @@ from numpy.testing import assert_allclose
 from iastudio.core.cli import main
 from iastudio.core.ctf import apply_ctf, ctf_phase_flip
 from iastudio.core.imageset import ImageLoadError, load_images
-from iastudio.core.particle_ctf import ParticleCtf, phase_flip_particles, star_ctf
+from iastudio.core.particle_ctf import ParticleCtf, phase_flip_particles, phase_flip_record, star_ctf
 
 starfile = pytest.importorskip("starfile")
 pd = pytest.importorskip("pandas")
@@ -285,9 +285,9 @@ def test_ctf_arrays_round_trip_and_bad_rows_are_refused():
 
     c = ParticleCtf(1.5e4, 200.0, 0.01, 0.07, 1.06)
     arr = ctf_to_array([None, c], 2)
-    assert arr.shape == (2, 5)
+    assert arr.shape == (2, 7)
     assert np.isnan(arr[0]).all()
-    assert_allclose(arr[1], [1.5e4, 200.0, 0.01, 0.07, 1.06])
+    assert_allclose(arr[1], [1.5e4, 200.0, 0.01, 0.07, 1.06, np.nan, np.nan])  # no astigmatism: NaN, NaN
     assert ctf_from_array(arr) == [None, c]
     assert ctf_to_array([None, "why"], 2) is None
     assert ctf_to_array(None, 2) is None
@@ -323,3 +323,99 @@ def _saved(path, project):
 
     save_project(path, project)
     return path
+
+
+# -- astigmatism: rlnDefocusV and rlnDefocusAngle ---------------------------------------------------------------
+
+
+def _astigmatic(path, **override):
+    return _relion30(path, **{"rlnDefocusAngle": [30.0, -60.0, 0.0], **override})
+
+
+def test_astigmatic_rows_keep_u_v_and_the_angle(tmp_path):
+    got = star_ctf(_astigmatic(tmp_path / "p.star"))
+    assert got == [ParticleCtf(10000.0, 300.0, 2.7, 0.1, 2.0, 12000.0, 30.0),
+                   ParticleCtf(20000.0, 300.0, 2.7, 0.1, 2.0, 18000.0, -60.0),
+                   ParticleCtf(15000.0, 300.0, 2.7, 0.1, 2.0, 15000.0, 0.0)]
+    assert [c.mean_defocus for c in got] == [11000.0, 19000.0, 15000.0]
+    assert [c.astigmatism for c in got] == [2000.0, 2000.0, 0.0]
+    # without rlnDefocusAngle the orientation is unknown: the mean along every direction, as before
+    assert star_ctf(_relion30(tmp_path / "q.star"))[0] == ParticleCtf(11000.0, 300.0, 2.7, 0.1, 2.0)
+
+
+def test_astigmatism_in_a_relion31_file_comes_from_the_particle_rows(tmp_path):
+    optics = pd.DataFrame({"rlnOpticsGroup": [1], "rlnVoltage": [300.0], "rlnSphericalAberration": [2.7],
+                           "rlnAmplitudeContrast": [0.1], "rlnImagePixelSize": [1.06]})
+    particles = pd.DataFrame({"rlnImageName": ["1@a.mrcs", "2@a.mrcs"], "rlnDefocusU": [11000.0, 21000.0],
+                              "rlnDefocusV": [10000.0, 20500.0], "rlnDefocusAngle": [12.5, 95.0],
+                              "rlnOpticsGroup": [1, 1]})
+    starfile.write({"optics": optics, "particles": particles}, tmp_path / "p.star", overwrite=True)
+    got = star_ctf(tmp_path / "p.star")
+    assert [(c.defocus, c.defocus_v, c.astigmatism_angle) for c in got] == [(11000.0, 10000.0, 12.5),
+                                                                           (21000.0, 20500.0, 95.0)]
+
+
+@pytest.mark.parametrize(("override", "says"), [
+    ({"rlnDefocusAngle": [0.0, "nan", 0.0]}, "p.star: row 2: rlnDefocusAngle is not a finite number"),
+    ({"rlnDefocusAngle": [0.0, 0.0, "x"]}, "p.star: row 3: rlnDefocusAngle is not a finite number ('x')"),
+    ({"rlnDefocusU": [1e4, 2e4, -5.0]}, "p.star: row 3: rlnDefocusU must not be negative"),
+    ({"rlnDefocusV": [-1.0, 2e4, 1e4]}, "p.star: row 1: rlnDefocusV must not be negative"),
+])
+def test_bad_astigmatic_rows_are_refused_naming_file_row_and_reason(tmp_path, override, says):
+    with pytest.raises(ImageLoadError, match=re.escape(says)):
+        star_ctf(_astigmatic(tmp_path / "p.star", **override))
+
+
+def test_astigmatic_star_rows_round_trip_through_the_project_array(tmp_path):
+    from iastudio.core.particle_ctf import ctf_from_array, ctf_to_array
+    from iastudio.core.project import Project, load_project, save_project
+
+    ctf = [*star_ctf(_astigmatic(tmp_path / "p.star")), None, ParticleCtf(9000.0, 200.0, 2.0, 0.07, 1.5)]
+    arr = ctf_to_array(ctf, 5)
+    assert arr.shape == (5, 7)
+    assert_allclose(arr[0], [10000.0, 300.0, 2.7, 0.1, 2.0, 12000.0, 30.0])
+    assert ctf_from_array(arr) == ctf
+    proj = Project(paths=[f"{k}@a.mrcs" for k in range(5)], labels=[None] * 5,
+                   base=np.zeros((5, 8, 8), np.float32), ctf=arr)
+    save_project(tmp_path / "p.iaproj", proj)
+    assert ctf_from_array(load_project(tmp_path / "p.iaproj").ctf) == ctf
+    half = arr.copy()
+    half[1, 6] = np.nan  # a defocus V without its angle
+    with pytest.raises(ValueError, match="image 2 are not usable: the astigmatism"):
+        ctf_from_array(half)
+    with pytest.raises(ValueError, match="defocus_v and astigmatism_angle are set together"):
+        ParticleCtf(1e4, 300.0, 2.7, 0.1, 2.0, defocus_v=1.1e4)
+
+
+def test_a_project_saved_with_five_ctf_columns_still_opens(tmp_path):
+    from iastudio.core.particle_ctf import ctf_from_array
+    from iastudio.core.project import Project, load_project, save_project
+
+    old = np.array([[1e4, 300.0, 2.7, 0.1, 3.0], [np.nan] * 5])  # what the previous version wrote
+    save_project(tmp_path / "old.iaproj", Project(paths=["a.mrcs#1", "b.png"], labels=[None, None],
+                                                  base=np.zeros((2, 8, 8), np.float32), ctf=old))
+    back = load_project(tmp_path / "old.iaproj")
+    assert ctf_from_array(back.ctf) == [ParticleCtf(1e4, 300.0, 2.7, 0.1, 3.0), None]
+    with pytest.raises(ValueError, match=r"\(n, 7\) array \(or \(n, 5\)"):
+        ctf_from_array(np.zeros((2, 6)))
+
+
+def test_astigmatic_particles_are_flipped_with_their_own_astigmatism():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(3, 64, 64))
+    scope = dict(SCOPE, pixel_size=1.5)
+    du, dv, angle = np.array([15e3, 20e3, 12e3]), np.array([13.5e3, 19e3, 12e3]), np.array([30.0, 120.0, 0.0])
+    seen = apply_ctf(x, du, defocus_v=dv, astigmatism_angle=angle, **scope)
+    ctf = [ParticleCtf(u, 300.0, 2.7, 0.1, 1.5, v, a) for u, v, a in zip(du, dv, angle)]
+    ctf[2] = ParticleCtf(12e3, 300.0, 2.7, 0.1, 1.5)  # no astigmatism in the same stack
+    got = phase_flip_particles(list(seen), ctf, convention="ctffind4")
+    want = ctf_phase_flip(seen, du, defocus_v=dv, astigmatism_angle=angle, **scope)
+    assert_allclose(np.stack(got), want, atol=1e-4)  # float32
+    mean = ctf_phase_flip(seen, 0.5 * (du + dv), **scope)
+    for k in range(2):  # the astigmatic two: nearer the unfiltered image than the mean defocus's flip
+        assert np.linalg.norm(got[k] - x[k]) < np.linalg.norm(mean[k] - x[k])
+    record = phase_flip_record(ctf)
+    assert record["n_astigmatic"] == 2
+    assert record["defocus_A"] == [12000.0, 19500.0]  # each particle's mean of U and V
+    assert record["astigmatism_A"] == [0.0, 1500.0]
+    assert "astigmatic for 2 images" in record["defocus_is"]
