@@ -237,22 +237,59 @@ def _pick_candidates(scores, allowed, k, xp):
     return xp.argsort(-s, axis=0, kind="stable")[:k]
 
 
+#: A pair's rotation candidates after its best peak (and that peak's half-turn twin, which ties with it) are
+#: searched only where their polar score is at least this share of the best's: on 1,000 particles and
+#: 1,000 rotated digits the third candidate was below half the best on 87 % of the pairs and won the
+#: translation search on 2 of those 41,000 (docs/speed.md, section 00000)
+CANDIDATE_SHARE = 0.5
+
+
+def _worth_searching(cand_scores, cand, allowed, candidates, xp):
+    """Which of the rotation candidates ``cand`` (K, E) the translation search tries: a (K, E) mask.
+
+    All of them for ``candidates=None`` (every grid angle); otherwise the first (the best allowed peak)
+    and every allowed one whose polar score ``cand_scores`` is at least :data:`CANDIDATE_SHARE` of the
+    first's (all, where the first's is not positive).
+
+    Examples
+    --------
+    >>> s = np.array([[0.8, 0.0], [0.8, -0.1], [0.3, -0.2]])
+    >>> _worth_searching(s, np.zeros((3, 2), int), np.ones(4, bool), 3, np).tolist()
+    [[True, True], [True, True], [False, True]]
+    """
+    if candidates is None:
+        return xp.ones(cand.shape, dtype=bool)
+    best = cand_scores[:1]
+    keep = (cand_scores >= CANDIDATE_SHARE * best) | (best <= 0)
+    keep &= xp.asarray(allowed)[cand]
+    keep[0] = True
+    return keep
+
+
 def _translation_search(fv_conj, images, pairs_i, pairs_j, angle_idx, angles, p, xp, progress):
     """Best translation for each (pair, grid angle) entry by FFT correlation.
 
     ``fv_conj`` holds the conjugated zero-padded spectra of the targets.
 
     Every (grid angle, source image) combination is rotated and transformed
-    once, in blocks of bounded memory.  Returns ``scores`` (correlation) and
+    once, in blocks of bounded memory; with an even number of grid angles only
+    the first half's are (an angle half a turn further is the same one flipped
+    about the centre: :func:`_half_turn_phase`).  Returns ``scores`` (correlation) and
     ``shift`` (row, col): ``v_i o rot(theta)`` shifted by ``shift`` best
     matches ``v_j``.
     """
     fft = fft_module(xp)
-    n = images.shape[0]
+    n, h, w = images.shape[:3]
     n_e = int(angle_idx.shape[0])
     score = xp.full(n_e, -xp.inf, dtype=np.float64)
     shift = xp.zeros((n_e, 2), dtype=np.float64)
-    key = to_host(angle_idx).astype(np.int64) * n + to_host(pairs_i).astype(np.int64)
+    angle_host = to_host(angle_idx).astype(np.int64)
+    # the twin of grid angle a is a + M / 2 (M even): half a turn more, which on the grid is the rotated image
+    # flipped about the centre (exactly: the warp samples mirrored points), so its spectrum is that of angle a's
+    # conjugated, times a phase (_half_turn_phase); only angles of the first half are warped and transformed
+    half = angles.size // 2 if angles.size % 2 == 0 else angles.size
+    twin = angle_host >= half
+    key = (angle_host - half * twin) * n + to_host(pairs_i).astype(np.int64)
     order = np.argsort(key, kind="stable")
     uniq, first = np.unique(key[order], return_index=True)
     slot = np.repeat(np.arange(uniq.size), np.diff(np.append(first, order.size)))  # per sorted entry
@@ -260,6 +297,8 @@ def _translation_search(fv_conj, images, pairs_i, pairs_j, angle_idx, angles, p,
     combos_per_block = max(1, (_block(xp) * 4) // per_combo)
     entries_per_block = max(1, _block(xp) // (p * p))
     pj_sorted = pairs_j[xp.asarray(order)]
+    twin_sorted = twin[order]
+    turn = _half_turn_phase(h, w, p, images.ndim == 4, xp) if twin.any() else None
     for c0 in range(0, uniq.size, combos_per_block):
         c1 = min(uniq.size, c0 + combos_per_block)
         ks = uniq[c0:c1]
@@ -278,7 +317,12 @@ def _translation_search(fv_conj, images, pairs_i, pairs_j, angle_idx, angles, p,
         e0, e1 = int(first[c0]), int(first[c1]) if c1 < uniq.size else order.size
 
         def correlate(lo, hi, fu=fu, c0=c0):
-            prod = fv_conj[pj_sorted[lo:hi]] * fu[xp.asarray(slot[lo:hi] - c0)]
+            spectra = fu[xp.asarray(slot[lo:hi] - c0)]  # a copy (fancy indexing)
+            flipped = np.flatnonzero(twin_sorted[lo:hi])
+            if flipped.size:
+                at = xp.asarray(flipped)
+                spectra[at] = xp.conj(spectra[at]) * turn
+            prod = fv_conj[pj_sorted[lo:hi]] * spectra
             if prod.ndim == 4:
                 prod = prod.sum(axis=-1)
             return _peak(fft.irfft2(prod, s=(p, p), axes=(1, 2)), xp)
@@ -292,6 +336,26 @@ def _translation_search(fv_conj, images, pairs_i, pairs_j, angle_idx, angles, p,
             shift[dest] = sh
         progress(c1 / uniq.size)
     return score, shift
+
+
+def _half_turn_phase(h, w, p, colour, xp):
+    """The factor taking the ``(p, p)`` rFFT of an ``h x w`` image to that of the image flipped about its centre.
+
+    The flipped image ``u[h - 1 - r, w - 1 - c]`` has the spectrum
+    ``exp(-2 pi i (k (h - 1) + l (w - 1)) / p) * conj(U[k, l])`` (``u`` real); a turn by
+    half a circle about the centre is that flip.  Shape ``(p, p // 2 + 1[, 1])``, complex64.
+
+    Examples
+    --------
+    >>> u = np.random.default_rng(0).random((5, 4))
+    >>> flipped = np.fft.rfft2(u[::-1, ::-1], s=(8, 8))
+    >>> bool(np.allclose(flipped, np.conj(np.fft.rfft2(u, s=(8, 8))) * _half_turn_phase(5, 4, 8, False, np)))
+    True
+    """
+    k = np.arange(p)[:, None]
+    ll = np.arange(p // 2 + 1)[None, :]
+    phase = np.exp(-2j * np.pi * (k * (h - 1) + ll * (w - 1)) / p).astype(np.complex64)
+    return xp.asarray(phase[..., None] if colour else phase)
 
 
 def _even_spans(lo, hi, most, xp):
@@ -453,7 +517,9 @@ def invariant_distances(
     candidates : int or None
         Rotation candidates per pair taken from the polar Fourier step (each
         orientation and its 180-degree twin count separately: 3 is the best
-        peak, its twin and the next; measured against 6 in ``docs/speed.md``).
+        peak, its twin and the next; measured against 6 in ``docs/speed.md``);
+        after the first, only those whose score is at least
+        :data:`CANDIDATE_SHARE` of the best's are searched.
         ``None`` evaluates every grid angle.
     refine_steps : int
         Gauss-Newton steps of the continuous refinement (0 disables it).
@@ -749,22 +815,27 @@ def _align_pairs(images, q, fv_conj, pi, pj, angles, allowed, candidates, refine
     step = max(1, _block(xp) // (n_angles * q.shape[1]))
 
     def rotations(lo, hi):
-        return _pick_candidates(_rotation_scores(q, pi[lo:hi], pj[lo:hi], n_angles, xp), allowed, candidates, xp)
+        scores = _rotation_scores(q, pi[lo:hi], pj[lo:hi], n_angles, xp)
+        cand = _pick_candidates(scores, allowed, candidates, xp)
+        return cand, _worth_searching(xp.take_along_axis(scores, cand, axis=0), cand, allowed, candidates, xp)
 
     spans = _even_spans(0, n_pairs, step, xp)  # NumPy: the blocks of pairs on every thread
-    cand_list = parallel_map(lambda span: rotations(*span), spans) if xp is np else [rotations(*s) for s in spans]
-    cand = xp.concatenate(cand_list, axis=1)  # (K, E)
+    found = parallel_map(lambda span: rotations(*span), spans) if xp is np else [rotations(*s) for s in spans]
+    cand = xp.concatenate([c for c, _ in found], axis=1)  # (K, E)
+    searched = xp.flatnonzero(xp.concatenate([m for _, m in found], axis=1).reshape(-1))  # entries (K x E, flat)
     k = cand.shape[0]
     progress(0.1)
 
-    # 2. translations for each candidate angle
+    # 2. translations for the candidate angles worth searching (the others keep score -inf)
     ent_pair = xp.tile(xp.arange(n_pairs), k)
     ent_angle = cand.reshape(-1)
-    score, shift = _translation_search(
-        fv_conj, images if coarse is None else coarse, pi[ent_pair], pj[ent_pair], ent_angle, angles, p, xp,
-        lambda f: progress(0.1 + 0.5 * f),
+    found_score, found_shift = _translation_search(
+        fv_conj, images if coarse is None else coarse, pi[ent_pair[searched]], pj[ent_pair[searched]],
+        ent_angle[searched], angles, p, xp, lambda f: progress(0.1 + 0.5 * f),
     )
-    shift = shift * scale  # the binned images' pixels are scale pixels wide
+    score = xp.full(ent_angle.shape[0], -xp.inf, dtype=np.float64)
+    shift = xp.zeros((ent_angle.shape[0], 2), dtype=np.float64)
+    score[searched], shift[searched] = found_score, found_shift * scale  # the binned images' pixels: scale px
     score = xp.where(xp.asarray(allowed)[ent_angle], score, -xp.inf)
     best = xp.argmax(score.reshape(k, n_pairs), axis=0)
     pick = best * n_pairs + xp.arange(n_pairs)

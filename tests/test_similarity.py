@@ -132,3 +132,51 @@ def test_binned_search_alone_lands_within_a_pixel_and_the_refinement_on_the_answ
     fine = invariant_distances(imgs)
     assert_allclose(fine.transforms[0, 1, 1:], tau[1:], atol=0.1)
     assert fine.distances[0, 1] < 0.02
+
+
+@pytest.mark.parametrize("colour", [False, True])
+def test_translation_search_of_half_turn_twins_equals_warping_them(colour):
+    """Angles half a turn apart share one warp: the twin's scores and shifts are those of warping it."""
+    import scipy.fft
+
+    from iastudio.core import similarity
+
+    rng = np.random.default_rng(3)
+    imgs = rng.random((4, 14, 10, 3) if colour else (4, 14, 10)).astype(np.float32)
+    angles, _ = angle_grid(5.0)
+    p = 24
+    fv_conj = np.conj(scipy.fft.rfft2(imgs, s=(p, p), axes=(1, 2)))
+    pi, pj = np.array([0, 0, 1, 2, 3, 3]), np.array([1, 2, 3, 0, 2, 1])
+    a = np.array([7, 43, 36, 0, 70, 34])  # 43 = 7 + 36 (the twin, same source), 36 and 0 half a turn
+    score, shift = similarity._translation_search(fv_conj, imgs, pi, pj, a, angles, p, np, lambda f: None)
+    for e in range(a.size):  # each entry on its own: its own warp, no twin shared
+        rot = warp(imgs[pi[e]][None], np.array([[angles[a[e]], 0.0, 0.0]]))
+        prod = fv_conj[pj[e]][None] * scipy.fft.rfft2(rot, s=(p, p), axes=(1, 2))
+        if colour:
+            prod = prod.sum(axis=-1)
+        top, at = similarity._peak(scipy.fft.irfft2(prod, s=(p, p), axes=(1, 2)), np)
+        assert_allclose(score[e], top[0], rtol=1e-5)
+        assert_allclose(shift[e], at[0], atol=1e-4)
+
+
+def test_weak_third_rotation_candidates_are_not_searched(shape_images, monkeypatch):
+    """Candidates after the best peak and its twin are searched only where their polar score is close."""
+    from iastudio.core import similarity
+
+    searched = []
+    real = similarity._translation_search
+
+    def counting(fv_conj, images, pairs_i, *args):
+        searched.append(int(pairs_i.shape[0]))
+        return real(fv_conj, images, pairs_i, *args)
+
+    monkeypatch.setattr(similarity, "_translation_search", counting)
+    tau = se2.random_transforms(6, rotation_range=180, shift_range=5, seed=4)
+    imgs = warp(np.repeat(shape_images, 2, axis=0), tau).astype(np.float32)
+    n_pairs = 6 * 5 // 2
+    some = invariant_distances(imgs)
+    assert n_pairs * 2 <= searched[-1] < n_pairs * 3  # the best and its twin always, the third on some pairs
+    monkeypatch.setattr(similarity, "CANDIDATE_SHARE", -np.inf)  # every candidate
+    every = invariant_distances(imgs)
+    assert searched[-1] == n_pairs * 3
+    assert_allclose(some.distances, every.distances, atol=1e-6)  # the candidates left out never won here
