@@ -20,7 +20,7 @@ import numpy as np
 
 from .backend import array_module
 
-__all__ = ["gauss_newton_metric", "gauss_newton_step"]
+__all__ = ["damped_step", "gauss_newton_metric", "gauss_newton_step"]
 
 _EPS_DIAG = 1e-9  # keeps the damping positive where a parameter has no gradient
 _EPS_RIDGE = 1e-12  # keeps the 3 x 3 system regular for an all-zero jacobian
@@ -99,6 +99,36 @@ def gauss_newton_step(jac, resid, damping, *, metric=None):
         metric = gauss_newton_metric(jac)
     j = _flat_jacobian(jac)
     g = xp.matmul(j, resid.reshape(resid.shape[0], -1, 1))[..., 0].astype(np.float64)  # J r
+    return damped_step(metric, g, damping)
+
+
+def damped_step(metric, g, damping):
+    """:func:`gauss_newton_step` from the normal equations: ``J J^T`` and ``J r`` already summed.
+
+    Parameters
+    ----------
+    metric : ndarray, shape (E, 3, 3)
+        ``J J^T`` (:func:`gauss_newton_metric`, or
+        :func:`iastudio.core.warp.warp_residuals` with ``moments=True``).
+    g : ndarray, shape (E, 3)
+        ``J r``.
+    damping : float or ndarray, shape (E,)
+
+    Returns
+    -------
+    delta, predicted : ndarray, shapes (E, 3) and (E,)
+        As :func:`gauss_newton_step`.
+
+    Examples
+    --------
+    Undamped, one step solves a quadratic: here ``r = J^T (tau - 1)`` is zero at ``tau = 1``.
+
+    >>> m = np.array([[[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 4.0]]])
+    >>> delta, predicted = damped_step(m, -m[0].sum(axis=1)[None], 0.0)
+    >>> np.round(delta, 6).tolist(), np.round(predicted, 6).tolist()
+    ([[1.0, 1.0, 1.0]], [7.0])
+    """
+    xp = array_module(metric)
     lam = xp.asarray(damping, dtype=np.float64)
     lam = lam.reshape(-1, 1, 1) if lam.ndim else lam
     eye = xp.eye(3)

@@ -38,8 +38,8 @@ import numpy as np
 
 from . import se2
 from .backend import array_module, block_elements, fft_module, in_blocks, ndimage_module, threads, to_host
-from .gauss_newton import gauss_newton_step
-from .warp import parallel_map, warp
+from .gauss_newton import damped_step
+from .warp import parallel_map, warp, warp_residuals
 
 __all__ = ["SimilarityResult", "angle_grid", "invariant_distances", "join_pair_results", "plain_distances",
            "refine_pairs", "sharing_preparation"]
@@ -443,49 +443,45 @@ _STOP_STEP = (2e-4, 2e-3)  # or when the step is below this in angle (rad) and s
 def _gauss_newton(images, targets, params, index, tindex, steps, xp):
     """Levenberg-Marquardt on the entries still moving (an active set).
 
-    Each round proposes :func:`~iastudio.core.gauss_newton.gauss_newton_step`
-    for every active entry; an entry whose step is tiny, or whose predicted
+    Each round proposes :func:`~iastudio.core.gauss_newton.damped_step` for
+    every active entry, from its normal equations
+    (:func:`~iastudio.core.warp.warp_residuals`); an entry whose step is tiny, or whose predicted
     decrease of ``d^2`` is below ``_STOP_RTOL d^2``, has converged and stops
     *before* its proposal is warped.  A proposal is kept where it lowers
     ``d^2`` (the damping then falls) and refused otherwise (the damping
     rises; above 1 the entry stops).  At most ``steps`` proposals per entry.
     """
     e = params.shape[0]
-    tgt = targets[tindex]
 
-    def evaluate(p, rows):
-        out, grad = warp(images, p, index=index[rows], gradient=True)
-        r = out - tgt[rows]
-        flat = r.reshape(r.shape[0], -1)
-        return r, grad, xp.sum(flat * flat, axis=1, dtype=np.float64)  # squares rounded, sums in float64
+    def evaluate(p, rows):  # d^2 and the normal equations (J J^T, J r): the warped images are not kept
+        return warp_residuals(images, p, targets, index=index[rows], target_index=tindex[rows], moments=True)
 
     active = xp.arange(e)
-    r, grad, f = evaluate(params, active)
+    f, metric, jr = evaluate(params, active)
     f_all = f.copy()
     lam = xp.full(e, 1e-3)
     for _ in range(steps):
-        delta, predicted = gauss_newton_step(grad, r, lam[active]) if active.shape[0] else (None, None)
+        delta, predicted = damped_step(metric, jr, lam[active]) if active.shape[0] else (None, None)
         if delta is not None:
             tiny = (xp.abs(delta[:, 0]) < _STOP_STEP[0]) & (xp.abs(delta[:, 1:]).max(axis=1) < _STOP_STEP[1])
             keep = ~(tiny | (predicted < _STOP_ATOL + _STOP_RTOL * f))
-            if not bool(keep.all()):  # (a copy of the images only where an entry stops)
-                active, r, grad, f, delta = active[keep], r[keep], grad[keep], f[keep], delta[keep]
+            if not bool(keep.all()):
+                active, metric, jr, f, delta = active[keep], metric[keep], jr[keep], f[keep], delta[keep]
         if active.shape[0] == 0:
             break
         cand = params[active] + delta
-        r2, g2, f2 = evaluate(cand, active)
+        f2, metric2, jr2 = evaluate(cand, active)
         better = f2 < f
         params[active] = xp.where(better[:, None], cand, params[active])
         f = xp.where(better, f2, f)
         f_all[active] = f
-        worse = ~better  # the refused proposals keep their residual and jacobian: copied into the new arrays
-        if bool(worse.any()):
-            r2[worse], g2[worse] = r[worse], grad[worse]
-        r, grad = r2, g2
+        # the refused proposals keep their normal equations
+        metric = xp.where(better[:, None, None], metric2, metric)
+        jr = xp.where(better[:, None], jr2, jr)
         lam[active] = xp.where(better, lam[active] / 3.0, lam[active] * 4.0)
         keep = lam[active] <= 1.0
         if not bool(keep.all()):
-            active, r, grad, f = active[keep], r[keep], grad[keep], f[keep]
+            active, metric, jr, f = active[keep], metric[keep], jr[keep], f[keep]
     params[:, 0] = se2.wrap_angle(params[:, 0])
     return params, f_all
 
@@ -873,8 +869,7 @@ def _residuals(images, params, index, tindex, xp):
 
     def one(span):
         lo, hi = span
-        r = (warp(images, params[lo:hi], index=index[lo:hi]) - images[tindex[lo:hi]]).reshape(hi - lo, -1)
-        return xp.sum(r * r, axis=1, dtype=np.float64)
+        return warp_residuals(images, params[lo:hi], images, index=index[lo:hi], target_index=tindex[lo:hi])
 
     if not spans:
         return xp.zeros(0, dtype=np.float64)

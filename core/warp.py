@@ -29,6 +29,7 @@ __all__ = [
     "parallel_map",
     "prepare",
     "warp",
+    "warp_residuals",
 ]
 
 _PAD = PAD  # zero border; a tap index is clipped into it when it falls far outside
@@ -192,6 +193,110 @@ def warp(images, params, *, index=None, gradient=False, parallel=True, out=None)
     return _returned(out, grad, single, gradient)
 
 
+def warp_residuals(images, params, targets, *, index=None, target_index=None, moments=False, parallel=True):
+    """How far each warped image is from its target: ``||v_index o tau - targets[target_index]||^2``.
+
+    What the invariant similarity reads of a warp (its residuals, and the
+    Gauss-Newton steps of its refinement), without keeping the warped images:
+    on NumPy greyscale images one compiled loop
+    (:func:`iastudio.core.warp_kernel.keys_residuals`) sums the squares (and
+    the normal equations) as it samples, in double precision; elsewhere (CuPy,
+    colour, no Numba) :func:`warp` and array sums, whose products are
+    single-precision (the two agree to about 1e-6 relative).
+
+    Parameters
+    ----------
+    images : ndarray, shape (N, H, W) or (N, H, W, C)
+        Sources (NumPy or CuPy).
+    params : ndarray, shape (B, 3)
+        Transforms ``(theta, tx, ty)``, one per entry.
+    targets : ndarray, shape (M, H, W[, C])
+        Targets, the same dtype and canvas as ``images`` (may be ``images``).
+    index, target_index : ndarray of int, shape (B,), optional
+        Source and target of each entry (as :func:`warp`'s ``index``).
+    moments : bool
+        Also return the Gauss-Newton normal equations of each entry.
+    parallel : bool
+        As :func:`warp`.
+
+    Returns
+    -------
+    f : ndarray, shape (B,), float64
+        The squared residuals.
+    metric : ndarray, shape (B, 3, 3), float64
+        Only with ``moments``: ``J J^T``, ``J`` the derivative of the warped image by
+        ``(theta, tx, ty)`` (:func:`iastudio.core.gauss_newton.gauss_newton_metric`).
+    jr : ndarray, shape (B, 3), float64
+        Only with ``moments``: ``J r``, ``r`` the residual image.
+
+    Examples
+    --------
+    >>> img = np.zeros((1, 9, 9)); img[0, 4, 5] = 1.0
+    >>> f = warp_residuals(img, np.array([[0.0, 0.0, 0.0], [np.pi, 0.0, 0.0]]), img)
+    >>> np.round(f, 6).tolist()  # the identity: 0; half a turn moves the pixel to (4, 3)
+    [0.0, 2.0]
+    """
+    xp = array_module(images)
+    images, targets = xp.asarray(images), xp.asarray(targets)
+    params = xp.asarray(params, dtype=np.float64).reshape(-1, 3)
+    b = params.shape[0]
+    index = _source_index(index, images.shape[0], b, xp)
+    target_index = _source_index(target_index, targets.shape[0], b, xp)
+    kernel = _residual_kernel() if xp is np and images.ndim == 3 else None
+    if kernel is None:
+        return _array_residuals(images, params, targets, index, target_index, moments, parallel)
+    images, index = _used_sources(images, index, xp)
+    dtype = images.dtype if images.dtype in (np.float32, np.float64) else np.float64
+    padded = np.pad(images.astype(dtype, copy=False), [(0, 0), (_PAD, _PAD), (_PAD, _PAD)])
+    targets = np.ascontiguousarray(targets, dtype=dtype)
+    f = np.empty(b)
+    sums = np.empty((b if moments else 0, 9))
+    step = max(1, _KERNEL_ELEMENTS // int(np.prod(images.shape[1:3])))
+
+    def block(lo):
+        hi = min(b, lo + step)
+        kernel(padded, params[lo:hi], index[lo:hi], targets, target_index[lo:hi], f[lo:hi],
+               sums[lo:hi] if moments else sums, moments)
+
+    _run_blocks(block, range(0, b, step), parallel, np)
+    if not moments:
+        return f
+    upper = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))
+    metric = np.empty((b, 3, 3))
+    for k, (i, j) in enumerate(upper):
+        metric[:, i, j] = metric[:, j, i] = sums[:, k]
+    return f, metric, sums[:, 6:].copy()
+
+
+def _array_residuals(images, params, targets, index, target_index, moments, parallel):
+    """:func:`warp_residuals` by :func:`warp` and array sums (CuPy, colour images, no compiled loop)."""
+    from .gauss_newton import gauss_newton_metric
+
+    xp = array_module(images)
+    b = params.shape[0]
+    if moments:
+        out, grad = warp(images, params, index=index, gradient=True, parallel=parallel)
+    else:
+        out = warp(images, params, index=index, parallel=parallel)
+    flat = (out - targets[target_index]).reshape(b, -1)
+    f = xp.sum(flat * flat, axis=1, dtype=np.float64)  # squares rounded, sums in float64
+    if not moments:
+        return f
+    jr = xp.matmul(grad.reshape(b, 3, -1), flat[..., None])[..., 0].astype(np.float64)
+    return f, gauss_newton_metric(grad), jr
+
+
+def _run_blocks(block, starts, parallel, xp):
+    """``block(lo)`` for each start: on every core where the pool has several (NumPy, not inside a worker)."""
+    threaded = xp is np and parallel and not _in_worker()
+    pool = _pool() if threaded and len(starts) > 1 else None
+    if pool is None:
+        for lo in starts:
+            block(lo)
+    else:  # NumPy (and the compiled loops) release the GIL: blocks run on every core
+        list(pool.map(block, starts))
+
+
 def _used_sources(images, index, xp):
     """Only the source images the transforms use, and the index into them.
 
@@ -218,7 +323,6 @@ def _warp_blocks(images, params, index, out, grad, *, kernel, parallel, xp):
     flat = padded.reshape((n_src * hp * wp, *images.shape[3:]))
     # several cores: big blocks (small NumPy calls would queue on the GIL); one core: cache-sized blocks
     several = xp is np and _pool() is not None  # this call or its callers run on several cores
-    threaded = several and parallel and not _in_worker()
     cpu_block = _CHUNK_ELEMENTS if several else _SINGLE_CHUNK_ELEMENTS
     step = max(1, block_elements(_KERNEL_ELEMENTS if kernel else cpu_block, _GPU_CHUNK_ELEMENTS, xp) // (h * w))
     rr = xp.arange(h, dtype=images.dtype)[:, None] - (h - 1) / 2.0
@@ -234,13 +338,7 @@ def _warp_blocks(images, params, index, out, grad, *, kernel, parallel, xp):
         _warp_block(flat, params[lo:hi], index[lo:hi], rr, cc, h, w, hp, wp, images.dtype, xp, out[lo:hi],
                     None if grad is None else grad[lo:hi])
 
-    starts = range(0, b, step)
-    pool = _pool() if threaded and len(starts) > 1 else None
-    if pool is None:
-        for lo in starts:
-            block(lo)
-    else:  # NumPy (and the compiled loop) release the GIL: blocks run on every core
-        list(pool.map(block, starts))
+    _run_blocks(block, range(0, b, step), parallel, xp)
 
 
 def _returned(out, grad, single, gradient):
@@ -276,11 +374,52 @@ def _compiled():
     return _KERNEL or None
 
 
+_RESIDUAL_KERNEL = None  # the compiled residual loop once looked up; False: not available
+
+
+def _residual_kernel():
+    """:func:`iastudio.core.warp_kernel.keys_residuals` once it agrees with the array sums on a small case; else None.
+
+    Only where the compiled warp is used (:func:`_compiled`); a failed check is logged and the
+    array sums are used.
+    """
+    global _RESIDUAL_KERNEL
+    if _compiled() is None:  # (outside the lock: it takes the lock itself)
+        return None
+    if _RESIDUAL_KERNEL is None:
+        with _KERNEL_LOCK:
+            if _RESIDUAL_KERNEL is None:
+                _RESIDUAL_KERNEL = _checked_residual_kernel() or False
+    return _RESIDUAL_KERNEL or None
+
+
+def _checked_residual_kernel():
+    try:
+        from .warp_kernel import keys_residuals
+
+        rng = np.random.default_rng(0)
+        images = rng.random((3, 9, 8)).astype(np.float32)
+        params = np.array([[0.3, 0.5, -1.2], [2.0, -0.7, 0.4], [-1.0, 0.0, 0.0]])
+        index, target = np.array([0, 1, 2]), np.array([1, 2, 0])
+        padded = np.pad(images, [(0, 0), (_PAD, _PAD), (_PAD, _PAD)])
+        f, sums = np.empty(3), np.empty((3, 9))
+        keys_residuals(padded, params, index, images, target, f, sums, True)
+        want_f, want_m, want_g = _array_residuals(images, params, images, index, target, True, False)
+        got_m = sums[:, [0, 1, 2, 1, 3, 4, 2, 4, 5]].reshape(3, 3, 3)
+        if not (np.allclose(f, want_f, rtol=1e-4) and np.allclose(got_m, want_m, rtol=1e-3, atol=1e-6)
+                and np.allclose(sums[:, 6:], want_g, rtol=1e-3, atol=1e-6)):
+            raise ValueError("the compiled residual loop disagrees with the array sums")
+        return keys_residuals
+    except Exception as exc:  # compiling or the check failed: the array sums do the work
+        _log.warning("warp: the residuals use the array sums (%s: %s)", type(exc).__name__, exc)
+        return None
+
+
 def prepare() -> str:
     """Set up the code that warps NumPy images now, rather than at the first warp.
 
-    The first warp compiles the loop of :mod:`iastudio.core.warp_kernel`
-    (or loads it from Numba's cache: 0.3 to 1.5 s) and checks it; any other
+    The first warp compiles the loops of :mod:`iastudio.core.warp_kernel`
+    (or loads them from Numba's cache: 0.3 to 1.5 s) and checks them; any other
     warp that starts meanwhile waits for it.  An application calls this on a
     background thread when it starts, so that the first warp it makes in
     front of the user (e.g. aligning two images the user clicked) does not
@@ -292,6 +431,7 @@ def prepare() -> str:
         :func:`describe_code` once it is set up.
     """
     _compiled()
+    _residual_kernel()
     return describe_code()
 
 

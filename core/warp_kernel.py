@@ -8,6 +8,10 @@ the derivative; this loop reads each tap once for the value and both
 derivatives instead of building the 16 gathered arrays, and keeps the
 coordinates and the sums in double precision (the array code rounds them to
 the images' dtype), so the two agree to the images' rounding.
+
+:func:`keys_residuals` samples the same way and sums, per entry, the squared
+distance to a target and the Gauss-Newton normal equations, never storing the
+warped image (:func:`iastudio.core.warp.warp_residuals`).
 """
 from __future__ import annotations
 
@@ -51,6 +55,27 @@ def _dot4(row, c0, w):
     return w[0] * row[c0] + w[1] * row[c0 + 1] + w[2] * row[c0 + 2] + w[3] * row[c0 + 3]
 
 
+@_compiled(inline="always")
+def _sample(img, row, col, h, w, gradient):
+    """The Keys interpolant of the padded ``img`` at ``(row, col)``, and (``gradient``) its d/drow and d/dcol."""
+    r_floor, c_floor = math.floor(row), math.floor(col)
+    fr, fc = row - r_floor, col - c_floor
+    # a tap far outside is clipped into the zero border (NaN and huge shifts included)
+    r0 = min(max(int(r_floor) - 1, -PAD), h) + PAD if abs(row) < 1e9 else 0
+    c0 = min(max(int(c_floor) - 1, -PAD), w) + PAD if abs(col) < 1e9 else 0
+    wr, wc = _weights(fr), _weights(fc)
+    s = (_dot4(img[r0], c0, wc), _dot4(img[r0 + 1], c0, wc),
+         _dot4(img[r0 + 2], c0, wc), _dot4(img[r0 + 3], c0, wc))
+    value = wr[0] * s[0] + wr[1] * s[1] + wr[2] * s[2] + wr[3] * s[3]
+    if not gradient:
+        return value, 0.0, 0.0
+    dr, dc = _derivatives(fr), _derivatives(fc)
+    g_r = dr[0] * s[0] + dr[1] * s[1] + dr[2] * s[2] + dr[3] * s[3]
+    g_c = (wr[0] * _dot4(img[r0], c0, dc) + wr[1] * _dot4(img[r0 + 1], c0, dc)
+           + wr[2] * _dot4(img[r0 + 2], c0, dc) + wr[3] * _dot4(img[r0 + 3], c0, dc))
+    return value, g_r, g_c
+
+
 @_compiled()
 def keys_warp(padded, params, index, out, grad, gradient):
     """Warp ``padded[index[b]]`` by ``params[b]`` into ``out[b]`` (and ``grad[b]``).
@@ -78,20 +103,62 @@ def keys_warp(padded, params, index, out, grad, gradient):
                 c = j - mid_c
                 row = cos * r + sin * c + mid_r + params[b, 2]
                 col = -sin * r + cos * c + mid_c + params[b, 1]
-                r_floor, c_floor = math.floor(row), math.floor(col)
-                fr, fc = row - r_floor, col - c_floor
-                # a tap far outside is clipped into the zero border (NaN and huge shifts included)
-                r0 = min(max(int(r_floor) - 1, -PAD), h) + PAD if abs(row) < 1e9 else 0
-                c0 = min(max(int(c_floor) - 1, -PAD), w) + PAD if abs(col) < 1e9 else 0
-                wr, wc = _weights(fr), _weights(fc)
-                s = (_dot4(img[r0], c0, wc), _dot4(img[r0 + 1], c0, wc),
-                     _dot4(img[r0 + 2], c0, wc), _dot4(img[r0 + 3], c0, wc))
-                out[b, i, j] = wr[0] * s[0] + wr[1] * s[1] + wr[2] * s[2] + wr[3] * s[3]
+                value, g_r, g_c = _sample(img, row, col, h, w, gradient)
+                out[b, i, j] = value
                 if gradient:
-                    dr, dc = _derivatives(fr), _derivatives(fc)
-                    g_r = dr[0] * s[0] + dr[1] * s[1] + dr[2] * s[2] + dr[3] * s[3]
-                    g_c = (wr[0] * _dot4(img[r0], c0, dc) + wr[1] * _dot4(img[r0 + 1], c0, dc)
-                           + wr[2] * _dot4(img[r0 + 2], c0, dc) + wr[3] * _dot4(img[r0 + 3], c0, dc))
                     grad[b, 0, i, j] = g_r * (-sin * r + cos * c) + g_c * (-cos * r - sin * c)
                     grad[b, 1, i, j] = g_c
                     grad[b, 2, i, j] = g_r
+
+
+@_compiled()
+def keys_residuals(padded, params, index, targets, tindex, f, moments, with_moments):
+    """``f[b] = ||padded[index[b]] o params[b] - targets[tindex[b]]||^2``, the warped image never stored.
+
+    With ``with_moments`` also the Gauss-Newton normal equations of each entry: ``moments[b]`` holds
+    the upper triangle of ``J J^T`` (``tt, tx, ty, xx, xy, yy``) and then ``J r`` (``t, x, y``), for
+    ``J`` the derivative by ``(theta, tx, ty)`` and ``r`` the residual.  Every sum in double precision.
+
+    Parameters
+    ----------
+    padded : ndarray, shape (N, H + 2 PAD, W + 2 PAD)
+    params : ndarray, shape (B, 3)
+    index, tindex : ndarray of int, shape (B,)
+        Source and target of each entry (not checked here).
+    targets : ndarray, shape (M, H, W)
+    f : ndarray, shape (B,), float64
+    moments : ndarray, shape (B, 9), float64
+        Written only when ``with_moments`` is True.
+    """
+    h, w = targets.shape[1], targets.shape[2]
+    mid_r, mid_c = (h - 1) / 2.0, (w - 1) / 2.0
+    for b in range(params.shape[0]):
+        img, tgt = padded[index[b]], targets[tindex[b]]
+        cos, sin = math.cos(params[b, 0]), math.sin(params[b, 0])
+        total = 0.0
+        m_tt = m_tx = m_ty = m_xx = m_xy = m_yy = j_t = j_x = j_y = 0.0
+        for i in range(h):
+            r = i - mid_r
+            for j in range(w):
+                c = j - mid_c
+                row = cos * r + sin * c + mid_r + params[b, 2]
+                col = -sin * r + cos * c + mid_c + params[b, 1]
+                value, g_r, g_c = _sample(img, row, col, h, w, with_moments)
+                res = value - tgt[i, j]
+                total += res * res
+                if with_moments:
+                    g_t = g_r * (-sin * r + cos * c) + g_c * (-cos * r - sin * c)
+                    m_tt += g_t * g_t
+                    m_tx += g_t * g_c
+                    m_ty += g_t * g_r
+                    m_xx += g_c * g_c
+                    m_xy += g_c * g_r
+                    m_yy += g_r * g_r
+                    j_t += g_t * res
+                    j_x += g_c * res
+                    j_y += g_r * res
+        f[b] = total
+        if with_moments:
+            moments[b, 0], moments[b, 1], moments[b, 2] = m_tt, m_tx, m_ty
+            moments[b, 3], moments[b, 4], moments[b, 5] = m_xx, m_xy, m_yy
+            moments[b, 6], moments[b, 7], moments[b, 8] = j_t, j_x, j_y

@@ -2,6 +2,7 @@ import sys
 
 import numpy as np
 import pytest
+from numpy.testing import assert_allclose
 
 from iastudio.core import se2
 from iastudio.core.warp import keys_kernel, keys_kernel_derivative, warp
@@ -288,3 +289,29 @@ def test_prepare_sets_the_loop_up_before_the_first_warp(compiled_once):
     assert after.startswith("compiled loop (Numba ")
     assert "first warp" not in after
     assert ready == "True"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_warp_residuals_are_the_warped_images_distances_and_normal_equations(dtype, warp_code):
+    """Summed as it samples (compiled) or from the warp (array code): the same squares, J J^T and J r."""
+    from iastudio.core.gauss_newton import gauss_newton_metric
+    from iastudio.core.warp import warp_residuals
+
+    assert (WARP._residual_kernel() is not None) == (warp_code == "compiled")  # it passed its own check
+
+    rng = np.random.default_rng(8)
+    imgs = np.stack([smooth_blob(30, seed=s) for s in range(5)]).astype(dtype)
+    p = se2.random_transforms(300, rotation_range=180, shift_range=12, seed=4)
+    idx, tidx = rng.integers(0, 5, 300), rng.integers(0, 5, 300)
+    out, grad = warp(imgs, p, index=idx, gradient=True)
+    r = (out - imgs[tidx]).astype(np.float64)
+    want_f = (r**2).sum(axis=(1, 2))
+    want_jr = np.einsum("eipq,epq->ei", grad.astype(np.float64), r)
+    f = warp_residuals(imgs, p, imgs, index=idx, target_index=tidx)
+    f2, metric, jr = warp_residuals(imgs, p, imgs, index=idx, target_index=tidx, moments=True)
+    assert f.dtype == metric.dtype == jr.dtype == np.float64
+    assert_allclose(f, want_f, rtol=1e-5)
+    assert_allclose(f2, f, rtol=1e-12)
+    assert_allclose(metric, gauss_newton_metric(grad.astype(np.float64)), rtol=1e-4, atol=1e-6 * np.abs(metric).max())
+    assert_allclose(jr, want_jr, rtol=1e-4, atol=1e-5 * np.abs(want_jr).max())
+    assert_allclose(metric, np.transpose(metric, (0, 2, 1)))
