@@ -37,7 +37,6 @@ from .run_loop import RunLoop, _Cancelled, _Phase
 from .run_output import RESULT_ARRAYS, RunResult, Snapshot, Stage
 from .run_output import rows_cols as _rows_cols  # noqa: F401  (the name benchmarks/bench_kauto.py reads)
 from .similarity import check_finite
-from .warmup import start_warmup
 
 __all__ = ["RESULT_ARRAYS", "AttentionRun", "RunResult", "RunState", "Settings", "Snapshot", "Stage"]
 
@@ -396,8 +395,6 @@ intensity, readout, forecast, sharpen, realign_rounds
         calling :meth:`steps` again resumes.
         """
         self._cancel.clear()
-        if self._stage != _Phase.DONE:  # the warp and the read-out's imports set up meanwhile, on a thread
-            start_warmup(numpy_warp=self.backend.xp is np)
         while self._stage != _Phase.DONE:
             if self._cancel.is_set():
                 return

@@ -39,6 +39,7 @@ import numpy as np
 from . import se2
 from .backend import array_module, block_elements, fft_module, in_blocks, ndimage_module, threads, to_host
 from .gauss_newton import damped_step
+from .warmup import start_warmup
 from .warp import parallel_map, warp, warp_residuals
 
 __all__ = ["SimilarityResult", "angle_grid", "invariant_distances", "join_pair_results", "plain_distances",
@@ -554,6 +555,9 @@ def invariant_distances(
         return _mirror_distances(images, angle_step=angle_step, rotation_range=rotation_range,
                                  candidates=candidates, refine_steps=refine_steps, on_progress=on_progress)
     xp = array_module(images)
+    # the compiled warp (needed now) and the read-out's imports (later) set up on a thread of their own: from
+    # here, not from a run's start, where they held the GIL that the candidate search's loops wait for
+    start_warmup(numpy_warp=xp is np)
     images = xp.asarray(images, dtype=np.float32)
     n = images.shape[0]
     progress = on_progress or (lambda f: None)

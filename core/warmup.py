@@ -5,8 +5,12 @@ loop (:func:`iastudio.core.warp.prepare`: Numba's cache, 0.3 to 1.5 s) and
 scikit-learn, which the read-out uses (1 to 2 s to import on a cold disk).
 Paid where first needed, each is time on one core while the other idles: on
 a 1,000-image run about a fifth of its wall time.  :func:`start_warmup` does
-both on a thread of their own as soon as a run (or ``ia-cluster``) starts,
-so that they overlap the reading, the preprocessing and the candidate search.
+both on a thread of their own: ``ia-cluster`` starts it before it reads the
+images, and the invariant similarity
+(:func:`iastudio.core.similarity.invariant_distances`) when it starts aligning,
+so that they overlap the alignment.  Not from a run's very start: both hold
+the GIL most of the time, and there they queued behind the candidate search,
+whose loops need it too (1,000 particles: 0.4 to 0.8 s more wall time).
 Anything that needs them before they are ready waits for them (Python's
 import lock, the warp's own lock); nothing is done twice.
 """

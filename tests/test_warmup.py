@@ -48,19 +48,27 @@ def test_without_the_numpy_warp_only_the_readout_is_imported():
 
 
 @pytest.mark.slow
-def test_a_run_starts_the_warmup_before_its_first_step():
+def test_a_run_starts_the_warmup_when_it_starts_aligning_not_before():
+    """Not at the run's start (the candidate search's loops would queue behind its imports), at the alignment."""
     got = _probe("from iastudio.core.attention import AttentionRun\n"
+                 "from iastudio.core import similarity\n"
                  "import numpy as np\n"
-                 "run = AttentionRun(np.random.default_rng(0).random((6, 16, 16), dtype=np.float32), backend='numpy')\n"
-                 "started = []\n"
-                 "orig = run._advance\n"
-                 "def first():\n"
+                 "def warming():\n"
                  "    code = describe_code()\n"
-                 "    started.append(any(t.name == 'ia-warmup' for t in threading.enumerate()) or\n"
-                 "                   code.startswith('compiled loop (Numba') and 'first' not in code)\n"
+                 "    return (any(t.name == 'ia-warmup' for t in threading.enumerate()) or\n"
+                 "            code.startswith('compiled loop (Numba') and 'first' not in code)\n"
+                 "run = AttentionRun(np.random.default_rng(0).random((6, 16, 16), dtype=np.float32), backend='numpy')\n"
+                 "at_start, aligning = [], []\n"
+                 "orig, align = run._advance, similarity._align_here\n"
+                 "def first():\n"
+                 "    at_start.append(warming())\n"
                  "    run._advance = orig\n"
                  "    return orig()\n"
-                 "run._advance = first\n"
+                 "def aligned(*a, **k):\n"
+                 "    aligning.append(warming())\n"
+                 "    return align(*a, **k)\n"
+                 "run._advance, similarity._align_here = first, aligned\n"
                  "run.run()\n"
-                 "extra = dict(started=started)")
-    assert got["started"] == [True]
+                 "extra = dict(at_start=at_start, aligning=aligning[:1])")
+    assert got["at_start"] == [False]
+    assert got["aligning"] == [True]
