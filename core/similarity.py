@@ -514,9 +514,8 @@ def invariant_distances(
     candidates : int or None
         Rotation candidates per pair taken from the polar Fourier step (each
         orientation and its 180-degree twin count separately: 3 is the best
-        peak, its twin and the next; measured against 6 in ``docs/speed.md``);
-        after the first, only those whose score is at least
-        :data:`CANDIDATE_SHARE` of the best's are searched.
+        peak, its twin and the next; measured against 6 in ``docs/speed.md``;
+        the next searched only at :data:`CANDIDATE_SHARE` of the best's score).
         ``None`` evaluates every grid angle.
     refine_steps : int
         Gauss-Newton steps of the continuous refinement (0 disables it).
@@ -555,9 +554,7 @@ def invariant_distances(
         return _mirror_distances(images, angle_step=angle_step, rotation_range=rotation_range,
                                  candidates=candidates, refine_steps=refine_steps, on_progress=on_progress)
     xp = array_module(images)
-    # the compiled warp (needed now) and the read-out's imports (later) set up on a thread of their own: from
-    # here, not from a run's start, where they held the GIL that the candidate search's loops wait for
-    start_warmup(numpy_warp=xp is np)
+    start_warmup(numpy_warp=xp is np)  # from here, not a run's start: see iastudio.core.warmup
     images = xp.asarray(images, dtype=np.float32)
     n = images.shape[0]
     progress = on_progress or (lambda f: None)

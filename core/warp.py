@@ -383,9 +383,14 @@ def _residual_kernel():
     Only where the compiled warp is used (:func:`_compiled`); a failed check is logged and the
     array sums are used.
     """
-    global _RESIDUAL_KERNEL
     if _compiled() is None:  # (outside the lock: it takes the lock itself)
         return None
+    return _residual_loop()
+
+
+def _residual_loop():
+    """The residual loop, looked up (and checked) once; None where it failed its check."""
+    global _RESIDUAL_KERNEL
     if _RESIDUAL_KERNEL is None:
         with _KERNEL_LOCK:
             if _RESIDUAL_KERNEL is None:
@@ -404,7 +409,13 @@ def _checked_residual_kernel():
         padded = np.pad(images, [(0, 0), (_PAD, _PAD), (_PAD, _PAD)])
         f, sums = np.empty(3), np.empty((3, 9))
         keys_residuals(padded, params, index, images, target, f, sums, True)
-        want_f, want_m, want_g = _array_residuals(images, params, images, index, target, True, False)
+        out, grad = _outputs(None, True, (3, 9, 8), np.float32, np)
+        _warp_blocks(images, params, index, out, grad, kernel=None, parallel=False, xp=np)  # the array code
+        from .gauss_newton import gauss_newton_metric
+
+        r = (out - images[target]).reshape(3, -1)
+        want_f, want_m = (r.astype(np.float64) ** 2).sum(axis=1), gauss_newton_metric(grad)
+        want_g = np.einsum("eip,ep->ei", grad.reshape(3, 3, -1), r)
         got_m = sums[:, [0, 1, 2, 1, 3, 4, 2, 4, 5]].reshape(3, 3, 3)
         if not (np.allclose(f, want_f, rtol=1e-4) and np.allclose(got_m, want_m, rtol=1e-3, atol=1e-6)
                 and np.allclose(sums[:, 6:], want_g, rtol=1e-3, atol=1e-6)):
@@ -430,8 +441,8 @@ def prepare() -> str:
     str
         :func:`describe_code` once it is set up.
     """
-    _compiled()
-    _residual_kernel()
+    if _compiled() is not None:
+        _residual_loop()
     return describe_code()
 
 
