@@ -321,6 +321,25 @@ def _affinity(d, m):
     return local_scaling_affinity(d, neighbor=m, nearest=max(NEAREST, m))
 
 
+def _affinities(d):
+    """:func:`_affinity` of ``d`` at any scale ``m``, each computed once, and on a graph each image's
+    ``NEAREST`` nearest found once for every scale that keeps them (the scales up to ``NEAREST``)."""
+    done, near = {}, {}
+
+    def affinity(m):
+        if m not in done:
+            if sp.issparse(d):  # local_scaling_affinity's steps, the nearest pairs shared
+                k = max(NEAREST, m)
+                if k not in near:
+                    near[k] = nearest_pairs(d, nearest=k)
+                done[m] = graph_affinity(near[k], bandwidth=local_bandwidth(d, neighbor=m))
+            else:
+                done[m] = _affinity(d, m)
+        return done[m]
+
+    return affinity
+
+
 def _normalised(affinity):
     """``D^-1/2 A D^-1/2`` of the symmetrised affinity (dense or sparse)."""
     a = 0.5 * (affinity + affinity.T)
@@ -558,18 +577,24 @@ def _by_parts(a, ks) -> dict:
 
 def _cuts(maps, ks, cluster_qr) -> dict:
     """``cluster_qr`` of the leading ``k`` columns of ``maps`` for each ``k`` of ``ks``, relabelled."""
-    def cut(k):
-        return relabel_by_appearance(cluster_qr(maps[:, :k]))
+    return _each_k(lambda k: relabel_by_appearance(cluster_qr(maps[:, :k])), ks)
 
+
+def _each_k(fn, ks) -> dict:
+    """``{k: fn(k)}``, the ``k`` on every thread of the engine's count (each ``fn(k)`` independent of the others).
+
+    For the read-out's work per ``k`` that LAPACK, ARPACK, SuperLU or NumPy do with the GIL released
+    (a pivoted QR, a spectral fit, a silhouette's sorts).  A pool of its own, not the engine's: the
+    window re-reads clusters on its thread and must not queue behind a running computation.
+    """
+    ks = list(ks)
     workers = min(threads(), len(ks))
     if workers > 1 and not in_worker():
-        # each k's pivoted QR on a thread of its own (LAPACK releases the GIL); a pool of its own, not the
-        # engine's: the window re-reads clusters on its thread and must not queue behind a running computation
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ia-cuts") as pool:
-            return dict(zip(ks, pool.map(cut, ks)))
-    return {k: cut(k) for k in ks}
+            return dict(zip(ks, pool.map(fn, ks)))
+    return {k: fn(k) for k in ks}
 
 
 def _partitions(affinity, ks) -> dict:
@@ -596,10 +621,9 @@ def _partitions(affinity, ks) -> dict:
     inside = [k for k in ks if 1 < k < n]
     a = 0.5 * (affinity + affinity.T)
     if cluster_qr is None or not inside:
-        return {k: _spectral(affinity, k) for k in ks}
+        return _fitted_rest(affinity, ks, {})
     if sp.issparse(a) and connected_components(a, directed=False)[0] > 1:
-        done = _by_parts(a, inside)
-        return {k: done[k] if k in done else _spectral(affinity, k) for k in ks}
+        return _fitted_rest(affinity, ks, _by_parts(a, inside))
     with warnings.catch_warnings():  # well-separated classes are separate components of the graph: expected
         warnings.filterwarnings("ignore", message="Graph is not fully connected")
         if sp.issparse(a):  # the options _spectral gives SpectralClustering
@@ -608,7 +632,13 @@ def _partitions(affinity, ks) -> dict:
         else:
             maps = spectral_embedding(a + 1e-12, n_components=max(inside), random_state=0, drop_first=False)
     cuts = _cuts(maps, inside, cluster_qr)
-    return {k: cuts[k] if k in cuts else _spectral(affinity, k) for k in ks}
+    return _fitted_rest(affinity, ks, cuts)
+
+
+def _fitted_rest(affinity, ks, done) -> dict:
+    """``done`` for each ``k`` of ``ks``, and a :func:`_spectral` fit of its own for the others (on every thread)."""
+    rest = _each_k(lambda k: _spectral(affinity, k), [k for k in ks if k not in done])
+    return {k: done[k] if k in done else rest[k] for k in ks}
 
 
 def partition_stability(distances, partitions, *, scale: int = 2, draws: int = 8, fraction: float = 0.8,
@@ -835,11 +865,12 @@ def _select(distances, *, scales, min_gap, max_k, probes, near_tie=None, settle=
     if n == 2:
         return KChoice(1, 1, 1.0, "distinct", [(1, float(off.min()))]), None
     strongest, flat, apart, gaps = None, False, False, {}
+    affinity = _affinities(d)
     for m in tuple(scales) + (GRAPH_SCALES if sparse else ()):
         if m >= n or (m > scales[-1] and (not apart or strongest.confidence >= FLAT_GAP
                                           or m > np.diff(d.indptr).min())):
             break
-        g = gaps[m] = eigengaps(_affinity(d, m), max_k=max_k)
+        g = gaps[m] = eigengaps(affinity(m), max_k=max_k)
         if m == scales[-1]:  # 1 - lambda_{max_k+1}: more than max_k near-separate parts even at this scale?
             apart = sparse and g.size == max_k and g.sum() < APART
         flat = flat or m > scales[-1]
@@ -854,15 +885,15 @@ def _select(distances, *, scales, min_gap, max_k, probes, near_tie=None, settle=
     if flat:  # a graph of near-duplicates: its wider scales decide (the silhouette would only see the copies)
         return strongest, None
     m = min(2, n - 1)
-    parts = _partitions(_affinity(d, m), range(2, min(n - 1, max_k) + 1))
-    sil = {k: _silhouette(d, labels, probes) for k, labels in parts.items()}
+    parts = _partitions(affinity(m), range(2, min(n - 1, max_k) + 1))
+    sil = _each_k(lambda k: _silhouette(d, parts[k], probes), parts)
     if not sil or max(sil.values()) <= 0:
         return KChoice(1, m, strongest.confidence, "silhouette", [(1, 0.0)]), np.zeros(n, dtype=int)
     stability = None
     if near_tie is None:
         near_tie = PRODUCT_TIE if settle == "product" else NEAR_TIE
     if settle in ("eigengap", "product"):
-        at_m = gaps[m] if m in gaps else eigengaps(_affinity(d, m), max_k=max_k)
+        at_m = gaps[m] if m in gaps else eigengaps(affinity(m), max_k=max_k)
         k = (_near_tie_k if settle == "eigengap" else _product_k)(sil, at_m, near_tie)
     else:
         near = _near_ties(sil, near_tie)

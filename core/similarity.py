@@ -240,8 +240,8 @@ def _pick_candidates(scores, allowed, k, xp):
 
 #: A pair's rotation candidates after its best peak (and that peak's half-turn twin, which ties with it) are
 #: searched only where their polar score is at least this share of the best's: on 1,000 particles and
-#: 1,000 rotated digits the third candidate was below half the best on 87 % of the pairs and won the
-#: translation search on 2 of those 41,000 (docs/speed.md, section 00000)
+#: 1,000 rotated digits the third candidate was below half the best on 87 % of the 41,000 pairs, and
+#: of those it won the translation search on 2 (docs/speed.md, section 00000)
 CANDIDATE_SHARE = 0.5
 
 

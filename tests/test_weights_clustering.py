@@ -490,3 +490,55 @@ def test_unsure_choice_is_reported_as_unsure():
     assert KChoice.from_dict({k: v for k, v in sure.as_dict().items() if k != "stability"}) == sure  # older files
     with pytest.raises(ValueError, match="malformed"):
         KChoice.from_dict({**d, "stability": 7.0})
+
+
+def _graph_in_parts(seed=0, per=30, parts=4):
+    """A K-neighbour-like graph of ``parts`` separate groups (no edges between them), each a noisy clique."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    n = per * parts
+    rows, cols = np.triu_indices(per, 1)
+    r = np.concatenate([rows + g * per for g in range(parts)])
+    c = np.concatenate([cols + g * per for g in range(parts)])
+    d = rng.uniform(0.5, 1.5, r.size)
+    return sp.csr_matrix((np.r_[d, d], (np.r_[r, c], np.r_[c, r])), shape=(n, n))
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_the_readouts_shared_affinities_equal_each_scales_own(sparse):
+    from iastudio.core.clustering import _affinities, _affinity
+
+    g = _graph_in_parts(seed=1)
+    d = g if sparse else g.toarray() + np.where(g.toarray() == 0, 3.0, 0.0) * (1 - np.eye(g.shape[0]))
+    shared = _affinities(d)
+    for m in (2, 1, 3, 12, 2):  # a scale asked for again, and one beyond NEAREST (its own nearest pairs)
+        got, want = shared(m), _affinity(d, m)
+        got, want = (got.toarray(), want.toarray()) if sparse else (got, want)
+        assert_allclose(got, want, rtol=1e-12)
+    assert shared(2) is shared(2)
+
+
+def test_partitions_fitted_on_threads_equal_the_fits_one_by_one(monkeypatch):
+    """Fewer clusters than separate parts: each k is a spectral fit of its own, now on every thread."""
+    from iastudio.core import backend, clustering
+
+    a = clustering._affinity(_graph_in_parts(seed=2, parts=5), 2)
+    one_by_one = {k: clustering._spectral(a, k) for k in (2, 3, 4)}
+    names = []
+    real = clustering._spectral
+
+    def spectral(*args):
+        import threading
+
+        names.append(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(clustering, "_spectral", spectral)
+    with backend.use_threads(2):
+        parts = clustering._partitions(a, range(2, 9))
+    for k in (2, 3, 4):
+        assert np.array_equal(parts[k], one_by_one[k])
+    assert len(names) == 3
+    assert all(name.startswith("ia-cuts") for name in names)
+    assert [len(set(parts[k].tolist())) for k in range(2, 9)] == list(range(2, 9))
