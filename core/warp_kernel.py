@@ -76,6 +76,13 @@ def _sample(img, row, col, h, w, gradient):
     return value, g_r, g_c
 
 
+@_compiled(inline="always")
+def _source_point(cos, sin, r, c, mid_r, mid_c, tx, ty):
+    """Where output pixel ``(r, c)`` (from the centre) samples the source, and ``d(row, col)/d theta``'s lever."""
+    return (cos * r + sin * c + mid_r + ty, -sin * r + cos * c + mid_c + tx,
+            -sin * r + cos * c, -cos * r - sin * c)
+
+
 @_compiled()
 def keys_warp(padded, params, index, out, grad, gradient):
     """Warp ``padded[index[b]]`` by ``params[b]`` into ``out[b]`` (and ``grad[b]``).
@@ -100,13 +107,12 @@ def keys_warp(padded, params, index, out, grad, gradient):
         for i in range(h):
             r = i - mid_r
             for j in range(w):
-                c = j - mid_c
-                row = cos * r + sin * c + mid_r + params[b, 2]
-                col = -sin * r + cos * c + mid_c + params[b, 1]
+                row, col, lever_r, lever_c = _source_point(cos, sin, r, j - mid_c, mid_r, mid_c, params[b, 1],
+                                                           params[b, 2])
                 value, g_r, g_c = _sample(img, row, col, h, w, gradient)
                 out[b, i, j] = value
                 if gradient:
-                    grad[b, 0, i, j] = g_r * (-sin * r + cos * c) + g_c * (-cos * r - sin * c)
+                    grad[b, 0, i, j] = g_r * lever_r + g_c * lever_c
                     grad[b, 1, i, j] = g_c
                     grad[b, 2, i, j] = g_r
 
@@ -140,14 +146,13 @@ def keys_residuals(padded, params, index, targets, tindex, f, moments, with_mome
         for i in range(h):
             r = i - mid_r
             for j in range(w):
-                c = j - mid_c
-                row = cos * r + sin * c + mid_r + params[b, 2]
-                col = -sin * r + cos * c + mid_c + params[b, 1]
+                row, col, lever_r, lever_c = _source_point(cos, sin, r, j - mid_c, mid_r, mid_c, params[b, 1],
+                                                           params[b, 2])
                 value, g_r, g_c = _sample(img, row, col, h, w, with_moments)
                 res = value - tgt[i, j]
                 total += res * res
                 if with_moments:
-                    g_t = g_r * (-sin * r + cos * c) + g_c * (-cos * r - sin * c)
+                    g_t = g_r * lever_r + g_c * lever_c
                     m_tt += g_t * g_t
                     m_tx += g_t * g_c
                     m_ty += g_t * g_r
