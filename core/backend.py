@@ -260,6 +260,8 @@ def use_threads(n: int | None):
 
 _BLAS = None  # threadpoolctl's controller of the loaded BLAS libraries (made on first use)
 _BLAS_LOCK = threading.Lock()
+_BLAS_HELD: list = []  # the limits of the blas_threads blocks now open, in any thread
+_BLAS_ORIGINAL = None  # the limiter that restores the counts from before the first open block
 
 
 @contextlib.contextmanager
@@ -273,6 +275,14 @@ def blas_threads(n: int):
     and the read-out of 1,000 particle images spent 23 s in such calls (a whole run against the
     code without this limit: ``benchmarks/bench_threads.py --kind particles``).  Uses threadpoolctl
     (a scikit-learn dependency); where it is missing, nothing changes.
+
+    The limit is the library's, one for the whole process, so blocks that open and close in
+    different threads at different times are counted: while any block is open the smallest
+    limit of the open blocks holds, and the counts from before the first block come back when
+    the last one closes (a block closing first does not lift another thread's limit).  Each
+    change is made by the thread that opens or closes a block, which takes control of the
+    limit from threadpoolctl first (threadpoolctl lets one thread at a time set OpenBLAS's
+    shared pool and ignores the others).
 
     Parameters
     ----------
@@ -289,20 +299,60 @@ def blas_threads(n: int):
     >>> with blas_threads(1):
     ...     pass
     """
-    global _BLAS
     try:
         from threadpoolctl import ThreadpoolController
     except ImportError:  # pragma: no cover - scikit-learn requires it
         yield
         return
+    n = max(1, int(n))
+    _blas_enter(n, ThreadpoolController)
+    try:
+        yield
+    finally:
+        _blas_leave(n)
+
+
+def _blas_controller(make):
+    """threadpoolctl's controller; made again only after new imports (finding the libraries takes ~10 ms)."""
+    global _BLAS
     import sys
 
-    with _BLAS_LOCK:  # finding the loaded libraries takes ~10 ms: again only after new imports (SciPy's own BLAS)
-        if _BLAS is None or _BLAS[0] != len(sys.modules):
-            _BLAS = (len(sys.modules), ThreadpoolController())
-        controller = _BLAS[1]
-    with controller.limit(limits=max(1, int(n)), user_api="blas"):
-        yield
+    if _BLAS is None or _BLAS[0] != len(sys.modules):
+        _BLAS = (len(sys.modules), make())
+    return _BLAS[1]
+
+
+def _take_blas_control() -> None:
+    """Make the calling thread the one whose limits threadpoolctl applies to OpenBLAS (3.8 and later)."""
+    from threadpoolctl import OpenBLASController
+
+    clear = getattr(OpenBLASController, "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
+
+
+def _blas_enter(n: int, make) -> None:
+    global _BLAS_ORIGINAL
+    with _BLAS_LOCK:
+        controller = _blas_controller(make)
+        _take_blas_control()
+        if not _BLAS_HELD:
+            _BLAS_ORIGINAL = controller.limit(limits=n, user_api="blas")
+        elif n < min(_BLAS_HELD):
+            controller.limit(limits=n, user_api="blas")
+        _BLAS_HELD.append(n)
+
+
+def _blas_leave(n: int) -> None:
+    global _BLAS_ORIGINAL
+    with _BLAS_LOCK:
+        _BLAS_HELD.remove(n)
+        _take_blas_control()
+        if not _BLAS_HELD:
+            _BLAS_ORIGINAL.restore_original_limits()
+            _BLAS_ORIGINAL = None
+        elif min(_BLAS_HELD) > n:
+            _BLAS[1].limit(limits=min(_BLAS_HELD), user_api="blas")
 
 
 def in_worker() -> bool:

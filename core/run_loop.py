@@ -11,13 +11,14 @@ questions in :mod:`~iastudio.core.run_readout`, the snapshots and the result in
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from enum import StrEnum
 
 import numpy as np
 
-from .backend import to_host
+from .backend import blas_threads, to_host
 from .clustering import KChoice
 from .run_output import RunResult, Stage, host_view, is_sparse, make_snapshot, max_abs_diff
 from .run_readout import forecast_verdict, guard_note, guard_verdict, read_labels, same_partition, settle_note
@@ -39,6 +40,51 @@ class _Phase(StrEnum):
 
 class _Cancelled(Exception):
     """Raised inside a long stage when the run was cancelled; the stage is redone on resume."""
+
+
+class _Speculation:
+    """:func:`~.run_steps.align_to_clusters` started on a thread of its own while the guard's forecast runs.
+
+    ``work(check)`` is the call; ``check()`` raises :class:`_Cancelled` once :meth:`cancel` was called
+    (or the run was cancelled), so the thread stops at its next check.  ``key`` is what the result
+    depends on besides the run's fixed inputs: the labels and the bandwidth.
+    """
+
+    def __init__(self, key, work, run_cancel):
+        self.key = key
+        self._stop = threading.Event()
+        self._run_cancel = run_cancel
+        self._out = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(work,), name="ia-finish", daemon=True)
+        self._thread.start()
+
+    def _check(self):
+        if self._stop.is_set() or self._run_cancel.is_set():
+            raise _Cancelled
+
+    def _run(self, work):
+        try:
+            self._out = work(self._check)
+        except BaseException as exc:  # handed to the caller of result()
+            self._error = exc
+
+    def matches(self, labels, beta) -> bool:
+        """Whether the result is the one for these labels and this bandwidth."""
+        labels0, beta0 = self.key
+        return np.array_equal(labels0, labels) and (beta0 == beta or (beta0 != beta0 and beta != beta))
+
+    def cancel(self) -> None:
+        """Stop the thread (at its next check) and wait for it."""
+        self._stop.set()
+        self._thread.join()
+
+    def result(self):
+        """The call's result (waits for it); its exception if it raised one."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._out
 
 
 class RunLoop:
@@ -69,6 +115,7 @@ class RunLoop:
         self._accepted = 0  # mean rounds whose result is in self._features
         self._notes: list[str] = []
         self._forecasts: list[dict] = []  # what the guard's forecast saw before each iteration (for benchmarks)
+        self._speculative: _Speculation | None = None  # the class averages, begun while the forecast runs
         self._timings = {"similarity_s": 0.0, "mean_s": 0.0, "forecast_s": 0.0, "total_s": 0.0}
         self._result: RunResult | None = None
         self._cancel = threading.Event()
@@ -148,20 +195,46 @@ class RunLoop:
         if not (s.guarded and s.forecast and s.method == "ia") or self._input_sim is None:
             return False
         t0 = time.perf_counter()
+        spec = self._speculate()
+        rejected = False
         try:
-            seen, refused = forecast_verdict(distances, weights, labels, read=self._read_labels,
-                                             inputs=self._input_sim, blank=self.blank, probes=probes,
-                                             mass=s.weight_mass)
+            with blas_threads(1) if spec is not None else contextlib.nullcontext():
+                # one BLAS thread whatever the class averages' thread does: the same read-out every time
+                seen, refused = forecast_verdict(distances, weights, labels, read=self._read_labels,
+                                                 inputs=self._input_sim, blank=self.blank, probes=probes,
+                                                 mass=s.weight_mass)
             self._forecasts.append({"iteration": self._accepted + 1, **seen})
+            if refused is None:
+                rejected = bool(seen.get("same")) and not self._sharpens()
+                if rejected:
+                    self._notes.append(settle_note(self._accepted + 1))
+            else:
+                rejected = True
+                self._notes.append(guard_note(self._accepted + 1, *refused, forecast=True))
         finally:
+            if spec is not None and not rejected:  # the iteration runs: the class averages would be of other clusters
+                spec.cancel()
+                self._speculative = None
             self._timings["forecast_s"] += time.perf_counter() - t0
-        if refused is None:
-            if seen.get("same") and not self._sharpens():
-                self._notes.append(settle_note(self._accepted + 1))
-                return True
-            return False
-        self._notes.append(guard_note(self._accepted + 1, *refused, forecast=True))
-        return True
+        return rejected
+
+    def _speculate(self) -> _Speculation | None:
+        """Begin the class averages of the current clusters on a thread (:class:`_Speculation`), or None.
+
+        When the forecast stops the run, they are its result, and the forecast's read-out (mostly on
+        one core) and the averages (on every core) share the machine instead of taking turns.  Only on
+        the CPU without a Dask client, and on a pruned run (on a small one the forecast is short).
+        """
+        if self.client is not None or self.backend.xp is not np or not is_sparse(self._input_sim[0]):
+            return None
+        labels, beta = self._labels.copy(), self._beta
+
+        def work(check):
+            return align_to_clusters(self._inputs, labels, self._input_sim, self.settings, beta=beta,
+                                     check=check, xp=np)
+
+        self._speculative = _Speculation((labels, beta), work, self._cancel)
+        return self._speculative
 
     def _sharpens(self) -> bool:
         """Whether an iteration whose forecast keeps the clusters is run (``sharpen``; ``"auto"``: every pair)."""
@@ -252,9 +325,15 @@ class RunLoop:
         """Cluster read-out and per-image alignment to the cluster means (:func:`~.run_steps.align_to_clusters`)."""
         t0 = time.perf_counter()
         d0, final = self._input_sim[0], self._sim[0]
-        means, tr, scores, mirrored = align_to_clusters(self._inputs, self._labels, self._input_sim, self.settings,
-                                                        beta=self._beta, client=self.client,
-                                                        check=self._check_cancel, xp=self.backend.xp)
+        spec, self._speculative = self._speculative, None
+        if spec is not None and spec.matches(self._labels, self._beta):
+            means, tr, scores, mirrored = spec.result()  # begun during the forecast (_speculate)
+        else:
+            if spec is not None:
+                spec.cancel()
+            means, tr, scores, mirrored = align_to_clusters(self._inputs, self._labels, self._input_sim,
+                                                            self.settings, beta=self._beta, client=self.client,
+                                                            check=self._check_cancel, xp=self.backend.xp)
         self._timings["final_s"] = time.perf_counter() - t0  # the final class averages (also in mean_s)
         self._timings["mean_s"] += self._timings["final_s"]
         self._result = RunResult(

@@ -296,7 +296,7 @@ def align_to_clusters(inputs, labels, input_sim, settings, *, beta: float, clien
         The run's bandwidth (a pruned run's medoids).
     client : dask.distributed.Client, optional
     check : callable, optional
-        Called between columns of the means; raises to stop.
+        Called between columns of the means and between blocks of the alignments; raises to stop.
     xp : module
 
     Returns
@@ -320,7 +320,8 @@ def align_to_clusters(inputs, labels, input_sim, settings, *, beta: float, clien
         a = np.arange(n)
         b = medoids[labels]
         own = invariant_distances(inputs, angle_step=s.angle_step, rotation_range=s.rotation_range,
-                                  pairs=(a[a != b], b[a != b]), client=client)
+                                  pairs=(a[a != b], b[a != b]), client=client,
+                                  on_progress=None if check is None else lambda f: check())
         init = lambda src, col: own.transform(src, medoids[col])  # noqa: E731
     if s.method == "ia":
         rounds = realign_rounds(s.realign_rounds, pruned=is_sparse(input_sim[0]))

@@ -174,3 +174,92 @@ def test_sharpen_auto_runs_the_iteration_on_every_pair_and_not_on_the_pruned_pat
 def test_sharpen_takes_true_false_or_auto(shapes_48, bad):
     with pytest.raises(ValueError, match="sharpen must be"):
         AttentionRun(shapes_48, sharpen=bad)
+
+
+def _without_speculation(monkeypatch, images, **options):
+    from iastudio.core.run_loop import RunLoop
+
+    with monkeypatch.context() as m:
+        m.setattr(RunLoop, "_speculate", lambda self: None)
+        return AttentionRun(images, backend="numpy", **options).run()
+
+
+def _spy_speculation(monkeypatch):
+    """Record every speculation a run begins (the real ones)."""
+    from iastudio.core.run_loop import RunLoop
+
+    begun = []
+    real = RunLoop._speculate
+
+    def spy(self):
+        spec = real(self)
+        begun.append(spec)
+        return spec
+
+    monkeypatch.setattr(RunLoop, "_speculate", spy)
+    return begun
+
+
+def _assert_same_result(new, old):
+    assert_array_equal(new.labels, old.labels)
+    assert_allclose(new.cluster_means, old.cluster_means, atol=1e-7)
+    assert_allclose(new.image_transforms, old.image_transforms, atol=1e-9)
+    assert_allclose(new.scores, old.scores, atol=1e-7)
+    assert new.notes == old.notes
+
+
+def test_the_class_averages_begun_while_the_forecast_runs_are_the_pruned_runs_result(shapes_48, monkeypatch):
+    old = _without_speculation(monkeypatch, shapes_48, neighbors=8)
+    begun = _spy_speculation(monkeypatch)
+    run = AttentionRun(shapes_48, backend="numpy", neighbors=8)
+    new = run.run()
+    assert new.iterations == 0  # the forecast stopped the run: the averages begun early are its result
+    assert len(begun) == 1
+    assert begun[0] is not None
+    assert not begun[0]._stop.is_set()  # used, not cancelled
+    assert not begun[0]._thread.is_alive()
+    assert run._speculative is None
+    _assert_same_result(new, old)
+
+
+def test_an_iteration_that_runs_stops_the_class_averages_begun_early(shapes_48, monkeypatch):
+    old = _without_speculation(monkeypatch, shapes_48, neighbors=8, sharpen=True)
+    begun = _spy_speculation(monkeypatch)
+    new = AttentionRun(shapes_48, backend="numpy", neighbors=8, sharpen=True).run()
+    assert new.iterations == 1  # sharpen: the iteration ran, so the early averages were of the wrong features
+    assert begun
+    assert begun[0] is not None
+    assert begun[0]._stop.is_set()
+    assert not begun[0]._thread.is_alive()
+    _assert_same_result(new, old)
+
+
+def test_every_pair_runs_begin_no_class_averages_early(shapes_48, monkeypatch):
+    begun = _spy_speculation(monkeypatch)
+    AttentionRun(shapes_48, backend="numpy", sharpen=False).run()
+    assert begun == [None]  # the forecast ran; a small run's forecast is short, nothing is begun beside it
+
+
+def test_a_run_cancelled_during_its_forecast_resumes_to_the_same_result(shapes_48, monkeypatch):
+    from iastudio.core.run_loop import RunLoop
+
+    old = _without_speculation(monkeypatch, shapes_48, neighbors=8)
+    run = AttentionRun(shapes_48, backend="numpy", neighbors=8)
+    real = RunLoop._speculate
+    begun = []
+
+    def cancelled_first(self):
+        self.cancel()  # as the window's Stop would, just as the forecast and the early averages begin
+        begun.append(real(self))
+        return begun[-1]
+
+    monkeypatch.setattr(RunLoop, "_speculate", cancelled_first)
+    list(run.steps())
+    assert not run.finished  # the early averages saw the cancel: nothing of the finish was committed
+    assert begun[0] is not None
+    assert not begun[0]._thread.is_alive()
+    monkeypatch.setattr(RunLoop, "_speculate", real)
+    for _ in run.steps():
+        pass
+    assert run.finished
+    _assert_same_result(run.result(), old)

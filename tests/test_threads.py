@@ -172,6 +172,61 @@ def test_blas_threads_limits_every_loaded_blas_and_restores_it():
         assert _blas_counts() == before
 
 
+def test_blas_threads_blocks_in_two_threads_that_close_out_of_order():
+    # thread A opens, thread B opens, A closes (B's limit must hold), B closes (the counts come back)
+    pytest.importorskip("threadpoolctl")
+    import threading
+
+    from threadpoolctl import threadpool_limits
+
+    from iastudio.core.backend import blas_threads
+
+    a_open, b_open, a_closed, b_may_close = (threading.Event() for _ in range(4))
+    seen = {}
+
+    def a():
+        with blas_threads(1):
+            a_open.set()
+            b_open.wait(10)
+        a_closed.set()
+
+    def b():
+        a_open.wait(10)
+        with blas_threads(1):
+            b_open.set()
+            a_closed.wait(10)
+            seen["after a closed"] = _blas_counts()
+            b_may_close.wait(10)
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = _blas_counts()
+        ta, tb = threading.Thread(target=a), threading.Thread(target=b)
+        ta.start()
+        tb.start()
+        ta.join(10)
+        b_may_close.set()
+        tb.join(10)
+        after = _blas_counts()
+    assert seen["after a closed"] == [1] * len(before)
+    assert after == before
+
+
+def test_blas_threads_nested_smaller_limit_then_the_outer_one_again():
+    pytest.importorskip("threadpoolctl")
+    from threadpoolctl import threadpool_limits
+
+    from iastudio.core.backend import blas_threads
+
+    with threadpool_limits(limits=3, user_api="blas"):
+        before = _blas_counts()
+        with blas_threads(2):
+            assert set(_blas_counts()) == {2}
+            with blas_threads(1):
+                assert set(_blas_counts()) == {1}
+            assert set(_blas_counts()) == {2}
+        assert _blas_counts() == before
+
+
 def test_the_engine_pool_runs_blas_on_one_thread_per_worker():
     pytest.importorskip("threadpoolctl")
     from threadpoolctl import threadpool_limits
