@@ -70,7 +70,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from noise_suite import NoiseSpec, make_noise_set  # noqa: E402
 
 COLUMNS = ("IA mean", "IA mean (dn)", "IA mean re-al.", "IA mean re-al. (dn)", "aligned avg", "aligned avg (dn)",
-           "run means r0", "run means rN", "ASPIRE avg")
+           "run means r0", "run means rN", "run poses, undenoised", "ASPIRE avg")
 BACKGROUND_RADIUS = 20.0  # px: outside this disk a 48-px particle frame holds background
 
 
@@ -165,7 +165,7 @@ def evaluate(spec, *, split: str, aspire: bool, aspire_nbor: int = 10, seed: int
     from sklearn.metrics import adjusted_rand_score
 
     from iastudio.core.attention import AttentionRun
-    from iastudio.core.cluster_means import cluster_invariant_means
+    from iastudio.core.cluster_means import cluster_invariant_means, pose_averages
     from iastudio.core.denoise import denoise
     from iastudio.core.preprocess import preprocess
 
@@ -177,7 +177,7 @@ def evaluate(spec, *, split: str, aspire: bool, aspire_nbor: int = 10, seed: int
     out = {"_n": len(images)}
 
     t0 = time.perf_counter()
-    canvas = preprocess(images, size=stack.shape[1], denoise=run_denoise, scale=run_scale)
+    canvas = preprocess(images, size=stack.shape[1], denoise=run_denoise, scale=run_scale, keep_undenoised=True)
     t_prep = time.perf_counter() - t0
     runs, out["_runs"] = {}, {}
     for rounds in (0, realign_rounds):  # the same run but its final stage; the old way first
@@ -199,6 +199,14 @@ def evaluate(spec, *, split: str, aspire: bool, aspire_nbor: int = 10, seed: int
                 for c, v in zip(picked, views, strict=True)]
         out[name] = (*(float(np.mean([r[key] for r in rows])) for key in ("relL2", "frc0.5", "frc0.143")),
                      out["_runs"][rounds][0], rows)
+    if canvas.undenoised is not None:  # the images before denoising, averaged at the run's poses
+        t = time.perf_counter()
+        raw = pose_averages(canvas.undenoised, res.labels, res.image_transforms, mirrored=res.mirrored)
+        secs = time.perf_counter() - t
+        rows = [measure(to_input_frame(raw[c], np.median(scales[res.labels == c]), clean[v].shape), clean[v])
+                for c, v in zip(picked, views, strict=True)]
+        out["run poses, undenoised"] = (*(float(np.mean([r[key] for r in rows]))
+                                          for key in ("relL2", "frc0.5", "frc0.143")), secs, rows)
     out["_run_s"] = t_run
     if run_only:
         return out

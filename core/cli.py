@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import errno
 import logging
 import math
@@ -454,9 +455,10 @@ def _run_body(args, client) -> int:
     history = _iterate(run, args)
     res = run.result()
     out = args.results.open()  # a hidden folder beside --out; moved into place when complete
-    _write_results(out, args, data, canvas, res)
+    undenoised = _undenoised_means(args, canvas, res)
+    _write_results(out, args, data, canvas, res, undenoised)
     if relion_names is not None:
-        _write_relion(out, args, data, canvas, res, tau, relion_names)
+        _write_relion(out, args, data, canvas, res, tau, relion_names, undenoised)
     summary = _summary(args, data, canvas, run, res, time.perf_counter() - t_start)
     write_json(out / "summary.json", summary)
     if args.save_project:
@@ -526,8 +528,9 @@ def _relion_inputs(args, data) -> list[str] | None:
     return names
 
 
-def _write_relion(out, args, data, canvas, res, tau, names) -> None:
-    """``particles.star`` and ``class_averages.mrcs`` (see :mod:`iastudio.core.relion` for the conventions)."""
+def _write_relion(out, args, data, canvas, res, tau, names, undenoised=None) -> None:
+    """``particles.star`` and ``class_averages.mrcs`` (see :mod:`iastudio.core.relion` for the conventions);
+    ``class_averages_undenoised.mrcs`` where the run denoised (``undenoised``: :func:`_undenoised_means`)."""
     from .preprocess import canvas_to_original
     from .relion import relion_pose, write_class_averages, write_particles_star
 
@@ -542,6 +545,9 @@ def _write_relion(out, args, data, canvas, res, tau, names) -> None:
                          pixel_size=args.pixel_size, box=box)
     write_class_averages(out / "class_averages.mrcs", res.cluster_means,
                          pixel_size=args.pixel_size / float(np.mean(canvas.scale)))
+    if undenoised is not None:
+        write_class_averages(out / "class_averages_undenoised.mrcs", undenoised,
+                             pixel_size=args.pixel_size / float(np.mean(canvas.scale)))
 
 
 def _working_images(args, data):
@@ -552,11 +558,14 @@ def _working_images(args, data):
     images = data.images
     if getattr(args, "phase_flip", False):
         images = _phase_flipped(data)
-    canvas = preprocess(images, size=args.size, scale=args.scale, denoise=getattr(args, "denoise", "off"))
+    canvas = preprocess(images, size=args.size, scale=args.scale, denoise=getattr(args, "denoise", "off"),
+                        keep_undenoised=True)  # where it denoised: the images before it, for means_undenoised
     if args.transform is None:
         return canvas, canvas.images, np.zeros((n, 3))
     rot, frac = args.transform
     tau = se2.random_transforms(n, rotation_range=rot, shift_range=frac * args.size, seed=args.seed + 1)
+    if canvas.undenoised is not None:  # moved as the working images are, so the run's poses fit them too
+        canvas = dataclasses.replace(canvas, undenoised=apply_transforms(canvas.undenoised, tau))
     return canvas, apply_transforms(canvas.images, tau), tau
 
 
@@ -596,8 +605,9 @@ def _iterate(run, args) -> list:
     return history
 
 
-def _write_results(out, args, data, canvas, res) -> None:
-    """``assignments.csv``, the weights and distances, the means and the figures into ``out``."""
+def _write_results(out, args, data, canvas, res, undenoised=None) -> None:
+    """``assignments.csv``, the weights and distances, the means and the figures into ``out``
+    (``undenoised``: the averages of the images before denoising, :func:`_undenoised_means`)."""
     import scipy.sparse as sp
 
     from .report import assignment_rows, save_convergence_png, save_means_png, save_weights_png, write_assignments
@@ -615,6 +625,23 @@ def _write_results(out, args, data, canvas, res) -> None:
         save_convergence_png(out / "convergence.png", res.history, res.labels)
     np.save(out / "means.npy", res.cluster_means.astype(np.float32))
     save_means_png(out / "means.png", res.cluster_means)
+    if undenoised is not None:
+        np.save(out / "means_undenoised.npy", undenoised)
+        save_means_png(out / "means_undenoised.png", undenoised)
+
+
+def _undenoised_means(args, canvas, res):
+    """Where the run denoised: the images before denoising averaged at the run's poses (else None).
+
+    The poses are found on the denoised images; the average of the images as they were keeps the
+    detail the denoiser's basis drops (:func:`iastudio.core.cluster_means.pose_averages`).
+    """
+    if getattr(canvas, "undenoised", None) is None:
+        return None
+    from .cluster_means import pose_averages
+
+    return pose_averages(canvas.undenoised, res.labels, res.image_transforms,
+                         mirrored=res.mirrored if args.group == "e2" else None)
 
 
 def _summary(args, data, canvas, run, res, seconds: float) -> dict:
@@ -648,6 +675,7 @@ def _summary(args, data, canvas, run, res, seconds: float) -> dict:
     summary["notes"] = _notes(canvas, res)
     rep = getattr(canvas, "denoise", None)
     summary["denoise"] = rep.as_dict() if rep is not None else {"applied": False, "mode": "off"}
+    summary["denoise"]["undenoised_means"] = getattr(canvas, "undenoised", None) is not None
     summary["phase_flip"] = _phase_flip_record(data, bool(getattr(args, "phase_flip", False)))
     if data.has_labels:
         from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score

@@ -15,6 +15,11 @@ engine's full angle search and shifts) onto the current mean, whose signal-to-no
 invariant mean's local refinement.  ``cluster_invariant_means`` does this by default
 (``realign_rounds=3``, each member onto the mean of the others); ``realign_rounds=0`` is the medoid
 alignment alone.
+
+A denoised run finds its poses on the denoised images, where they are right, but the denoiser's basis
+drops fine detail; cryo-EM class averaging aligns on denoised images and averages the raw ones.
+:func:`pose_averages` averages any images of the run (the images before denoising,
+``preprocess(..., keep_undenoised=True)``) at the run's poses.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from .invariant_mean import invariant_means
 from .similarity import invariant_distances
 from .warp import warp
 
-__all__ = ["cluster_invariant_means", "cluster_key", "medoid", "realign_to_mean"]
+__all__ = ["cluster_invariant_means", "cluster_key", "medoid", "pose_averages", "realign_to_mean"]
 
 
 def cluster_key(members) -> bytes:
@@ -221,4 +226,63 @@ def cluster_invariant_means(images, clusters, *, distances=None, angle_step: flo
         weights = np.full((members.size, 1), 1.0 / members.size, dtype=np.float32)
         state = invariant_means(subset, weights, init, steps=steps, sigmas=sigmas, rtol=rtol)
         out[c] = np.asarray(state.means[0], dtype=np.float32)
+    return out
+
+
+def pose_averages(images, labels, transforms, *, mirrored=None) -> np.ndarray:
+    """Each cluster's images moved by their poses and averaged: ``mean_{i in c} v_i o tau_i``.
+
+    The class averages of images at poses found on *other* images of the same set: a run's
+    ``image_transforms`` (each image onto its cluster's invariant mean) found on the denoised
+    images, applied to the images before denoising (:attr:`iastudio.core.preprocess.Canvas.undenoised`).
+    The denoiser removes the noise at every frequency but also the detail its basis does not hold;
+    the plain average of the raw images keeps that detail and divides the noise by the cluster's size.
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W[, C])
+        NumPy or CuPy.
+    labels : ndarray of int, shape (n,)
+        Clusters ``0 .. k-1``.
+    transforms : ndarray, shape (n, 3)
+        ``tau_i`` per image (:mod:`iastudio.core.se2`).
+    mirrored : ndarray of bool, shape (n,), optional
+        Images flipped (left-right) before their transform (a run with ``group="e2"``).
+
+    Returns
+    -------
+    ndarray, shape (k, H, W[, C]), float32
+        A cluster without images gives zeros.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from iastudio.core.warp import warp
+    >>> yy, xx = np.mgrid[:32, :32]
+    >>> blob = np.exp(-((yy - 12) ** 2 + (xx - 18) ** 2) / 8.0).astype(np.float32)
+    >>> turns = np.array([[0.0, 0, 0], [1.0, 0, 0], [-2.0, 0, 0]])
+    >>> moved = warp(blob[None], turns, index=np.zeros(3, dtype=int))
+    >>> back = np.array([[0.0, 0, 0], [-1.0, 0, 0], [2.0, 0, 0]])  # each turn undone
+    >>> avg = pose_averages(moved, np.zeros(3, dtype=int), back)
+    >>> bool(np.abs(avg[0] - blob).max() < 0.05)
+    True
+    """
+    xp = array_module(images)
+    images = xp.asarray(images, dtype=np.float32)
+    labels = np.asarray(to_host(labels), dtype=int)
+    n = images.shape[0]
+    t = np.asarray(to_host(transforms), dtype=np.float64).reshape(n, 3)
+    if labels.shape != (n,):
+        raise ValueError(f"labels must hold one cluster per image ({n}), not {labels.shape}")
+    k = int(labels.max()) + 1 if n else 0
+    src, index = images, np.arange(n)
+    if mirrored is not None and np.any(mirrored):  # as the run's means: [v; flip(v)], the flipped where mirrored
+        src = xp.concatenate([images, xp.flip(images, axis=2)])
+        index = index + n * np.asarray(mirrored, dtype=bool)
+    out = xp.zeros((k, *images.shape[1:]), dtype=np.float32)
+    for c in range(k):
+        members = np.flatnonzero(labels == c)
+        if members.size:
+            moved = warp(src, xp.asarray(t[members]), index=xp.asarray(index[members]))
+            out[c] = moved.astype(np.float64).mean(axis=0)
     return out

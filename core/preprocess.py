@@ -49,6 +49,12 @@ class Canvas:
         ``(H, W)`` of each original image.
     denoise : DenoiseReport or None
         What the denoiser did (:func:`iastudio.core.denoise.denoise`), when it was asked for.
+    undenoised : ndarray or None
+        With ``preprocess(..., keep_undenoised=True)`` where the denoiser changed the images: the
+        same images *before* denoising, on the same canvas in the same place and scale (each
+        multiplied by its denoised image's unit-norm factor, background subtracted but not
+        clipped), for class averages at the poses found on the denoised images
+        (:func:`iastudio.core.cluster_means.pose_averages`); else None.
     """
 
     images: np.ndarray
@@ -56,6 +62,7 @@ class Canvas:
     offset: np.ndarray
     original_shape: list
     denoise: object = None
+    undenoised: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -165,6 +172,7 @@ def preprocess(
     subtract_background: bool = True,
     canvas_size: int | None = None,
     denoise: str = "off",
+    keep_undenoised: bool = False,
 ) -> Canvas:
     """Bring raw images onto one unit-norm working canvas.
 
@@ -203,6 +211,9 @@ def preprocess(
         ``"off"`` (default here) keeps each image's canvas independent of the
         others; ``ia-cluster`` asks for ``"auto"``.  The report is kept as
         :attr:`Canvas.denoise`.
+    keep_undenoised : bool
+        Where the denoiser changed the images, also place the images as they were before it on the
+        same canvas (:attr:`Canvas.undenoised`).
 
     Returns
     -------
@@ -212,8 +223,9 @@ def preprocess(
         raise ValueError("size must be at least 8 pixels")
     if scale not in ("content", "frame"):
         raise ValueError("scale must be 'content' or 'frame'")
-    prepared, frames, report = _prepared_set(images, scale=scale, grayscale=grayscale, invert=invert,
-                                             subtract_background=subtract_background, denoise=denoise)
+    prepared, frames, report, before = _prepared_set(images, scale=scale, grayscale=grayscale, invert=invert,
+                                                     subtract_background=subtract_background, denoise=denoise,
+                                                     keep_undenoised=keep_undenoised)
     side = int(canvas_size) if canvas_size is not None else None
     if scale == "content":
         side = side or size + size % 2
@@ -223,19 +235,39 @@ def preprocess(
         radius = max((content_radius(p[0]) for p in placed), default=0.0)
         side = max(size, int(np.ceil(2 * (radius + _MARGIN))))
         side += side % 2  # even sides keep the centre between pixels for even images
-    out, scales, offsets = _compose(placed, [fr is not None for fr in frames], side, grayscale=grayscale)
-    return Canvas(unit_norm(out), scales, offsets, [img.shape[:2] for img in prepared], report)
+    in_disk = [fr is not None for fr in frames]
+    out, scales, offsets = _compose(placed, in_disk, side, grayscale=grayscale)
+    undenoised = None
+    if before is not None:  # the same frames, so the same place and scale on the canvas
+        again = [_place_frame(img, size) if fr is None else _place_content(img, fr, side)
+                 for img, fr in zip(before, frames)]
+        undenoised, _, _ = _compose(again, in_disk, side, grayscale=grayscale)
+        undenoised *= _unit_factors(out).reshape((-1,) + (1,) * (out.ndim - 1))
+    return Canvas(unit_norm(out), scales, offsets, [img.shape[:2] for img in prepared], report, undenoised)
 
 
-def _prepared_set(images, *, scale, grayscale, invert, subtract_background, denoise):
-    """:func:`preprocess`'s first half: ``(prepared images, content frames or None, denoise report)``."""
+def _unit_factors(images) -> np.ndarray:
+    """The factor :func:`unit_norm` multiplies each image by (1 for a blank image)."""
+    norm = np.sqrt((images.astype(np.float64) ** 2).reshape(len(images), -1).sum(axis=1))
+    return (1.0 / np.where(norm > 0, norm, 1.0).astype(np.float32)).astype(np.float32)
+
+
+def _prepared_set(images, *, scale, grayscale, invert, subtract_background, denoise, keep_undenoised=False):
+    """:func:`preprocess`'s first half: ``(prepared images, content frames or None, denoise report, undenoised)``.
+
+    ``undenoised``: with ``keep_undenoised`` where the denoiser applied, the images before it,
+    background subtracted without clipping (clipping noise at zero would bias their average); else None.
+    """
     prepared, frames = [], []
-    report = None
+    report, before = None, None
     raw = [_prepare(img, i, grayscale=grayscale, invert=invert) for i, img in enumerate(images)]
     if denoise != "off":
         from .denoise import denoise as denoise_set
 
+        kept = raw
         raw, report = denoise_set(raw, mode=denoise)
+        if keep_undenoised and report.applied:
+            before = [img - _border_level(img) if subtract_background else img for img in kept]
     for img in raw:
         frames.append(content_frame(img) if scale == "content" else None)
         if subtract_background:
@@ -243,7 +275,7 @@ def _prepared_set(images, *, scale, grayscale, invert, subtract_background, deno
         prepared.append(img)
     if report is not None and report.applied:
         frames = _one_scale(frames)
-    return prepared, frames, report
+    return prepared, frames, report, before
 
 
 def _one_scale(frames):

@@ -71,6 +71,8 @@ def test_end_to_end_folder_with_skipped_files(tmp_path, capsys):
     assert np.allclose(w.sum(0), 1, atol=1e-5)
     assert np.load(out / "distances.npy", allow_pickle=False).shape == (6, 6)
     assert np.load(out / "means.npy", allow_pickle=False).shape[0] == 2
+    assert summary["denoise"]["undenoised_means"] is False  # clean images: the denoiser stepped aside
+    assert not (out / "means_undenoised.npy").exists()
     for png in ("means.png", "weights.png", "convergence.png"):
         assert Image.open(out / png).size[0] > 100
     # the reported transform aligns each image onto its cluster: rows of one

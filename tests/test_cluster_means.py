@@ -228,3 +228,31 @@ def test_auto_realigns_three_rounds_on_every_pair_and_one_on_the_pruned_path():
         assert_allclose(auto.cluster_means, same.cluster_means)
         assert_allclose(auto.image_transforms, same.image_transforms)
         assert np.abs(auto.cluster_means - differs.cluster_means).max() > 1e-3  # the rounds show in the mean
+
+
+def test_pose_averages_undo_known_poses_per_cluster_and_follow_the_mirror_flags():
+    from iastudio.core import se2
+    from iastudio.core.cluster_means import pose_averages
+
+    truth, poses, noisy = _known_set(0.5)
+    back = se2.invert(poses)  # v_i = truth o poses_i, so v_i o poses_i^-1 = truth
+    labels = np.arange(noisy.shape[0]) % 2
+    avg = pose_averages(noisy, labels, back)
+    assert avg.shape == (2, *noisy.shape[1:])
+    assert avg.dtype == np.float32
+    for c in (0, 1):
+        single = _rel_l2(noisy[labels == c][0], truth)  # one noisy image, even aligned: far from the truth
+        assert _rel_l2(avg[c], truth) < 0.6 * single
+    # each average is the plain mean of its own members, moved
+    from iastudio.core.warp import warp
+
+    assert_allclose(avg[1], warp(noisy, back.astype(np.float64))[labels == 1].mean(axis=0), atol=1e-6)
+    # a flipped copy of an image, flagged as mirrored, is flipped back before its pose
+    mirrored = np.zeros(noisy.shape[0], dtype=bool)
+    mirrored[::3] = True
+    flipped = noisy.copy()
+    flipped[mirrored] = np.flip(noisy[mirrored], axis=2)
+    assert_allclose(pose_averages(flipped, labels, back, mirrored=mirrored), avg, atol=1e-7)
+    assert not np.allclose(pose_averages(flipped, labels, back), avg, atol=1e-3)  # the flags matter
+    with pytest.raises(ValueError, match="one cluster per image"):
+        pose_averages(noisy, labels[:-1], back)
