@@ -25,6 +25,11 @@ most of its images gives
                         ``realign_rounds=N`` (``--realign-rounds``, the default 3): the cluster of the
                         view's majority, resampled from the canvas (the object scaled to the working
                         size) back to the input's pixels; ``--denoise off``: runs of the noisy images;
+* ``run poses, undenoised`` -- the images *before* denoising (``preprocess(..., keep_undenoised=True)``)
+                        averaged at the rounds-N run's own poses (``RunResult.image_transforms``,
+                        found on the denoised images; :func:`~iastudio.core.cluster_means.pose_averages`:
+                        what ``ia-cluster`` writes as ``means_undenoised.npy``), resampled as the
+                        run's means; only where the denoiser applied;
 * ``ASPIRE avg``     -- ASPIRE's class average (``DebugClassAvgSource``, run from its own
                         environment by ``aspire_peer.py``) of the image of that view whose
                         neighbour class lies most inside its own ASPIRE cluster (ASPIRE's
@@ -43,7 +48,8 @@ the clean image by the engine's own invariant alignment
 
 Each column's cell is the mean over the views, and the seconds it took (the IA run's seconds are
 the clustering's, shared by the IA columns).  A second table gives the two runs' seconds: the final
-stage (``timings["final_s"]``: the class averages and every image's alignment onto them) and the whole
+stage (``timings["final_s"]``: the class averages and every image's alignment onto them; on a pruned
+run they begin while the guard's forecast runs, and these are their own seconds) and the whole
 run, with rounds 0 and N, and their ratios (N over 0), measured in the same process one after the
 other (so the ratios hold on a loaded machine).  ``--run-only`` measures only the two runs (e.g. a
 pruned run: ``--snr 1 --per-view 250``, 1,000 images, pruned by ``neighbors="auto"`` above 300).

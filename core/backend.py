@@ -266,7 +266,7 @@ _BLAS_ORIGINAL = None  # the limiter that restores the counts from before the fi
 
 @contextlib.contextmanager
 def blas_threads(n: int):
-    """BLAS / LAPACK (OpenBLAS, MKL) on at most ``n`` threads inside the block, process-wide.
+    """BLAS / LAPACK (OpenBLAS, MKL) on at most ``n`` threads inside the block.
 
     The engine parallelises over blocks of work itself (:func:`iastudio.core.warp.parallel_map`);
     a BLAS call inside each block that starts its own threads too puts more busy threads on
@@ -276,13 +276,15 @@ def blas_threads(n: int):
     code without this limit: ``benchmarks/bench_threads.py --kind particles``).  Uses threadpoolctl
     (a scikit-learn dependency); where it is missing, nothing changes.
 
-    The limit is the library's, one for the whole process, so blocks that open and close in
-    different threads at different times are counted: while any block is open the smallest
-    limit of the open blocks holds, and the counts from before the first block come back when
-    the last one closes (a block closing first does not lift another thread's limit).  Each
-    change is made by the thread that opens or closes a block, which takes control of the
-    limit from threadpoolctl first (threadpoolctl lets one thread at a time set OpenBLAS's
-    shared pool and ignores the others).
+    OpenBLAS built with its own threads (NumPy's and SciPy's wheels) has one limit for the whole
+    process, so there blocks that open and close in different threads at different times are
+    counted: while any block is open the smallest limit of the open blocks holds, and the counts
+    from before the first block come back when the last one closes (a block closing first does
+    not lift another thread's limit).  Each change is made by the thread that opens or closes a
+    block, which takes control of the limit from threadpoolctl first (threadpoolctl lets one
+    thread at a time set OpenBLAS's shared pool and ignores the others).  Where a loaded library
+    limits each thread on its own (MKL, OpenMP builds), each block sets and restores its own
+    thread's limit.
 
     Parameters
     ----------
@@ -305,11 +307,23 @@ def blas_threads(n: int):
         yield
         return
     n = max(1, int(n))
+    with _BLAS_LOCK:
+        controller = _blas_controller(ThreadpoolController)
+    if not _process_wide(controller):  # per-thread limits: this thread's own, set and restored here
+        with controller.limit(limits=n, user_api="blas"):
+            yield
+        return
     _blas_enter(n, ThreadpoolController)
     try:
         yield
     finally:
         _blas_leave(n)
+
+
+def _process_wide(controller) -> bool:
+    """Whether every loaded BLAS keeps one thread limit for the whole process (OpenBLAS without OpenMP)."""
+    return all(lib.internal_api == "openblas" and getattr(lib, "threading_layer", None) != "openmp"
+               for lib in controller.lib_controllers if lib.user_api == "blas")
 
 
 def _blas_controller(make):

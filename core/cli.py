@@ -564,8 +564,10 @@ def _working_images(args, data):
         return canvas, canvas.images, np.zeros((n, 3))
     rot, frac = args.transform
     tau = se2.random_transforms(n, rotation_range=rot, shift_range=frac * args.size, seed=args.seed + 1)
-    if canvas.undenoised is not None:  # moved as the working images are, so the run's poses fit them too
-        canvas = dataclasses.replace(canvas, undenoised=apply_transforms(canvas.undenoised, tau))
+    if canvas.undenoised is not None:  # moved as the working images are (not clipped: noise keeps its sign)
+        from .warp import warp
+
+        canvas = dataclasses.replace(canvas, undenoised=warp(canvas.undenoised, tau))
     return canvas, apply_transforms(canvas.images, tau), tau
 
 

@@ -275,14 +275,15 @@ def pose_averages(images, labels, transforms, *, mirrored=None) -> np.ndarray:
     if labels.shape != (n,):
         raise ValueError(f"labels must hold one cluster per image ({n}), not {labels.shape}")
     k = int(labels.max()) + 1 if n else 0
-    src, index = images, np.arange(n)
-    if mirrored is not None and np.any(mirrored):  # as the run's means: [v; flip(v)], the flipped where mirrored
-        src = xp.concatenate([images, xp.flip(images, axis=2)])
-        index = index + n * np.asarray(mirrored, dtype=bool)
+    flip = np.zeros(n, dtype=bool) if mirrored is None else np.asarray(to_host(mirrored), dtype=bool).reshape(n)
     out = xp.zeros((k, *images.shape[1:]), dtype=np.float32)
     for c in range(k):
         members = np.flatnonzero(labels == c)
-        if members.size:
-            moved = warp(src, xp.asarray(t[members]), index=xp.asarray(index[members]))
-            out[c] = moved.astype(np.float64).mean(axis=0)
+        if not members.size:
+            continue
+        sub = images[xp.asarray(members)]  # this cluster's copy: the mirrored ones flipped left-right first
+        turned = np.flatnonzero(flip[members])
+        if turned.size:
+            sub[xp.asarray(turned)] = xp.flip(sub[xp.asarray(turned)], axis=2)
+        out[c] = warp(sub, xp.asarray(t[members])).mean(axis=0, dtype=np.float64)
     return out

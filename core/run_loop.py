@@ -52,6 +52,7 @@ class _Speculation:
 
     def __init__(self, key, work, run_cancel):
         self.key = key
+        self.seconds = 0.0  # how long the work took on its thread (set when it ends)
         self._stop = threading.Event()
         self._run_cancel = run_cancel
         self._out = None
@@ -64,10 +65,13 @@ class _Speculation:
             raise _Cancelled
 
     def _run(self, work):
+        t0 = time.perf_counter()
         try:
             self._out = work(self._check)
         except BaseException as exc:  # handed to the caller of result()
             self._error = exc
+        finally:
+            self.seconds = time.perf_counter() - t0
 
     def matches(self, labels, beta) -> bool:
         """Whether the result is the one for these labels and this bandwidth."""
@@ -222,16 +226,19 @@ class RunLoop:
         """Begin the class averages of the current clusters on a thread (:class:`_Speculation`), or None.
 
         When the forecast stops the run, they are its result, and the forecast's read-out (mostly on
-        one core) and the averages (on every core) share the machine instead of taking turns.  Only on
-        the CPU without a Dask client, and on a pruned run (on a small one the forecast is short).
+        one core) and the averages (the engine's pool of threads) share the machine instead of taking
+        turns.  Only on the CPU without a Dask client, and on a pruned run (on a small one the forecast
+        is short).  The averages run with one BLAS thread, as the forecast does while they run and as
+        :meth:`_finish` computes them when nothing was begun: the same result whichever way.
         """
         if self.client is not None or self.backend.xp is not np or not is_sparse(self._input_sim[0]):
             return None
         labels, beta = self._labels.copy(), self._beta
 
         def work(check):
-            return align_to_clusters(self._inputs, labels, self._input_sim, self.settings, beta=beta,
-                                     check=check, xp=np)
+            with blas_threads(1):
+                return align_to_clusters(self._inputs, labels, self._input_sim, self.settings, beta=beta,
+                                         check=check, xp=np)
 
         self._speculative = _Speculation((labels, beta), work, self._cancel)
         return self._speculative
@@ -327,14 +334,22 @@ class RunLoop:
         d0, final = self._input_sim[0], self._sim[0]
         spec, self._speculative = self._speculative, None
         if spec is not None and spec.matches(self._labels, self._beta):
-            means, tr, scores, mirrored = spec.result()  # begun during the forecast (_speculate)
+            try:
+                means, tr, scores, mirrored = spec.result()  # begun during the forecast (_speculate)
+            except BaseException:
+                spec.cancel()  # e.g. Ctrl-C while waiting: the thread is stopped, not left running
+                raise
+            seconds = spec.seconds  # its own time, part of it overlapping the forecast's
         else:
             if spec is not None:
                 spec.cancel()
-            means, tr, scores, mirrored = align_to_clusters(self._inputs, self._labels, self._input_sim,
-                                                            self.settings, beta=self._beta, client=self.client,
-                                                            check=self._check_cancel, xp=self.backend.xp)
-        self._timings["final_s"] = time.perf_counter() - t0  # the final class averages (also in mean_s)
+            with blas_threads(1) if self.backend.xp is np and self.client is None else contextlib.nullcontext():
+                # as the averages begun during a forecast run (_speculate): the same result either way
+                means, tr, scores, mirrored = align_to_clusters(self._inputs, self._labels, self._input_sim,
+                                                                self.settings, beta=self._beta, client=self.client,
+                                                                check=self._check_cancel, xp=self.backend.xp)
+            seconds = time.perf_counter() - t0
+        self._timings["final_s"] = seconds  # the final class averages' own seconds (also in mean_s)
         self._timings["mean_s"] += self._timings["final_s"]
         self._result = RunResult(
             labels=self._labels, n_clusters=int(self._labels.max()) + 1, cluster_means=to_host(means, np.float32),

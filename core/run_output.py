@@ -114,7 +114,9 @@ class RunResult:
         The global ``beta`` used (explicit) or its equivalent (auto).
     timings : dict
         Seconds: ``similarity_s``, ``mean_s``, ``forecast_s``, ``total_s``; ``final_s``, the final
-        class averages and alignment (:func:`~iastudio.core.run_steps.align_to_clusters`, also in ``mean_s``).
+        class averages and alignment (:func:`~iastudio.core.run_steps.align_to_clusters`, also in ``mean_s``):
+        their own seconds, which on a pruned CPU run overlap the forecast's (they begin while it runs), so
+        there the parts add up to more than ``total_s``.
     k_choice : KChoice
         How the number of clusters was chosen: candidates and confidence.
     blank : ndarray of bool (n,)

@@ -159,17 +159,25 @@ def test_preprocess_denoises_before_finding_the_objects():
     assert preprocess(list(noisy), size=32).denoise is None  # off by default in the library
 
 
+def _particle_pngs(folder):
+    """16 noisy 2-view particles (SNR 0.5) as 8-bit PNGs in ``folder/view<k>/``: ``(noisy, clean, scale)``."""
+    from PIL import Image
+
+    noisy, clean, labels = _particles(16, side=32, snr=0.5, seed=9)
+    scale = 40.0 / noisy.std()
+    for i, (img, lab) in enumerate(zip(noisy, labels)):
+        d = folder / f"view{lab}"
+        d.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.clip(120 + scale * img, 0, 255).astype(np.uint8)).save(d / f"{i}.png")
+    return noisy, clean, scale
+
+
 def test_cli_denoise_is_reported(tmp_path):
     from PIL import Image
 
     from iastudio.core.cli import build_parser, main
 
-    noisy, clean, labels = _particles(16, side=32, snr=0.5, seed=9)
-    scale = 40.0 / noisy.std()
-    for i, (img, lab) in enumerate(zip(noisy, labels)):
-        d = tmp_path / "in" / f"view{lab}"
-        d.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(np.clip(120 + scale * img, 0, 255).astype(np.uint8)).save(d / f"{i}.png")
+    noisy, clean, scale = _particle_pngs(tmp_path / "in")
     out = tmp_path / "out"
     assert main([str(tmp_path / "in"), "--out", str(out), "--size", "24", "--iterations", "1", "--quiet",
                  "--clusters", "2"]) == 0
@@ -191,6 +199,30 @@ def test_cli_denoise_is_reported(tmp_path):
         a, b = raw[c].ravel(), means[c].ravel()
         assert np.corrcoef(a, b)[0, 1] > 0.8
     assert Image.open(out / "means_undenoised.png").size[0] > 50
+
+
+def test_cli_transform_moves_the_undenoised_images_as_the_working_ones(tmp_path, monkeypatch):
+    """``--transform`` turns the working images; the images before denoising are turned the same way
+    (warped, not clipped or renormed), so the run's poses fit them: their averages match the means."""
+    import iastudio.core.cli as cli
+
+    _particle_pngs(tmp_path / "in")
+    seen = {}
+    real = cli._undenoised_means
+
+    def spy(args, canvas, res):
+        seen["undenoised"] = canvas.undenoised
+        return real(args, canvas, res)
+
+    monkeypatch.setattr(cli, "_undenoised_means", spy)
+    out = tmp_path / "out"
+    assert cli.main([str(tmp_path / "in"), "--out", str(out), "--size", "24", "--iterations", "1", "--quiet",
+                     "--clusters", "2", "--transform", "180,0.1"]) == 0
+    assert (seen["undenoised"] < 0).mean() > 0.1  # not clipped at zero
+    raw = np.load(out / "means_undenoised.npy", allow_pickle=False)
+    means = np.load(out / "means.npy", allow_pickle=False)
+    for c in range(2):
+        assert np.corrcoef(raw[c].ravel(), means[c].ravel())[0, 1] > 0.8
 
 
 def test_preprocess_keeps_the_images_before_denoising_on_the_same_canvas():

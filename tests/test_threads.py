@@ -227,6 +227,37 @@ def test_blas_threads_nested_smaller_limit_then_the_outer_one_again():
         assert _blas_counts() == before
 
 
+def test_blas_threads_on_a_library_that_limits_each_thread_sets_and_restores_its_own(monkeypatch):
+    # MKL or an OpenMP build limit the calling thread only: no shared count, each block its own limit
+    pytest.importorskip("threadpoolctl")
+    from threadpoolctl import threadpool_limits
+
+    from iastudio.core import backend
+    from iastudio.core.backend import blas_threads
+
+    monkeypatch.setattr(backend, "_process_wide", lambda controller: False)
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = _blas_counts()
+        with blas_threads(1):
+            assert _blas_counts() == [1] * len(before)
+            assert backend._BLAS_HELD == []  # the shared count is for process-wide pools only
+        assert _blas_counts() == before
+
+
+def test_numpys_openblas_is_recognised_as_one_pool_for_the_process():
+    pytest.importorskip("threadpoolctl")
+    from threadpoolctl import ThreadpoolController
+
+    from iastudio.core.backend import _process_wide
+
+    controller = ThreadpoolController()
+    layers = {getattr(lib, "threading_layer", None) for lib in controller.lib_controllers
+              if lib.user_api == "blas" and lib.internal_api == "openblas"}
+    if layers != {"pthreads"}:
+        pytest.skip(f"this NumPy's BLAS is not OpenBLAS on pthreads ({layers})")
+    assert _process_wide(controller)
+
+
 def test_the_engine_pool_runs_blas_on_one_thread_per_worker():
     pytest.importorskip("threadpoolctl")
     from threadpoolctl import threadpool_limits
