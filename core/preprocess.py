@@ -237,19 +237,20 @@ def preprocess(
         side += side % 2  # even sides keep the centre between pixels for even images
     in_disk = [fr is not None for fr in frames]
     out, scales, offsets = _compose(placed, in_disk, side, grayscale=grayscale)
-    undenoised = None
-    if before is not None:  # the same frames, so the same place and scale on the canvas
-        again = [_place_frame(img, size) if fr is None else _place_content(img, fr, side)
-                 for img, fr in zip(before, frames)]
-        undenoised, _, _ = _compose(again, in_disk, side, grayscale=grayscale)
-        undenoised *= _unit_factors(out).reshape((-1,) + (1,) * (out.ndim - 1))
+    undenoised = None if before is None else _undenoised(before, frames, in_disk, out, size=size, side=side,
+                                                         grayscale=grayscale)
     return Canvas(unit_norm(out), scales, offsets, [img.shape[:2] for img in prepared], report, undenoised)
 
 
-def _unit_factors(images) -> np.ndarray:
-    """The factor :func:`unit_norm` multiplies each image by (1 for a blank image)."""
-    norm = np.sqrt((images.astype(np.float64) ** 2).reshape(len(images), -1).sum(axis=1))
-    return (1.0 / np.where(norm > 0, norm, 1.0).astype(np.float32)).astype(np.float32)
+def _undenoised(before, frames, in_disk, denoised, *, size, side, grayscale) -> np.ndarray:
+    """:attr:`Canvas.undenoised`: the images ``before`` denoising placed by the denoised images' ``frames``
+    (the same place and scale), each scaled by the factor that makes its denoised canvas image unit-norm."""
+    again = [_place_frame(img, size) if fr is None else _place_content(img, fr, side)
+             for img, fr in zip(before, frames)]
+    out, _, _ = _compose(again, in_disk, side, grayscale=grayscale)
+    norm = np.sqrt((denoised.astype(np.float64) ** 2).reshape(len(denoised), -1).sum(axis=1))
+    factor = (1.0 / np.where(norm > 0, norm, 1.0)).astype(np.float32)
+    return out * factor.reshape((-1,) + (1,) * (out.ndim - 1))
 
 
 def _prepared_set(images, *, scale, grayscale, invert, subtract_background, denoise, keep_undenoised=False):
