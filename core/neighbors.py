@@ -35,7 +35,7 @@ import scipy.sparse as sp
 
 from .backend import array_module, fft_module, threads, to_host
 from .clustering import closest_in_rows, nearest_pairs
-from .similarity import invariant_distances, join_pair_results, refine_pairs, sample_polar, sharing_preparation
+from .similarity import invariant_distances, join_pair_results, polar_magnitudes, refine_pairs, sharing_preparation
 from .warp import parallel_map
 from .weights import graph_affinity
 
@@ -64,6 +64,8 @@ PROBES = 5
 MIN_PROBES = 2000
 #: images sharing one of their this many nearest aligned neighbours are aligned too
 SHARED_NEAREST = 4
+#: ... at most this many such new pairs per image (the shortest two-step paths)
+SHARED_MOST = 8
 
 
 def resolve_neighbors(neighbors, n: int) -> int | None:
@@ -100,7 +102,6 @@ def resolve_neighbors(neighbors, n: int) -> int | None:
 def _polar_magnitudes(images, n_rings, n_angles):
     """``|F(v)|`` on a polar grid, ``sqrt(radius)``-weighted and unit-norm: (n, rings, angles), on the device."""
     xp = array_module(images)
-    fft = fft_module(xp)
     n, h, w = images.shape[:3]
     p = 2 * max(h, w)
     n_rings = n_rings or max(8, max(h, w) // 2)
@@ -116,10 +117,7 @@ def _polar_magnitudes(images, n_rings, n_angles):
 
     def block(lo):
         blk = xp.asarray(images[lo:lo + step], dtype=np.float32)
-        spec = xp.abs(fft.fftshift(fft.fft2(blk, s=(p, p), axes=(1, 2)), axes=(1, 2)))
-        if spec.ndim == 4:
-            spec = spec.sum(axis=-1)
-        polar = sample_polar(spec, rows, cols)
+        polar = polar_magnitudes(blk, p, rows, cols)
         out[lo:lo + step] = polar.reshape(-1, n_rings, n_angles) * weight
 
     starts = range(0, n, step)
@@ -331,16 +329,20 @@ def probe_pairs(pairs, n: int, *, per_image: int = PROBES, at_least: int = MIN_P
     return key // n, key % n
 
 
-def shared_neighbor_pairs(distances, *, nearest: int = SHARED_NEAREST, aligned=None):
+def shared_neighbor_pairs(distances, *, nearest: int = SHARED_NEAREST, aligned=None, most: int = SHARED_MOST):
     """The pairs not yet aligned whose two images share a near neighbour.
 
     ``i`` and ``l`` form such a pair when some image ``j`` is near both,
     "near" meaning that one of the two is among the other's ``nearest``
     nearest aligned images (the symmetric graph of
     :func:`iastudio.core.clustering.nearest_pairs`): two steps on that graph,
-    each image keeping its ``2 nearest`` closest near images, so there are at
-    most ``(2 nearest)^2`` new pairs per image (identical images, all at
-    distance 0, would otherwise give nearly every pair among them).
+    each image keeping its ``2 nearest`` closest near images (identical
+    images, all at distance 0, would otherwise give nearly every pair among
+    them).  Of an image's new pairs, the ``most`` with the shortest two-step
+    path ``d(i, j) + d(j, l)`` are kept (a pair stays when either of its
+    images keeps it): on sets whose images are all about equally near each
+    other (thousands of particles of a few views) the two steps reach a dozen
+    new images per image, few of which end among its nearest.
 
     Parameters
     ----------
@@ -352,6 +354,8 @@ def shared_neighbor_pairs(distances, *, nearest: int = SHARED_NEAREST, aligned=N
     aligned : scipy.sparse matrix, shape (n, n), optional
         Pairs already aligned (its stored entries), left out; default: those
         of ``distances``.
+    most : int
+        New pairs kept per image, by the shortest two-step path.
 
     Returns
     -------
@@ -365,16 +369,33 @@ def shared_neighbor_pairs(distances, *, nearest: int = SHARED_NEAREST, aligned=N
     >>> [p.tolist() for p in shared_neighbor_pairs(d, nearest=1)]
     [[0], [2]]
     """
-    near = _closest_per_row(nearest_pairs(sp.csr_matrix(distances), nearest=nearest), 2 * nearest)
-    two = near @ near  # i -> j -> l: at most (2 nearest)^2 per image, however many images pick j
-    done = sp.csr_matrix(distances if aligned is None else aligned, copy=True)
-    done.data[:] = 1.0  # symmetric: a stored entry is an aligned pair
-    new = (two - two.multiply(done)).tocoo()
-    keep = (new.data > 0) & (new.row != new.col)
-    n = near.shape[0]
-    a, b = new.row[keep].astype(np.int64), new.col[keep].astype(np.int64)
-    key = np.unique(np.minimum(a, b) * n + np.maximum(a, b))
+    d = sp.csr_matrix(distances)
+    n = d.shape[0]
+    near = _closest_per_row(nearest_pairs(d, nearest=nearest), 2 * nearest).tocoo()
+    near = sp.csr_matrix((np.asarray(d[near.row, near.col]).ravel() if near.nnz else np.zeros(0),
+                          (near.row, near.col)), shape=d.shape)
+    a, b, path = _two_steps(near)  # i -> j -> l: at most (2 nearest)^2 per image, however many images pick j
+    done = sp.csr_matrix(d if aligned is None else aligned)
+    done_key = np.repeat(np.arange(n, dtype=np.int64), np.diff(done.indptr)) * n + done.indices
+    key = np.minimum(a, b) * n + np.maximum(a, b)
+    keep = (a != b) & ~np.isin(key, done_key)
+    key, path = key[keep], path[keep]
+    order = np.lexsort((path, key))  # each pair's shortest path first
+    key, first = np.unique(key[order], return_index=True)
+    path = path[order][first]
+    lo, hi = key // n, key % n
+    chosen = closest_in_rows(np.concatenate([lo, hi]), np.concatenate([hi, lo]), np.concatenate([path, path]), most)
+    key = key[np.unique(chosen % max(1, key.size))]
     return key // n, key % n
+
+
+def _two_steps(near):
+    """Every walk ``i -> j -> l`` on the CSR graph ``near``: ``(i, l, d(i, j) + d(j, l))`` (int64, int64, float)."""
+    coo = near.tocoo()
+    per = np.diff(near.indptr)[coo.col]  # the steps out of each first step's end
+    start = np.repeat(near.indptr[coo.col] - np.cumsum(per) + per, per) + np.arange(per.sum())
+    return (np.repeat(coo.row.astype(np.int64), per), near.indices[start].astype(np.int64),
+            np.repeat(coo.data, per) + near.data[start])
 
 
 def _closest_per_row(g, m: int):

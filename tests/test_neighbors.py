@@ -145,6 +145,39 @@ def test_shared_neighbor_pairs_stay_few_among_identical_images():
     assert not aligned & set(zip(new_rows.tolist(), new_cols.tolist()))  # none aligned yet
 
 
+def test_shared_neighbor_pairs_keep_each_images_shortest_two_step_paths():
+    # a random symmetric graph; the near graph and its walks i -> j -> l written out in loops
+    from iastudio.core.clustering import nearest_pairs
+    from iastudio.core.neighbors import _closest_per_row
+
+    n = 60
+    rng = np.random.default_rng(4)
+    r = np.repeat(np.arange(n), 6)
+    c = rng.integers(0, n, r.size)
+    ok = r != c
+    g = sp.csr_matrix((rng.random(ok.sum()) + 0.01, (r[ok], c[ok])), shape=(n, n))
+    g = g.maximum(g.T).tocsr()
+    near = _closest_per_row(nearest_pairs(g, nearest=2), 4).toarray() > 0
+    dense = g.toarray()
+    best = {}
+    for i in range(n):
+        for j in np.flatnonzero(near[i]):
+            for m in np.flatnonzero(near[j]):
+                if m != i and dense[i, m] == 0:
+                    key = (min(i, m), max(i, m))
+                    best[key] = min(best.get(key, np.inf), dense[i, j] + dense[j, m])
+    everything = shared_neighbor_pairs(g, nearest=2, most=1000)
+    assert set(zip(everything[0].tolist(), everything[1].tolist())) == set(best)
+    want = set()
+    for i in range(n):
+        mine = sorted((length, other) for (a, b), length in best.items() if i in (a, b) for other in [a + b - i])
+        want |= {(min(i, o), max(i, o)) for _, o in mine[:2]}
+    rows, cols = shared_neighbor_pairs(g, nearest=2, most=2)
+    assert set(zip(rows.tolist(), cols.tolist())) == want
+    assert len(want) < len(best)  # the bound takes effect here
+    assert (rows < cols).all() and np.all(np.diff(rows * n + cols) > 0)
+
+
 def test_pruned_graph_finds_neighbours_the_candidates_missed(rotated_digits):
     x, full = rotated_digits
     n = x.shape[0]
