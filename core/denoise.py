@@ -342,7 +342,9 @@ def steerable_pca(images, *, noise_var: float, basis: FourierBessel | None = Non
     n = x.shape[0]
     fb = basis if basis is not None else fourier_bessel_basis(tuple(x.shape[1:]))
     proj = x[:, fb.mask] @ fb.real  # (n, size): every block's real and imaginary parts in one product
-    filt = np.empty_like(proj)
+    # the filtered expansion sum_k 2 Re(z_k f_k) is low-rank: the kept components' scores (n, r) times
+    # their loadings on the pixels (pixels, r), one product, not every coefficient back through the basis
+    scores, loadings = [], []
     kept = []
     start = 0
     for k, m in enumerate(fb.counts):
@@ -351,19 +353,21 @@ def steerable_pca(images, *, noise_var: float, basis: FourierBessel | None = Non
             mean = coef.mean(axis=0)
             c = coef - mean
             vecs, gains = _shrink(c.T @ c / n, noise_var, n)
-            filt[:, :m] = mean + ((c @ vecs) * gains) @ vecs.T
+            scores.append((c @ vecs) * gains)
+            loadings.append(fb.real[:, :m] @ vecs)
             start = m
         else:
             # the coefficients <x, f> = x . conj(f): real part minus i times the imaginary part
             coef = proj[:, start:start + m] - 1j * proj[:, start + m:start + 2 * m]
             vecs, gains = _shrink(coef.T @ coef.conj() / n, noise_var, n)
-            z = ((coef @ vecs.conj()) * gains) @ vecs.T
-            # x = sum_k 2 Re(z_k f_k) = 2 (Re z . Re f - Im z . Im f)
-            filt[:, start:start + m] = 2.0 * z.real
-            filt[:, start + m:start + 2 * m] = -2.0 * z.imag
+            # z = a vecs^T with a = (coef conj(vecs)) gains; its pixels 2 Re(z f) = 2 Re(a (f vecs)^T)
+            a = (coef @ vecs.conj()) * gains
+            load = fb.block(k) @ vecs
+            scores += [2.0 * a.real, -2.0 * a.imag]
+            loadings += [load.real, load.imag]
             start += 2 * m
         kept.append(len(gains))
-    out = filt @ fb.real.T
+    out = np.concatenate(scores, axis=1) @ np.concatenate(loadings, axis=1).T + fb.real[:, :fb.counts[0]] @ mean
     res = np.empty_like(x)
     outside = ~fb.mask
     res[:] = np.median(x[:, outside], axis=1)[:, None, None] if outside.any() else 0.0
