@@ -376,7 +376,7 @@ class WeightsView(_Titled):
 
 
 MEANS_TITLE = "Invariant means (shown upright and centred)"
-UNDENOISED_TITLE = "Class averages before denoising (upright, as the invariant means)"
+UNDENOISED_TITLE = "Class averages before denoising (upright)"
 UNDENOISED_TIP = ("Before denoising: each cluster's images as they were before the denoiser, turned and shifted "
                   "by the poses the run found on their denoised copies, then averaged (noisier, but with the "
                   "fine detail denoising removes).")
