@@ -138,3 +138,20 @@ def test_the_averages_are_saved_with_the_project_and_checked_on_loading(tmp_path
     save_project(tmp_path / "bad.iaproj", proj)
     with pytest.raises(ProjectError, match="class averages before denoising do not match"):
         load_project(tmp_path / "bad.iaproj")
+
+
+def test_ia_cluster_saves_them_in_its_project_and_the_app_opens_them(tmp_path):
+    """``ia-cluster --save-project`` stores ``means_undenoised.npy``'s averages; a session opening it shows them."""
+    from test_denoise import _particle_pngs
+
+    from iastudio.core.cli import main
+
+    _particle_pngs(tmp_path / "in")
+    out, path = tmp_path / "out", tmp_path / "run.iaproj"
+    assert main([str(tmp_path / "in"), "--out", str(out), "--size", "24", "--iterations", "1", "--quiet",
+                 "--clusters", "2", "--save-project", str(path)]) == 0
+    written = np.load(out / "means_undenoised.npy", allow_pickle=False)
+    assert_array_equal(load_project(path).undenoised_means, written)
+    s = Session()
+    s.open_project(path)
+    assert_array_equal(s.final.undenoised_means, written)
