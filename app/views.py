@@ -408,8 +408,9 @@ class MeansView(_Titled):
         self.averages.addItem("before denoising", "undenoised")
         self.averages.setItemData(1, UNDENOISED_TIP, Qt.ItemDataRole.ToolTipRole)
         self.averages.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        self.averages_label = QLabel("Class averages:")
-        self.averages_label.setBuddy(self.averages)
+        self.averages.setMinimumWidth(48)  # whole when there is room; narrower (elided) in a narrow window
+        self.averages_label = QElidingLabel("Class averages:")
+        self.averages_label.setMinimumWidth(8)
         self._set_averages_enabled(False)
         controls = QHBoxLayout()
         controls.setContentsMargins(0, 0, 0, 0)
