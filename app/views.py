@@ -411,12 +411,12 @@ class MeansView(_Titled):
         self.averages.setMinimumWidth(48)  # whole when there is room; narrower (elided) in a narrow window
         self.averages_label = QElidingLabel("Class averages:")
         self.averages_label.setMinimumWidth(8)
+        self.averages_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self._set_averages_enabled(False)
         controls = QHBoxLayout()
         controls.setContentsMargins(0, 0, 0, 0)
         controls.addWidget(self.per_cluster)
-        controls.addStretch(1)
-        controls.addWidget(self.averages_label)
+        controls.addWidget(self.averages_label, 1)  # takes the room between; elided when there is none
         controls.addWidget(self.averages)
         self.plot = pg.PlotWidget()
         self.plot.setAspectLocked(True)
