@@ -1,6 +1,12 @@
-"""Exports: assignments CSV, per-cluster folders, panels as figures (PNG, PDF, SVG), the convergence GIF."""
+"""Exports: assignments CSV, per-cluster folders, panels as figures (PNG, PDF, SVG), the convergence GIF.
+
+A run that denoised its images also exports its class averages of the images before denoising with the
+panels, under ``ia-cluster``'s names: ``means_undenoised.npy`` (one per run cluster, float32) and the
+figure ``means_undenoised.png`` (with ``.pdf`` and ``.svg``).
+"""
 from __future__ import annotations
 
+import io
 import re
 import shutil
 from pathlib import Path
@@ -9,6 +15,8 @@ import numpy as np
 
 from iastudio.core import alignment
 from iastudio.core.atomic import atomic_write_bytes
+from iastudio.core.display import mosaic
+from iastudio.core.frames import cluster_tiles
 from iastudio.core.report import assignment_rows as _rows
 from iastudio.core.report import write_assignments
 from iastudio.core.stacks import split_member
@@ -115,7 +123,25 @@ def _panel_figures(window, width_cm: float) -> dict:
             if item.image is not None:
                 figures[name] = (lambda plot=plot, item=item: report.mosaic_figure(
                     item.image, title=plot.getPlotItem().titleLabel.text, width_cm=width_cm))
+    shown = window.sync.with_book(window.model.session.final)  # the clusters as the views draw them
+    if shown is not None and shown.undenoised_means is not None and shown.cluster_means is not None:
+        from .views import UNDENOISED_TITLE
+
+        tiles = cluster_tiles(shown, undenoised=True)[1]
+        figures["means_undenoised"] = lambda: report.mosaic_figure(mosaic(tiles), title=UNDENOISED_TITLE,
+                                                                   width_cm=width_cm)
     return figures
+
+
+def export_undenoised_means(session, folder) -> Path | None:
+    """A denoised run's class averages of the images before denoising as ``folder/means_undenoised.npy``
+    (float32, one per cluster of the run, as ``ia-cluster`` writes it); None when the run has none."""
+    final = session.final
+    if final is None or final.undenoised_means is None:
+        return None
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(final.undenoised_means, dtype=np.float32), allow_pickle=False)
+    return atomic_write_bytes(Path(folder) / "means_undenoised.npy", buf.getvalue())
 
 
 def export_panels(window, folder, *, width_cm: float = PANEL_WIDTH_CM, dpi: int = 300, progress=None) -> list[Path]:
@@ -123,7 +149,9 @@ def export_panels(window, folder, *, width_cm: float = PANEL_WIDTH_CM, dpi: int 
 
     Each figure is ``width_cm`` wide (a PNG of ``width_cm / 2.54 * dpi`` pixels, its resolution recorded),
     drawn with matplotlib from what the view shows: W with its colour bar and the lines between the
-    clusters, the means, the convergence curves with their legend, the map, KA's and IA's means.  The
+    clusters, the means, the convergence curves with their legend, the map, KA's and IA's means, and after a run that
+    denoised its images its class averages before denoising (``means_undenoised``, with
+    ``means_undenoised.npy``: :func:`export_undenoised_means`).  The
     selection's tint and the colour bar's handles are not part of them.  ``progress(done, total)``
     is called after each figure; returning False stops there (the figures written are kept).
     """
@@ -132,6 +160,9 @@ def export_panels(window, folder, *, width_cm: float = PANEL_WIDTH_CM, dpi: int 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
+    array = export_undenoised_means(window.model.session, folder)
+    if array is not None:
+        written.append(array)
     figures = _panel_figures(window, width_cm)
     for k, (name, make) in enumerate(figures.items()):
         fig = make()

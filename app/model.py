@@ -177,7 +177,9 @@ class StudioModel(QObject):
         self._t_launch = time.perf_counter()
         run.on_progress = lambda fraction, text: self._progressed.emit(fraction, text)  # worker thread
         # handlers given at creation (superqt re-raises errors in the GUI thread when no handler was)
-        worker = create_worker(_reraising, functools.partial(stream_run, prepare=prepare), run, self.builder,
+        # a resumed denoised run: its images before denoising, for their class averages when it finishes
+        stream = functools.partial(stream_run, prepare=prepare, undenoised=self.session.undenoised)
+        worker = create_worker(_reraising, stream, run, self.builder,
                                _start_thread=False,
                                _connect={"yielded": self._on_yield, "errored": self._on_error})
         self.worker = worker

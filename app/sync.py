@@ -39,6 +39,7 @@ class ViewSync:
         window.images_panel.view.selectionModel().selectionChanged.connect(self.thumb_selection)
         window.transform_panel.show_original.toggled.connect(lambda _: self.update_preview())
         window.means_view.per_cluster.toggled.connect(lambda _: self.remember_view())
+        window.means_view.averages.currentIndexChanged.connect(lambda _: self.remember_view())
         window.clusters_panel.k_auto.toggled.connect(lambda _: self.remember_view())
         window.clusters_panel.k.valueChanged.connect(lambda _: self.remember_view())
 
@@ -176,6 +177,9 @@ class ViewSync:
             self.w.run_panel.restore_settings(view["run_panel"], partial=True)
         if isinstance(view.get("per_cluster"), bool):
             self.w.means_view.per_cluster.setChecked(view["per_cluster"])
+        averages = self.w.means_view.averages
+        if view.get("class_averages") in ("denoised", "undenoised"):  # saved since the app showed both
+            averages.setCurrentIndex(averages.findData(view["class_averages"]))
         cp, k = self.w.clusters_panel, view.get("k")
         if k == "auto" or (isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= cp.k.maximum()):
             cp.k_auto.setChecked(k == "auto")
@@ -184,9 +188,11 @@ class ViewSync:
 
     def remember_view(self) -> None:
         """Keep how the window shows the work in the session (saved with the project): one mean per
-        cluster or per image, the Clusters tab's k, and the Run panel's settings as the user left them."""
+        cluster or per image, which class averages (denoised or before denoising), the Clusters tab's k,
+        and the Run panel's settings as the user left them."""
         cp = self.w.clusters_panel
         self.session.view_state.update(per_cluster=self.w.means_view.per_cluster.isChecked(),
+                                         class_averages=self.w.means_view.averages.currentData(),
                                          k="auto" if cp.k_auto.isChecked() else cp.k.value(),
                                          run_panel=self.w.run_panel.settings_state())
 

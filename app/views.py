@@ -13,6 +13,7 @@ from PySide6.QtCore import QEvent, QRectF, Qt, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QHBoxLayout,
     QLabel,
     QSizePolicy,
@@ -374,23 +375,49 @@ class WeightsView(_Titled):
             self.hover.setToolTip(text)
 
 
+MEANS_TITLE = "Invariant means (shown upright and centred)"
+UNDENOISED_TITLE = "Class averages before denoising (upright)"
+UNDENOISED_TIP = ("Before denoising: each cluster's images as they were before the denoiser, turned and shifted "
+                  "by the poses the run found on their denoised copies, then averaged (noisier, but with the "
+                  "fine detail denoising removes).")
+UNDENOISED_OFF_TIP = ("Only a run that denoised its images (Run panel: Denoise) has class averages of the "
+                      "images before denoising.")
+
+
 class MeansView(_Titled):
     """The current means as a grid: one per image, or one per cluster.
 
     Clicking a tile emits ``tileClicked`` with the image index (per image) or
     ``clusterClicked`` with the cluster (per cluster); selected images' tiles are outlined.
+    After a run that denoised its images, :attr:`averages` switches the clusters' tiles to the
+    class averages of the images before denoising (:attr:`~iastudio.core.frames.Frame.undenoised_means`).
     """
 
     tileClicked = Signal(int)
     clusterClicked = Signal(int)
 
     def __init__(self, parent=None):
-        super().__init__("Invariant means (shown upright and centred)",
+        super().__init__(MEANS_TITLE,
                          "Run to see the invariant means: each image's look-alikes, turned and shifted onto "
                          "it, then averaged. They sharpen as the run goes on.", parent)
         self.per_cluster = QCheckBox("one per cluster")
         self.per_cluster.setToolTip("Show one mean per cluster instead of one per image. Click a tile to "
                                     "select its images.")
+        self.averages = QComboBox()
+        self.averages.addItem("denoised", "denoised")
+        self.averages.addItem("before denoising", "undenoised")
+        self.averages.setItemData(1, UNDENOISED_TIP, Qt.ItemDataRole.ToolTipRole)
+        self.averages.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.averages.setMinimumWidth(48)  # whole when there is room; narrower (elided) in a narrow window
+        self.averages_label = QElidingLabel("Class averages:")
+        self.averages_label.setMinimumWidth(8)
+        self.averages_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self._set_averages_enabled(False)
+        controls = QHBoxLayout()
+        controls.setContentsMargins(0, 0, 0, 0)
+        controls.addWidget(self.per_cluster)
+        controls.addWidget(self.averages_label, 1)  # takes the room between; elided when there is none
+        controls.addWidget(self.averages)
         self.plot = pg.PlotWidget()
         self.plot.setAspectLocked(True)
         self.plot.invertY(True)
@@ -399,7 +426,7 @@ class MeansView(_Titled):
         self.image_item = pg.ImageItem(np.zeros((2, 2), np.float32))
         self.plot.addItem(self.image_item)
         self.caption = _caption()
-        self.set_body(_body(self.per_cluster, self.plot, self.caption, stretch_index=1))
+        self.set_body(_body(controls, self.plot, self.caption, stretch_index=1))
         self.n_tiles = 0
         self._frame = None
         self._tile_ids: list[int] = []
@@ -409,7 +436,38 @@ class MeansView(_Titled):
         self.overlay.setZValue(5)
         self.plot.addItem(self.overlay)
         self.image_item.mouseClickEvent = self._click
-        self.per_cluster.toggled.connect(lambda _: self._frame is not None and self.show_frame(self._frame))
+        self.per_cluster.toggled.connect(self._per_cluster_toggled)
+        self.averages.currentIndexChanged.connect(self._averages_changed)
+
+    @property
+    def shows_undenoised(self) -> bool:
+        """True while the tiles are the class averages of the images before denoising."""
+        return (self.per_cluster.isChecked() and self.averages.currentData() == "undenoised"
+                and self._frame is not None and self._frame.undenoised_means is not None
+                and self._frame.cluster_means is not None)
+
+    def _set_averages_enabled(self, on: bool) -> None:
+        self.averages.setItemText(0, "denoised" if on else "as clustered")  # no denoising: not "denoised"
+        self.averages.setEnabled(on)
+        self.averages_label.setEnabled(on)
+        tip = ("Denoised: the invariant means of the denoised images the run clustered. " + UNDENOISED_TIP
+               if on else UNDENOISED_OFF_TIP)
+        self.averages.setToolTip(tip)
+        self.averages_label.setToolTip(tip)
+
+    def _per_cluster_toggled(self, on: bool) -> None:
+        if not on and self.averages.currentData() == "undenoised":  # class averages are one per cluster
+            self.averages.blockSignals(True)
+            self.averages.setCurrentIndex(0)
+            self.averages.blockSignals(False)
+        if self._frame is not None:
+            self.show_frame(self._frame)
+
+    def _averages_changed(self, _index: int) -> None:
+        if self.averages.currentData() == "undenoised" and not self.per_cluster.isChecked():
+            self.per_cluster.setChecked(True)  # draws them (one per cluster)
+        elif self._frame is not None:
+            self.show_frame(self._frame)
 
     def plot_widgets(self):
         return [self.plot]
@@ -419,6 +477,8 @@ class MeansView(_Titled):
 
     def clear(self):
         self._frame, self._tile_ids, self.n_tiles = None, [], 0
+        self._set_averages_enabled(False)
+        self.title.setText(MEANS_TITLE)
         super().clear()
 
     def _click(self, event):
@@ -458,9 +518,13 @@ class MeansView(_Titled):
     def show_frame(self, frame):
         self._frame = frame
         snap = frame.snapshot
+        self._set_averages_enabled(frame.undenoised_means is not None and frame.cluster_means is not None)
+        undenoised = self.shows_undenoised
+        self.title.setText(UNDENOISED_TITLE if undenoised else MEANS_TITLE)
+        self.title.setToolTip(UNDENOISED_TIP if undenoised else MEANS_TITLE)
         # upright 8-bit tiles, made with the frame in the run's worker (only selected extras are made here)
         if self.per_cluster.isChecked():
-            ids, tiles = cluster_tiles(frame)
+            ids, tiles = cluster_tiles(frame, undenoised=undenoised)
             what = "cluster"
         else:
             order, tiles = frame_tiles(frame, keep=self.selection)
@@ -478,9 +542,26 @@ class MeansView(_Titled):
         text = (f"{count_of(self.n_tiles, 'mean')}, one per {what} · iteration {snap.iteration}, "
                 f"{snap.stage}" + (f" step {snap.step}/{snap.n_steps}" if snap.stage == Stage.MEANS else "")
                 + _names_text(frame))
+        if undenoised:
+            text = _undenoised_text(frame, self.n_tiles)
         self.caption.setText(text)
         self.caption.setToolTip(text)
         self.set_empty(False)
+
+
+def _undenoised_text(frame, n: int) -> str:
+    """The means view's caption while it shows the class averages of the images before denoising."""
+    text = (f"{count_of(n, 'class average')} of the images before denoising, one per cluster, at the poses "
+            f"the run found on the denoised images")
+    missing = frame.undenoised_missing
+    if missing:
+        names = frame.cluster_names or []
+        ids = list(frame.cluster_ids or [])
+        shown = [names[ids.index(c)] if c in ids and ids.index(c) < len(names) else f"Cluster {c + 1}"
+                 for c in missing]
+        text += (f"; blank for {count_of(len(missing), 'edited cluster')} ({', '.join(shown[:4])}"
+                 + ("…" if len(shown) > 4 else "") + "): re-run to average them")
+    return text + _names_text(frame)
 
 
 def log_ticks(lo: float, hi: float) -> list[tuple[float, str]]:

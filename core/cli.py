@@ -471,7 +471,7 @@ def _run_body(args, client) -> int:
             transforms=tau, base=canvas.images, scale=canvas.scale, offset=canvas.offset,
             parameters={**summary["parameters"], **run_record(res)}, clusters=ClusterBook.from_labels(res.labels),
             history=history,
-            result=res.arrays(), ctf=ctf_to_array(data.ctf, len(data)),
+            result=res.arrays(), ctf=ctf_to_array(data.ctf, len(data)), undenoised_means=undenoised,
         )
         save_project(args.save_project, proj)
     out = args.results.commit()

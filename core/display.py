@@ -154,20 +154,42 @@ def tile_levels(images) -> np.ndarray:
     return np.rint(scaled).astype(np.uint8)
 
 
-def upright_tiles(images) -> np.ndarray:
+def upright_tiles(images, *, like=None) -> np.ndarray:
     """:func:`tile_levels` of the images turned upright and centred (:func:`iastudio.core.pose.canonical_pose`).
 
     Parameters
     ----------
     images : ndarray, shape (m, H, W) or (m, H, W, C)
+    like : ndarray, shape (m, H, W) or (m, H, W, C), optional
+        Turn image ``i`` as ``like[i]`` is turned upright (its
+        :func:`~iastudio.core.pose.canonical_transforms`) instead of by its own
+        look: two versions of the same averages (a run's class averages of the
+        images before and after denoising) are then shown in one pose.
 
     Returns
     -------
     ndarray, shape (m, H, W), uint8
-    """
-    from .pose import canonical_pose
 
-    return tile_levels(canonical_pose(images))
+    Examples
+    --------
+    >>> bar = np.zeros((1, 32, 32)); bar[0, 14:18, 4:28] = 1.0   # a horizontal bar: drawn upright
+    >>> dot = np.zeros((1, 32, 32)); dot[0, 15, 20] = 1.0        # a dot right of the centre
+    >>> tiles = upright_tiles(dot, like=bar)                     # turned as the bar is: above or below the centre
+    >>> r, c = np.unravel_index(int(tiles[0].argmax()), (32, 32))
+    >>> bool(abs(c - 15.5) < 1.5 and abs(r - 15.5) > 3)
+    True
+    """
+    from .pose import canonical_pose, canonical_transforms
+
+    if like is None:
+        return tile_levels(canonical_pose(images))
+    from .warp import warp
+
+    a = np.asarray(images)
+    if len(a) == 0:
+        return tile_levels(a)
+    t = canonical_transforms(np.asarray(like))
+    return tile_levels(warp(a, t, parallel=False))  # display work: this thread only
 
 
 def mosaic(tiles, cols: int | None = None, *, pad: int = 2) -> np.ndarray:

@@ -10,7 +10,9 @@ far, and what the views draw of the means and of W (:func:`prepare_display`:
 upright 8-bit tiles of at most 1,024 images, a sparse W's sampled block).
 The frame of a finished run also holds the
 :class:`~iastudio.core.attention.RunResult`, the cluster means and the plain
-(kernel-attention style) averages of each cluster.
+(kernel-attention style) averages of each cluster, and, for a run that
+denoised its images, the class averages of the images before denoising at the
+run's poses (:func:`~iastudio.core.cluster_means.pose_averages`).
 
 :class:`FrameBuilder` keeps what consecutive frames share (the distance
 history and the last map); a live run and a restored project use the same
@@ -24,7 +26,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .attention import AttentionRun, RunResult, Snapshot, Stage
-from .cluster_means import cluster_key, medoid
+from .backend import to_host
+from .cluster_means import cluster_key, medoid, pose_averages
 from .clustering import KChoice, grouping_order
 from .display import TILES_MAX, W_SAMPLE, even_sample, mosaic, sample_with, upright_tiles, weight_block
 from .embedding import classical_mds
@@ -41,6 +44,7 @@ __all__ = [
     "frames_from_project",
     "plain_means",
     "prepare_display",
+    "undenoised_means",
     "weight_range",
 ]
 
@@ -93,8 +97,18 @@ class Frame:
         :data:`~iastudio.core.display.W_SAMPLE` images the W panel shows.
     w_block : ndarray (m, m) of float32 or None
         W among ``w_ids`` (0 off the K-neighbour graph).
+    undenoised_means : ndarray (k, H, W[, C]) or None
+        A finished run that denoised its images: the class averages of the
+        images *before* denoising, each moved by its pose in the run
+        (:func:`undenoised_means`), rows as ``cluster_means``; None when the
+        run did not denoise (or a project saved without them).
+    undenoised_missing : tuple of int
+        Set by :func:`book_frame`: the edited clusters (ids of
+        ``cluster_ids``) that have no average before denoising (their rows of
+        ``undenoised_means`` are zeros): the run's poses put each image onto
+        its *run* cluster's mean, which another cluster's images do not share.
 
-    The last five are made by :func:`prepare_display` where the frame is
+    The five from ``tile_ids`` to ``w_block`` are made by :func:`prepare_display` where the frame is
     built -- the run's worker thread -- so that the window only draws them;
     None when not made (the views then make them, see :func:`frame_tiles`
     and :func:`frame_weights`).
@@ -117,6 +131,8 @@ class Frame:
     tile_mosaic: np.ndarray | None = None
     w_ids: np.ndarray | None = None
     w_block: np.ndarray | None = None
+    undenoised_means: np.ndarray | None = None
+    undenoised_missing: tuple = ()
 
 
 def weight_range(frames) -> tuple[float, float]:
@@ -257,12 +273,16 @@ def frame_tiles(frame: Frame, *, keep=()) -> tuple[np.ndarray, np.ndarray]:
     return ids, _tile_rows(snap.means, ids, frame.tile_ids, frame.tiles)
 
 
-def cluster_tiles(frame: Frame) -> tuple[list, np.ndarray]:
+def cluster_tiles(frame: Frame, *, undenoised: bool = False) -> tuple[list, np.ndarray]:
     """One upright tile per cluster: the cluster means when the frame has them, else each cluster's first image's.
 
     Parameters
     ----------
     frame : Frame
+    undenoised : bool
+        The class averages of the images before denoising instead
+        (:attr:`Frame.undenoised_means`, where the frame has them), each turned
+        upright as its cluster's invariant mean is, so that both are seen in one pose.
 
     Returns
     -------
@@ -272,6 +292,8 @@ def cluster_tiles(frame: Frame) -> tuple[list, np.ndarray]:
     """
     labels = np.asarray(frame.snapshot.labels)
     ids = frame.cluster_ids if frame.cluster_ids is not None else [int(c) for c in np.unique(labels)]
+    if undenoised and frame.undenoised_means is not None and frame.cluster_means is not None:
+        return ids, upright_tiles(frame.undenoised_means, like=frame.cluster_means)
     if frame.cluster_means is not None:
         return ids, upright_tiles(frame.cluster_means)
     firsts = [int(np.flatnonzero(labels == c)[0]) for c in ids]
@@ -424,7 +446,8 @@ class FrameBuilder:
         self._last = prepare_display(fr)
         return fr
 
-    def final(self, run: AttentionRun, last: Snapshot | None, *, elapsed: float = 0.0) -> Frame:
+    def final(self, run: AttentionRun, last: Snapshot | None, *, elapsed: float = 0.0,
+              undenoised=None) -> Frame:
         """The frame of a finished run: its last snapshot with the result and the cluster means.
 
         Parameters
@@ -435,6 +458,11 @@ class FrameBuilder:
             The last snapshot :meth:`frame` was given (None when none was, e.g.
             a resumed run that had nothing left to do).
         elapsed : float
+        undenoised : ndarray, shape (n, H, W[, C]), optional
+            The run's images before denoising, moved as its inputs are (a run
+            that denoised them; :class:`~iastudio.core.session_inputs.RunInputs`):
+            their class averages at the run's poses become
+            :attr:`Frame.undenoised_means` (:func:`undenoised_means`).
 
         Returns
         -------
@@ -455,7 +483,50 @@ class FrameBuilder:
         fr.ka_labels = _ka_labels(run)
         fr.elapsed = elapsed
         fr.result = res
+        if undenoised is not None:
+            fr.undenoised_means = undenoised_means(undenoised, res, group=run.settings.group)
         return fr
+
+
+def undenoised_means(images, result: RunResult, *, group: str = "se2") -> np.ndarray:
+    """A denoised run's class averages of its images before denoising, at the poses the run found.
+
+    The poses (:attr:`RunResult.image_transforms`, each image onto its
+    cluster's invariant mean) are found on the denoised images; the images as
+    they were keep the fine detail the denoiser's basis drops, and their
+    average divides the noise by the cluster's size
+    (:func:`~iastudio.core.cluster_means.pose_averages`; ``ia-cluster``'s
+    ``means_undenoised.npy``).
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W[, C])
+        The run's images before denoising, moved as its inputs are
+        (:attr:`iastudio.core.preprocess.Canvas.undenoised`, through the
+        user's transforms).
+    result : RunResult
+        The finished run's result (its labels, poses and mirrors).
+    group : {"se2", "e2"}
+        The run's group: with ``"e2"`` the mirrored images are flipped first.
+
+    Returns
+    -------
+    ndarray, shape (k, H, W[, C]), float32
+        Row ``c`` is cluster ``c``'s average (host NumPy).
+
+    Raises
+    ------
+    ValueError
+        When ``images`` are not one per image of the run, or not of its size.
+    """
+    images = np.asarray(to_host(images))
+    means = np.asarray(result.cluster_means)
+    if images.shape[0] != np.asarray(result.labels).size or images.shape[1:] != means.shape[1:]:
+        raise ValueError(f"images before denoising of shape {images.shape} for a run of "
+                         f"{np.asarray(result.labels).size} images of shape {means.shape[1:]}")
+    mirrored = result.mirrored if group == "e2" else None
+    out = pose_averages(images, result.labels, result.image_transforms, mirrored=mirrored)
+    return np.asarray(to_host(out), dtype=np.float32)
 
 
 def _check_history(history, working) -> None:
@@ -511,7 +582,9 @@ def frames_from_project(project, working: np.ndarray) -> tuple[list[Frame], Fram
         with the result's clusters (as :meth:`FrameBuilder.final` makes them),
         when the project holds a complete result; otherwise None.  Kernel
         attention's clusters are the saved ones (``Project.ka_labels``; None
-        in older projects), not recomputed.
+        in older projects), not recomputed, and so are a denoised run's
+        class averages before denoising (``Project.undenoised_means``: the
+        images before denoising are not in a project).
 
     Raises
     ------
@@ -546,6 +619,9 @@ def frames_from_project(project, working: np.ndarray) -> tuple[list[Frame], Fram
     final.result = res
     final.cluster_means = res.cluster_means
     final.plain_means = plain_means(working, res.labels, n_clusters=res.n_clusters)
+    und = project.undenoised_means
+    final.undenoised_means = (None if und is None or np.shape(und) != np.shape(res.cluster_means)
+                              else np.asarray(und, dtype=np.float32))
     return frames, final
 
 
@@ -597,6 +673,26 @@ def _book_means(frame: Frame, labels: np.ndarray, ids: list, known: dict | None 
     return out
 
 
+def _book_undenoised(frame: Frame, labels: np.ndarray, ids: list) -> tuple[np.ndarray | None, tuple]:
+    """The class averages before denoising of the edited clusters, and the clusters that have none.
+
+    A cluster exactly the run's keeps its row of :attr:`Frame.undenoised_means`; a cluster the edits
+    changed gets zeros and is listed: its images' poses put them onto other clusters' means.
+    """
+    und = frame.undenoised_means
+    if und is None or frame.result is None or not ids:
+        return None, ()
+    run_labels = np.asarray(frame.result.labels)
+    out = np.zeros((len(ids), *und.shape[1:]), dtype=np.float32)
+    missing = []
+    for row, c in enumerate(ids):
+        if c < len(und) and np.array_equal(labels == c, run_labels == c):
+            out[row] = und[c]
+        else:
+            missing.append(int(c))
+    return out, tuple(missing)
+
+
 def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray, means: dict | None = None) -> Frame:
     """The frame redrawn with a person's edited clusters instead of the run's read-out.
 
@@ -620,7 +716,9 @@ def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray, means: 
         A copy whose snapshot labels are ``labels``, whose order groups them
         (:func:`book_order`), with one invariant mean and one plain average per
         edited cluster (rows in ``cluster_ids`` order, see :func:`_book_means`),
-        the clusters' names, and the convergence curves read with ``labels``
+        the clusters' names, the class averages before denoising of the
+        clusters that are the run's own (:attr:`Frame.undenoised_missing`
+        lists the others), and the convergence curves read with ``labels``
         (within-cluster max and between-cluster min of the edited clusters,
         unassigned images left out; the median is the frame's), and the
         display samples of the new grouping (:func:`prepare_display`, reusing
@@ -637,9 +735,11 @@ def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray, means: 
     plain = None
     if frame.plain_means is not None:
         plain = plain_means(images, dense, n_clusters=len(ids) + 1)[:len(ids)]
+    und, missing = _book_undenoised(frame, labels, ids)
     booked = replace(frame, snapshot=replace(frame.snapshot, labels=labels), order=book_order(labels),
                      cluster_means=(_book_means(frame, labels, ids, means)
                                     if frame.cluster_means is not None else None),
                      plain_means=plain, cluster_ids=ids, curves=_book_curves(frame, labels),
-                     cluster_names=[str(names.get(c, f"Cluster {c + 1}")) for c in ids])
+                     cluster_names=[str(names.get(c, f"Cluster {c + 1}")) for c in ids],
+                     undenoised_means=und, undenoised_missing=missing)
     return prepare_display(booked, like=frame)

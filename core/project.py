@@ -30,7 +30,10 @@ working size, the per-image transforms the user applied, the run parameters,
 the run's history (W, means, distances and labels per iteration, enough to
 replay the animation), the result, the clusters with their names after the
 user's edits, each image's CTF parameters when it came from a RELION STAR
-file (``arrays/ctf.npy``, for phase flipping), and — optionally, by default —
+file (``arrays/ctf.npy``, for phase flipping), a denoised run's class averages
+of the images before denoising (``arrays/undenoised_means.npy``: the images
+before denoising are not kept, so they could not be made again), and —
+optionally, by default —
 the preprocessed working images, so the project opens even when the original
 files have moved.
 """
@@ -165,6 +168,11 @@ class Project:
         astigmatism angle; a row of NaN: none); None when no image came from a
         STAR file.  Projects saved before astigmatism was read hold ``(n, 5)``
         (no defocus V or angle) and open as they are.
+    undenoised_means : ndarray (k, S, S[, C]) or None
+        A run that denoised its images: the class averages of the images
+        before denoising at the run's poses (:func:`iastudio.core.frames.undenoised_means`),
+        one per cluster of the result's ``cluster_means``; None otherwise and
+        in projects saved without them.
     """
 
     paths: list
@@ -182,6 +190,7 @@ class Project:
     edits: list = field(default_factory=list)
     ka_labels: np.ndarray | None = None
     ctf: np.ndarray | None = None
+    undenoised_means: np.ndarray | None = None
     app_version: str = __version__
 
     @property
@@ -326,6 +335,8 @@ def _project_arrays(project: Project, *, embed: bool) -> tuple[dict, dict, list]
             arrays[key] = getattr(project, key)
     if project.ka_labels is not None:
         arrays["ka_labels"] = np.asarray(project.ka_labels, dtype=np.int64)
+    if project.undenoised_means is not None:
+        arrays["undenoised_means"] = np.asarray(project.undenoised_means, dtype=np.float32)
     if project.ctf is not None:
         arrays["ctf"] = np.asarray(project.ctf, dtype=np.float64)
     for key, arr in project.result.items():
@@ -593,7 +604,7 @@ class _Manifest:
         names = m.get("arrays", [])
         if not isinstance(names, list) or not all(isinstance(a, str) for a in names) or len(set(names)) != len(names):
             bad("the list of arrays is malformed")
-        allowed = {"transforms", "base", "scale", "offset", "ka_labels", "ctf"} | {
+        allowed = {"transforms", "base", "scale", "offset", "ka_labels", "ctf", "undenoised_means"} | {
             f"result/{k}" for k in _RESULT_KEYS} | {
             f"history/{k:04d}_{key}" for k in range(len(frames)) for key in _FRAME_KEYS}
         sparse = m.get("sparse", {})
@@ -648,6 +659,7 @@ class _Manifest:
                  "scores": ((n,), "f"), "weights": ((n, n), "f"), "input_distances": ((n, n), "f"),
                  "final_distances": ((n, n), "f"), "run_labels": ((n,), "iu"),
                  "ka_labels": ((n,), "iu"), "ctf": ((n, (5, 7)), "f"), "means": ((n, "S", "S", "C"), "f"),
+                 "undenoised_means": (img, "f"),
                  "distances": ((n, n), "f"), "labels": ((n,), "iu")}
         return table[key.split("/")[-1].split("_", 1)[-1] if key.startswith("history/") else key.split("/")[-1]]
 
@@ -684,6 +696,9 @@ class _Manifest:
         if ("run_labels" in result and "cluster_means" in result
                 and result["cluster_means"].shape[0] != int(result["run_labels"].max()) + 1):
             bad("the cluster means do not match the run's clusters")
+        und = arrays.get("undenoised_means")
+        if und is not None and und.shape != getattr(result.get("cluster_means"), "shape", None):
+            bad("the class averages before denoising do not match the run's cluster means")
         book = None
         if self.clusters is not None:
             book = ClusterBook.from_json(self.clusters, n)
@@ -692,7 +707,7 @@ class _Manifest:
             transforms=np.asarray(arrays.get("transforms", np.zeros((n, 3))), dtype=float),
             base=arrays.get("base"), scale=scale, offset=arrays.get("offset"), parameters=dict(self.params),
             clusters=book, history=self.frames, result=result, edits=list(self.edits), app_version=self.version,
-            ka_labels=arrays.get("ka_labels"), ctf=arrays.get("ctf"),
+            ka_labels=arrays.get("ka_labels"), ctf=arrays.get("ctf"), undenoised_means=und,
         )
 
 

@@ -102,6 +102,8 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
         self.phase_flip = False  # whether the last run phase-flipped its images (saved with the project)
         self.phase_flip_report: dict | None = None  # what phase flipping did (phase_flip_record), None: not done
         self.run_inputs: RunInputs | None = None  # the inputs the run waits for (made by its driver)
+        # a denoised run's images before denoising, moved as its inputs (for their class averages), else None
+        self.undenoised: np.ndarray | None = None
         # data.images include an opened project's embedded working images (a run denoises the originals)
         self.embedded = False
         self.selection: list[int] = []
@@ -173,6 +175,7 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
             self.stop()
         self.run = None
         self.run_inputs = None
+        self.undenoised = None
         self.denoise_report = None
         self.phase_flip_report = None
         self.frames, self.latest, self.final = [], None, None

@@ -17,6 +17,7 @@ from .filenames import display_name, printable
 from .imageset import ImageSet, image_files, load_image, load_images, no_usable_images, read_entries, skip_entry
 from .particle_ctf import flip_problem, phase_flip_particles
 from .preprocess import Canvas, apply_transforms, preprocess
+from .warp import warp
 from .wording import count_of
 
 log = logging.getLogger(__name__)
@@ -320,6 +321,16 @@ class RunInputs:
     scale : ndarray, shape (n,), optional
         With ``originals``: the embedded images' canvas pixels per original pixel, so that flipping them
         (when the originals cannot be read) uses each image's pixel size on its canvas.
+
+    Attributes
+    ----------
+    undenoised : ndarray or None
+        Once called, where the denoiser changed the images: the images *before* denoising
+        (:attr:`~iastudio.core.preprocess.Canvas.undenoised`), moved by the user's transforms as the
+        working images are (warped, not clipped: the noise keeps its sign), for the run's class
+        averages of them (:func:`~iastudio.core.frames.undenoised_means`); else None.
+    note : str
+        Once called: what the run's report adds about the images used ("" when nothing).
     """
 
     def __init__(self, images, *, size: int, transforms, denoise: str, originals=None, phase_flip: bool = False,
@@ -335,6 +346,7 @@ class RunInputs:
         if self.phase_flip and (problem := flip_problem(self.ctf, self.images)):
             raise ValueError(f"cannot phase-flip: {problem}")
         self.note = ""  # what the run's report adds about the images used (set when they are made)
+        self.undenoised: np.ndarray | None = None  # the images before denoising, moved (set when they are made)
         self._cancel = threading.Event()
 
     def _raw_images(self) -> tuple[list, str]:
@@ -363,14 +375,17 @@ class RunInputs:
         images, why = self._raw_images()
         if self.phase_flip:  # first, on the raw images: the CTF acts on the particle as it was recorded
             images = self._flipped(images, embedded=bool(why))
-        canvas = preprocess(images, size=self.size, denoise=self.denoise)
+        canvas = preprocess(images, size=self.size, denoise=self.denoise, keep_undenoised=True)
         if why and self.phase_flip:
             why = f"{why}; they were phase-flipped at their canvas pixel size"
         self.note = why  # read by the session once the run has its inputs
         if why and canvas.denoise is not None:
             canvas.denoise = replace(canvas.denoise, note=f"{canvas.denoise.note}; {why}")
+        self.undenoised = canvas.undenoised
         if not self.transforms.any():
             return canvas, canvas.images
+        if canvas.undenoised is not None:  # moved as the working images are, as ia-cluster --transform does
+            self.undenoised = warp(canvas.undenoised, self.transforms)
         return canvas, apply_transforms(canvas.images, self.transforms)
 
     def cancel(self) -> None:

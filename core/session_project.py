@@ -32,6 +32,7 @@ class SessionProject:
     _preview: Canvas | None
     run_inputs: RunInputs | None
     phase_flip_report: dict | None
+    undenoised: np.ndarray | None
 
     def to_project(self, *, autosave: bool = False) -> Project:
         """The session as a :class:`~iastudio.core.project.Project`: a snapshot that later changes do not touch.
@@ -73,6 +74,7 @@ class SessionProject:
             parameters=params, clusters=book, history=[history_entry(f.snapshot) for f in self.frames],
             result={} if res is None else res.arrays(), edits=list(self.edits),
             ka_labels=None if self.final is None else self.final.ka_labels,
+            undenoised_means=None if self.final is None else self.final.undenoised_means,
             ctf=ctf_to_array(self.data.ctf, self.n),
         )
 
@@ -150,6 +152,7 @@ class SessionProject:
         self._preview = None
         self.embedded = st["embedded"]
         self.run_inputs = None
+        self.undenoised = None  # not in a project (its class averages are: Frame.undenoised_means)
         self.denoise_report = None  # an opened run's report is in its parameters ("denoise_report") and notes
         denoise = st["parameters"].get("denoise")
         self.denoise = denoise if denoise in ("auto", "on", "off") else "auto"  # older projects: the default

@@ -40,6 +40,7 @@ class SessionRun:
     denoise: str
     phase_flip: bool
     phase_flip_report: dict | None
+    undenoised: np.ndarray | None
 
     def start(self, *, backend: str = "auto", dask: str | None = None, denoise: str | None = None,
               phase_flip: bool = False, **options) -> AttentionRun | None:
@@ -124,13 +125,15 @@ class SessionRun:
         elif kind == "denoised":
             self.on_denoised(*item[1:])
 
-    def on_denoised(self, run: AttentionRun | None, canvas, working) -> None:
+    def on_denoised(self, run: AttentionRun | None, canvas, working, undenoised=None) -> None:
         """The run's inputs are ready (the driver made :attr:`run_inputs`): ``run`` clusters the denoised
         ``working`` images, or is None when the denoiser stepped aside (the run goes on as it started).
 
         The denoised canvas becomes the session's while the run exists (the gallery shows what it
         clusters; exports and projects use its geometry); what the denoiser did is
-        :attr:`denoise_report` and, once the run ends, the first of its notes.
+        :attr:`denoise_report` and, once the run ends, the first of its notes.  ``undenoised``: the
+        images before denoising, moved as ``working`` (:attr:`RunInputs.undenoised`), kept as
+        :attr:`undenoised` for a driver that resumes the run (:func:`stream_run`'s ``undenoised``).
         """
         if self.run_inputs is not None and self.run_inputs.phase_flip:
             self.phase_flip_report = {**phase_flip_record(self.data.ctf), **(
@@ -140,6 +143,7 @@ class SessionRun:
         if run is None:
             return
         self.run = run
+        self.undenoised = undenoised
         if self.state != RunState.RUNNING:  # stopped while the images were denoised: the new run stops too
             run.cancel()
         self._show_run_canvas(canvas, working)
@@ -261,19 +265,23 @@ class SessionRun:
                                   self.book.split(cluster, labels))
 
 
-def stream_run(run: AttentionRun, builder: FrameBuilder, *, prepare=None):
+def stream_run(run: AttentionRun, builder: FrameBuilder, *, prepare=None, undenoised=None):
     """Step ``run`` for a driver thread, yielding what the session takes, as tuples.
 
     ``prepare`` (a session's :attr:`~SessionRun.run_inputs`, a :class:`~iastudio.core.session_inputs.RunInputs`):
     first make the run's inputs (phase-flip the raw set, preprocess it as one stack, denoise it) and yield
-    ``("denoised", new_run, canvas, working)``; ``new_run``, the same settings on the new ``working``
-    images, is stepped instead of ``run`` (None when the images were neither phase-flipped nor denoised:
-    ``run`` goes on).  A run
+    ``("denoised", new_run, canvas, working, undenoised)``; ``new_run``, the same settings on the new
+    ``working`` images, is stepped instead of ``run`` (None when the images were neither phase-flipped nor
+    denoised: ``run`` goes on); ``undenoised`` are the images before denoising, moved as ``working``
+    (None when the denoiser did not change them).  A run
     stopped meanwhile yields ``("stopped", seconds)`` and no frame.
 
     Then ``("frame", Frame)`` for each snapshot, and ``("finished", Frame, seconds)`` (the frame carries the
-    result) or ``("stopped", seconds)`` when the run was cancelled.  When the GPU fails the run goes on
-    from the start on the CPU, after ``("cpu", new_run, message)``.
+    result and, where the run denoised, the class averages of the images before denoising:
+    :attr:`Frame.undenoised_means`, computed here, in the driver's thread) or ``("stopped", seconds)``
+    when the run was cancelled.  When the GPU fails the run goes on from the start on the CPU, after
+    ``("cpu", new_run, message)``.  ``undenoised``: a resumed denoised run's images before denoising (the
+    session's :attr:`~SessionRun.undenoised`; ``prepare`` makes them for a new run).
     """
     t0 = time.perf_counter()
     if prepare is not None:
@@ -286,10 +294,11 @@ def stream_run(run: AttentionRun, builder: FrameBuilder, *, prepare=None):
             return
         changed = prepare.phase_flip or (canvas.denoise is not None and canvas.denoise.applied)
         new = on_inputs(run, working) if changed else None
-        yield ("denoised", new, canvas, working)
+        undenoised = prepare.undenoised if new is not None else None
+        yield ("denoised", new, canvas, working, undenoised)
         run = new or run
     try:
-        yield from _step(run, builder, t0, prepare)
+        yield from _step(run, builder, t0, prepare, undenoised)
     except Exception as exc:
         if run.backend.name != "cupy":
             raise
@@ -298,7 +307,7 @@ def stream_run(run: AttentionRun, builder: FrameBuilder, *, prepare=None):
         cpu.on_progress = run.on_progress
         yield ("cpu", cpu, f"The GPU failed ({exc}); continuing on the CPU.")
         builder.reset()
-        yield from _step(cpu, builder, t0, prepare)
+        yield from _step(cpu, builder, t0, prepare, undenoised)
 
 
 def on_inputs(run: AttentionRun, images) -> AttentionRun:
@@ -344,7 +353,7 @@ def denoise_line(report) -> str:
     return f"Not denoised: {reason}"
 
 
-def _step(run: AttentionRun, builder: FrameBuilder, t0: float, prepare=None):
+def _step(run: AttentionRun, builder: FrameBuilder, t0: float, prepare=None, undenoised=None):
     last = None
     for snap in run.steps():
         if prepare is not None and prepare.cancelled:  # stopped before the session held this run
@@ -352,7 +361,8 @@ def _step(run: AttentionRun, builder: FrameBuilder, t0: float, prepare=None):
         last = snap
         yield ("frame", builder.frame(snap, elapsed=time.perf_counter() - t0))
     if run.finished:
-        yield ("finished", builder.final(run, last, elapsed=time.perf_counter() - t0), time.perf_counter() - t0)
+        final = builder.final(run, last, elapsed=time.perf_counter() - t0, undenoised=undenoised)
+        yield ("finished", final, time.perf_counter() - t0)
     else:
         yield ("stopped", time.perf_counter() - t0)
 
