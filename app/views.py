@@ -409,7 +409,7 @@ class MeansView(_Titled):
         self.averages.setItemData(1, UNDENOISED_TIP, Qt.ItemDataRole.ToolTipRole)
         self.averages.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.averages.setMinimumWidth(48)  # whole when there is room; narrower (elided) in a narrow window
-        self.averages_label = QElidingLabel("Class averages:")
+        self.averages_label = QElidingLabel("Images:")
         self.averages_label.setMinimumWidth(8)
         self.averages_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self._set_averages_enabled(False)

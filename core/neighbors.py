@@ -64,7 +64,7 @@ PROBES = 5
 MIN_PROBES = 2000
 #: images sharing one of their this many nearest aligned neighbours are aligned too
 SHARED_NEAREST = 4
-#: ... at most this many such new pairs per image (the shortest two-step paths)
+#: ... of which each image keeps this many, those with the shortest two-step paths (a pair either keeps)
 SHARED_MOST = 8
 
 
@@ -376,7 +376,8 @@ def shared_neighbor_pairs(distances, *, nearest: int = SHARED_NEAREST, aligned=N
                           (near.row, near.col)), shape=d.shape)
     a, b, path = _two_steps(near)  # i -> j -> l: at most (2 nearest)^2 per image, however many images pick j
     done = sp.csr_matrix(d if aligned is None else aligned)
-    done_key = np.repeat(np.arange(n, dtype=np.int64), np.diff(done.indptr)) * n + done.indices
+    done_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(done.indptr))
+    done_key = np.minimum(done_rows, done.indices) * n + np.maximum(done_rows, done.indices)  # either triangle
     key = np.minimum(a, b) * n + np.maximum(a, b)
     keep = (a != b) & ~np.isin(key, done_key)
     key, path = key[keep], path[keep]

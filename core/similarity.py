@@ -161,11 +161,13 @@ def polar_magnitudes(images, p: int, rows, cols):
         Side of the zero-padded transform.
     rows, cols : ndarray
         Host coordinates of the points, any shape (flattened), in the plane whose centre
-        ``(p // 2, p // 2)`` is frequency zero (``fftshift``'s layout); at least 1 px inside its edges.
+        ``(p // 2, p // 2)`` is frequency zero (``fftshift``'s layout); a point outside
+        ``[0, p - 1]`` in either coordinate reads 0.
 
     Returns
     -------
     ndarray, shape (n, rows.size), float32, on the images' device
+        Row ``i``: image ``i``'s ``|F|`` at the points.
 
     Notes
     -----
@@ -191,7 +193,7 @@ def polar_magnitudes(images, p: int, rows, cols):
         import cupyx.scipy.sparse
 
         taps = cupyx.scipy.sparse.csr_matrix(taps)
-    return (taps @ mag.reshape(mag.shape[0], -1).T).T
+    return (taps @ mag.reshape(mag.shape[0], p * (p // 2 + 1)).T).T
 
 
 def _polar_taps(p: int, rows, cols):
@@ -200,6 +202,7 @@ def _polar_taps(p: int, rows, cols):
 
     r0, c0 = np.floor(rows).astype(np.int64), np.floor(cols).astype(np.int64)
     fr, fc = rows - r0, cols - c0
+    inside = (rows >= 0) & (rows <= p - 1) & (cols >= 0) & (cols <= p - 1)  # outside: 0, as map_coordinates reads
     point = np.arange(rows.size)
     at, weight, where = [], [], []
     for dr, dc in ((0, 0), (0, 1), (1, 0), (1, 1)):
@@ -207,7 +210,7 @@ def _polar_taps(p: int, rows, cols):
         mirror = kc > p // 2  # rfft2 keeps columns 0 .. p // 2: read |F(-k)| there
         kr, kc = np.where(mirror, -kr % p, kr), np.where(mirror, p - kc, kc)
         at.append(point)
-        weight.append((fr if dr else 1 - fr) * (fc if dc else 1 - fc))
+        weight.append((fr if dr else 1 - fr) * (fc if dc else 1 - fc) * inside)
         where.append(kr * (p // 2 + 1) + kc)
     m = sp.csr_matrix((np.concatenate(weight).astype(np.float32), (np.concatenate(at), np.concatenate(where))),
                       shape=(rows.size, p * (p // 2 + 1)))
@@ -797,7 +800,7 @@ def _binned(images, b: int):
     Parameters
     ----------
     images : ndarray, shape (n, H, W[, C])
-        NumPy or CuPy; ``H`` and ``W`` divisible by ``b``.
+        Floating point, NumPy or CuPy; ``H`` and ``W`` divisible by ``b``.
     b : int
         Block side; 1 returns ``images`` itself.
 

@@ -175,7 +175,8 @@ def test_shared_neighbor_pairs_keep_each_images_shortest_two_step_paths():
     rows, cols = shared_neighbor_pairs(g, nearest=2, most=2)
     assert set(zip(rows.tolist(), cols.tolist())) == want
     assert len(want) < len(best)  # the bound takes effect here
-    assert (rows < cols).all() and np.all(np.diff(rows * n + cols) > 0)
+    assert (rows < cols).all()
+    assert np.all(np.diff(rows * n + cols) > 0)
 
 
 def test_pruned_graph_finds_neighbours_the_candidates_missed(rotated_digits):

@@ -182,7 +182,7 @@ def test_weak_third_rotation_candidates_are_not_searched(shape_images, monkeypat
     assert_allclose(some.distances, every.distances, atol=1e-6)  # the candidates left out never won here
 
 
-@pytest.mark.parametrize("shape, p", [((3, 12, 12), 24), ((2, 9, 7), 19), ((2, 10, 10, 3), 20)])
+@pytest.mark.parametrize(("shape", "p"), [((3, 12, 12), 24), ((2, 9, 7), 19), ((2, 10, 10, 3), 20)])
 def test_polar_magnitudes_read_the_centred_spectrum_bilinearly(shape, p):
     """The half-plane read with mirrored taps equals reading |fftshift(fft2)| with map_coordinates."""
     from scipy import ndimage
@@ -190,14 +190,14 @@ def test_polar_magnitudes_read_the_centred_spectrum_bilinearly(shape, p):
     from iastudio.core.similarity import polar_magnitudes
 
     x = np.random.default_rng(3).random(shape).astype(np.float32)
-    radii = np.linspace(1.0, 0.42 * p, 5)
-    phi = np.linspace(0, 2 * np.pi, 13, endpoint=False) + 0.1
-    rows = p // 2 + radii[:, None] * np.cos(phi)
-    cols = p // 2 + radii[:, None] * np.sin(phi)
+    # every integer point of the plane, points between them, and points past its edges (which read 0)
+    grid = np.linspace(-1.5, p + 0.5, 3 * p)
+    rows, cols = np.meshgrid(np.concatenate([np.arange(p), grid]), np.concatenate([np.arange(p), grid]))
     spec = np.abs(np.fft.fftshift(np.fft.fft2(x, s=(p, p), axes=(1, 2)), axes=(1, 2)))
     if spec.ndim == 4:
         spec = spec.sum(axis=-1)
     want = np.stack([ndimage.map_coordinates(s, [rows.ravel(), cols.ravel()], order=1) for s in spec])
     got = polar_magnitudes(x, p, rows, cols)
-    assert got.shape == want.shape and got.dtype == np.float32
+    assert got.shape == want.shape
+    assert got.dtype == np.float32
     assert_allclose(got, want, rtol=1e-5, atol=1e-5 * want.max())
