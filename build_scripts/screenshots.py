@@ -71,6 +71,15 @@ def _particles(folder: Path, *, snr: float = 0.1, per_view: int = 30) -> Path:
     return path
 
 
+def _grab(app, w, size, path: Path) -> Path:
+    """The window ``w`` resized to ``size``, settled and redrawn, saved as ``path``."""
+    w.resize(*size)
+    _wait(app, lambda: False, 0.3)
+    w.redraw()
+    w.grab().save(str(path))
+    return path
+
+
 def undenoised_shots(app, out: Path) -> None:
     """The window after a denoised run on noisy particles: the denoised class averages, then those before denoising."""
     from iastudio.app.docks import show_view
@@ -96,11 +105,7 @@ def undenoised_shots(app, out: Path) -> None:
     for choice in ("denoised", "undenoised"):
         mv.averages.setCurrentIndex(mv.averages.findData(choice))
         for width, height in SIZES[:2]:
-            w.resize(width, height)
-            _wait(app, lambda: False, 0.3)
-            w.redraw()
-            path = out / f"means-{choice}-{width}x{height}.png"
-            w.grab().save(str(path))
+            path = _grab(app, w, (width, height), out / f"means-{choice}-{width}x{height}.png")
             print(f"{path}: {mv.title.text()}; {mv.caption.text()}")
     w.close()
 
@@ -124,11 +129,7 @@ def main(argv=None) -> int:
     for scheme, palette in (("light", light), ("dark", dark_palette())):
         app.setPalette(palette)
         for width, height in SIZES:
-            w.resize(width, height)
-            _wait(app, lambda: False, 0.3)
-            w.redraw()
-            path = out / f"window-{scheme}-{width}x{height}.png"
-            w.grab().save(str(path))
+            path = _grab(app, w, (width, height), out / f"window-{scheme}-{width}x{height}.png")
             print(f"{path}: window {w.width()}x{w.height()} (minimum {w.minimumSizeHint().width()} px wide)")
     w.close()
     app.setPalette(light)
