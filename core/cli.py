@@ -633,17 +633,13 @@ def _write_results(out, args, data, canvas, res, undenoised=None) -> None:
 
 
 def _undenoised_means(args, canvas, res):
-    """Where the run denoised: the images before denoising averaged at the run's poses (else None).
-
-    The poses are found on the denoised images; the average of the images as they were keeps the
-    detail the denoiser's basis drops (:func:`iastudio.core.cluster_means.pose_averages`).
-    """
+    """Where the run denoised: the images before denoising averaged at the run's poses (else None;
+    :func:`iastudio.core.frames.undenoised_means`, as the app makes them)."""
     if getattr(canvas, "undenoised", None) is None:
         return None
-    from .cluster_means import pose_averages
+    from .frames import undenoised_means
 
-    return pose_averages(canvas.undenoised, res.labels, res.image_transforms,
-                         mirrored=res.mirrored if args.group == "e2" else None)
+    return undenoised_means(canvas.undenoised, res, group=args.group)
 
 
 def _summary(args, data, canvas, run, res, seconds: float) -> dict:
