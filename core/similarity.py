@@ -40,7 +40,7 @@ from . import se2
 from .backend import array_module, block_elements, fft_module, in_blocks, threads, to_host
 from .gauss_newton import damped_step
 from .warmup import start_warmup
-from .warp import parallel_map, warp, warp_residuals
+from .warp import parallel_map, support_radii, warp, warp_residuals
 
 __all__ = ["SimilarityResult", "angle_grid", "invariant_distances", "join_pair_results", "plain_distances",
            "polar_magnitudes", "refine_pairs", "sharing_preparation"]
@@ -415,7 +415,7 @@ def _peak(corr, xp):
     return top.astype(np.float64), xp.stack([rr, cc], axis=1).astype(np.float64)
 
 
-def refine_alignment(images, targets, params, *, index=None, target_index=None, steps=6, xp=None):
+def refine_alignment(images, targets, params, *, index=None, target_index=None, steps=6, xp=None, support=None):
     """Damped Gauss-Newton refinement of ``min_tau ||v o tau - target||^2``.
 
     Parameters
@@ -431,6 +431,9 @@ def refine_alignment(images, targets, params, *, index=None, target_index=None, 
     steps : int
         Gauss-Newton iterations; a step is kept only where it lowers the
         residual (Levenberg-Marquardt damping otherwise).
+    support : tuple of two ndarrays, optional
+        :func:`~iastudio.core.warp.support_radii` of ``images`` and ``targets``
+        (see :func:`~iastudio.core.warp.warp_residuals`): the same answer, sooner.
 
     Returns
     -------
@@ -454,7 +457,7 @@ def refine_alignment(images, targets, params, *, index=None, target_index=None, 
     spans = [slice(lo, hi) for lo, hi in itertools.pairwise(edges) if hi > lo]
 
     def one(sl):
-        return _gauss_newton(images, targets, params[sl], index[sl], target_index[sl], steps, xp)
+        return _gauss_newton(images, targets, params[sl], index[sl], target_index[sl], steps, xp, support)
 
     # NumPy: the chunks on every core (each chunk's result does not depend on the others)
     for sl, (p_sl, r_sl) in zip(spans, parallel_map(one, spans) if xp is np else map(one, spans)):
@@ -467,7 +470,7 @@ _STOP_ATOL = 1e-10
 _STOP_STEP = (2e-4, 2e-3)  # or when the step is below this in angle (rad) and shift (px)
 
 
-def _gauss_newton(images, targets, params, index, tindex, steps, xp):
+def _gauss_newton(images, targets, params, index, tindex, steps, xp, support=None):
     """Levenberg-Marquardt on the entries still moving (an active set).
 
     Each round proposes :func:`~iastudio.core.gauss_newton.damped_step` for
@@ -481,7 +484,8 @@ def _gauss_newton(images, targets, params, index, tindex, steps, xp):
     e = params.shape[0]
 
     def evaluate(p, rows):  # d^2 and the normal equations (J J^T, J r): the warped images are not kept
-        return warp_residuals(images, p, targets, index=index[rows], target_index=tindex[rows], moments=True)
+        return warp_residuals(images, p, targets, index=index[rows], target_index=tindex[rows], moments=True,
+                              support=support)
 
     active = xp.arange(e)
     f, metric, jr = evaluate(params, active)
@@ -885,23 +889,40 @@ def _refine_in_blocks(images, params, pi, pj, steps, xp, progress):
     out_p, out_r = [], []
     n_pairs = int(params.shape[0])
     blk = max(2048, n_pairs // 10)  # big enough that per-call overhead does not matter
+    support = _support(images, xp) if n_pairs else None
     for lo in range(0, n_pairs, blk):
         sl = slice(lo, lo + blk)
-        pp, rr = refine_alignment(images, images, params[sl], index=pi[sl], target_index=pj[sl], steps=steps, xp=xp)
+        pp, rr = refine_alignment(images, images, params[sl], index=pi[sl], target_index=pj[sl], steps=steps, xp=xp,
+                                  support=support)
         out_p.append(pp)
         out_r.append(rr)
         progress(min(1.0, (lo + blk) / n_pairs))
     return xp.concatenate(out_p), xp.concatenate(out_r)
 
 
+def _support(images, xp):
+    """``(radii, radii)`` of :func:`~iastudio.core.warp.support_radii` where the compiled loop reads them
+    (NumPy greyscale images, ``images`` their own targets); else None."""
+    if xp is not np or images.ndim != 3:
+        return None
+    radii = support_radii(images)
+    return radii, radii
+
+
 def _residuals(images, params, index, tindex, xp):
-    """``||v_index o tau - v_tindex||^2`` of every entry, in blocks of bounded memory on every thread."""
+    """``||v_index o tau - v_tindex||^2`` of every entry, in blocks of bounded memory on every thread.
+
+    On NumPy greyscale images the compiled loop skips the pixels where both images are zero
+    (:func:`~iastudio.core.warp.support_radii`, found once for all blocks).
+    """
     per = int(np.prod(images.shape[1:]))
     spans = _even_spans(0, int(params.shape[0]), max(1, _block(xp) // (4 * per)), xp)
+    support = _support(images, xp) if spans else None
 
     def one(span):
         lo, hi = span
-        return warp_residuals(images, params[lo:hi], images, index=index[lo:hi], target_index=tindex[lo:hi])
+        return warp_residuals(images, params[lo:hi], images, index=index[lo:hi], target_index=tindex[lo:hi],
+                              support=support)
 
     if not spans:
         return xp.zeros(0, dtype=np.float64)

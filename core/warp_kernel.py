@@ -56,15 +56,15 @@ def _tap(x, size):
 
 
 @_compiled(inline="always")
-def _row_taps(row0, col0, d_row, d_col, h, w, start, weights, gradient):
-    """The taps of one output row: pixel ``j`` samples ``(row0 + j d_row, col0 + j d_col)``.
+def _row_taps(row0, col0, d_row, d_col, h, w, lo, hi, start, weights, gradient):
+    """The taps of pixels ``lo .. hi - 1`` of one output row: pixel ``j`` samples ``(row0 + j d_row, col0 + j d_col)``.
 
     ``start[0, j]``, ``start[1, j]``: its first tap row and column in the padded image;
     ``weights[0:4, j]`` and ``weights[4:8, j]``: the row and column tap weights; with ``gradient``
     ``weights[8:12, j]`` and ``weights[12:16, j]`` their derivatives.  One loop without branches on
     memory, which the compiler vectorises; the taps are then read pixel by pixel.
     """
-    for j in range(w):
+    for j in range(lo, hi):
         r0, fr = _tap(row0 + j * d_row, h)
         c0, fc = _tap(col0 + j * d_col, w)
         start[0, j] = r0
@@ -72,7 +72,7 @@ def _row_taps(row0, col0, d_row, d_col, h, w, start, weights, gradient):
         _weights(weights, 0, j, fr)
         _weights(weights, 4, j, fc)
     if gradient:
-        for j in range(w):
+        for j in range(lo, hi):
             x = row0 + j * d_row
             _derivs(weights, 8, j, x - np.floor(x))
             x = col0 + j * d_col
@@ -145,6 +145,31 @@ def _levers(cos, sin, r, c):
 
 
 @_compiled(inline="always")
+def _row_span(row0, col0, d_row, d_col, r, mid_r, mid_c, w, src_reach, tgt_reach):
+    """The pixels ``lo .. hi - 1`` of an output row outside which the target and the warped source are both zero.
+
+    The row's pixel ``j`` lies ``(r, j - mid_c)`` from the target's centre and samples the source
+    ``(row0 - mid_r, col0 - mid_c) + j (d_row, d_col)`` from its centre (``(d_row, d_col)`` a unit
+    vector).  The target is zero beyond ``tgt_reach`` from its centre, the warped source beyond
+    ``src_reach`` (its support radius plus the taps' reach); a NaN transform takes the whole row.
+    """
+    lo, hi = np.inf, -np.inf
+    q = tgt_reach * tgt_reach - r * r
+    if q >= 0.0:
+        lo, hi = mid_c - math.sqrt(q), mid_c + math.sqrt(q)
+    a_r, a_c = row0 - mid_r, col0 - mid_c
+    along = a_r * d_row + a_c * d_col
+    disc = along * along - (a_r * a_r + a_c * a_c) + src_reach * src_reach
+    if disc >= 0.0:
+        lo, hi = min(lo, -along - math.sqrt(disc)), max(hi, -along + math.sqrt(disc))
+    elif not disc < 0.0:  # NaN
+        return 0, w
+    if not lo <= hi:
+        return 0, 0
+    return int(max(np.floor(lo), 0.0)), int(min(np.ceil(hi), w - 1.0)) + 1
+
+
+@_compiled(inline="always")
 def _scratch(w, dtype, gradient):
     """The per-row tap starts and weights :func:`_row_taps` fills."""
     return np.empty((2, w), dtype=np.int64), np.empty((16 if gradient else 8, w), dtype=dtype)
@@ -175,7 +200,7 @@ def keys_warp(padded, params, index, out, grad, gradient):
         for i in range(h):
             r = i - mid_r
             row0, col0 = _row_start(cos, sin, r, mid_r, mid_c, params[b, 1], params[b, 2])
-            _row_taps(row0, col0, sin, cos, h, w, start, wt, gradient)
+            _row_taps(row0, col0, sin, cos, h, w, 0, w, start, wt, gradient)
             for j in range(w):
                 value, s = _sample(img, start, wt, j)
                 out[b, i, j] = value
@@ -188,7 +213,7 @@ def keys_warp(padded, params, index, out, grad, gradient):
 
 
 @_compiled()
-def keys_residuals(padded, params, index, targets, tindex, f, moments, with_moments):
+def keys_residuals(padded, params, index, targets, tindex, f, moments, with_moments, src_reach, tgt_reach):
     """``f[b] = ||padded[index[b]] o params[b] - targets[tindex[b]]||^2``, the warped image never stored.
 
     With ``with_moments`` also the Gauss-Newton normal equations of each entry: ``moments[b]`` holds
@@ -206,6 +231,9 @@ def keys_residuals(padded, params, index, targets, tindex, f, moments, with_mome
     f : ndarray, shape (B,), float64
     moments : ndarray, shape (B, 9), float64
         Written only when ``with_moments`` is True.
+    src_reach, tgt_reach : ndarray, shape (B,)
+        How far from its canvas centre each entry's warped source and target can be nonzero
+        (``inf``: anywhere); the pixels of a row beyond both are not sampled (they add nothing).
     """
     h, w = targets.shape[1], targets.shape[2]
     mid_r, mid_c = (h - 1) / 2.0, (w - 1) / 2.0
@@ -219,31 +247,32 @@ def keys_residuals(padded, params, index, targets, tindex, f, moments, with_mome
         for i in range(h):
             r = i - mid_r
             row0, col0 = _row_start(cos, sin, r, mid_r, mid_c, params[b, 1], params[b, 2])
-            _row_taps(row0, col0, sin, cos, h, w, start, wt, with_moments)
+            lo, hi = _row_span(row0, col0, sin, cos, r, mid_r, mid_c, w, src_reach[b], tgt_reach[b])
+            _row_taps(row0, col0, sin, cos, h, w, lo, hi, start, wt, with_moments)
             if not with_moments:
-                for j in range(w):
+                for j in range(lo, hi):
                     res = float(_sample(img, start, wt, j)[0]) - float(tgt[i, j])
                     total += res * res
                 continue
-            for j in range(w):
+            for j in range(lo, hi):
                 value, s = _sample(img, start, wt, j)
                 g_r, g_c = _gradient(img, start, wt, j, s)
                 pixels[0, j], pixels[1, j], pixels[2, j] = float(value) - float(tgt[i, j]), g_r, g_c
-            total += _add_moments(pixels, cos, sin, r, mid_c, sums)
+            total += _add_moments(pixels, lo, hi, cos, sin, r, mid_c, sums)
         f[b] = total
         if with_moments:
             moments[b] = sums
 
 
 @_compiled(fastmath={"reassoc", "contract", "nsz"})
-def _add_moments(pixels, cos, sin, r, mid_c, sums):
+def _add_moments(pixels, lo, hi, cos, sin, r, mid_c, sums):
     """Add one row's Gauss-Newton sums to ``sums`` (as :func:`keys_residuals`' ``moments[b]``); return its ``sum r^2``.
 
-    ``pixels`` holds the row's residuals, d/drow and d/dcol.  Its own loop, whose sums the compiler may
+    ``pixels[:, lo:hi]`` holds the row's residuals, d/drow and d/dcol.  Its own loop, whose sums the compiler may
     reorder (and so vectorise): the tap reads stay in order in the caller.
     """
     total = m_tt = m_tx = m_ty = m_xx = m_xy = m_yy = j_t = j_x = j_y = 0.0
-    for j in range(pixels.shape[1]):
+    for j in range(lo, hi):
         res, g_r, g_c = pixels[0, j], pixels[1, j], pixels[2, j]
         lever_r, lever_c = _levers(cos, sin, r, j - mid_c)
         g_t = g_r * lever_r + g_c * lever_c

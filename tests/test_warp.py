@@ -316,3 +316,41 @@ def test_warp_residuals_are_the_warped_images_distances_and_normal_equations(dty
     assert_allclose(metric, gauss_newton_metric(grad.astype(np.float64)), rtol=1e-4, atol=1e-6 * np.abs(metric).max())
     assert_allclose(jr, want_jr, rtol=1e-4, atol=1e-5 * np.abs(want_jr).max())
     assert_allclose(metric, np.transpose(metric, (0, 2, 1)))
+
+
+def test_support_radii_are_the_farthest_nonzero_pixel():
+    from iastudio.core.warp import support_radii
+
+    imgs = np.zeros((3, 9, 8))
+    imgs[0, 4, 3] = 2.0  # 0.5 px left of the centre (4, 3.5)
+    imgs[1, 0, 0] = -1.0  # a corner
+    imgs[1, 4, 4] = 1.0
+    assert_allclose(support_radii(imgs), [0.5, np.hypot(4.0, 3.5), -1.0])
+
+
+@pytest.mark.parametrize("moments", [False, True])
+def test_residuals_skipping_the_empty_pixels_are_the_same(moments, warp_code):
+    """Images cleared outside a disk (as the object frame leaves them): given their support, the loop skips
+    pixels where both are zero and sums the same, whatever the transform (far shifts, NaN)."""
+    from iastudio.core.warp import support_radii, warp_residuals
+
+    rng = np.random.default_rng(3)
+    h = 32
+    imgs = np.stack([smooth_blob(h, seed=s) for s in range(6)]).astype(np.float32)
+    rr = np.hypot(*np.meshgrid(np.arange(h) - (h - 1) / 2, np.arange(h) - (h - 1) / 2, indexing="ij"))
+    for k, radius in enumerate([14.0, 14.0, 9.0, 15.5, 5.0, 14.0]):
+        imgs[k][rr > radius] = 0.0
+    imgs[5] = 0.0  # blank
+    p = se2.random_transforms(400, rotation_range=180, shift_range=10, seed=5)
+    p[:3] = [[np.nan, 0.0, 0.0], [0.3, 40.0, 0.0], [1.0, -1e15, 3.0]]
+    idx, tidx = rng.integers(0, 6, 400), rng.integers(0, 6, 400)
+    radii = support_radii(imgs)
+    assert radii[5] == -1.0 and 13.5 < radii[0] <= 14.0 and 4.5 < radii[4] <= 5.0
+    want = warp_residuals(imgs, p, imgs, index=idx, target_index=tidx, moments=moments)
+    got = warp_residuals(imgs, p, imgs, index=idx, target_index=tidx, moments=moments, support=(radii, radii))
+    for g, w in zip((got,) if not moments else got, (want,) if not moments else want):
+        assert np.isnan(g[0]).all() and np.isnan(w[0]).all()
+        assert_allclose(g[1:], w[1:], rtol=1e-12, atol=1e-12 * np.abs(w[1:]).max())
+    if warp_code == "compiled":  # the array code reads no support; the loop skips what a support too small leaves
+        short = warp_residuals(imgs, p, imgs, index=idx, target_index=tidx, support=(radii * 0.5, radii * 0.5))
+        assert np.abs(short[1:] - (want[0] if moments else want)[1:]).max() > 1e-3
