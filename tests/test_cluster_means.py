@@ -165,18 +165,21 @@ def _run_means(noisy, rounds, **options):
 
 @pytest.mark.parametrize("neighbors", ["all", 8])
 def test_the_runs_class_averages_are_realigned_onto_the_mean(neighbors):
-    # one known image at SNR 0.5: onto the medoid 13 of 30 poses are off by more than the angle step
+    # one known image at SNR 0.5: onto the medoid about a third of 30 poses are off by more than the angle step
+    from iastudio.core.neighbors import resolve_neighbors
     from iastudio.core.warp import warp
 
-    truth, poses, noisy = _known_set(0.5)
-    old, new = (_run_means(noisy, r, clusters=1, neighbors=neighbors) for r in (0, 3))
-    from iastudio.core.neighbors import resolve_neighbors
-
     assert (resolve_neighbors(neighbors, 30) is None) == (neighbors == "all")  # 8: the pruned path
-    # 0.171 against 0.178 on both paths; poses off by more than the angle step: 2 against 11
-    assert _rel_l2(new.cluster_means[0], truth) < _rel_l2(old.cluster_means[0], truth) - 0.003
-    assert np.sum(_pose_errors_deg(poses, new.image_transforms) > 5.0) < \
-        np.sum(_pose_errors_deg(poses, old.image_transforms) > 5.0) - 5
+    off = np.zeros(2, int)  # poses off by more than the angle step, without and with the rounds, over two sets
+    for seed in (3, 2):
+        truth, poses, noisy = _known_set(0.5, seed=seed)
+        old, new = (_run_means(noisy, r, clusters=1, neighbors=neighbors) for r in (0, 3))
+        # 0.190 against 0.160 (seed 3), 0.186 or 0.181 against 0.173 (seed 2)
+        assert _rel_l2(new.cluster_means[0], truth) < _rel_l2(old.cluster_means[0], truth) - 0.003
+        off += [np.sum(_pose_errors_deg(poses, run.image_transforms) > 5.0) for run in (old, new)]
+    # 17 or 23 against 5 or 2: at this noise the medoid's alignments flip with the pixels' rounding, the
+    # realigned ones hardly
+    assert off[1] < off[0] - 5
     # the transforms and scores follow the new mean: each image aligned onto it
     aligned = warp(noisy, new.image_transforms.astype(np.float32)).reshape(30, -1).astype(np.float64)
     mean = new.cluster_means[0].ravel().astype(np.float64)
