@@ -345,11 +345,14 @@ def test_residuals_skipping_the_empty_pixels_are_the_same(moments, warp_code):
     p[:3] = [[np.nan, 0.0, 0.0], [0.3, 40.0, 0.0], [1.0, -1e15, 3.0]]
     idx, tidx = rng.integers(0, 6, 400), rng.integers(0, 6, 400)
     radii = support_radii(imgs)
-    assert radii[5] == -1.0 and 13.5 < radii[0] <= 14.0 and 4.5 < radii[4] <= 5.0
+    assert radii[5] == -1.0
+    assert 13.5 < radii[0] <= 14.0
+    assert 4.5 < radii[4] <= 5.0
     want = warp_residuals(imgs, p, imgs, index=idx, target_index=tidx, moments=moments)
     got = warp_residuals(imgs, p, imgs, index=idx, target_index=tidx, moments=moments, support=(radii, radii))
     for g, w in zip((got,) if not moments else got, (want,) if not moments else want):
-        assert np.isnan(g[0]).all() and np.isnan(w[0]).all()
+        assert np.isnan(g[0]).all()
+        assert np.isnan(w[0]).all()
         assert_allclose(g[1:], w[1:], rtol=1e-12, atol=1e-12 * np.abs(w[1:]).max())
     if warp_code == "compiled":  # the array code reads no support; the loop skips what a support too small leaves
         short = warp_residuals(imgs, p, imgs, index=idx, target_index=tidx, support=(radii * 0.5, radii * 0.5))
