@@ -415,7 +415,7 @@ def _sparse_top_eigenvalues(affinity, k: int) -> np.ndarray:
     A graph of well-separated classes falls apart into parts, each with an
     eigenvalue 1; one Lanczos run would miss some of those repeated ones.
     """
-    m = _normalised(sp.csr_matrix(affinity, dtype=float))
+    m = _without_negligible(_normalised(sp.csr_matrix(affinity, dtype=float)))
     parts = _connected_parts(m)
     if len(parts) == 1:
         return _top_eigenvalues(m, k)
@@ -426,6 +426,41 @@ def _sparse_top_eigenvalues(affinity, k: int) -> np.ndarray:
         values.append(np.ones(1) if idx.size == 1 else
                       _top_eigenvalues(m[idx][:, idx], _per_part(k, len(parts), idx.size)))
     return np.sort(np.concatenate(values))[::-1][:k]
+
+
+#: Entries of a normalised affinity below this are dropped before its eigenvalues are found
+#: (:func:`_without_negligible`); Gaussian affinities at a small scale hold entries down to 1e-116.
+_NEGLIGIBLE = 1e-10
+
+
+def _without_negligible(m):
+    """The sparse normalised affinity ``m`` without its entries below :data:`_NEGLIGIBLE`.
+
+    The dropped part ``E`` is symmetric, so every eigenvalue moves by at most ``||E||_2 <=`` its largest
+    absolute row sum (Weyl): with rows of at most a few hundred entries, below 1e-7, far under the
+    Lanczos tolerance (:data:`_EIGEN_TOL`).  Where the entries are absent the graph often falls apart into
+    parts: on 4,000 rotated digits the read-out's smallest scales split one 3,553-image part into 294 (then
+    ``k`` parts give the ``k`` ones at once) instead of a Lanczos run of 2,000 products on a spectrum whose
+    24 largest eigenvalues are within 1e-4 of 1.  The bound is checked: should the dropped rows sum to more
+    than 1e-6 (rows of ten thousand such entries), nothing is dropped.
+
+    Examples
+    --------
+    >>> m = sp.csr_matrix(np.array([[0.5, 1e-14], [1e-14, 0.5]]))
+    >>> _without_negligible(m).toarray().tolist()
+    [[0.5, 0.0], [0.0, 0.5]]
+    """
+    small = np.abs(m.data) < _NEGLIGIBLE
+    if not small.any():
+        return m
+    dropped = np.bincount(np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))[small], np.abs(m.data[small]),
+                          minlength=m.shape[0])
+    if dropped.max() > 1e-6:
+        return m
+    out = m.copy()
+    out.data[small] = 0.0
+    out.eliminate_zeros()
+    return out
 
 
 def _connected_parts(a) -> list:

@@ -542,3 +542,29 @@ def test_partitions_fitted_on_threads_equal_the_fits_one_by_one(monkeypatch):
     assert len(names) == 3
     assert all(name.startswith("ia-cuts") for name in names)
     assert [len(set(parts[k].tolist())) for k in range(2, 9)] == list(range(2, 9))
+
+
+def test_negligible_links_are_dropped_before_the_eigenvalues(monkeypatch):
+    """Parts joined only by entries of 1e-14 (a Gaussian affinity at a small scale): dropped, the graph
+    falls apart and its eigenvalues 1 need no Lanczos run; they equal the whole dense spectrum's."""
+    from iastudio.core import clustering
+
+    rng = np.random.default_rng(5)
+    a = _knn_affinity(rng, (30,) * 23, k=5).tolil()
+    starts = np.arange(0, 23 * 30, 30)
+    for s0, s1 in itertools.pairwise(starts):  # each part's first image linked to the next part's, faintly
+        a[s0, s1] = a[s1, s0] = 1e-14
+    a = a.tocsr()
+    asked = []
+    real = clustering._top_eigenvalues
+    monkeypatch.setattr(clustering, "_top_eigenvalues", lambda m, k: asked.append((m.shape[0], k)) or real(m, k))
+    got = clustering._sparse_top_eigenvalues(a, 21)
+    dense = np.sort(np.linalg.eigvalsh(clustering._normalised(a).toarray()))[::-1][:21]
+    assert asked == []  # 23 parts once the faint links are gone: the 21 largest are their ones
+    assert_allclose(got, dense, atol=1e-10)
+    # links above the threshold stay: one part, Lanczos on it
+    b = a.tolil()
+    for s0, s1 in itertools.pairwise(starts):
+        b[s0, s1] = b[s1, s0] = 1e-3
+    clustering._sparse_top_eigenvalues(b.tocsr(), 21)
+    assert [n for n, _ in asked] == [a.shape[0]]
