@@ -415,7 +415,7 @@ def _peak(corr, xp):
     return top.astype(np.float64), xp.stack([rr, cc], axis=1).astype(np.float64)
 
 
-def refine_alignment(images, targets, params, *, index=None, target_index=None, steps=6, xp=None, support=None):
+def refine_alignment(images, targets, params, *, index=None, target_index=None, steps=6, xp=None):
     """Damped Gauss-Newton refinement of ``min_tau ||v o tau - target||^2``.
 
     Parameters
@@ -431,9 +431,6 @@ def refine_alignment(images, targets, params, *, index=None, target_index=None, 
     steps : int
         Gauss-Newton iterations; a step is kept only where it lowers the
         residual (Levenberg-Marquardt damping otherwise).
-    support : tuple of two ndarrays, optional
-        :func:`~iastudio.core.warp.support_radii` of ``images`` and ``targets``
-        (see :func:`~iastudio.core.warp.warp_residuals`): the same answer, sooner.
 
     Returns
     -------
@@ -457,7 +454,7 @@ def refine_alignment(images, targets, params, *, index=None, target_index=None, 
     spans = [slice(lo, hi) for lo, hi in itertools.pairwise(edges) if hi > lo]
 
     def one(sl):
-        return _gauss_newton(images, targets, params[sl], index[sl], target_index[sl], steps, xp, support)
+        return _gauss_newton(images, targets, params[sl], index[sl], target_index[sl], steps, xp)
 
     # NumPy: the chunks on every core (each chunk's result does not depend on the others)
     for sl, (p_sl, r_sl) in zip(spans, parallel_map(one, spans) if xp is np else map(one, spans)):
@@ -470,7 +467,7 @@ _STOP_ATOL = 1e-10
 _STOP_STEP = (2e-4, 2e-3)  # or when the step is below this in angle (rad) and shift (px)
 
 
-def _gauss_newton(images, targets, params, index, tindex, steps, xp, support=None):
+def _gauss_newton(images, targets, params, index, tindex, steps, xp):
     """Levenberg-Marquardt on the entries still moving (an active set).
 
     Each round proposes :func:`~iastudio.core.gauss_newton.damped_step` for
@@ -484,8 +481,7 @@ def _gauss_newton(images, targets, params, index, tindex, steps, xp, support=Non
     e = params.shape[0]
 
     def evaluate(p, rows):  # d^2 and the normal equations (J J^T, J r): the warped images are not kept
-        return warp_residuals(images, p, targets, index=index[rows], target_index=tindex[rows], moments=True,
-                              support=support)
+        return warp_residuals(images, p, targets, index=index[rows], target_index=tindex[rows], moments=True)
 
     active = xp.arange(e)
     f, metric, jr = evaluate(params, active)
@@ -889,11 +885,9 @@ def _refine_in_blocks(images, params, pi, pj, steps, xp, progress):
     out_p, out_r = [], []
     n_pairs = int(params.shape[0])
     blk = max(2048, n_pairs // 10)  # big enough that per-call overhead does not matter
-    support = _support(images, xp) if n_pairs else None
     for lo in range(0, n_pairs, blk):
         sl = slice(lo, lo + blk)
-        pp, rr = refine_alignment(images, images, params[sl], index=pi[sl], target_index=pj[sl], steps=steps, xp=xp,
-                                  support=support)
+        pp, rr = refine_alignment(images, images, params[sl], index=pi[sl], target_index=pj[sl], steps=steps, xp=xp)
         out_p.append(pp)
         out_r.append(rr)
         progress(min(1.0, (lo + blk) / n_pairs))

@@ -222,9 +222,10 @@ def warp_residuals(images, params, targets, *, index=None, target_index=None, mo
         As :func:`warp`.
     support : tuple of two ndarrays, optional
         :func:`support_radii` of ``images`` and of ``targets``.  The compiled loop then
-        skips the pixels where the warped source and the target are both zero: with
-        images cleared outside a disk (the preprocessing's object frame) about a fifth
-        of a 48 px canvas.  The sums are the same (to their rounding).
+        skips the pixels where the warped source and the target are both zero (without
+        ``moments``; with them it cost more than it saved): with images cleared outside a
+        disk (the preprocessing's object frame) about a fifth of a 48 px canvas.  The sums
+        are the same (to their rounding).
 
     Returns
     -------
@@ -267,13 +268,15 @@ def warp_residuals(images, params, targets, *, index=None, target_index=None, mo
                sums[lo:hi] if moments else sums, moments, src_reach[lo:hi], tgt_reach[lo:hi])
 
     _run_blocks(block, range(0, b, step), parallel, np)
-    if not moments:
-        return f
-    upper = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))
-    metric = np.empty((b, 3, 3))
-    for k, (i, j) in enumerate(upper):
+    return (f, *_normal_equations(sums)) if moments else f
+
+
+def _normal_equations(sums):
+    """``(J J^T, J r)`` from the compiled loop's sums (upper triangle, then ``J r``)."""
+    metric = np.empty((sums.shape[0], 3, 3))
+    for k, (i, j) in enumerate(((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))):
         metric[:, i, j] = metric[:, j, i] = sums[:, k]
-    return f, metric, sums[:, 6:].copy()
+    return metric, sums[:, 6:].copy()
 
 
 def support_radii(images) -> np.ndarray:
