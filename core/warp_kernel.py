@@ -81,6 +81,7 @@ def _row_taps(row0, col0, d_row, d_col, h, w, start, weights, gradient):
 
 @_compiled(inline="always")
 def _weights(weights, k, j, f):
+    """The 4 tap weights (taps ``floor - 1 .. floor + 2``) of fraction ``f`` into ``weights[k:k + 4, j]``."""
     a = KEYS_A
     g = 1.0 - f
     weights[k, j] = a * f * g * g
@@ -91,6 +92,7 @@ def _weights(weights, k, j, f):
 
 @_compiled(inline="always")
 def _derivs(weights, k, j, f):
+    """d/df of :func:`_weights` into ``weights[k:k + 4, j]``."""
     a = KEYS_A
     g = 1.0 - f
     weights[k, j] = a * (g - 2.0 * f) * g
