@@ -514,16 +514,8 @@ def _gauss_newton(images, targets, params, index, tindex, steps, xp):
 
 
 def invariant_distances(
-    images,
-    *,
-    angle_step: float = 5.0,
-    rotation_range: float | None = None,
-    candidates: int | None = 3,
-    refine_steps: int = 6,
-    pairs=None,
-    client=None,
-    on_progress=None,
-    group: str = "se2",
+    images, *, angle_step: float = 5.0, rotation_range: float | None = None, candidates: int | None = 3,
+    refine_steps: int = 6, pairs=None, client=None, on_progress=None, group: str = "se2", estimate: bool = False,
 ) -> SimilarityResult:
     """Invariant distances and optimal relative transforms for all pairs.
 
@@ -553,6 +545,9 @@ def invariant_distances(
     on_progress : callable(fraction), optional
     group : {"se2", "e2"}
         ``"e2"`` also tries every pair with the first image mirrored.
+    estimate : bool
+        With ``refine_steps=0``: *estimated* distances, of the images binned by :data:`SEARCH_BIN`
+        (times it), to rank pairs for :func:`refine_pairs` (``estimated=True``)
 
     Returns
     -------
@@ -571,12 +566,9 @@ def invariant_distances(
     the remaining pairs are aligned on the CPU, with a log line and a
     :class:`~iastudio.core.backend.GpuFallbackWarning`.
     """
-    if group not in ("se2", "e2"):
-        raise ValueError("group must be 'se2' or 'e2'")
+    _check_options(group, pairs, estimate, refine_steps)
     check_finite(images)
     if group == "e2":
-        if pairs is not None:
-            raise ValueError("mirror images (group='e2') are searched on all pairs only; leave pairs=None")
         return _mirror_distances(images, angle_step=angle_step, rotation_range=rotation_range,
                                  candidates=candidates, refine_steps=refine_steps, on_progress=on_progress)
     xp = array_module(images)
@@ -586,13 +578,24 @@ def invariant_distances(
     progress = on_progress or (lambda f: None)
     pi_host, pj_host = _pair_list(pairs, n)
     opts = dict(angle_step=angle_step, rotation_range=rotation_range, candidates=candidates,
-                refine_steps=refine_steps)
+                refine_steps=refine_steps, estimate=estimate)
     if client is not None and pi_host.size:
         p_all, d_all = _align_on_cluster(client, images, pi_host, pj_host, opts, progress)
     else:
         p_all, d_all = _align_here(images, pi_host, pj_host, opts, progress)
     progress(1.0)
     return _check_distances(_assemble(n, pi_host, pj_host, p_all, d_all, sparse=pairs is not None))
+
+
+def _check_options(group, pairs, estimate, refine_steps):
+    """The checks of :func:`invariant_distances`' options (a ValueError saying what is wrong)."""
+    if group not in ("se2", "e2"):
+        raise ValueError("group must be 'se2' or 'e2'")
+    if group == "e2" and pairs is not None:
+        raise ValueError("mirror images (group='e2') are searched on all pairs only; leave pairs=None")
+    if estimate and (refine_steps > 0 or group == "e2"):
+        raise ValueError("estimate=True reads the grid search's distances of pairs: it needs refine_steps=0 "
+                         "and group='se2'")
 
 
 def _pair_list(pairs, n):
@@ -698,12 +701,12 @@ def _align_here(images, pi_host, pj_host, opts, progress):
 class _Aligner:
     """One image set prepared for alignment: its polar spectra and zero-padded FFTs, computed once."""
 
-    def __init__(self, images, *, angle_step, rotation_range, candidates, refine_steps):
+    def __init__(self, images, *, angle_step, rotation_range, candidates, refine_steps, estimate=False):
         xp = array_module(images)
         self.xp, self.images = xp, xp.asarray(images, dtype=np.float32)
         h, w = self.images.shape[1:3]
         self.angles, self.allowed = angle_grid(angle_step, rotation_range)
-        self.candidates, self.refine_steps = candidates, refine_steps
+        self.candidates, self.refine_steps, self.estimate = candidates, refine_steps, estimate
         if xp is np:  # each image's spectrum is its own: the images in one part per thread
             parts = parallel_map(lambda span: _polar_spectra(self.images[span[0]:span[1]], self.angles.size, xp),
                                  _even_spans(0, self.images.shape[0], self.images.shape[0], xp))
@@ -721,7 +724,7 @@ class _Aligner:
         xp = self.xp
         params, resid = _align_pairs(self.images, self.q, self.fv_conj, xp.asarray(rows), xp.asarray(cols), self.angles,
                                      self.allowed, self.candidates, self.refine_steps, self.p, xp, progress,
-                                     coarse=self.coarse, scale=self.bin)
+                                     coarse=self.coarse, scale=self.bin, estimate=self.estimate)
         return to_host(params, np.float64), np.sqrt(np.maximum(to_host(resid, np.float64), 0.0))
 
 
@@ -769,14 +772,15 @@ def join_pair_results(first: SimilarityResult, second: SimilarityResult) -> Simi
     return _assemble(n, rows[order], cols[order], params[order], dist[order], sparse=True)
 
 
-def align_pair_chunk(images, rows, cols, *, angle_step=5.0, rotation_range=None, candidates=3, refine_steps=6):
+def align_pair_chunk(images, rows, cols, *, angle_step=5.0, rotation_range=None, candidates=3, refine_steps=6,
+                     estimate=False):
     """Align the pairs ``(rows, cols)`` of ``images``: ``(params (P, 3), distances (P,))`` on the host.
 
     The unit of work of :func:`invariant_distances` that runs as one task on
     a Dask worker; its result equals the same pairs' part of a local run.
     """
     return _Aligner(images, angle_step=angle_step, rotation_range=rotation_range, candidates=candidates,
-                    refine_steps=refine_steps).align(rows, cols)
+                    refine_steps=refine_steps, estimate=estimate).align(rows, cols)
 
 
 #: The translation search runs on images averaged over ``SEARCH_BIN x SEARCH_BIN`` blocks (a quarter
@@ -831,11 +835,13 @@ def _binned(images, b: int):
 
 
 def _align_pairs(images, q, fv_conj, pi, pj, angles, allowed, candidates, refine_steps, p, xp, progress, *,
-                 coarse=None, scale=1):
+                 coarse=None, scale=1, estimate=False):
     """Global search then refinement for the pairs ``(pi, pj)``: ``(params, squared residual)``.
 
     ``coarse`` (default ``images``): the images the translation search runs on, ``images`` binned by
-    ``scale`` (:func:`_binned`); ``fv_conj`` and ``p`` are theirs.
+    ``scale`` (:func:`_binned`); ``fv_conj`` and ``p`` are theirs.  ``estimate`` (with
+    ``refine_steps=0``): the squared residual is that of ``coarse`` times ``scale ** 2``
+    (``invariant_distances(estimate=True)``).
     """
     n_angles = angles.size
     n_pairs = int(pi.shape[0])
@@ -875,6 +881,10 @@ def _align_pairs(images, q, fv_conj, pi, pj, angles, allowed, candidates, refine
     params = xp.stack([theta, tx, ty], axis=1)
 
     # 3. continuous refinement, in blocks for progress reports
+    if refine_steps <= 0 and estimate and coarse is not None:  # the binned images' residual, in the images' px
+        at = params.copy()
+        at[:, 1:] /= scale
+        return params, (scale * scale) * _residuals(coarse, at, pi, pj, xp)
     if refine_steps <= 0:
         return params, _residuals(images, params, pi, pj, xp)
     return _refine_in_blocks(images, params, pi, pj, refine_steps, xp, lambda f: progress(0.6 + 0.4 * f))
@@ -923,20 +933,24 @@ def _residuals(images, params, index, tindex, xp):
     return xp.concatenate(parallel_map(one, spans) if xp is np else [one(span) for span in spans])
 
 
-def refine_pairs(images, result: SimilarityResult, select, *, steps: int = 6, on_progress=None) -> SimilarityResult:
+def refine_pairs(images, result: SimilarityResult, select, *, steps: int = 6, on_progress=None,
+                 estimated: bool = False) -> SimilarityResult:
     """``result`` with the pairs ``select`` refined by Gauss-Newton steps from their transforms.
 
     The pruned path (:func:`iastudio.core.neighbors.pruned_distances`) aligns its pairs
-    without the refinement (``refine_steps=0``: the grid search's transform and the
-    residual there) and then refines only the pairs near enough to matter.  Images
-    the translation search bins (:data:`SEARCH_BIN`, at least :data:`BIN_MIN` px) are
-    refined on the binned images (a quarter of the pixels), and the distance is the
-    residual of the images themselves at the transform found: on 6,000 pairs of
-    SNR 1 particles it was that of further steps on the images to 0.1 % (99th
-    percentile; the same at the 90th), for two thirds of the time.  A refined distance
-    is never above the one it started from (a step is kept only where it lowers the
-    residual, and where the binned steps led to a worse transform for the images the
-    grid search's one stays).
+    without the refinement (``refine_steps=0``: the grid search's transform, and with
+    ``estimate=True`` only an estimate of the distance there) and then refines only the
+    pairs near enough to matter.  Images the translation search bins (:data:`SEARCH_BIN`,
+    at least :data:`BIN_MIN` px) are refined on the binned images (a quarter of the
+    pixels), and the distance is the residual of the images themselves at the transform
+    found: on 6,000 pairs of SNR 1 particles it was that of further steps on the images to
+    0.1 % (99th percentile; the same at the 90th), for two thirds of the time.  A refined
+    distance is never above the one it started from (a step is kept only where it lowers
+    the residual, and where the binned steps led to a worse transform for the images the
+    grid search's one stays) -- except with ``estimated=True``, where the distance it
+    started from is not known: there the binned steps' transform is taken (on 1,000
+    particles and 1,000 digits it was worse for the images on 0-0.3 % of the pairs
+    refined, by at most 0.2 %; ``docs/speed.md``, section 000000000).
 
     Parameters
     ----------
@@ -950,6 +964,9 @@ def refine_pairs(images, result: SimilarityResult, select, *, steps: int = 6, on
         Gauss-Newton steps at most (as ``refine_steps`` of :func:`invariant_distances`).
     on_progress : callable(fraction), optional
         Told after each block of pairs (it may raise to stop the work).
+    estimated : bool
+        ``result``'s distances are estimates (``invariant_distances(..., estimate=True)``):
+        the pairs not refined get the residual of the images at their transform too.
 
     Returns
     -------
@@ -973,25 +990,35 @@ def refine_pairs(images, result: SimilarityResult, select, *, steps: int = 6, on
         raise ValueError(f"select must have one entry per pair ({rows.size}), got shape {select.shape}")
     dist = np.asarray(result.distances[rows, cols], dtype=np.float64).ravel()
     params = np.array(result.pair_transforms, dtype=np.float64)
-    pick = np.flatnonzero(select)
-    if pick.size and steps > 0:
-        xp = array_module(images)
-        progress = on_progress or (lambda f: None)
-        images = xp.asarray(images, dtype=np.float32)
-        pi, pj, start = xp.asarray(rows[pick]), xp.asarray(cols[pick]), xp.asarray(params[pick])
-        b = _search_bin(*images.shape[1:3])
-        if b > 1:  # the steps on the binned images (a quarter of the pixels), the distance on the images
-            start[:, 1:] /= b
-            p, _ = _refine_in_blocks(_binned(images, b), start, pi, pj, steps, xp, lambda f: progress(0.8 * f))
-            p[:, 1:] *= b
-            r = _residuals(images, p, pi, pj, xp)
-            progress(1.0)
-        else:
-            p, r = _refine_in_blocks(images, start, pi, pj, steps, xp, progress)
-        p, d = to_host(p, np.float64), np.sqrt(np.maximum(to_host(r, np.float64), 0.0))
-        kept = d <= dist[pick]  # binned steps can lead off: there the grid search's transform stays
+    xp = array_module(images)
+    images = xp.asarray(images, dtype=np.float32)
+    pick = np.flatnonzero(select) if steps > 0 else np.zeros(0, dtype=np.int64)
+    progress = on_progress or (lambda f: None)
+    if pick.size:
+        p, d = _refined(images, rows[pick], cols[pick], params[pick], steps, xp, progress)
+        kept = np.ones(pick.size, dtype=bool) if estimated else d <= dist[pick]  # binned steps can lead off
         params[pick[kept]], dist[pick[kept]] = p[kept], d[kept]
+    if estimated:  # the others' distances at their transforms, on the images
+        rest = np.setdiff1d(np.arange(rows.size), pick, assume_unique=True)
+        if rest.size:
+            r = _residuals(images, xp.asarray(params[rest]), xp.asarray(rows[rest]), xp.asarray(cols[rest]), xp)
+            dist[rest] = np.sqrt(np.maximum(to_host(r, np.float64), 0.0))
     return _check_distances(_assemble(n, rows, cols, params, dist, sparse=True))
+
+
+def _refined(images, rows, cols, start, steps, xp, progress):
+    """Host ``(params, distances)`` of the pairs ``(rows, cols)`` refined from ``start`` (:func:`refine_pairs`)."""
+    pi, pj, start = xp.asarray(rows), xp.asarray(cols), xp.asarray(start)
+    b = _search_bin(*images.shape[1:3])
+    if b > 1:  # the steps on the binned images (a quarter of the pixels), the distance on the images
+        start[:, 1:] /= b
+        p, _ = _refine_in_blocks(_binned(images, b), start, pi, pj, steps, xp, lambda f: progress(0.8 * f))
+        p[:, 1:] *= b
+        r = _residuals(images, p, pi, pj, xp)
+        progress(1.0)
+    else:
+        p, r = _refine_in_blocks(images, start, pi, pj, steps, xp, progress)
+    return to_host(p, np.float64), np.sqrt(np.maximum(to_host(r, np.float64), 0.0))
 
 
 MAX_VALUE = 1e12  # larger pixel values overflow the float32 sums of squares and products (inf, then NaN)

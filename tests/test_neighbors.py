@@ -658,6 +658,68 @@ def test_refine_pairs_on_binned_sizes_steps_on_the_binned_images_to_the_same_dis
                     rtol=1e-5)
 
 
+def test_estimated_distances_are_the_binned_images_residual_at_the_grid_transform(digits_48):
+    from iastudio.core import similarity
+
+    x, coarse, _ = digits_48
+    r, c = coarse.pairs
+    est = invariant_distances(x, pairs=(r, c), refine_steps=0, estimate=True)
+    assert_array_equal(est.pair_transforms, coarse.pair_transforms)  # the same grid search
+    binned = similarity._binned(x, 2)
+    at = coarse.pair_transforms.copy()
+    at[:, 1:] /= 2  # the binned images' pixels
+    warped = warp(binned, at, index=r)
+    expect = 2.0 * np.linalg.norm((warped - binned[c]).reshape(r.size, -1), axis=1)
+    d_est, d_coarse = (np.asarray(m.distances[r, c]).ravel() for m in (est, coarse))
+    assert_allclose(d_est, expect, rtol=1e-5, atol=1e-7)
+    ratio = d_est / d_coarse
+    assert 0.9 < np.median(ratio) < 1.0 and np.ptp(np.percentile(ratio, [5, 95])) < 0.08  # near the images'
+    with pytest.raises(ValueError, match="refine_steps=0"):
+        invariant_distances(x, pairs=(r, c), estimate=True)
+
+
+def test_refine_pairs_of_estimates_computes_every_distance_on_the_images(digits_48):
+    x, coarse, _ = digits_48
+    r, c = coarse.pairs
+    est = invariant_distances(x, pairs=(r, c), refine_steps=0, estimate=True)
+    select = np.arange(r.size) % 2 == 0
+    fine = refine_pairs(x, est, select, estimated=True)
+    exact = refine_pairs(x, coarse, select)
+    d_fine, d_exact, d_coarse = (np.asarray(m.distances[r, c]).ravel() for m in (fine, exact, coarse))
+    # the pairs left: the images' residual at the grid transform, as without estimates
+    assert_allclose(d_fine[~select], d_coarse[~select], rtol=1e-6)
+    assert_array_equal(fine.pair_transforms[~select], coarse.pair_transforms[~select])
+    # the refined ones: the images' residual at the binned steps' transform, taken even where it is worse
+    kept = d_exact[select] < d_coarse[select]
+    assert_allclose(d_fine[select][kept], d_exact[select][kept], rtol=1e-6)
+    warped = warp(x, fine.pair_transforms[select], index=r[select])
+    assert_allclose(d_fine[select], np.linalg.norm((warped - x[c[select]]).reshape(select.sum(), -1), axis=1),
+                    rtol=1e-5)
+
+
+def test_estimate_ratio_is_the_median_over_the_pairs_both_have():
+    from iastudio.core.neighbors import _estimate_ratio
+    from iastudio.core.similarity import SimilarityResult
+
+    n = 30
+    rows, cols = np.triu_indices(n, 1)
+    exact_d = np.linspace(0.5, 1.0, rows.size)
+    factor = np.where(np.arange(rows.size) % 3 == 0, 0.9, 0.95)
+
+    def result(d):
+        m = sp.csr_matrix((d, (rows, cols)), shape=(n, n))
+        return SimilarityResult(distances=(m + m.T).tocsr(), transforms=None, pairs=(rows, cols),
+                                pair_transforms=np.zeros((rows.size, 3)))
+
+    both = np.ones(rows.size, dtype=bool)
+    assert _estimate_ratio(result(exact_d * factor), result(exact_d), both) == pytest.approx(0.95)
+    both[:] = False
+    both[::3] = True
+    assert _estimate_ratio(result(exact_d * factor), result(exact_d), both) == pytest.approx(0.9)
+    both[20:] = False  # 7 pairs: too few to tell
+    assert _estimate_ratio(result(exact_d * factor), result(exact_d), both) == 1.0
+
+
 def test_refine_pairs_keeps_the_grid_transform_where_the_binned_steps_lead_off(digits_48, monkeypatch):
     from iastudio.core import similarity
 
