@@ -546,8 +546,9 @@ def invariant_distances(
     group : {"se2", "e2"}
         ``"e2"`` also tries every pair with the first image mirrored.
     estimate : bool
-        With ``refine_steps=0``: *estimated* distances, of the images binned by :data:`SEARCH_BIN`
-        (times it), to rank pairs for :func:`refine_pairs` (``estimated=True``)
+        With ``refine_steps=0`` and SE(2) (else a ValueError): distances of the images binned as the
+        translation search bins them, times the bin (exact where it does not), to rank pairs for
+        :func:`refine_pairs` (``estimated=True``).
 
     Returns
     -------
@@ -559,7 +560,7 @@ def invariant_distances(
     magnitudes) and, for each, every shift at once by FFT correlation; on images of at least
     ``BIN_MIN`` (48) px with even sides it correlates 2 x 2-binned copies (``SEARCH_BIN``: a quarter of
     the work, the shift found to about half a pixel), and the residual and the Gauss-Newton
-    refinement then use the images themselves.
+    refinement then use the images themselves (the residual of the binned ones with ``estimate``).
 
     On a GPU that runs out of memory, a chunk of pairs is retried with half as
     many pairs (and smaller temporary blocks), down to 16 pairs; after that
@@ -971,7 +972,8 @@ def refine_pairs(images, result: SimilarityResult, select, *, steps: int = 6, on
     Returns
     -------
     SimilarityResult
-        The same pairs; the selected ones with their refined transforms and distances.
+        The same pairs; the selected ones with their refined transforms and distances (with
+        ``estimated``, the others with the images' residual at their transforms).
 
     Examples
     --------
@@ -990,10 +992,11 @@ def refine_pairs(images, result: SimilarityResult, select, *, steps: int = 6, on
         raise ValueError(f"select must have one entry per pair ({rows.size}), got shape {select.shape}")
     dist = np.asarray(result.distances[rows, cols], dtype=np.float64).ravel()
     params = np.array(result.pair_transforms, dtype=np.float64)
-    xp = array_module(images)
-    images = xp.asarray(images, dtype=np.float32)
     pick = np.flatnonzero(select) if steps > 0 else np.zeros(0, dtype=np.int64)
     progress = on_progress or (lambda f: None)
+    xp = array_module(images)
+    if pick.size or estimated:
+        images = xp.asarray(images, dtype=np.float32)
     if pick.size:
         p, d = _refined(images, rows[pick], cols[pick], params[pick], steps, xp, progress)
         kept = np.ones(pick.size, dtype=bool) if estimated else d <= dist[pick]  # binned steps can lead off

@@ -665,6 +665,7 @@ def test_estimated_distances_are_the_binned_images_residual_at_the_grid_transfor
     r, c = coarse.pairs
     est = invariant_distances(x, pairs=(r, c), refine_steps=0, estimate=True)
     assert_array_equal(est.pair_transforms, coarse.pair_transforms)  # the same grid search
+    assert similarity._search_bin(*x.shape[1:3]) == 2
     binned = similarity._binned(x, 2)
     at = coarse.pair_transforms.copy()
     at[:, 1:] /= 2  # the binned images' pixels
@@ -692,10 +693,28 @@ def test_refine_pairs_of_estimates_computes_every_distance_on_the_images(digits_
     assert_array_equal(fine.pair_transforms[~select], coarse.pair_transforms[~select])
     # the refined ones: the images' residual at the binned steps' transform, taken even where it is worse
     kept = d_exact[select] < d_coarse[select]
+    assert kept.any()
     assert_allclose(d_fine[select][kept], d_exact[select][kept], rtol=1e-6)
     warped = warp(x, fine.pair_transforms[select], index=r[select])
     assert_allclose(d_fine[select], np.linalg.norm((warped - x[c[select]]).reshape(select.sum(), -1), axis=1),
                     rtol=1e-5)
+
+
+def test_pruned_distances_on_binned_sizes_are_the_images_residuals(monkeypatch):
+    from iastudio.core import neighbors
+
+    x = _turned_digits(5, 24, 48, np.random.default_rng(5))  # 48 px: binned; enough pairs left unrefined
+    ratios = []
+    ratio = neighbors._estimate_ratio
+    monkeypatch.setattr(neighbors, "_estimate_ratio", lambda *a: ratios.append(ratio(*a)) or ratios[-1])
+    sim, _, _ = pruned_distances(x, 30)  # 30 candidates: far ones too, left unrefined
+    r, c = sim.pairs
+    warped = warp(x, sim.pair_transforms, index=r)
+    # every distance is the images' own residual at its transform, never the binned estimate
+    assert_allclose(np.asarray(sim.distances[r, c]).ravel(),
+                    np.linalg.norm((warped - x[c]).reshape(r.size, -1), axis=1), rtol=1e-5, atol=1e-7)
+    assert len(ratios) == 1
+    assert 0.9 < ratios[0] < 1.0  # the binned estimates are a little below the images' residual
 
 
 def test_estimate_ratio_is_the_median_over_the_pairs_both_have():
