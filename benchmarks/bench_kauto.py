@@ -11,6 +11,10 @@ Three steps, so that a rule for choosing k can be studied without re-running the
     Reads k out of the stored *input* and *last* distances with each rule (:func:`_rules`) and prints,
     per set, the true k and each rule's k (``?`` after an unsure choice), then per split and rule how
     many sets got the true k, how many wrong ones said "unsure" and how many were wrong and sure.
+``ceiling``
+    For each stored set, the ARI of every partition the read-out could choose (k = 2-20, neighbour
+    scales 1-3) and whether the true k is the k of the one most like the truth: where it is not, no
+    rule that picks one of these partitions can find the true k without picking a worse partition.
 ``check``
     Full default runs (this version's rule inside the engine) on the sets, printing k, whether the
     run said it was unsure, ARI and the time.
@@ -31,6 +35,7 @@ Usage::
 
     python benchmarks/bench_kauto.py collect --split tune --cache /tmp/kauto
     python benchmarks/bench_kauto.py rules --cache /tmp/kauto
+    python benchmarks/bench_kauto.py ceiling --cache /tmp/kauto
     python benchmarks/bench_kauto.py check --split holdout --only real-mnist-5
 """
 from __future__ import annotations
@@ -230,6 +235,8 @@ def _rules():
         "sil x gap (product)": lambda d, p: clustering.select_k(d, probes=p, settle="product"),
         "stability, tie 0.04": lambda d, p: clustering.select_k(d, probes=p, settle="stability", near_tie=0.04),
         "best silhouette": lambda d, p: clustering.select_k(d, probes=p, near_tie=0.0),
+        "eigengap from 0.25": lambda d, p: clustering.select_k(d, probes=p, min_gap=0.25),
+        "eigengap from 0.15": lambda d, p: clustering.select_k(d, probes=p, min_gap=0.15),
     }
 
 
@@ -265,6 +272,52 @@ def rules(cache, splits=("tune", "holdout"), which=("input", "last"), only=()):
         print(f"{split:8s} {rname:25s} {w:9s}  {ok:3d} / {n:3d} ({ok / n:5.1%}), {unsure:3d}, {sure:3d}")
 
 
+def ceiling(cache, splits=("tune", "holdout"), which=("input", "last"), only=()):
+    """How far a rule that picks one of the read-out's partitions could get: is the true k the best partition's?
+
+    For each stored set and distances, the spectral partitions the silhouette fallback scores
+    (``k`` = 2 .. ``MAX_K``, at neighbour scales 1-3; the best ARI of the three per ``k``), their ARI
+    against the truth, and whether the true k is the k of the best one.  Where it is not, a rule
+    that found the true k would choose a partition less like the truth than another it could choose.
+    """
+    import scipy.sparse as sp
+    from sklearn.metrics import adjusted_rand_score
+
+    from iastudio.core import clustering
+
+    for split in splits:
+        for w in which:
+            n_sets = best_true = default_true = 0
+            print(f"\n## {split}, {w} distances: true k, the default's k, the best partition's k; ARI at each")
+            for path in sorted(Path(cache).glob(f"{split}--*.npz")):
+                name = path.stem.split("--", 1)[1]
+                if only and name not in only:
+                    continue
+                truth, reads, _ = load_case(path)
+                d, p = reads[0] if w == "input" else reads[-1]
+                k_true = int(truth.max()) + 1
+                chosen = clustering.select_k(d, probes=p)
+                d = sp.csr_matrix(d, dtype=float) if sp.issparse(d) else np.asarray(d, dtype=float)
+                affinity = clustering._affinities(d)
+                ks = range(2, min(d.shape[0] - 1, clustering.MAX_K) + 1)
+                ari = {k: 0.0 for k in ks}
+                ari[1] = 0.0
+                for m in clustering.SCALES:
+                    for k, labels in clustering._partitions(affinity(m), ks).items():
+                        ari[k] = max(ari[k], adjusted_rand_score(truth, labels))
+                if k_true == 1:
+                    ari[1] = 1.0
+                k_best = max(ari, key=lambda k: (ari[k], -abs(k - k_true)))
+                n_sets += 1
+                best_true += k_best == k_true
+                default_true += chosen.k == k_true
+                print(f"  {name:28s} n={len(truth):5d} true {k_true:3d} default {chosen.k:3d} best {k_best:3d}  "
+                      f"ARI at true {ari.get(k_true, float('nan')):.3f}, at default "
+                      f"{ari.get(chosen.k, float('nan')):.3f}, best {ari[k_best]:.3f}", flush=True)
+            print(f"{split} {w}: the true k is the best partition's on {best_true} of {n_sets} sets "
+                  f"(the default rule finds it on {default_true})")
+
+
 def check(split, only=()):
     from iastudio.core.clustering import KChoice  # noqa: F401
 
@@ -289,7 +342,7 @@ def check(split, only=()):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("collect", "rules", "check"))
+    p.add_argument("what", choices=("collect", "rules", "ceiling", "check"))
     p.add_argument("--split", choices=("tune", "holdout", "both"), default="both")
     p.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "ia-kauto"))
     p.add_argument("--only", nargs="*", default=())
@@ -305,6 +358,8 @@ def main(argv=None) -> int:
             check(split, a.only)
     if a.what == "rules":
         rules(a.cache, splits, ("input",) if a.inputs else ("input", "last"), a.only)
+    if a.what == "ceiling":
+        ceiling(a.cache, splits, ("input",) if a.inputs else ("input", "last"), a.only)
     return 0
 
 

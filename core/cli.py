@@ -254,11 +254,45 @@ def _on_signal(signum, _frame):
     raise Interrupted(signum)
 
 
+RESEND_S = 0.02  # s: a signal swallowed where it could not be raised is sent again this much later
+
+
+def _resending_hook(previous):
+    """A ``sys.unraisablehook`` that sends a signal whose :class:`Interrupted` was swallowed once more.
+
+    Python cannot let an exception out of a weakref callback or a ``__del__`` (importlib runs such
+    callbacks for its module locks during every import): it prints "Exception ignored in ..." with a
+    traceback and goes on.  A signal landing there would be lost — the run would go on, and the user
+    would see a traceback.  Instead it is logged, and a helper thread sends the same signal to the main
+    thread again a moment later, when it is back in ordinary code, where the handler's exception stops
+    the run as usual.  Anything else goes to ``previous``.
+    """
+    import threading
+
+    def hook(unraisable):
+        exc = unraisable.exc_value
+        if not isinstance(exc, Interrupted):
+            previous(unraisable)
+            return
+        log.info("signal %s arrived in %r, where it could not be raised; sending it again", exc.signum,
+                 unraisable.object)
+        if hasattr(signal, "pthread_kill"):  # to the main thread: it wakes from a blocking call, too
+            again = threading.Timer(RESEND_S, signal.pthread_kill, (threading.main_thread().ident, exc.signum))
+        else:
+            again = threading.Timer(RESEND_S, signal.raise_signal, (exc.signum,))
+        again.daemon = True
+        again.start()
+
+    return hook
+
+
 def _install_signal_handlers():
     old = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(ValueError, OSError):  # not the main thread
             old[sig] = signal.signal(sig, _on_signal)
+    if old:
+        sys.unraisablehook = _resending_hook(sys.unraisablehook)
     return old
 
 
@@ -268,6 +302,7 @@ def _handles_signals(fn):
 
     @functools.wraps(fn)
     def wrapper(argv=None):
+        unraisable = sys.unraisablehook
         old = _install_signal_handlers()
         try:
             return fn(argv)
@@ -280,6 +315,7 @@ def _handles_signals(fn):
             # moment must not kill it with the default action once the results are complete.
             for sig, handler in old.items():
                 signal.signal(sig, signal.SIG_IGN if argv is None else handler)
+            sys.unraisablehook = unraisable
 
     return wrapper
 

@@ -426,6 +426,42 @@ def test_signal_at_the_moment_of_moving_results_into_place(tmp_path, capsys, mon
     assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []
 
 
+class _SignalInDel:
+    """An object whose ``__del__`` receives SIGTERM: the handler's exception cannot leave a ``__del__``."""
+
+    def __del__(self):
+        signal.raise_signal(signal.SIGTERM)  # the handler runs here, inside __del__
+
+
+def test_a_signal_swallowed_where_it_cannot_be_raised_still_stops_the_run(tmp_path, capsys, monkeypatch):
+    # As when SIGTERM lands in one of importlib's module-lock callbacks during an import: Python
+    # prints "Exception ignored" with a traceback and the run would go on to write its results.
+    out = tmp_path / "out"
+    real_commit = ResultFolder.commit
+    resent = []
+
+    def commit(self):
+        trap = _SignalInDel()
+        del trap
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the signal, sent again, lands in this ordinary code
+            resent.append(time.monotonic())
+            time.sleep(0.01)
+        return real_commit(self)
+
+    monkeypatch.setattr(ResultFolder, "commit", commit)
+    assert main(["demo:shapes", "--out", str(out), *FAST]) == 143
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert "Exception ignored" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "interrupted by SIGTERM; no results were written" in lines[0]
+    assert not out.exists()
+    assert resent[-1] - resent[0] < 1.0  # stopped within a moment, not at the end of the wait
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []
+
+
 def test_project_export_on_a_full_disk_leaves_nothing(tmp_path, capsys, monkeypatch):
     proj = save_project(tmp_path / "p.iaproj", good_project())
     import iastudio.core.report
