@@ -27,7 +27,7 @@ from ._version import __version__
 from .atomic import ResultFolder, signals_held
 from .backend import threads
 from .demos import DEMO_NAMES, load_demo
-from .filenames import printable
+from .filenames import display_name, printable
 from .imageset import ImageSet, NoUsableImagesError, load_images
 from .project import ProjectError
 from .report import write_json
@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "pixel size read from the RELION STAR file INPUT) before preprocessing and denoising; "
                         "every INPUT must be such a STAR file")
     p.add_argument("--seed", type=int, default=0, help="seed for demos and --transform")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no closing result line")
     p.add_argument("--save-project", metavar="P.iaproj", default=None,
                    help="also save the run as a project the desktop app opens")
     p.add_argument("--project", metavar="P.iaproj", default=None,
@@ -519,6 +519,8 @@ def _run_body(args, client) -> int:
         print(f"ia-cluster: {len(summary['blank'])} blank image(s) put in a cluster of their own", file=sys.stderr)
     for note in _notes(canvas, res, printed=True):
         print(f"ia-cluster: {note}", file=sys.stderr)
+    if (line := _left_out_line(canvas, data)) is not None:
+        print(f"ia-cluster: {line}", file=sys.stderr)
     return 0
 
 
@@ -529,8 +531,20 @@ def _notes(canvas, res, *, printed: bool = False) -> list:
     images, most runs) is said in ``summary.json`` alone.
     """
     rep = getattr(canvas, "denoise", None)
-    said = rep is not None and rep.note and (rep.applied or not printed or rep.mode == "on")
+    said = rep is not None and rep.note and (rep.applied or not printed or rep.mode == "on"
+                                             or (rep.mode != "off" and not rep.clean))
     return ([rep.note] if said else []) + list(res.notes)
+
+
+def _left_out_line(canvas, data) -> str | None:
+    """The files the denoiser left as they were (another size or colour than the stack), named; or None."""
+    rep = getattr(canvas, "denoise", None)
+    if rep is None or not rep.left_out:
+        return None
+    names = [display_name(data.paths[i]) for i in rep.left_out[:3]]
+    more = len(rep.left_out) - len(names)
+    return ("not denoised (another size or colour than the rest): " + ", ".join(printable(n) for n in names)
+            + (f" and {more} more" if more else ""))
 
 
 def _usable_inputs(args) -> ImageSet:
@@ -665,7 +679,8 @@ def _write_results(out, args, data, canvas, res, undenoised=None) -> None:
     save_means_png(out / "means.png", res.cluster_means)
     if undenoised is not None:
         np.save(out / "means_undenoised.npy", undenoised)
-        save_means_png(out / "means_undenoised.png", undenoised)
+        save_means_png(out / "means_undenoised.png", undenoised,
+                       title="Class averages before denoising (at the run's poses)")
 
 
 def _undenoised_means(args, canvas, res):

@@ -44,6 +44,7 @@ Runs on the host (NumPy).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from dataclasses import dataclass, field
@@ -96,6 +97,14 @@ class DenoiseReport:
         Principal components kept (complex ones count once per angular frequency).
     note : str
         One plain sentence for the run's notes.
+    frequencies : list of int
+        Components kept per angular frequency.
+    left_out : list of int
+        Images of a set with mixed sizes (or colour) that were not of the denoised images' size and
+        left as they were (indices into the input).
+    clean : bool
+        It stepped aside because the images look clean (no measurable noise, or SNR above
+        :data:`AUTO_MAX_SNR` with ``auto``), not for a reason a user should hear about.
     """
 
     applied: bool
@@ -106,13 +115,15 @@ class DenoiseReport:
     components: int = 0
     note: str = ""
     frequencies: list = field(default_factory=list)
+    left_out: list = field(default_factory=list)
+    clean: bool = False
 
     def as_dict(self) -> dict:
         """For summary.json."""
         return {"applied": self.applied, "mode": self.mode, "method": self.method,
                 "noise_std": None if self.noise_std is None else float(self.noise_std),
                 "snr": None if self.snr is None or not np.isfinite(self.snr) else round(float(self.snr), 4),
-                "components": int(self.components), "note": self.note}
+                "components": int(self.components), "note": self.note, "left_out": [int(i) for i in self.left_out]}
 
 
 # ------------------------------------------------------------------ noise level
@@ -433,6 +444,33 @@ def _fit(x, sigma: float, method: str):
     return out, kept, name, f
 
 
+def _denoise_main_shape(images, shapes, mode, method):
+    """:func:`denoise` of a set of mixed sizes (or colour): the most common gray size alone, if most images have it.
+
+    A folder of particle images with a stray file of another size is still a stack; the stray images
+    are left as they are and named in ``left_out`` (and counted in the note).
+    """
+    from collections import Counter
+
+    gray = Counter(sh for sh in shapes if len(sh) == 2)
+    main, count = gray.most_common(1)[0] if gray else ((), 0)
+    if count * 2 <= len(images):
+        return images, DenoiseReport(False, mode, note="denoising skipped: the images are not mostly gray and of one "
+                                                          "size (a stack of particle images is)")
+    group = [i for i, sh in enumerate(shapes) if sh == main]
+    others = [i for i, sh in enumerate(shapes) if sh != main]
+    done, report = denoise([images[i] for i in group], mode=mode, method=method)
+    out = list(images)
+    for i, img in zip(group, done, strict=True):
+        out[i] = img
+    sizes = sorted({"colour" if len(shapes[i]) != 2 else f"{shapes[i][0]} x {shapes[i][1]}" for i in others})
+    aside = (f"{len(others)} image{'s' if len(others) != 1 else ''} of another size or colour "
+             f"({', '.join(sizes[:3])}{', ...' if len(sizes) > 3 else ''}) left as "
+             f"{'they were' if len(others) != 1 else 'it was'}")
+    what = f"only the {len(group)} images of {main[0]} x {main[1]} pixels considered"
+    return out, dataclasses.replace(report, left_out=others, note=f"{report.note}; {what}; {aside}")
+
+
 def denoise(images, *, mode: str = "auto", method: str = "steerable"):
     """Denoise a set of images before clustering, or step aside; say which.
 
@@ -460,10 +498,9 @@ def denoise(images, *, mode: str = "auto", method: str = "steerable"):
     if mode == "off":
         return images, DenoiseReport(False, mode, note="denoising off")
     n = len(images)
-    shapes = {np.shape(im) for im in images}
-    if len(shapes) != 1 or len(next(iter(shapes))) != 2:
-        return images, DenoiseReport(False, mode, note="denoising skipped: the images are not all gray and of one "
-                                                          "size (a stack of particle images is)")
+    shapes = [np.shape(im) for im in images]
+    if len(set(shapes)) != 1 or len(shapes[0]) != 2:
+        return _denoise_main_shape(images, shapes, mode, method)
     x = np.stack([np.asarray(im, dtype=np.float64) for im in images])
     h, w = x.shape[1:]
     if min(h, w) < 8:
@@ -487,14 +524,14 @@ def denoise(images, *, mode: str = "auto", method: str = "steerable"):
     if not sigma > NOISE_FLOOR * spread:
         level = ("estimated noise 0" if not sigma > 1e-6 * spread else
                  f"estimated noise {sigma:.2g} per pixel, below {NOISE_FLOOR:.0%} of the images' spread")
-        return images, DenoiseReport(False, mode, noise_std=sigma, snr=snr,
+        return images, DenoiseReport(False, mode, noise_std=sigma, snr=snr, clean=True,
                                      note=f"denoising skipped: {level}, the images look clean")
     if n < MIN_IMAGES:
         return images, DenoiseReport(False, mode, noise_std=sigma, snr=snr,
                                      note=f"denoising skipped: {n} images are too few to fit a basis "
                                           f"(at least {MIN_IMAGES}); {level}")
     if mode == "auto" and snr >= AUTO_MAX_SNR:
-        return images, DenoiseReport(False, mode, noise_std=sigma, snr=snr,
+        return images, DenoiseReport(False, mode, noise_std=sigma, snr=snr, clean=True,
                                      note=f"denoising skipped: {level}, above {AUTO_MAX_SNR:g}")
     out, kept, name, f = _fit(x, sigma, method)
     if q is not None:  # back to the input's units (the algebraic inverse)

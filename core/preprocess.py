@@ -275,22 +275,24 @@ def _prepared_set(images, *, scale, grayscale, invert, subtract_background, deno
             img = np.clip(img - _border_level(img), 0.0, None)
         prepared.append(img)
     if report is not None and report.applied:
-        frames = _one_scale(frames)
+        frames = _one_scale(frames, skip=report.left_out)
     return prepared, frames, report, before
 
 
-def _one_scale(frames):
+def _one_scale(frames, *, skip=()):
     """A denoised stack (one pixel size): every object at the median radius, each at its own centroid.
 
     A denoised image's faint ripples move its radius of gyration from image to
     image; the images of one stack share their pixel size, so one scale serves
-    them all.
+    them all.  ``skip``: images not of the stack (another size, left as they
+    were by the denoiser), which keep their own frames.
     """
-    radii = [fr[1] for fr in frames if fr is not None]
+    skip = set(skip)
+    radii = [fr[1] for i, fr in enumerate(frames) if fr is not None and i not in skip]
     if not radii:
         return frames
     r = float(np.median(radii))
-    return [None if fr is None else (fr[0], r) for fr in frames]
+    return [fr if fr is None or i in skip else (fr[0], r) for i, fr in enumerate(frames)]
 
 
 def _prepare(img, i, *, grayscale, invert):

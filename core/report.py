@@ -27,6 +27,7 @@ __all__ = [
     "convergence_curves",
     "curves_figure",
     "map_figure",
+    "means_figure",
     "mosaic_figure",
     "save_convergence_png",
     "save_figure",
@@ -311,6 +312,8 @@ def curves_figure(curves, *, title: str = "Convergence of the image manifolds", 
         if key in curves:
             y = np.maximum(np.nan_to_num(np.asarray(curves[key], dtype=float), nan=1e-6), 1e-6)
             ax.plot(np.arange(len(y)), y, marker="o", label=name, color=CURVE_COLOURS[key])
+    points = max((len(curves[key]) for key in CURVE_NAMES if key in curves), default=1)
+    ax.set_xlim(-0.3, max(points - 1, 1) + 0.3)  # whole iterations, even with a single point
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
@@ -355,20 +358,27 @@ def map_figure(coords, colours, *, title: str = "Map of the images", axes=("1st 
     return fig
 
 
-def save_means_png(path, means, names=None) -> None:
-    """One tile per cluster mean, titled with the cluster's name."""
+def means_figure(means, names=None, *, title: str | None = None):
+    """One tile per cluster mean, titled with the cluster's name; ``title`` above them all."""
     plt = _figure()
     k = len(means)
     cols = min(k, 6)
     rows = int(np.ceil(k / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(1.8 * cols, 2.0 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.8 * cols, 2.0 * rows + (0.4 if title else 0.0)), squeeze=False)
     for i, ax in enumerate(axes.ravel()):
         ax.axis("off")
         if i < k:
             ax.imshow(means[i], cmap="gray" if np.ndim(means[i]) == 2 else None)
             ax.set_title(names[i] if names else f"Cluster {cluster_number(i)}", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    save_figure(fig, path)
+    return fig
+
+
+def save_means_png(path, means, names=None, *, title: str | None = None) -> None:
+    """:func:`means_figure`, saved."""
+    save_figure(means_figure(means, names, title=title), path)
 
 
 def save_weights_png(path, weights, labels) -> None:

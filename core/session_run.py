@@ -343,12 +343,18 @@ def denoise_line(report) -> str:
     'Denoised: noise σ≈0.213 per pixel, SNR≈0.41, 19 components kept'
     >>> denoise_line(DenoiseReport(False, "auto", note="denoising skipped: estimated noise 0, the images look clean"))
     'Not denoised: estimated noise 0, the images look clean'
+    >>> denoise_line(DenoiseReport(True, "auto", "steerable-pca", 0.5, 0.3, 12, left_out=[7]))
+    'Denoised: noise σ≈0.5 per pixel, SNR≈0.3, 12 components kept; 1 image of another size or colour left as it was'
     """
     if report is None or report.mode == "off":
         return ""
     if report.applied:
         snr = "" if report.snr is None or not np.isfinite(report.snr) else f", SNR≈{report.snr:.2g}"
-        return f"Denoised: noise σ≈{report.noise_std:.3g} per pixel{snr}, {report.components} components kept"
+        n = len(report.left_out)
+        aside = (f"; {n} image{'s' if n != 1 else ''} of another size or colour left as "
+                 f"{'they were' if n != 1 else 'it was'}") if n else ""
+        return (f"Denoised: noise σ≈{report.noise_std:.3g} per pixel{snr}, {report.components} components kept"
+                + aside)
     reason = report.note.split(": ", 1)[-1] if report.note else "the denoiser stepped aside"
     return f"Not denoised: {reason}"
 

@@ -1,3 +1,4 @@
+import csv
 import json
 
 import numpy as np
@@ -125,8 +126,17 @@ def test_denoise_modes_and_stepping_aside():
     _few, rep = denoise(list(noisy[:MIN_IMAGES - 1]), mode="on")
     assert not rep.applied
     assert "too few" in rep.note
-    mixed = [*list(noisy[:20]), np.zeros((20, 24))]
-    assert "one size" in denoise(mixed, mode="on")[1].note
+    stray = np.zeros((20, 24))
+    out, rep = denoise([*list(noisy[:20]), stray], mode="on")  # a stack and a stray file: the stack is denoised
+    alone, alone_rep = denoise(list(noisy[:20]), mode="on")
+    assert rep.applied
+    assert rep.left_out == [20]
+    assert out[20] is stray
+    assert_allclose(np.stack(out[:20]), np.stack(alone), atol=1e-6)
+    assert rep.components == alone_rep.components
+    assert "only the 20 images of 32 x 32 pixels considered" in rep.note
+    assert "1 image of another size or colour (20 x 24) left as it was" in rep.note
+    assert "one size" in denoise([*list(noisy[:10]), *[stray] * 10], mode="on")[1].note  # no stack of most of them
     assert "one size" in denoise([np.zeros((32, 32, 3))] * 20, mode="on")[1].note
     assert "too small" in denoise(list(np.random.default_rng(0).normal(size=(20, 4, 4))), mode="on")[1].note
     out, rep = denoise(list(noisy), mode="off")
@@ -199,6 +209,28 @@ def test_cli_denoise_is_reported(tmp_path):
         a, b = raw[c].ravel(), means[c].ravel()
         assert np.corrcoef(a, b)[0, 1] > 0.8
     assert Image.open(out / "means_undenoised.png").size[0] > 50
+
+
+def test_cli_denoises_a_stack_with_a_stray_file_and_names_the_file(tmp_path, capsys):
+    # a folder of particle images and one image of another size: the stack is still denoised
+    from PIL import Image
+
+    from iastudio.core.cli import main
+
+    _particle_pngs(tmp_path / "in")
+    Image.fromarray(np.full((40, 40), 120, np.uint8)).save(tmp_path / "in" / "stray.png")
+    out = tmp_path / "out"
+    assert main([str(tmp_path / "in"), "--out", str(out), "--size", "24", "--iterations", "1", "--quiet",
+                 "--clusters", "2"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    rep = summary["denoise"]
+    assert rep["applied"]
+    names = [row["path"] for row in csv.DictReader((out / "assignments.csv").open())]
+    assert [names[i] for i in rep["left_out"]] == [next(n for n in names if n.endswith("stray.png"))]
+    err = capsys.readouterr().err
+    assert "ia-cluster: denoised by steerable pca" in err
+    assert "1 image of another size or colour (40 x 40) left as it was" in err
+    assert "ia-cluster: not denoised (another size or colour than the rest): stray.png" in err
 
 
 def test_cli_transform_moves_the_undenoised_images_as_the_working_ones(tmp_path, monkeypatch):

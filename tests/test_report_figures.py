@@ -7,6 +7,7 @@ from iastudio.core.report import (
     PRINT_DPI,
     curves_figure,
     map_figure,
+    means_figure,
     mosaic_figure,
     save_figure,
     weights_figure,
@@ -45,6 +46,22 @@ def test_curves_figure_draws_each_curve_floored_at_1e_6_with_its_full_name():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["within-cluster max", "between-cluster min",
                                                                      "median"]
     assert ax.get_yscale() == "log"
+
+
+def test_curves_figure_of_one_iteration_ticks_whole_iterations_only():
+    ax = curves_figure({"within_max": [0.02], "between_min": [0.5], "median": [0.4]}).axes[0]
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks == [0.0, 1.0]  # not -0.04 .. 0.04 around the single point
+
+
+def test_means_figure_titles_each_tile_and_the_whole():
+    means = np.stack([np.eye(4), np.ones((4, 4)), np.zeros((4, 4))])
+    fig = means_figure(means, title="Class averages before denoising")
+    tiles = [ax for ax in fig.axes if ax.images]
+    assert [ax.get_title() for ax in tiles] == ["Cluster 1", "Cluster 2", "Cluster 3"]
+    np.testing.assert_allclose(tiles[1].images[0].get_array(), means[1])
+    assert fig._suptitle.get_text() == "Class averages before denoising"
+    assert means_figure(means)._suptitle is None
 
 
 def test_map_figure_puts_each_image_at_its_coordinates_in_its_colour():
