@@ -753,9 +753,18 @@ class ClustersPanel(QGroupBox):
         lay.addLayout(form)
         self.evidence = QLabel("")
         self.evidence.setWordWrap(True)
+        self.evidence.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        self.evidence.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.evidence.setToolTip("How the number of clusters was chosen: when no clear gap was seen, the other "
                                  "counts worth a look are named. Type a k and press Re-read to try one.")
-        lay.addWidget(self.evidence)
+        # the run's lines can be long (the denoiser, the guard's notes): they scroll rather than being cut off
+        self.evidence_area = QScrollArea()
+        self.evidence_area.setWidget(self.evidence)
+        self.evidence_area.setWidgetResizable(True)
+        self.evidence_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.evidence_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.evidence_area.setMinimumHeight(3 * self.fontMetrics().lineSpacing())
+        lay.addWidget(self.evidence_area, 1)
         self.hint = muted(QLabel("Drag thumbnails onto a cluster to move them; right-click a cluster or a "
                                  "thumbnail for more. Ctrl+Z undoes any edit."))
         self.hint.setWordWrap(True)

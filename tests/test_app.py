@@ -353,6 +353,33 @@ def test_k_evidence_and_blank_images_shown_after_a_run(window, qtbot, tmp_path):
     window.clusters_panel.grab().save(str(tmp_path / "clusters_panel.png"))
 
 
+
+def test_long_run_evidence_scrolls_instead_of_being_cut_off(qtbot, tmp_path):
+    # at 1280 x 800 the Clusters dock is short; the run's lines (denoiser, guard's notes) can be long
+    from iastudio.app.panels import ClustersPanel
+
+    panel = ClustersPanel()
+    qtbot.addWidget(panel)
+    lines = ["Run: 3 clusters — unsure: 4 or 5 also plausible",
+             "Not denoised: the images are not mostly gray and of one size (a stack of particle images is)",
+             "iteration 1 not run: its forecast (the distances of its means estimated from the current distances "
+             "and W) moves images between clusters without fitting the input images better (silhouette on the "
+             "input distances 0.047 -> undefined)", "the last line of the evidence"]
+    panel.evidence.setText("\n".join(lines))
+    panel.resize(360, 420)
+    panel.show()
+    qtbot.waitExposed(panel)
+    label, area = panel.evidence, panel.evidence_area
+    assert label.height() >= label.heightForWidth(label.width())  # every line laid out, none cut
+    bar = area.verticalScrollBar()
+    assert bar.maximum() > 0  # more than fits: it scrolls
+    bar.setValue(bar.maximum())
+    bottom = label.mapTo(area.viewport(), label.rect().bottomLeft()).y()
+    assert bottom <= area.viewport().height() + 1  # scrolled to the end, the last line is in view
+    assert label.text().endswith("the last line of the evidence")
+    panel.grab().save(str(tmp_path / "clusters_panel_long.png"))
+
+
 def test_frames_and_results_arrive_on_the_gui_thread(window, qtbot):
     from PySide6.QtCore import QThread
     from PySide6.QtWidgets import QApplication
