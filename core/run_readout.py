@@ -240,4 +240,4 @@ def settle_note(iteration: int) -> str:
 
 
 def _text(value) -> str:
-    return "undefined" if value is None else f"{value:.3f}"
+    return "not defined (one cluster, or each image alone)" if value is None else f"{value:.3f}"

@@ -364,7 +364,8 @@ def test_long_run_evidence_scrolls_instead_of_being_cut_off(qtbot, tmp_path):
              "Not denoised: the images are not mostly gray and of one size (a stack of particle images is)",
              "iteration 1 not run: its forecast (the distances of its means estimated from the current distances "
              "and W) moves images between clusters without fitting the input images better (silhouette on the "
-             "input distances 0.047 -> undefined)", "the last line of the evidence"]
+             "input distances 0.047 -> not defined (one cluster, or each image alone))",
+             "the last line of the evidence"]
     panel.evidence.setText("\n".join(lines))
     panel.resize(360, 420)
     panel.show()

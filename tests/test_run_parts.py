@@ -101,7 +101,8 @@ def test_the_guard_keeps_a_clear_improvement_and_refuses_a_mix():
 def test_guard_notes_name_the_iteration_and_what_was_kept():
     assert guard_note(1, 0.9, None) == (
         "iteration 1 moved images between clusters without fitting the input images better (silhouette on the "
-        "input distances 0.900 -> undefined); kept the clusters of the input images and stopped")
+        "input distances 0.900 -> not defined (one cluster, or each image alone)); kept the clusters of the input "
+        "images and stopped")
     assert guard_note(3, 0.5, 0.25, forecast=True) == (
         "iteration 3 not run: its forecast (the distances of its means estimated from the current distances and "
         "W) moves images between clusters without fitting the input images better (silhouette on the input "
