@@ -18,7 +18,7 @@ from PySide6.QtCore import QCoreApplication, QObject, Qt, QThreadPool, Signal
 from superqt.utils import create_worker
 
 from iastudio.core.backend import BackendUnavailableError, get_backend
-from iastudio.core.cluster_means import cluster_invariant_means
+from iastudio.core.cluster_means import edited_cluster_means
 from iastudio.core.frames import FrameBuilder
 from iastudio.core.session import Session, read_images, run_subset, stream_run
 
@@ -212,19 +212,20 @@ class StudioModel(QObject):
             return
         final = self.session.final
         distances = final.result.input_distances if final.result is not None else final.snapshot.distances
-        worker = create_worker(cluster_invariant_means, self.session.working, missing, distances=distances,
+        worker = create_worker(edited_cluster_means, self.session.working, missing, distances=distances,
+                               undenoised=self.session.undenoised if final.undenoised_means is not None else None,
                                **self.session.alignment_options(), _start_thread=False,
-                               _connect={"returned": lambda means: self._cluster_means_done(final, missing, means),
+                               _connect={"returned": lambda out: self._cluster_means_done(final, missing, *out),
                                          "errored": self._cluster_means_failed})
         self.means_worker = worker
         worker.start()
 
-    def _cluster_means_done(self, final, members, means) -> None:
+    def _cluster_means_done(self, final, members, means, undenoised=None) -> None:
         self.means_worker = None
         if self.shut_down:  # delivered after the window closed: its views are gone, nothing to draw
             return
         if self.session.final is final:  # the same run: its edited clusters' means
-            self.session.set_cluster_means(members, means)
+            self.session.set_cluster_means(members, means, undenoised)
         if self._means_again or self.session.final is not final:
             self._means_again = False
             self._update_cluster_means()

@@ -123,7 +123,8 @@ class ViewSync:
         if (frame is None or book is None or book.n != len(frame.snapshot.labels)
                 or len(s.working) != book.n):
             return frame
-        return book_frame(frame, book.labels, book.names, images=s.working, means=s.cluster_means)
+        return book_frame(frame, book.labels, book.names, images=s.working, means=s.cluster_means,
+                          undenoised_means=s.undenoised_cluster_means)
 
     def redraw(self) -> None:
         """Draw the latest frame if it is new, or the frame the scrubber picks (the timer calls this at <= 30 fps)."""

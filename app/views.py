@@ -560,7 +560,8 @@ def _undenoised_text(frame, n: int) -> str:
         shown = [names[ids.index(c)] if c in ids and ids.index(c) < len(names) else f"Cluster {c + 1}"
                  for c in missing]
         text += (f"; blank for {count_of(len(missing), 'edited cluster')} ({', '.join(shown[:4])}"
-                 + ("…" if len(shown) > 4 else "") + "): re-run to average them")
+                 + ("…" if len(shown) > 4 else "") + "): averaged once their means are computed; in a reopened "
+                 "project, which does not hold the images before denoising, re-run to average them")
     return text + _names_text(frame)
 
 

@@ -32,7 +32,8 @@ from .invariant_mean import invariant_means
 from .similarity import invariant_distances
 from .warp import warp
 
-__all__ = ["cluster_invariant_means", "cluster_key", "medoid", "pose_averages", "realign_to_mean"]
+__all__ = ["cluster_invariant_means", "cluster_key", "edited_cluster_means", "medoid", "pose_averages",
+           "realign_to_mean"]
 
 
 def cluster_key(members) -> bytes:
@@ -176,7 +177,7 @@ def realign_to_mean(images, transforms=None, *, rounds: int = 3, angle_step: flo
 def cluster_invariant_means(images, clusters, *, distances=None, angle_step: float = 5.0,
                             rotation_range: float | None = None, steps: int = 10, sigmas=(0.0, 1.0, 2.0),
                             rtol: float = 1e-3, realign_rounds: int = 3,
-                            leave_one_out: bool = True) -> np.ndarray:
+                            leave_one_out: bool = True, return_poses: bool = False):
     """The invariant mean of each set of images: aligned onto the medoid, re-aligned onto the mean, refined.
 
     Parameters
@@ -197,14 +198,22 @@ def cluster_invariant_means(images, clusters, *, distances=None, angle_step: flo
         issue 30).  Each round aligns every member once.
     leave_one_out : bool
         In those rounds, align each member onto the mean of the others (:func:`realign_to_mean`).
+    return_poses : bool
+        Also return each member's transform onto its cluster's mean.
 
     Returns
     -------
-    ndarray, shape (len(clusters), H, W), float32
+    means : ndarray, shape (len(clusters), H, W), float32
         Mean ``c`` is in (about) the pose of cluster ``c``'s medoid.
+    poses : list of ndarray, shape (len(clusters[c]), 3)
+        With ``return_poses``: ``tau_i`` of each member (in ``clusters[c]``'s order) such that
+        ``v_i o tau_i`` is aligned onto mean ``c`` (:func:`pose_averages` of the members at these
+        poses is the mean before its last smoothing; of other images of the same objects, such as
+        the images before denoising, their class average).
     """
     images = np.asarray(images, dtype=np.float32)
     out = np.zeros((len(clusters), *images.shape[1:]), dtype=np.float32)
+    poses = []
     for c, members in enumerate(clusters):
         members = np.asarray(members, dtype=int)
         if members.size == 0:
@@ -213,6 +222,7 @@ def cluster_invariant_means(images, clusters, *, distances=None, angle_step: flo
         subset = images[members]
         if members.size == 1:
             out[c] = subset[0]
+            poses.append(np.zeros((1, 3)))
             continue
         others = np.flatnonzero(members != centre)
         target = int(np.flatnonzero(members == centre)[0])
@@ -226,7 +236,40 @@ def cluster_invariant_means(images, clusters, *, distances=None, angle_step: flo
         weights = np.full((members.size, 1), 1.0 / members.size, dtype=np.float32)
         state = invariant_means(subset, weights, init, steps=steps, sigmas=sigmas, rtol=rtol)
         out[c] = np.asarray(state.means[0], dtype=np.float32)
-    return out
+        poses.append(state.transforms(members.size)[:, 0])
+    return (out, poses) if return_poses else out
+
+
+def edited_cluster_means(images, clusters, *, undenoised=None, **options) -> tuple:
+    """The invariant means of clusters a person made, and their class averages before denoising.
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W)
+        The run's working images.
+    clusters : sequence of array of int
+        The member indices of each cluster.
+    undenoised : ndarray, shape (n, H, W), optional
+        The same images before denoising, in the same frames (a denoised run's; see
+        :func:`iastudio.core.frames.undenoised_means`).
+    **options
+        Passed to :func:`cluster_invariant_means` (``distances``, ``angle_step``, ...).
+
+    Returns
+    -------
+    means : ndarray, shape (len(clusters), H, W), float32
+    before : ndarray, shape (len(clusters), H, W), float32, or None
+        Each cluster's images before denoising, averaged at the poses that put its working images
+        onto its invariant mean (:func:`pose_averages`); None without ``undenoised``.
+    """
+    means, poses = cluster_invariant_means(images, clusters, return_poses=True, **options)
+    if undenoised is None:
+        return means, None
+    undenoised = np.asarray(to_host(undenoised))
+    before = np.stack([np.asarray(to_host(pose_averages(undenoised[np.asarray(m, dtype=int)],
+                                                        np.zeros(len(m), dtype=int), pose)))[0]
+                       for m, pose in zip(clusters, poses, strict=True)]).astype(np.float32)
+    return means, before
 
 
 def pose_averages(images, labels, transforms, *, mirrored=None) -> np.ndarray:

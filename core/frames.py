@@ -673,27 +673,36 @@ def _book_means(frame: Frame, labels: np.ndarray, ids: list, known: dict | None 
     return out
 
 
-def _book_undenoised(frame: Frame, labels: np.ndarray, ids: list) -> tuple[np.ndarray | None, tuple]:
+def _book_undenoised(frame: Frame, labels: np.ndarray, ids: list,
+                     known: dict | None = None) -> tuple[np.ndarray | None, tuple]:
     """The class averages before denoising of the edited clusters, and the clusters that have none.
 
     A cluster exactly the run's keeps its row of :attr:`Frame.undenoised_means`; a cluster the edits
-    changed gets zeros and is listed: its images' poses put them onto other clusters' means.
+    changed takes its average from ``known`` (by :func:`~iastudio.core.cluster_means.cluster_key` of
+    its members: made at the poses onto its own invariant mean,
+    :func:`~iastudio.core.cluster_means.edited_cluster_means`) or, until that is computed, gets zeros
+    and is listed: the run's poses put its images onto other clusters' means.
     """
     und = frame.undenoised_means
     if und is None or frame.result is None or not ids:
         return None, ()
+    known = known or {}
     run_labels = np.asarray(frame.result.labels)
     out = np.zeros((len(ids), *und.shape[1:]), dtype=np.float32)
     missing = []
     for row, c in enumerate(ids):
-        if c < len(und) and np.array_equal(labels == c, run_labels == c):
+        members = labels == c
+        if c < len(und) and np.array_equal(members, run_labels == c):
             out[row] = und[c]
+        elif (average := known.get(cluster_key(np.flatnonzero(members)))) is not None:
+            out[row] = average
         else:
             missing.append(int(c))
     return out, tuple(missing)
 
 
-def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray, means: dict | None = None) -> Frame:
+def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray, means: dict | None = None,
+               undenoised_means: dict | None = None) -> Frame:
     """The frame redrawn with a person's edited clusters instead of the run's read-out.
 
     Parameters
@@ -709,6 +718,8 @@ def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray, means: 
     means : dict, optional
         Invariant means of edited clusters, by :func:`~iastudio.core.cluster_means.cluster_key` of
         their members (see :func:`_book_means`).
+    undenoised_means : dict, optional
+        Their class averages before denoising, by the same keys (see :func:`_book_undenoised`).
 
     Returns
     -------
@@ -717,8 +728,8 @@ def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray, means: 
         (:func:`book_order`), with one invariant mean and one plain average per
         edited cluster (rows in ``cluster_ids`` order, see :func:`_book_means`),
         the clusters' names, the class averages before denoising of the
-        clusters that are the run's own (:attr:`Frame.undenoised_missing`
-        lists the others), and the convergence curves read with ``labels``
+        clusters that are the run's own or in ``undenoised_means``
+        (:attr:`Frame.undenoised_missing` lists the others), and the convergence curves read with ``labels``
         (within-cluster max and between-cluster min of the edited clusters,
         unassigned images left out; the median is the frame's), and the
         display samples of the new grouping (:func:`prepare_display`, reusing
@@ -735,7 +746,7 @@ def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray, means: 
     plain = None
     if frame.plain_means is not None:
         plain = plain_means(images, dense, n_clusters=len(ids) + 1)[:len(ids)]
-    und, missing = _book_undenoised(frame, labels, ids)
+    und, missing = _book_undenoised(frame, labels, ids, undenoised_means)
     booked = replace(frame, snapshot=replace(frame.snapshot, labels=labels), order=book_order(labels),
                      cluster_means=(_book_means(frame, labels, ids, means)
                                     if frame.cluster_means is not None else None),

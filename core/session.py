@@ -124,8 +124,10 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
         # How the window shows the work (e.g. {"per_cluster": True, "k": 4}): plain values a front end sets,
         # saved with the project as its parameters' "view" and given back by open_project.
         self.view_state: dict = {}
-        # Invariant means of clusters the edits made, by cluster_key(members) (see missing_cluster_means)
+        # Invariant means of clusters the edits made, by cluster_key(members) (see missing_cluster_means),
+        # and, after a denoised run, their class averages before denoising (set_cluster_means)
         self.cluster_means: dict = {}
+        self.undenoised_cluster_means: dict = {}
         self._clients: dict = {}  # Dask clients by address, kept between runs
 
     # ------------------------------------------------------------------ small helpers
@@ -183,6 +185,7 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
         self.history.clear()
         self.edits = []
         self.cluster_means = {}
+        self.undenoised_cluster_means = {}
         self.elapsed = 0.0
         if not self.busy:
             self._set_state(RunState.IDLE)

@@ -194,9 +194,9 @@ class SessionClusters:
     def missing_cluster_means(self) -> list[np.ndarray]:
         """The member lists of edited clusters whose invariant mean is not computed yet (none: ``[]``).
 
-        A front end computes them (:func:`~iastudio.core.cluster_means.cluster_invariant_means`, in a
-        worker) and gives them to :meth:`set_cluster_means`; until then the views show each such
-        cluster's medoid mean.
+        A front end computes them (:func:`~iastudio.core.cluster_means.edited_cluster_means`, in a
+        worker, with :attr:`undenoised` after a denoised run) and gives them to
+        :meth:`set_cluster_means`; until then the views show each such cluster's medoid mean.
         """
         if self.final is None or self.book is None or self.book.n != self.n:
             return []
@@ -214,10 +214,16 @@ class SessionClusters:
             opts["rotation_range"] = rr
         return opts
 
-    def set_cluster_means(self, members: list, means) -> None:
-        """Keep the invariant means of edited clusters (``means[i]`` of ``members[i]``) and redraw."""
-        for idx, mean in zip(members, means):
-            self.cluster_means[cluster_key(idx)] = np.asarray(mean, dtype=np.float32)
+    def set_cluster_means(self, members: list, means, undenoised=None) -> None:
+        """Keep the invariant means of edited clusters (``means[i]`` of ``members[i]``) and redraw.
+
+        ``undenoised``: after a denoised run, their class averages before denoising
+        (:func:`~iastudio.core.cluster_means.edited_cluster_means`), rows as ``means``.
+        """
+        for i, idx in enumerate(members):
+            self.cluster_means[cluster_key(idx)] = np.asarray(means[i], dtype=np.float32)
+            if undenoised is not None:
+                self.undenoised_cluster_means[cluster_key(idx)] = np.asarray(undenoised[i], dtype=np.float32)
         self.events.clusters.emit()
 
     def cluster_images(self, cluster: int) -> np.ndarray:

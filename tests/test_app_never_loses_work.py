@@ -47,13 +47,13 @@ def test_an_edited_clusters_mean_that_arrives_after_closing_is_dropped(qtbot, mo
     """Closing the window while an edited cluster's mean is computed: the worker's result, queued to the
     GUI thread, arrives after the views are gone and is dropped (it used to reach the deleted thumbnails)."""
     gate = threading.Event()
-    real = model_module.cluster_invariant_means
+    real = model_module.edited_cluster_means
 
     def held(*args, **kwargs):
         gate.wait(30)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(model_module, "cluster_invariant_means", held)
+    monkeypatch.setattr(model_module, "edited_cluster_means", held)
     w = _finished_shapes_window(qtbot)
     m = w.model
     assert m.session.merge_clusters([0, 1])

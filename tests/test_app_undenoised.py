@@ -111,10 +111,10 @@ def test_the_toggle_is_off_when_the_run_did_not_denoise(window, qtbot):
     assert_array_equal(mv.image_item.image, mosaic(upright_tiles(window.model.session.result.cluster_means)))
 
 
-def test_edited_clusters_are_blank_and_named(window, qtbot):
+def test_edited_clusters_are_blank_and_named_until_averaged_at_their_own_poses(window, qtbot):
     window.model.session.set_images(_noisy_set(n=15, seed=1)[0])
     _run(window, qtbot)
-    s, mv = window.model.session, window.means_view
+    s, mv, m = window.model.session, window.means_view, window.model
     mv.averages.setCurrentIndex(mv.averages.findData("undenoised"))
     labels = np.asarray(s.book.labels)
     a, b = (int(c) for c in np.unique(labels)[:2])
@@ -122,9 +122,23 @@ def test_edited_clusters_are_blank_and_named(window, qtbot):
     window.sync.redraw()
     assert mv.shows_undenoised
     shown = window.sync.with_book(s.final)
-    assert len(shown.undenoised_missing) == 1
+    assert len(shown.undenoised_missing) == 1  # while the merged cluster's mean is computed
     assert "blank for 1 edited cluster" in mv.caption.text()
     assert mv.n_tiles == 2
+    # then its images before denoising are averaged at the poses onto its own invariant mean
+    qtbot.waitUntil(lambda: m.means_worker is None and not s.missing_cluster_means(), timeout=60000)
+    window.sync.redraw()
+    shown = window.sync.with_book(s.final)
+    assert shown.undenoised_missing == ()
+    assert "blank" not in mv.caption.text()
+    merged = np.flatnonzero(np.asarray(s.book.labels) == shown.cluster_ids[0])
+    from iastudio.core.cluster_means import cluster_invariant_means
+
+    _, (poses,) = cluster_invariant_means(s.working, [merged], return_poses=True,
+                                          distances=s.final.result.input_distances, **s.alignment_options())
+    expected = pose_averages(s.undenoised[merged], np.zeros(merged.size, dtype=int), poses)[0]
+    np.testing.assert_allclose(shown.undenoised_means[0], expected, atol=1e-5)
+    assert np.abs(shown.undenoised_means[0]).max() > 0
 
 
 def test_the_averages_are_exported_and_survive_save_and_open(window, qtbot, tmp_path):

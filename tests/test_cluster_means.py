@@ -4,7 +4,7 @@ import pytest
 from numpy.testing import assert_allclose
 from scipy import sparse
 
-from iastudio.core.cluster_means import cluster_invariant_means, cluster_key, medoid
+from iastudio.core.cluster_means import cluster_invariant_means, cluster_key, edited_cluster_means, medoid
 from iastudio.core.demos import load_demo
 from iastudio.core.frames import FrameBuilder
 from iastudio.core.preprocess import preprocess
@@ -259,3 +259,26 @@ def test_pose_averages_undo_known_poses_per_cluster_and_follow_the_mirror_flags(
     assert not np.allclose(pose_averages(flipped, labels, back), avg, atol=1e-3)  # the flags matter
     with pytest.raises(ValueError, match="one cluster per image"):
         pose_averages(noisy, labels[:-1], back)
+
+
+def test_edited_cluster_means_average_other_images_of_the_members_at_their_poses():
+    # turned copies of a two-lobed shape; "before denoising" they were brighter and had a faint ring the
+    # working images lost: their average at the poses onto the mean is that image, in the mean's pose
+    from iastudio.core.warp import warp
+
+    r, c = np.mgrid[:32, :32] - 15.5
+    shape = (np.exp(-((r + 5) ** 2 + c ** 2) / 8) + 0.6 * np.exp(-(r ** 2 + (c - 6) ** 2) / 8)).astype(np.float32)
+    ring = (0.2 * np.exp(-(np.hypot(r, c) - 11) ** 2 / 2)).astype(np.float32)  # turning leaves it as it is
+    turns = np.array([[0.0, 0, 0], [0.9, 1.0, -1.0], [-2.0, -1.0, 0.5], [2.8, 0.5, 1.0], [1.7, 0.0, 0.0]])
+    index = np.zeros(len(turns), dtype=int)
+    working = warp(shape[None], turns, index=index)
+    before = warp((2.0 * shape + ring)[None], turns, index=index)
+    clusters = [np.arange(5), np.array([1, 3])]
+    means, averages = edited_cluster_means(working, clusters, undenoised=before)
+    assert_allclose(means, cluster_invariant_means(working, clusters), atol=1e-6)
+    for mean, average in zip(means, averages, strict=True):
+        # the mean is the shape in some pose: the average of the brighter images is twice it, plus the ring
+        inside = np.hypot(r, c) < 8
+        assert_allclose(average[inside], 2.0 * mean[inside], atol=0.06 * mean.max())
+        assert_allclose((average - 2.0 * mean).sum(), ring.sum(), rtol=0.1)  # the ring the working images lack
+    assert edited_cluster_means(working, clusters)[1] is None

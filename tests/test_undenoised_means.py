@@ -7,7 +7,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from test_session_denoise import RUN, _noisy_set, _session
 
-from iastudio.core.cluster_means import pose_averages
+from iastudio.core.cluster_means import cluster_key, pose_averages
 from iastudio.core.frames import FrameBuilder, book_frame, undenoised_means
 from iastudio.core.project import ProjectError, load_project, save_project
 from iastudio.core.session import Session, stream_run
@@ -121,6 +121,13 @@ def test_edited_clusters_keep_the_run_s_averages_and_list_the_others(tmp_path):
     assert_array_equal(booked.undenoised_means[2], final.undenoised_means[2])
     assert not booked.undenoised_means[:2].any()
     assert book_frame(final, res.labels, {}, images=s.working).undenoised_missing == ()
+    # once their averages at the poses onto their own means are known, they are shown, not blank
+    known = {cluster_key(np.flatnonzero(labels == 0)): np.full(final.undenoised_means.shape[1:], 3.0, np.float32)}
+    again = book_frame(final, labels, {}, images=s.working, undenoised_means=known)
+    assert again.undenoised_missing == (1,)
+    assert (again.undenoised_means[0] == 3.0).all()
+    assert not again.undenoised_means[1].any()
+    assert_array_equal(again.undenoised_means[2], final.undenoised_means[2])
 
 
 def test_the_averages_are_saved_with_the_project_and_checked_on_loading(tmp_path):
