@@ -182,16 +182,23 @@ def _particle_pngs(folder):
     return noisy, clean, scale
 
 
-def test_cli_denoise_is_reported(tmp_path):
-    from PIL import Image
+def _cli_run(tmp_path):
+    """``ia-cluster tmp_path/in`` (24 px, 1 iteration, k = 2): the results folder and its summary."""
+    from iastudio.core.cli import main
 
-    from iastudio.core.cli import build_parser, main
-
-    noisy, clean, scale = _particle_pngs(tmp_path / "in")
     out = tmp_path / "out"
     assert main([str(tmp_path / "in"), "--out", str(out), "--size", "24", "--iterations", "1", "--quiet",
                  "--clusters", "2"]) == 0
-    summary = json.loads((out / "summary.json").read_text())
+    return out, json.loads((out / "summary.json").read_text())
+
+
+def test_cli_denoise_is_reported(tmp_path):
+    from PIL import Image
+
+    from iastudio.core.cli import build_parser
+
+    noisy, clean, scale = _particle_pngs(tmp_path / "in")
+    out, summary = _cli_run(tmp_path)
     rep = summary["denoise"]
     assert rep["applied"]
     assert rep["mode"] == "auto"
@@ -215,14 +222,9 @@ def test_cli_denoises_a_stack_with_a_stray_file_and_names_the_file(tmp_path, cap
     # a folder of particle images and one image of another size: the stack is still denoised
     from PIL import Image
 
-    from iastudio.core.cli import main
-
     _particle_pngs(tmp_path / "in")
     Image.fromarray(np.full((40, 40), 120, np.uint8)).save(tmp_path / "in" / "stray.png")
-    out = tmp_path / "out"
-    assert main([str(tmp_path / "in"), "--out", str(out), "--size", "24", "--iterations", "1", "--quiet",
-                 "--clusters", "2"]) == 0
-    summary = json.loads((out / "summary.json").read_text())
+    out, summary = _cli_run(tmp_path)
     rep = summary["denoise"]
     assert rep["applied"]
     names = [row["path"] for row in csv.DictReader((out / "assignments.csv").open())]
