@@ -539,7 +539,7 @@ def _notes(canvas, res, *, printed: bool = False) -> list:
 def _left_out_line(canvas, data) -> str | None:
     """The files the denoiser left as they were (another size or colour than the stack), named; or None."""
     rep = getattr(canvas, "denoise", None)
-    if rep is None or not rep.left_out:
+    if rep is None or not rep.applied or not rep.left_out:
         return None
     names = [display_name(data.paths[i]) for i in rep.left_out[:3]]
     more = len(rep.left_out) - len(names)
