@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 from PySide6.QtCore import QAbstractListModel, QMimeData, QPoint, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPalette, QPen, QPixmap
+from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPalette, QPen, QPixmap, QValidator
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSlider,
     QSpinBox,
+    QToolTip,
     QVBoxLayout,
     QWidget,
 )
@@ -354,6 +355,64 @@ PAPER_BETA = float(PRESETS[PAPER_MODE["preset"]]["beta"])
 PAPER_ITERATIONS = int(PRESETS[PAPER_MODE["preset"]]["iterations"])
 
 
+def _typed_number(box: QSpinBox | QDoubleSpinBox, text: str) -> float | None:
+    """The number typed into ``box`` (its prefix and suffix removed), or None when ``text`` is not one."""
+    t = text.strip()
+    for affix, cut in ((box.prefix().strip(), str.removeprefix), (box.suffix().strip(), str.removesuffix)):
+        t = cut(t, affix).strip() if affix else t
+    value, ok = box.locale().toDouble(t)
+    return value if ok and math.isfinite(value) else None
+
+
+def refusal(box: QSpinBox | QDoubleSpinBox, text: str) -> str | None:
+    """What to say when ``text`` typed into ``box`` is a number outside its range (None: it is not)."""
+    value = _typed_number(box, text)
+    if value is None or box.minimum() <= value <= box.maximum():
+        return None
+    suffix, shown = box.suffix(), box.textFromValue
+    if value > box.maximum():
+        return f"{shown(value)}{suffix} is more than {shown(box.maximum())}{suffix}, the most it can be"
+    return f"{shown(value)}{suffix} is less than {shown(box.minimum())}{suffix}, the least it can be"
+
+
+class _Refusing:
+    """Say so when a typed number is out of range: Qt drops the keystroke or puts the old value back, silently.
+
+    Over the range (``validate``: the keystroke is dropped, "90" would become 9) and under it (``fixup``
+    on Enter or leaving the field: the old value comes back), :attr:`refused` carries the reason.
+    """
+
+    def _say(self, text: str, then: str) -> None:
+        why = refusal(self, text)
+        if why is not None and why != getattr(self, "_last_said", None):
+            self._last_said = why
+            self.refused.emit(f"{why}; {then}")
+
+    def validate(self, text, pos):
+        got = super().validate(text, pos)
+        if (got[0] if isinstance(got, tuple) else got) == QValidator.State.Invalid:
+            self._say(text, "that key was not taken")
+        else:
+            self._last_said = None
+        return got
+
+    def fixup(self, text):
+        self._say(text, f"it stays {self.textFromValue(self.value())}{self.suffix()}")
+        return super().fixup(text)
+
+
+class OptionSpinBox(_Refusing, QSpinBox):
+    """A whole-number run option's field (see :class:`_Refusing`)."""
+
+    refused = Signal(str)
+
+
+class OptionDoubleSpinBox(_Refusing, QDoubleSpinBox):
+    """A real-number run option's field (see :class:`_Refusing`)."""
+
+    refused = Signal(str)
+
+
 def option_field(name: str) -> QSpinBox | QDoubleSpinBox:
     """A spin box for the run option ``name``: range, default, unit and decimals from its declaration.
 
@@ -362,7 +421,7 @@ def option_field(name: str) -> QSpinBox | QDoubleSpinBox:
     or its maximum (the rotation range's whole circle).
     """
     opt = option(name)
-    box = QSpinBox() if opt.kind is int else QDoubleSpinBox()
+    box = OptionSpinBox() if opt.kind is int else OptionDoubleSpinBox()
     if isinstance(box, QDoubleSpinBox):
         box.setDecimals(opt.decimals)  # before the range, which it rounds
     step = 10.0 ** -opt.decimals if isinstance(box, QDoubleSpinBox) else 1
@@ -384,6 +443,7 @@ class RunPanel(QGroupBox):
     startRequested = Signal()
     stopRequested = Signal()
     resumeRequested = Signal()
+    refused = Signal(str)  # "Working size: 4 px is less than 8 px, ...": a typed number out of range
 
     def __init__(self, gpu_ok: bool, gpu_reason: str, parent=None):
         super().__init__("Run", parent)
@@ -422,6 +482,7 @@ class RunPanel(QGroupBox):
         self.resume_btn.clicked.connect(self.resumeRequested)
         apply_tooltips(self)
         for box in (self.beta, self.iterations, self.clusters, self.rotation_range, self.angle_step, self.size):
+            box.refused.connect(lambda why, b=box: self._refused(b, why))
             opt = option(box.objectName())
             values = opt.range_text(unit=True).replace("`", "")
             box.setToolTip(f"{box.toolTip()}\n\n{values}; default {opt.default_text().replace('`', '')}.")
@@ -432,6 +493,23 @@ class RunPanel(QGroupBox):
                                 f"after the run.\n\n{opt.range_text().replace('`', '')}; default "
                                 f"{opt.default_text().replace('`', '')}.")
         self.set_state("idle")
+
+    def _refused(self, box, why: str) -> None:
+        """Say at the field (and to :attr:`refused`'s listeners) why a typed number was not taken."""
+        text = f"{self._label_of(box)}: {why}"
+        QToolTip.showText(box.mapToGlobal(QPoint(0, box.height())), text, box)
+        self.refused.emit(text)
+
+    def _label_of(self, box) -> str:
+        """The form's label of a settings field (beta and clusters sit in a row with their "auto" box)."""
+        form = self.settings.layout()
+        for i in range(form.rowCount()):
+            field, label = (form.itemAt(i, role) for role in (QFormLayout.ItemRole.FieldRole,
+                                                               QFormLayout.ItemRole.LabelRole))
+            if field is not None and label is not None and (
+                    field.widget() is box or (field.layout() is not None and field.layout().indexOf(box) >= 0)):
+                return label.widget().text()
+        return box.objectName()
 
     def _build_form(self, gpu_ok: bool, gpu_reason: str) -> QFormLayout:
         form = QFormLayout()

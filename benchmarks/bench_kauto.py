@@ -10,7 +10,8 @@ Three steps, so that a rule for choosing k can be studied without re-running the
 ``rules``
     Reads k out of the stored *input* and *last* distances with each rule (:func:`_rules`) and prints,
     per set, the true k and each rule's k (``?`` after an unsure choice), then per split and rule how
-    many sets got the true k, how many wrong ones said "unsure" and how many were wrong and sure.
+    many sets got the true k (and of those, how many said so without "unsure"), how many wrong ones
+    said "unsure" and how many were wrong and sure.
 ``ceiling``
     For each stored set, the ARI of every partition the read-out could choose (k = 2-20, neighbour
     scales 1-3) and whether the true k is the k of the one most like the truth: where it is not, no
@@ -257,19 +258,20 @@ def rules(cache, splits=("tune", "holdout"), which=("input", "last"), only=()):
                     d, p = reads[0] if w == "input" else reads[-1]
                     ch = fn(d, p)
                     ok = ch.k == k_true
-                    t = totals.setdefault((split, rname, w), [0, 0, 0, 0])
+                    t = totals.setdefault((split, rname, w), [0, 0, 0, 0, 0])
                     t[0] += 1
                     t[1] += ok
                     t[2] += (not ok) and ch.unsure
                     t[3] += (not ok) and not ch.unsure
+                    t[4] += ok and not ch.unsure
                     parts.append(f"{ch.k}{'?' if ch.unsure else ''}")
                 cells.append(f"{rname}: " + "/".join(parts))
             name = path.stem.split("--", 1)[1]
             print(f"  {name:28s} n={len(truth):5d} k={k_true:3d} run {info['k']}{'?' if info['unsure'] else ''}  "
                   + "; ".join(cells), flush=True)
-    print("\nsplit    rule                      distances  right / sets, wrong+unsure, wrong+sure")
-    for (split, rname, w), (n, ok, unsure, sure) in totals.items():
-        print(f"{split:8s} {rname:25s} {w:9s}  {ok:3d} / {n:3d} ({ok / n:5.1%}), {unsure:3d}, {sure:3d}")
+    print("\nsplit    rule                      distances  right / sets (right+sure), wrong+unsure, wrong+sure")
+    for (split, rname, w), (n, ok, unsure, sure, ok_sure) in totals.items():
+        print(f"{split:8s} {rname:25s} {w:9s}  {ok:3d} / {n:3d} ({ok / n:5.1%}) ({ok_sure:3d}), {unsure:3d}, {sure:3d}")
 
 
 def ceiling(cache, splits=("tune", "holdout"), which=("input", "last"), only=()):

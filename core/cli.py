@@ -743,13 +743,14 @@ def _k_text(res) -> str:
 
 
 def _k_evidence(res, paths) -> dict:
-    """``k_candidates``, ``k_confidence``, ``k_method``, ``k_unsure``, ``k_stability``, ``blank`` and ``notes``."""
+    """The evidence for k in `summary.json` (``k_candidates`` ... ``k_stability``), ``blank`` and ``notes``."""
     ch = res.k_choice
-    out = {"k_candidates": [], "k_confidence": None, "k_method": None, "k_unsure": None, "k_stability": None}
+    out = {"k_candidates": [], "k_confidence": None, "k_method": None, "k_unsure": None, "k_clear": None,
+           "k_stability": None}
     if ch is not None:
         d = ch.as_dict()
         out = {"k_candidates": d["candidates"], "k_confidence": d["confidence"], "k_method": d["method"],
-               "k_unsure": d["unsure"], "k_stability": d["stability"]}
+               "k_unsure": d["unsure"], "k_clear": d["clear"], "k_stability": d["stability"]}
     blank = res.blank if res.blank is not None else np.zeros(len(paths), dtype=bool)
     out["blank"] = [paths[i] for i in np.flatnonzero(blank)]
     out["notes"] = list(res.notes)

@@ -14,7 +14,9 @@ least ``min_gap`` (0.4) decides ``k``; the smallest scale comes first so that
 classes of two or three images are not swallowed by their neighbours.  When no
 scale shows a clear gap the data is ambiguous: ``k`` then comes from the
 silhouette (on the distances, of the partitions at ``m = 2``, k = 2 .. 20) and
-the choice is reported as unsure (``confidence`` below ``min_gap``).  Of the
+the choice is reported as unsure (``confidence`` below ``min_gap``) unless that
+k stood out (:func:`clear_choice`: it leads every other k's silhouette by
+``CLEAR_LEAD`` and its eigengap is ``CLEAR_GAP`` times any other's).  Of the
 ``k`` whose silhouette is within ``NEAR_TIE`` (0.02) of the best, the one with
 the largest eigengap at ``m = 2`` is taken (``settle="eigengap"``, the
 default): on such data the silhouette curve is flat at the top (its best three
@@ -95,6 +97,7 @@ from .weights import graph_affinity, local_bandwidth
 
 __all__ = [
     "KChoice",
+    "clear_choice",
     "closest_in_rows",
     "cluster_labels",
     "eigengap_k",
@@ -126,6 +129,8 @@ STABILITY_DRAWS = 8  # subsets partition_stability re-cuts to settle a near tie
 STABLE_TIE = 0.02  # stabilities within this of the most stable count as equal: the better silhouette decides
 DISTINCT = 0.5  # invariant distance (unit-norm images) above which two images are not alike
 SAME = 0.1  # invariant distance below which two images show the same thing (resampling differences)
+CLEAR_LEAD = 0.02  # a silhouette choice is clear when its silhouette leads every other k by this ...
+CLEAR_GAP = 2.0  # ... and its eigengap (at m = 2) is at least this many times any other k's
 
 
 _METHODS = ("given", "eigengap", "silhouette", "same", "distinct", "trivial", "collapse")  # how k was chosen (KChoice)
@@ -142,8 +147,8 @@ class KChoice:
         The neighbour rank ``m`` of the local bandwidth used for the labels.
     confidence : float
         The eigengap that decided (0..1); below ``MIN_GAP`` the choice is
-        unsure (no clear block structure) and the candidates say what else is
-        plausible.  1.0 when ``k`` was given.
+        unsure (no clear block structure; unless ``clear``) and the candidates
+        say what else is plausible.  1.0 when ``k`` was given.
     method : {"given", "eigengap", "silhouette", "same", "distinct", "trivial", "collapse"}
     candidates : list of (int, float)
         The best three ``k`` with their scores (eigengaps, or silhouettes for
@@ -154,6 +159,12 @@ class KChoice:
         ``"silhouette"`` with near-tied rivals: how well the chosen partition
         survives leaving a fifth of the images out (:func:`partition_stability`,
         mean ARI, -0.5 .. 1); None where it was not needed.
+    clear : bool
+        ``"silhouette"`` only: the chosen ``k`` stood out although no scale
+        showed a gap of ``MIN_GAP`` -- its silhouette leads every other ``k``
+        by at least ``CLEAR_LEAD`` and its eigengap at ``m = 2`` is at least
+        ``CLEAR_GAP`` times any other ``k``'s (:func:`clear_choice`).  Such a
+        choice is not reported as unsure.
     """
 
     k: int
@@ -162,11 +173,12 @@ class KChoice:
     method: str = "given"
     candidates: list = field(default_factory=list)
     stability: float | None = None
+    clear: bool = False
 
     @property
     def unsure(self) -> bool:
-        """True when no neighbour scale showed a clear gap (the silhouette had to decide)."""
-        return self.confidence < MIN_GAP
+        """True when no neighbour scale showed a clear gap and the silhouette's choice did not stand out."""
+        return self.confidence < MIN_GAP and not self.clear
 
     def plausible(self) -> list[int]:
         """Other k worth a look: the candidates after the chosen one, when unsure."""
@@ -187,7 +199,7 @@ class KChoice:
         """Plain JSON-able form (``summary.json``)."""
         return {"k": int(self.k), "scale": int(self.scale), "confidence": float(self.confidence),
                 "method": self.method, "unsure": bool(self.unsure),
-                "stability": None if self.stability is None else float(self.stability),
+                "stability": None if self.stability is None else float(self.stability), "clear": bool(self.clear),
                 "candidates": [{"k": int(k), "score": float(s)} for k, s in self.candidates]}
 
     @classmethod
@@ -211,7 +223,8 @@ class KChoice:
                    confidence=float(number(d.get("confidence"), -1.0, 1e6)), method=d["method"],
                    candidates=[(number(c.get("k"), 1, 10**6, int), float(number(c.get("score"), -np.inf, np.inf)))
                                for c in d["candidates"]],
-                   stability=None if d.get("stability") is None else float(number(d["stability"], -1.0, 1.0)))
+                   stability=None if d.get("stability") is None else float(number(d["stability"], -1.0, 1.0)),
+                   clear=d.get("clear", False) is True)
 
 
 def local_scaling_affinity(distances: np.ndarray, *, neighbor: int = 2, nearest: int | None = None) -> np.ndarray:
@@ -928,7 +941,7 @@ def _select(distances, *, scales, min_gap, max_k, probes, near_tie=None, settle=
     if near_tie is None:
         near_tie = PRODUCT_TIE if settle == "product" else NEAR_TIE
     if settle in ("eigengap", "product"):
-        at_m = gaps[m] if m in gaps else eigengaps(affinity(m), max_k=max_k)
+        at_m = gaps.setdefault(m, eigengaps(affinity(m), max_k=max_k))
         k = (_near_tie_k if settle == "eigengap" else _product_k)(sil, at_m, near_tie)
     else:
         near = _near_ties(sil, near_tie)
@@ -938,9 +951,48 @@ def _select(distances, *, scales, min_gap, max_k, probes, near_tie=None, settle=
         k = _stable_k(sil, stable)
         stability = stable[k]
     ranked = [(k, sil[k]), *sorted(((j, s) for j, s in sil.items() if j != k), key=lambda t: -t[1])[:2]]
+    at_m = gaps[m] if m in gaps else eigengaps(affinity(m), max_k=max_k)
     choice = KChoice(int(k), m, strongest.confidence, "silhouette", [(int(j), float(s)) for j, s in ranked],
-                     stability=stability)
+                     stability=stability, clear=clear_choice(int(k), sil, at_m))
     return choice, parts[choice.k]
+
+
+def clear_choice(k: int, sil: dict, gaps: np.ndarray, *, lead: float = CLEAR_LEAD, gap: float = CLEAR_GAP) -> bool:
+    """Whether a silhouette-chosen ``k`` stands out from every other ``k``.
+
+    Parameters
+    ----------
+    k : int
+        The chosen number of clusters.
+    sil : dict
+        Each tried ``k``'s silhouette.
+    gaps : ndarray
+        ``gaps[j - 1]`` is the eigengap ``lambda_j - lambda_{j+1}`` at the
+        scale the partitions were cut at.
+    lead : float
+        How far ``k``'s silhouette must lead every other ``k``'s.
+    gap : float
+        How many times every other ``j``'s eigengap ``k``'s must be.
+
+    Returns
+    -------
+    bool
+        True when both hold (a ``k`` past the spectrum's end has no gap: False).
+
+    Notes
+    -----
+    Chosen on the tune split of ``benchmarks/bench_kauto.py`` (input distances):
+    there it clears 5 of the 12 right silhouette choices and none of the 13
+    wrong ones; on the holdout split 6 of 11 right and none of 13 wrong
+    (``docs/quality.md``).
+    """
+    if k > gaps.size or k not in sil:
+        return False
+    others_sil = [s for j, s in sil.items() if j != k]
+    others_gap = np.delete(gaps, k - 1)
+    sil_ok = not others_sil or sil[k] >= max(others_sil) + lead
+    gap_ok = others_gap.size == 0 or gaps[k - 1] >= gap * others_gap.max()
+    return bool(sil_ok and gap_ok and gaps[k - 1] > 0)
 
 
 def _near_ties(sil: dict, near_tie: float = NEAR_TIE) -> list:

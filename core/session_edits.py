@@ -98,6 +98,7 @@ class SessionClusters:
         self.edits.append(text)
         self.events.history.emit()
         self._mark_dirty()
+        self.message(f"{text} ({count_of(len(new_book.cluster_ids()), 'cluster')} now)")  # not the run's count
         return True
 
     def undo(self) -> bool:
@@ -185,10 +186,14 @@ class SessionClusters:
             kk = "auto" if k in (None, "auto") else min(int(k), self.n)
             labels, _ = read_clusters(d, k=kk)
             text = f"Re-read clusters with k = {kk}"
+        new_book = ClusterBook.from_labels(labels)
         if self.book is None:
-            self._apply_book(ClusterBook.from_labels(labels))
+            self._apply_book(new_book)
             return True
-        return self.edit_clusters(text, ClusterBook.from_labels(labels))
+        if not self.edit_clusters(text, new_book):
+            self.message(f"{text}: no change ({count_of(len(new_book.cluster_ids()), 'cluster')}, as before)")
+            return False
+        return True
 
     # ------------------------------------------------------------------ edited clusters' means, alignment, inspect
     def missing_cluster_means(self) -> list[np.ndarray]:

@@ -204,6 +204,8 @@ def test_reread_only_on_the_buttons(fresh, qapp):
         cp.k_apply.click()
         assert emitted == [4]
         assert len(m.session.book.cluster_ids()) == 4
+        qapp.processEvents()
+        assert w.statusBar().currentMessage() == "Re-read clusters with k = 4 (4 clusters now)"
         assert len(m.session.history.edits) == n_edits + 1
         assert m.session.undo()
         assert m.session.book == merged

@@ -134,6 +134,28 @@ def test_the_working_size_applies_once_typing_is_finished(win, qtbot, asked):
     assert m.session.final is None  # the run on the 24 px images was discarded, as agreed
 
 
+def test_a_typed_number_out_of_range_is_refused_out_loud(win, qtbot, asked):
+    """Qt keeps the old size (under the range) or drops the key (over it) without a word; the window says why."""
+    m, rp = win.model, win.run_panel
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
+    _type_into(rp.size, "4")
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Tab)
+    said = "Working size: 4 px is less than 8 px, the least it can be; it stays 24 px"
+    assert win.statusBar().currentMessage() == said
+    assert m.session.size == 24
+    assert rp.size.value() == 24
+    assert asked == []
+    _type_into(rp.angle_step, "90")  # "9", then a "0" Qt drops: 90 is over 45
+    assert rp.angle_step.text() == "9 °"
+    assert win.statusBar().currentMessage().startswith("Angle step: 90")
+    assert "the most it can be; that key was not taken" in win.statusBar().currentMessage()
+    _type_into(rp.iterations, "12")  # in range: nothing said
+    QTest.keyClick(rp.iterations.lineEdit(), Qt.Key.Key_Return)
+    assert rp.iterations.value() == 12
+    assert win.statusBar().currentMessage().startswith("Angle step")
+
+
 # ------------------------------------------------------------------ 3. Add files that hold no image
 def test_adding_a_file_with_no_image_changes_nothing(win, qtbot, tmp_path, asked, monkeypatch):
     m = win.model

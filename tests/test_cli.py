@@ -63,7 +63,8 @@ def test_end_to_end_folder_with_skipped_files(tmp_path, capsys):
     # "auto" as asked, and what it meant: every pair of 6 images is aligned, so 3 rounds
     assert summary["parameters"]["realign_rounds"] == "auto"
     assert summary["parameters"]["realign_rounds_used"] == 3
-    assert summary["k_unsure"] == (summary["k_confidence"] < 0.4)
+    assert summary["k_unsure"] == (summary["k_confidence"] < 0.4 and not summary["k_clear"])
+    assert summary["k_clear"] is (summary["k_method"] == "silhouette" and not summary["k_unsure"])
     assert "k_stability" in summary
     w = np.load(out / "weights.npy", allow_pickle=False)
     assert w.shape == (6, 6)

@@ -217,6 +217,21 @@ def test_reread_by_threshold_and_by_k(finished_project):
     assert len(s.book.cluster_ids()) == 1
 
 
+def test_an_edit_says_how_many_clusters_there_are_now(finished_project):
+    """The last message is the clusters now, not the run's "Done: 3 clusters"."""
+    _, _, path = finished_project
+    s = Session()
+    s.open_project(path)
+    said = []
+    s.events.message.connect(said.append)
+    assert s.reread(k=2)
+    assert said[-1] == "Re-read clusters with k = 2 (2 clusters now)"
+    assert not s.reread(k=2)
+    assert said[-1] == "Re-read clusters with k = 2: no change (2 clusters, as before)"
+    assert s.merge_clusters(s.book.cluster_ids())
+    assert said[-1] == "Merge 2 clusters (1 cluster now)"
+
+
 def test_split_cluster_into_two(finished_project):
     _, _, path = finished_project
     s = Session()

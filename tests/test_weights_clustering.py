@@ -182,6 +182,41 @@ def test_select_k_ambiguous_data_says_it_is_unsure():
     assert choice.as_dict()["candidates"][0]["k"] == choice.k
 
 
+def test_a_silhouette_choice_that_stands_out_is_not_unsure():
+    from sklearn.metrics import adjusted_rand_score
+
+    from iastudio.core.clustering import MIN_GAP
+
+    rng = np.random.default_rng(0)
+    d, lab = _points(rng.standard_normal((4, 6)), [25] * 4, spread=0.3)  # four clouds, no eigengap of MIN_GAP
+    d *= 0.45 / np.median(d)
+    got, choice = read_clusters(d)
+    assert choice.method == "silhouette"
+    assert choice.confidence < MIN_GAP
+    assert choice.clear
+    assert not choice.unsure
+    assert choice.k == 4
+    assert adjusted_rand_score(lab, got) == pytest.approx(1.0)
+    assert choice.describe() == "4 clusters"
+    assert choice.plausible() == []
+    assert choice.as_dict()["clear"] is True
+    assert choice.as_dict()["unsure"] is False
+
+
+def test_clear_choice_known_answer():
+    from iastudio.core.clustering import clear_choice
+
+    sil = {2: 0.20, 3: 0.25, 4: 0.31}
+    gaps = np.array([0.05, 0.06, 0.10, 0.30, 0.04])  # gaps[k - 1]: after eigenvalue k
+    assert clear_choice(4, sil, gaps)  # leads by 0.06 in silhouette, 3x the next gap
+    assert not clear_choice(4, {**sil, 3: 0.30}, gaps)  # leads by 0.01 only
+    assert not clear_choice(4, sil, np.array([0.05, 0.06, 0.10, 0.19, 0.04]))  # gap 1.9x the next
+    assert clear_choice(4, sil, np.array([0.05, 0.06, 0.10, 0.19, 0.04]), gap=1.5)
+    assert not clear_choice(3, sil, gaps)  # not the best silhouette
+    assert not clear_choice(7, {**sil, 7: 0.9}, gaps)  # past the spectrum's end: no gap known
+    assert not clear_choice(2, {2: 0.3}, np.zeros(3))  # no gap at all
+
+
 def test_near_tie_goes_to_the_largest_eigengap():
     from iastudio.core.clustering import NEAR_TIE, _near_tie_k
 
@@ -488,6 +523,12 @@ def test_unsure_choice_is_reported_as_unsure():
     assert sure.describe() == "4 clusters"
     assert sure.as_dict()["unsure"] is False
     assert KChoice.from_dict({k: v for k, v in sure.as_dict().items() if k != "stability"}) == sure  # older files
+    clear = KChoice(4, 2, 0.1, "silhouette", [(4, 0.3), (3, 0.2)], clear=True)
+    assert clear.describe() == "4 clusters"
+    assert not clear.unsure
+    assert KChoice.from_dict(json.loads(json.dumps(clear.as_dict()))) == clear
+    assert KChoice.from_dict({k: v for k, v in clear.as_dict().items() if k != "clear"}).unsure  # before `clear`
+    assert KChoice.from_dict({**clear.as_dict(), "clear": "yes"}).unsure  # only a JSON true counts
     with pytest.raises(ValueError, match="malformed"):
         KChoice.from_dict({**d, "stability": 7.0})
 
