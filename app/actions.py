@@ -41,6 +41,9 @@ def build_menus(window) -> None:
     window.undo_action = add_action(window, edit, "Undo", m.session.undo, "Ctrl+Z")
     window.redo_action = add_action(window, edit, "Redo", m.session.redo, "Ctrl+Shift+Z")
     window.redo_action.setShortcuts([QKeySequence("Ctrl+Shift+Z"), QKeySequence("Ctrl+Y")])
+    edit.addSeparator()
+    window.remove_action = add_action(window, edit, "Remove selected images from the set",
+                                      lambda: window.remove_images(), QKeySequence.StandardKey.Delete)
     listen(m.session.events.history, lambda: update_undo_actions(window))
     update_undo_actions(window)
     window.undo_anywhere = UndoAnywhere(window)

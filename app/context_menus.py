@@ -46,7 +46,7 @@ def cluster_menu(window, cluster: int) -> QMenu:
 
 
 def thumbnail_menu(window, rows: list[int]) -> QMenu:
-    """Show large, inspect a pair, select the cluster, move to a cluster, new cluster, unassign."""
+    """Show large, inspect a pair, remove from the set, select the cluster, move to a cluster, new cluster, unassign."""
     m = window.model
     menu = QMenu(window)
     rows = [int(r) for r in rows if 0 <= int(r) < m.session.n]
@@ -55,6 +55,7 @@ def thumbnail_menu(window, rows: list[int]) -> QMenu:
     what = count_of(len(rows), "image")
     _add(menu, "Show large…", lambda: window_show_image(window, rows[0]))
     _add(menu, "Inspect this pair (why alike?)", lambda: window.inspect_pair(rows[0], rows[1]), len(rows) == 2)
+    _add(menu, f"Remove {what} from the set", lambda: window.remove_images(rows))
     book = m.session.book
     if book is None:
         return menu

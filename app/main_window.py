@@ -19,6 +19,7 @@ from iastudio.core import __version__
 from iastudio.core.clusterbook import UNASSIGNED
 from iastudio.core.filenames import display_name, printable
 from iastudio.core.logs import log_dir
+from iastudio.core.wording import count_of
 
 from .actions import build_menus
 from .docks import restore_window, save_window
@@ -143,6 +144,15 @@ class MainWindow(QMainWindow):
     def load_demo(self, name: str) -> bool:
         return self._changing_inputs(
             "Loading the demo", lambda: self.model.session.load_demo(name, size=self.take_size_after_demo()))
+
+    def remove_images(self, rows=None) -> bool:
+        """Take the selected images (or ``rows``) out of the set; asks first if unsaved work would go."""
+        s = self.model.session
+        rows = list(s.selection if rows is None else rows)
+        if not rows:
+            s.message("Select the images to remove first.")
+            return False
+        return self._changing_inputs(f"Removing {count_of(len(rows), 'image')}", lambda: s.remove_images(rows))
 
     def take_size_after_demo(self) -> int | None:
         """The working size the user had before *Show me* (its demo runs at its own size); once."""

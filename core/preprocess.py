@@ -72,6 +72,16 @@ class Canvas:
     def __len__(self) -> int:
         return int(self.images.shape[0])
 
+    def take(self, indices) -> Canvas:
+        """The canvases at ``indices`` (without the denoising, which was the whole set's).
+
+        ``original_shape`` is kept only where it has one entry per image (a project's embedded
+        canvases have none).
+        """
+        idx = np.asarray(indices, dtype=int)
+        shapes = [self.original_shape[i] for i in idx] if len(self.original_shape) == len(self) else []
+        return Canvas(self.images[idx], np.asarray(self.scale)[idx], np.asarray(self.offset)[idx], shapes)
+
 
 def content_radius(image: np.ndarray, *, level: float = _CONTENT_LEVEL) -> float:
     """Distance from the image centre to the farthest content pixel.

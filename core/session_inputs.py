@@ -107,6 +107,31 @@ class SessionInputs:
         self.message(msg)
         return new.skipped
 
+    def remove_images(self, indices) -> bool:
+        """Take the images at ``indices`` out of the set (their files are not touched).
+
+        The run they were part of is discarded (refused while it works); the other images keep their
+        transforms, and the session stays the opened project's (saving it writes the smaller set).
+        """
+        drop = sorted({int(i) for i in np.ravel(indices) if 0 <= int(i) < self.n})
+        if not drop:
+            self.message("Select the images to remove first.")
+            return False
+        if not self._inputs_may_change("removing images"):
+            return False
+        keep = np.setdiff1d(np.arange(self.n), drop)
+        names = [printable(display_name(self.data.paths[i])) for i in drop[:3]]
+        transforms, old = self.transforms[keep], self.canvas
+        canvas = None if old is None else old.take(keep)
+        self._set_data(self.data.subset(keep), canvas)
+        if transforms.any():
+            self.transforms = transforms
+            self._update_working()
+        more = f" and {len(drop) - 3} more" if len(drop) > 3 else ""
+        self.message(f"Removed {count_of(len(drop), 'image')} from the set ({', '.join(names)}{more}); "
+                     f"{'its file is' if len(drop) == 1 else 'their files are'} not touched")
+        return True
+
     def set_images(self, data: ImageSet) -> bool:
         """Replace the image set by ``data`` (an :class:`~iastudio.core.imageset.ImageSet`)."""
         if not self._inputs_may_change("replacing the images"):

@@ -204,6 +204,44 @@ def test_adding_real_images_asks_after_reading_and_cancel_keeps_the_edits(win, q
     assert m.session.final is None
 
 
+def test_removing_images_from_the_set_asks_first_and_delete_in_a_field_stays_there(win, qtbot, asked):
+    from PySide6.QtCore import QItemSelectionModel
+
+    from iastudio.app.context_menus import thumbnail_menu
+
+    m, view = win.model, win.images_panel.view
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
+    _run(win, qtbot)
+    assert m.session.merge_clusters([0, 1])
+    paths = list(m.session.data.paths)
+    for row in (0, 5):  # as a ctrl-click would
+        view.selectionModel().select(view.model().index(row, 0), QItemSelectionModel.SelectionFlag.Select)
+    assert m.session.selection == [0, 5]
+    _type_into(win.run_panel.iterations, "7")  # Delete while typing in a field edits the field
+    QTest.keyClick(win.run_panel.iterations.lineEdit(), Qt.Key.Key_Delete)
+    assert m.session.n == 18
+    assert asked == []
+    view.setFocus()
+    asked.answer = "cancel"
+    QTest.keyClick(view, Qt.Key.Key_Delete)
+    assert len(asked) == 1
+    assert "Removing 2 images discards" in asked[0][1]
+    assert m.session.n == 18
+    assert m.session.edits == ["Merge 2 clusters"]
+    asked.answer = "discard"
+    QTest.keyClick(view, Qt.Key.Key_Delete)
+    assert m.session.data.paths == [p for i, p in enumerate(paths) if i not in (0, 5)]
+    assert m.session.final is None
+    assert win.images_panel.thumbs.rowCount() == 16  # the gallery shows the smaller set
+    assert win.statusBar().currentMessage().startswith("Removed 2 images from the set")
+    remove = next(a for a in thumbnail_menu(win, [3]).actions() if a.text() == "Remove 1 image from the set")
+    remove.trigger()  # nothing to lose now: not asked
+    assert len(asked) == 2
+    assert m.session.n == 15
+    assert paths[4] not in m.session.data.paths
+
+
 # ------------------------------------------------------------------ 4. Show me, paper mode
 def test_paper_mode_is_never_shown_next_to_beta_auto(win):
     rp = win.run_panel

@@ -377,3 +377,38 @@ def test_the_events_are_typed_signals_that_carry_the_new_state():
     assert states == ["idle", "running", "finished"]  # start() discards the last run first
     assert messages[-1].startswith("Done: 3 clusters")
     assert s.events.state.signature.parameters["p0"].annotation is str  # typed: what a connection can check
+
+
+def test_removing_images_keeps_the_rest_as_they_were(finished_project, tmp_path):
+    from iastudio.core.preprocess import preprocess
+
+    _, _, path = finished_project
+    s = Session()
+    s.open_project(path)
+    n, paths = s.n, list(s.data.paths)
+    s.set_transform(4, 30.0, 1.0, -2.0)
+    kept_transform, base = s.transforms[4].copy(), s.base.copy()
+    said = []
+    s.events.message.connect(said.append)
+    assert not s.remove_images([])
+    assert said[-1] == "Select the images to remove first."
+    assert s.remove_images([1, 2, 2, 99])  # a repeat and an index past the end count once / not at all
+    keep = [i for i in range(n) if i not in (1, 2)]
+    assert s.n == n - 2
+    assert s.data.paths == [paths[i] for i in keep]
+    assert s.final is None
+    assert s.book is None
+    assert s.project_path == str(path)
+    assert s.dirty
+    assert_allclose(s.base, base[keep])  # a project's own canvases
+    assert_allclose(s.transforms[2], kept_transform)  # image 4 is now at 2, still turned
+    assert not s.transforms[[0, 1, 3]].any()
+    assert said[-1].startswith("Removed 2 images from the set (")
+    assert said[-1].endswith("their files are not touched")
+    demo = Session(size=24)
+    demo.load_demo("shapes")
+    assert demo.remove_images([0])
+    assert_allclose(demo.base, preprocess(demo.data.images, size=24).images, atol=1e-6)  # as if read alone
+    assert demo.remove_images(range(demo.n))  # all of them: an empty set, not a crash
+    assert demo.n == 0
+    assert demo.base.shape == (0, 24, 24)
