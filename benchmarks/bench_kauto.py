@@ -16,6 +16,10 @@ Three steps, so that a rule for choosing k can be studied without re-running the
     For each stored set, the ARI of every partition the read-out could choose (k = 2-20, neighbour
     scales 1-3) and whether the true k is the k of the one most like the truth: where it is not, no
     rule that picks one of these partitions can find the true k without picking a worse partition.
+``clear``
+    How the thresholds of ``clustering.clear_choice`` (when a silhouette choice is not "unsure") were
+    chosen: a grid of silhouette leads and eigengap ratios counted on the tune split's stored
+    read-outs, and the best ones on the holdout split.
 ``check``
     Full default runs (this version's rule inside the engine) on the sets, printing k, whether the
     run said it was unsure, ARI and the time.
@@ -37,6 +41,7 @@ Usage::
     python benchmarks/bench_kauto.py collect --split tune --cache /tmp/kauto
     python benchmarks/bench_kauto.py rules --cache /tmp/kauto
     python benchmarks/bench_kauto.py ceiling --cache /tmp/kauto
+    python benchmarks/bench_kauto.py clear --cache /tmp/kauto
     python benchmarks/bench_kauto.py check --split holdout --only real-mnist-5
 """
 from __future__ import annotations
@@ -320,6 +325,59 @@ def ceiling(cache, splits=("tune", "holdout"), which=("input", "last"), only=())
                   f"(the default rule finds it on {default_true})")
 
 
+def _silhouette_choices(cache, split, which):
+    """``(right, lead, gap_ratio)`` of every stored read-out where the silhouette chose k (see :func:`clear`)."""
+    import scipy.sparse as sp
+
+    from iastudio.core import clustering
+
+    out = []
+    for path in sorted(Path(cache).glob(f"{split}--*.npz")):
+        truth, reads, _ = load_case(path)
+        for w in which:
+            d, p = reads[0] if w == "input" else reads[-1]
+            d = sp.csr_matrix(d, dtype=float) if sp.issparse(d) else np.asarray(d, dtype=float)
+            choice = clustering.select_k(d, probes=p)
+            if choice.method != "silhouette":
+                continue
+            affinity = clustering._affinities(d)
+            gaps = clustering.eigengaps(affinity(choice.scale), max_k=clustering.MAX_K)
+            parts = clustering._partitions(affinity(choice.scale), range(2, min(d.shape[0] - 1, clustering.MAX_K) + 1))
+            sil = {k: clustering._silhouette(d, labels, p) for k, labels in parts.items()}
+            k = choice.k
+            lead = sil[k] - max(s for j, s in sil.items() if j != k)
+            ratio = gaps[k - 1] / np.delete(gaps, k - 1).max() if k <= gaps.size else 0.0
+            out.append((k == int(truth.max()) + 1, float(lead), float(ratio)))
+    return out
+
+
+def clear(cache, leads=(0.01, 0.02, 0.03, 0.04, 0.05, 0.06), ratios=(0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5)):
+    """How ``clustering.clear_choice``'s thresholds were chosen: a grid on the tune split, then holdout.
+
+    For every silhouette choice on the stored input and last distances: its silhouette lead over
+    every other k and its eigengap's ratio to every other k's.  Per (lead, ratio): right choices made
+    sure / wrong ones made sure, on tune; the thresholds that make the most right ones sure with no
+    wrong one are then counted on holdout.
+    """
+    feats = {s: _silhouette_choices(cache, s, ("input", "last")) for s in ("tune", "holdout")}
+
+    def count(split, lead, ratio):
+        hits = [right for right, le, ra in feats[split] if le >= lead and ra >= ratio]
+        return sum(hits), len(hits) - sum(hits)
+
+    print("tune: right made sure / wrong made sure, per gap ratio (rows) and silhouette lead (columns)")
+    print("ratio " + "".join(f"{le:>9}" for le in leads))
+    for ra in ratios:
+        print(f"{ra:5} " + "".join(f"{count('tune', le, ra)!s:>9}" for le in leads))
+    ok = [(count("tune", le, ra)[0], le, ra) for le in leads for ra in ratios if count("tune", le, ra)[1] == 0]
+    top = max(n for n, _, _ in ok)
+    for n, le, ra in ok:
+        if n == top:
+            print(f"best on tune: lead {le}, ratio {ra}: {n} right made sure; holdout {count('holdout', le, ra)} "
+                  f"of {sum(r for r, _, _ in feats['holdout'])} right / {sum(not r for r, _, _ in feats['holdout'])} "
+                  "wrong silhouette choices")
+
+
 def check(split, only=()):
     from iastudio.core.clustering import KChoice  # noqa: F401
 
@@ -344,7 +402,7 @@ def check(split, only=()):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("collect", "rules", "ceiling", "check"))
+    p.add_argument("what", choices=("collect", "rules", "ceiling", "check", "clear"))
     p.add_argument("--split", choices=("tune", "holdout", "both"), default="both")
     p.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "ia-kauto"))
     p.add_argument("--only", nargs="*", default=())
@@ -360,6 +418,8 @@ def main(argv=None) -> int:
             check(split, a.only)
     if a.what == "rules":
         rules(a.cache, splits, ("input",) if a.inputs else ("input", "last"), a.only)
+    if a.what == "clear":
+        clear(a.cache)
     if a.what == "ceiling":
         ceiling(a.cache, splits, ("input",) if a.inputs else ("input", "last"), a.only)
     return 0

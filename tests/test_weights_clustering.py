@@ -210,8 +210,9 @@ def test_clear_choice_known_answer():
     gaps = np.array([0.05, 0.06, 0.10, 0.30, 0.04])  # gaps[k - 1]: after eigenvalue k
     assert clear_choice(4, sil, gaps)  # leads by 0.06 in silhouette, 3x the next gap
     assert not clear_choice(4, {**sil, 3: 0.30}, gaps)  # leads by 0.01 only
-    assert not clear_choice(4, sil, np.array([0.05, 0.06, 0.10, 0.19, 0.04]))  # gap 1.9x the next
-    assert clear_choice(4, sil, np.array([0.05, 0.06, 0.10, 0.19, 0.04]), gap=1.5)
+    assert not clear_choice(4, sil, np.array([0.05, 0.06, 0.10, 0.12, 0.04]))  # gap 1.2x the next
+    assert clear_choice(4, sil, np.array([0.05, 0.06, 0.10, 0.12, 0.04]), gap=1.1)
+    assert not clear_choice(4, sil, gaps, lead=0.1)
     assert not clear_choice(3, sil, gaps)  # not the best silhouette
     assert not clear_choice(7, {**sil, 7: 0.9}, gaps)  # past the spectrum's end: no gap known
     assert not clear_choice(2, {2: 0.3}, np.zeros(3))  # no gap at all
