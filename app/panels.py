@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSlider,
     QSpinBox,
-    QToolTip,
     QVBoxLayout,
     QWidget,
 )
@@ -495,10 +494,8 @@ class RunPanel(QGroupBox):
         self.set_state("idle")
 
     def _refused(self, box, why: str) -> None:
-        """Say at the field (and to :attr:`refused`'s listeners) why a typed number was not taken."""
-        text = f"{self._label_of(box)}: {why}"
-        QToolTip.showText(box.mapToGlobal(QPoint(0, box.height())), text, box)
-        self.refused.emit(text)
+        """Tell :attr:`refused`'s listeners (the status bar) why a number typed into ``box`` was not taken."""
+        self.refused.emit(f"{self._label_of(box)}: {why}")
 
     def _label_of(self, box) -> str:
         """The form's label of a settings field (beta and clusters sit in a row with their "auto" box)."""
