@@ -940,8 +940,10 @@ def _select(distances, *, scales, min_gap, max_k, probes, near_tie=None, settle=
     stability = None
     if near_tie is None:
         near_tie = PRODUCT_TIE if settle == "product" else NEAR_TIE
+    if m not in gaps:
+        gaps[m] = eigengaps(affinity(m), max_k=max_k)
+    at_m = gaps[m]
     if settle in ("eigengap", "product"):
-        at_m = gaps.setdefault(m, eigengaps(affinity(m), max_k=max_k))
         k = (_near_tie_k if settle == "eigengap" else _product_k)(sil, at_m, near_tie)
     else:
         near = _near_ties(sil, near_tie)
@@ -951,7 +953,6 @@ def _select(distances, *, scales, min_gap, max_k, probes, near_tie=None, settle=
         k = _stable_k(sil, stable)
         stability = stable[k]
     ranked = [(k, sil[k]), *sorted(((j, s) for j, s in sil.items() if j != k), key=lambda t: -t[1])[:2]]
-    at_m = gaps[m] if m in gaps else eigengaps(affinity(m), max_k=max_k)
     choice = KChoice(int(k), m, strongest.confidence, "silhouette", [(int(j), float(s)) for j, s in ranked],
                      stability=stability, clear=clear_choice(int(k), sil, at_m))
     return choice, parts[choice.k]

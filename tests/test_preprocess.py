@@ -145,3 +145,20 @@ def test_apply_transforms_rotates_clips_and_renormalises():
     assert_allclose(out[0], base[1], atol=1e-5)  # a quarter turn of the bar is the transposed bar
     one = apply_transforms(base, quarter[:1], index=[0])
     assert_allclose(one[0], out[0])
+
+
+def test_canvas_take_known_answer():
+    from iastudio.core.preprocess import Canvas
+
+    rng = np.random.default_rng(0)
+    images = [rng.random((10 + i, 12)) for i in range(4)]
+    c = preprocess(images, size=16)
+    part = c.take([3, 1])
+    assert_allclose(part.images, c.images[[3, 1]])
+    assert_allclose(part.scale, c.scale[[3, 1]])
+    assert_allclose(part.offset, c.offset[[3, 1]])
+    assert part.original_shape == [(13, 12), (11, 12)]
+    assert part.denoise is None
+    embedded = Canvas(c.images, c.scale, c.offset, [])  # a project's canvases: no original shapes
+    assert embedded.take([0]).original_shape == []
+    assert len(c.take([])) == 0
