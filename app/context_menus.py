@@ -36,7 +36,8 @@ def cluster_menu(window, cluster: int) -> QMenu:
     _add(menu, f"Select the images of {name}", lambda: m.session.select_cluster(cluster))
     menu.addSeparator()
     _add(menu, f"Rename {name}…", lambda: window.rename_cluster(cluster), real)
-    _add(menu, f"Merge the {len(selected)} selected clusters", lambda: window.model.session.merge_clusters(selected),
+    merge = "Merge the selected clusters" if len(selected) < 2 else f"Merge the {len(selected)} selected clusters"
+    _add(menu, merge, lambda: window.model.session.merge_clusters(selected),
          len(selected) >= 2)
     _add(menu, f"Split {name} into {k}", lambda: window.model.session.split_cluster(cluster, k),
          real and m.session.final is not None and len(book.members(cluster)) >= k)

@@ -65,7 +65,7 @@ def show_me(window) -> bool:
     if m.session.busy:
         m.session.message("Stop the run first.")
         return False
-    if not window.projects.confirm_discard("Showing the demo"):
+    if not window.projects.confirm_discard("Showing the demo", replaces=True):
         return False
     user_size = window.size_after_demo or m.session.size  # a second Show me keeps the size from before the first
     # turned and shifted at random already; at the demo's own working size

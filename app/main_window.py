@@ -9,6 +9,7 @@ Its parts live beside it: :mod:`~iastudio.app.layout` (what goes where), :mod:`~
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, QUrl
@@ -29,7 +30,7 @@ from .help import APP_NAME, about_dialog
 from .layout import build_central
 from .model import StudioModel, gpu_status
 from .panels import ClustersPanel, ImageSetPanel, RunPanel, TransformPanel
-from .projects import ProjectController, settings
+from .projects import CANCEL, ProjectController, settings
 from .sync import ViewSync
 from .views import CompareView, ConvergenceView, InspectView, MeansView, WeightsView
 
@@ -84,6 +85,9 @@ class MainWindow(QMainWindow):
         m, ip, tp, rp, cp = self.model, self.images_panel, self.transform_panel, self.run_panel, self.clusters_panel
         ip.openFolder.connect(self.open_folder)
         ip.addFiles.connect(self.add_files)
+        # Delete removes images only where thumbnails have the focus (not a cluster selected in its list)
+        self.remove_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        ip.view.addAction(self.remove_action)
         ip.demoChosen.connect(self.load_demo)
         ip.detailsRequested.connect(self.show_skipped)
         tp.applyRandom.connect(lambda r, s, seed: self._changing_inputs(
@@ -132,27 +136,42 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{APP_NAME} {__version__} — {name}{star}")
 
     # ------------------------------------------------------------ what replaces the inputs asks first
-    def _changing_inputs(self, action: str, change) -> bool:
-        """Run ``change()`` if no unsaved result or edit would be lost, or the user agreed to lose them."""
+    def _changing_inputs(self, action: str, change, *, replaces: bool = False) -> bool:
+        """Run ``change()`` if no unsaved result or edit would be lost, or the user agreed to lose them.
+
+        ``replaces``: ``change`` replaces the whole set (unsaved changes to a project's images count too).
+        """
         if self.model.session.busy:
             self.model.session.message("Stop the run first.")
             return False
-        if self.model.refuse_while_loading() or not self.projects.confirm_discard(action):
+        if self.model.refuse_while_loading() or not self.projects.confirm_discard(action, replaces=replaces):
             return False
         return change() is not False
 
     def load_demo(self, name: str) -> bool:
         return self._changing_inputs(
-            "Loading the demo", lambda: self.model.session.load_demo(name, size=self.take_size_after_demo()))
+            "Loading the demo", lambda: self.model.session.load_demo(name, size=self.take_size_after_demo()),
+            replaces=True)
 
     def remove_images(self, rows=None) -> bool:
-        """Take the selected images (or ``rows``) out of the set; asks first if unsaved work would go."""
+        """Take the selected images (or ``rows``) out of the set, after asking (it cannot be undone)."""
         s = self.model.session
         rows = list(s.selection if rows is None else rows)
         if not rows:
             s.message("Select the images to remove first.")
             return False
-        return self._changing_inputs(f"Removing {count_of(len(rows), 'image')}", lambda: s.remove_images(rows))
+        what = count_of(len(rows), "image")
+        asked_anyway = bool(s.work_at_risk()) and s.dirty  # the "Discard your work?" question will come
+
+        def remove():
+            if not asked_anyway and self.projects.ask(
+                    self, "Remove images?", f"Remove {what} from the set?  Their files are not touched "
+                    "(Add files… puts them back), but this cannot be undone.",
+                    save_text="Remove", discard_text=None) == CANCEL:
+                return False
+            return s.remove_images(rows)
+
+        return self._changing_inputs(f"Removing {what}", remove)
 
     def take_size_after_demo(self) -> int | None:
         """The working size the user had before *Show me* (its demo runs at its own size); once."""
@@ -220,9 +239,12 @@ class MainWindow(QMainWindow):
 
     def _set_image_transform(self, theta, tx, ty) -> None:
         m = self.model
-        if 0 <= m.session.selected < m.session.n:
-            self._changing_inputs("Transforming an image",
-                                  lambda: m.session.set_transform(m.session.selected, theta, tx, ty))
+        i = m.session.selected
+        if 0 <= i < m.session.n and not self._changing_inputs(
+                "Transforming an image", lambda: m.session.set_transform(i, theta, tx, ty)):
+            t = m.session.transforms[i]  # refused: the fields show the transform in use again
+            self.transform_panel.load_image(display_name(m.session.data.paths[i]), math.degrees(t[0]),
+                                            float(t[1]), float(t[2]))
 
     def start_run(self) -> bool:
         if self.model.refuse_while_loading():

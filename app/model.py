@@ -121,7 +121,7 @@ class StudioModel(QObject):
         if self.loader is None:  # abandoned (the window closed)
             return
         action = "Opening a folder" if self._load_replace else "Adding images"
-        if len(loaded.data) and self.confirm is not None and not self.confirm(action):
+        if len(loaded.data) and self.confirm is not None and not self.confirm(action, replaces=self._load_replace):
             self.loader = None  # the user kept their work: nothing read is added
             self.session.message(f"Nothing {'opened' if self._load_replace else 'added'}: your work is kept as it was.")
             self.imagesLoaded.emit([])

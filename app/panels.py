@@ -306,6 +306,7 @@ class TransformPanel(QGroupBox):
         self.theta_slider.valueChanged.connect(lambda v: self.theta.setValue(float(v)))
         self.theta.valueChanged.connect(lambda v: self._sync_slider(v))
         for box in (self.theta, self.tx, self.ty):
+            box.setKeyboardTracking(False)  # taken once typing is finished: "30" is never 3 first
             box.valueChanged.connect(self._emit)
         self._loading = False
         self.set_enabled_image(False)
@@ -375,28 +376,25 @@ def refusal(box: QSpinBox | QDoubleSpinBox, text: str) -> str | None:
 
 
 class _Refusing:
-    """Say so when a typed number is out of range: Qt drops the keystroke or puts the old value back, silently.
+    """Say so when a typed number is out of range; the value in use stays, and the field shows it again.
 
-    Over the range (``validate``: the keystroke is dropped, "90" would become 9) and under it (``fixup``
-    on Enter or leaving the field: the old value comes back), :attr:`refused` carries the reason.
+    Qt alone drops the keystroke that takes a number over the maximum ("90" into a field of at most 45
+    leaves 9, which Enter then applies) and puts the old value back under the minimum, both silently.
+    Here a number out of range is kept as typed until Enter or leaving the field (``validate``), when
+    the old value comes back and :attr:`refused` says why (``fixup``).
     """
-
-    def _say(self, text: str, then: str) -> None:
-        why = refusal(self, text)
-        if why is not None and why != getattr(self, "_last_said", None):
-            self._last_said = why
-            self.refused.emit(f"{why}; {then}")
 
     def validate(self, text, pos):
         got = super().validate(text, pos)
-        if (got[0] if isinstance(got, tuple) else got) == QValidator.State.Invalid:
-            self._say(text, "that key was not taken")
-        else:
-            self._last_said = None
+        state = got[0] if isinstance(got, tuple) else got
+        if state == QValidator.State.Invalid and refusal(self, text) is not None:
+            return QValidator.State.Intermediate, text, pos
         return got
 
     def fixup(self, text):
-        self._say(text, f"it stays {self.textFromValue(self.value())}{self.suffix()}")
+        why = refusal(self, text)
+        if why is not None:
+            self.refused.emit(f"{why}; it stays {self.textFromValue(self.value())}{self.suffix()}")
         return super().fixup(text)
 
 
@@ -430,6 +428,7 @@ def option_field(name: str) -> QSpinBox | QDoubleSpinBox:
     if opt.unit:
         box.setSuffix(f" {opt.unit}")
     box.setObjectName(name)
+    box.setKeyboardTracking(False)  # the value is taken once typing is finished: "90" is never 9 first
     return box
 
 
@@ -524,9 +523,7 @@ class RunPanel(QGroupBox):
             box.setEnabled(not auto.isChecked())
         self.rotation_range = option_field("rotation_range")  # its maximum, the whole circle, is None
         self.angle_step = option_field("angle_step")
-        self.size = option_field("size")
-        # Applied once the user has finished typing (Enter, leaving the field, the arrows): "96" is never 9 first.
-        self.size.setKeyboardTracking(False)
+        self.size = option_field("size")  # applied once typing is finished (Enter, leaving the field, the arrows)
         self.mirror = QCheckBox("mirror images match")
         self.mirror.setChecked(option("group").default == "e2")
         self.paper_mode = QCheckBox("as in the paper")

@@ -41,11 +41,11 @@ def settings() -> QSettings:
     return QSettings(str(app_home() / "settings.ini"), QSettings.Format.IniFormat)
 
 
-def ask(parent, title: str, text: str, save_text: str = "Save…", discard_text: str = "Discard") -> str:
-    """A modal question with Save / Discard / Cancel; returns SAVE, DISCARD or CANCEL."""
+def ask(parent, title: str, text: str, save_text: str = "Save…", discard_text: str | None = "Discard") -> str:
+    """A modal question with Save / Discard / Cancel; returns SAVE, DISCARD or CANCEL (no Discard: None)."""
     box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.NoButton, parent)
     save = box.addButton(save_text, QMessageBox.ButtonRole.AcceptRole)
-    discard = box.addButton(discard_text, QMessageBox.ButtonRole.DestructiveRole)
+    discard = None if discard_text is None else box.addButton(discard_text, QMessageBox.ButtonRole.DestructiveRole)
     box.addButton(QMessageBox.StandardButton.Cancel)
     box.setDefaultButton(save)
     box.exec()
@@ -145,15 +145,20 @@ class ProjectController(QObject):
         self.home_notice = announce(window, self.home_off)  # one line in the status bar and on stderr
 
     # ------------------------------------------------------------ asking first
-    def confirm_discard(self, action: str) -> bool:
+    def confirm_discard(self, action: str, *, replaces: bool = False) -> bool:
         """True when ``action`` ("Starting again", "Loading the demo", ...) may go on.
 
-        Asks only when unsaved work would be lost: a run's result or cluster edits not in a saved project.
-        A save being written is waited for first: it may be what makes the work saved.
+        Asks only when unsaved work would be lost: a run's result or cluster edits not in a saved project,
+        or (``replaces``: the action replaces the whole set) unsaved changes to an opened project's images
+        (images removed or added, transforms).  A save being written is waited for first: it may be what
+        makes the work saved.
         """
         self.wait_for(self._saving)
-        risk = self.model.session.work_at_risk()
-        if not risk or not self.model.session.dirty:
+        s = self.model.session
+        risk = s.work_at_risk()
+        if not risk and replaces and s.project_path and s.n:
+            risk = f"the changes to {Path(s.project_path).name}"
+        if not risk or not s.dirty:
             return True
         answer = self.ask(self.window, "Discard your work?",
                           f"{action} discards {risk} (not saved yet). Save the project first?")
@@ -313,7 +318,7 @@ class ProjectController(QObject):
     def open_project(self, path, *, remember: bool = True, ask: bool = True) -> bool:
         w = self.window
         self.wait_for(self._saving)  # its end names the project's file, which opening replaces
-        if self.model.refuse_while_loading() or (ask and not self.confirm_discard("Opening a project")):
+        if self.model.refuse_while_loading() or (ask and not self.confirm_discard("Opening a project", replaces=True)):
             return False
         try:
             proj = self.model.session.open_project(path)

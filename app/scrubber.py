@@ -9,6 +9,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSlider, QWidget
 from superqt import QElidingLabel
 
+from iastudio.core.wording import count_of
+
 __all__ = ["IterationScrubber"]
 
 LABEL_MAX = 220  # px: the most the label takes from the slider
@@ -87,7 +89,7 @@ class IterationScrubber(QWidget):
         if self.count == 0:
             text = NO_RUN_HINT
         elif i is None:
-            text = f"Live · {self.count} steps"
+            text = f"Live · {count_of(self.count, 'step')}"
         else:
             what = self._describe(i) if self._describe else ""
             text = f"step {i + 1} of {self.count}" + (f" · {what}" if what else "")

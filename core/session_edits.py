@@ -98,7 +98,7 @@ class SessionClusters:
         self.edits.append(text)
         self.events.history.emit()
         self._mark_dirty()
-        self.message(f"{text} ({count_of(len(new_book.cluster_ids()), 'cluster')} now)")  # not the run's count
+        self.message(f"{text}{self._clusters_now()}")  # not the run's count
         return True
 
     def undo(self) -> bool:
@@ -110,7 +110,7 @@ class SessionClusters:
             self.edits.pop()
         self.events.history.emit()
         self._mark_dirty()
-        self.message(f"Undid: {edit.text}")
+        self.message(f"Undid: {edit.text}{self._clusters_now()}")
         return True
 
     def redo(self) -> bool:
@@ -121,8 +121,12 @@ class SessionClusters:
         self.edits.append(edit.text)
         self.events.history.emit()
         self._mark_dirty()
-        self.message(f"Redid: {edit.text}")
+        self.message(f"Redid: {edit.text}{self._clusters_now()}")
         return True
+
+    def _clusters_now(self) -> str:
+        """`` (4 clusters now)`` after an edit, undo or redo (the status bar would show the run's count)."""
+        return "" if self.book is None else f" ({count_of(len(self.book.cluster_ids()), 'cluster')} now)"
 
     def _apply_book(self, book: ClusterBook | None) -> None:
         self.book = book

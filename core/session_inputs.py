@@ -121,6 +121,7 @@ class SessionInputs:
             return False
         keep = np.setdiff1d(np.arange(self.n), drop)
         names = [printable(display_name(self.data.paths[i])) for i in drop[:3]]
+        files = any(not self.data.paths[i].startswith("demo:") for i in drop)  # a demo's images have none
         transforms, old = self.transforms[keep], self.canvas
         canvas = None if old is None else old.take(keep)
         self._set_data(self.data.subset(keep), canvas)
@@ -128,8 +129,8 @@ class SessionInputs:
             self.transforms = transforms
             self._update_working()
         more = f" and {len(drop) - 3} more" if len(drop) > 3 else ""
-        self.message(f"Removed {count_of(len(drop), 'image')} from the set ({', '.join(names)}{more}); "
-                     f"{'its file is' if len(drop) == 1 else 'their files are'} not touched")
+        self.message(f"Removed {count_of(len(drop), 'image')} from the set ({', '.join(names)}{more})"
+                     + (f"; {'its file is' if len(drop) == 1 else 'their files are'} not touched" if files else ""))
         return True
 
     def set_images(self, data: ImageSet) -> bool:

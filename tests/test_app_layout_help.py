@@ -382,6 +382,7 @@ def test_context_menus_call_the_existing_edits(run_win, qapp):
     book = m.session.book
     menu = cluster_menu(w, 0)
     texts = [a.text() for a in menu.actions() if a.text()]
+    assert "Merge the selected clusters" in texts  # none or one selected: not "the 1 selected clusters"
     assert any(t.startswith("Select the images") for t in texts)
     assert any(t.startswith("Rename") for t in texts)
     assert any(t.startswith("Merge") for t in texts)

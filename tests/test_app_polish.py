@@ -257,3 +257,13 @@ def test_the_note_is_only_for_a_short_run_that_the_guard_stopped():
     assert short_run_note(settled, 5) == ""  # a run with iterations to watch
     assert short_run_note(SimpleNamespace(notes=[]), 2) == ""  # stopped by its iteration count
     assert short_run_note(None, 1) == ""  # still running
+
+
+def test_the_scrubber_counts_one_step_in_the_singular(qapp):
+    from iastudio.app.scrubber import IterationScrubber
+
+    s = IterationScrubber()
+    s.set_count(1)
+    assert s.label.text() == "Live · 1 step"
+    s.set_count(3)
+    assert s.label.text() == "Live · 3 steps"

@@ -118,7 +118,7 @@ def test_paper_mode_runs_identity_start_and_fixed_beta_and_w_fills_in(win, qtbot
 
 def test_show_me_asks_before_unsaved_work_is_lost(win, qtbot, monkeypatch):
     asked = []
-    monkeypatch.setattr(win.projects, "confirm_discard", lambda action: asked.append(action) or False)
+    monkeypatch.setattr(win.projects, "confirm_discard", lambda action, **_: asked.append(action) or False)
     win.model.session.load_demo("digits")
     n = win.model.session.n
     win.show_me_action.trigger()

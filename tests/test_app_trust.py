@@ -146,14 +146,22 @@ def test_a_typed_number_out_of_range_is_refused_out_loud(win, qtbot, asked):
     assert m.session.size == 24
     assert rp.size.value() == 24
     assert asked == []
-    _type_into(rp.angle_step, "90")  # "9", then a "0" Qt drops: 90 is over 45
-    assert rp.angle_step.text() == "9 °"
-    assert win.statusBar().currentMessage().startswith("Angle step: 90")
-    assert "the most it can be; that key was not taken" in win.statusBar().currentMessage()
+    step = rp.angle_step.value()
+    _type_into(rp.angle_step, "90")  # Qt alone would drop the "0" (90 is over 45) and apply 9
+    assert rp.angle_step.text() == "90 °"
+    QTest.keyClick(rp.angle_step.lineEdit(), Qt.Key.Key_Return)
+    assert rp.angle_step.value() == step
+    assert win.statusBar().currentMessage() == (f"Angle step: 90.00 ° is more than 45.00 °, the most it "
+                                                f"can be; it stays {step:.2f} °")
+    _type_into(rp.size, "1000")  # not 100, which Tab would then apply
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Tab)
+    assert m.session.size == 24
+    assert rp.size.value() == 24
+    assert win.statusBar().currentMessage().startswith("Working size: 1000 px is more than 512 px")
     _type_into(rp.iterations, "12")  # in range: nothing said
     QTest.keyClick(rp.iterations.lineEdit(), Qt.Key.Key_Return)
     assert rp.iterations.value() == 12
-    assert win.statusBar().currentMessage().startswith("Angle step")
+    assert win.statusBar().currentMessage().startswith("Working size: 1000")  # nothing new said
 
 
 # ------------------------------------------------------------------ 3. Add files that hold no image
@@ -236,10 +244,45 @@ def test_removing_images_from_the_set_asks_first_and_delete_in_a_field_stays_the
     assert win.images_panel.thumbs.rowCount() == 16  # the gallery shows the smaller set
     assert win.statusBar().currentMessage().startswith("Removed 2 images from the set")
     remove = next(a for a in thumbnail_menu(win, [3]).actions() if a.text() == "Remove 1 image from the set")
-    remove.trigger()  # nothing to lose now: not asked
-    assert len(asked) == 2
+    asked.answer = "cancel"
+    remove.trigger()  # no run to lose now, but a removal cannot be undone: asked all the same
+    assert asked[-1][0] == "Remove images?"
+    assert m.session.n == 16
+    asked.answer = "save"  # the question's "Remove" button
+    remove.trigger()
+    asked.answer = "discard"  # (closing the window at the end must not save)
+    assert len(asked) == 4
     assert m.session.n == 15
     assert paths[4] not in m.session.data.paths
+    assert win.statusBar().currentMessage() == "Removed 1 image from the set (004)"  # a demo's: no file
+
+
+def test_delete_on_a_selected_cluster_removes_nothing(win, qtbot, asked):
+    m, lst = win.model, win.clusters_panel.list
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
+    _run(win, qtbot)
+    QTest.mouseClick(lst.viewport(), Qt.MouseButton.LeftButton, pos=lst.visualItemRect(lst.item(0)).center())
+    qtbot.waitUntil(lambda: len(m.session.selection) > 0)  # a cluster clicked in its list selects its images
+    QTest.keyClick(lst, Qt.Key.Key_Delete)
+    assert asked == []
+    assert m.session.n == 18
+    assert m.session.final is not None
+
+
+def test_replacing_a_project_with_unsaved_image_changes_asks_first(win, qtbot, tmp_path, asked):
+    m = win.model
+    _saved_project(win, qtbot, tmp_path / "P.iaproj")
+    m.session.discard_run()  # no run, no edits: only the images changed below are at risk
+    assert m.session.remove_images([0])
+    assert m.session.dirty
+    asked.answer = "cancel"
+    assert not win.load_demo("digits")
+    assert asked[-1][1] == "Loading the demo discards the changes to P.iaproj (not saved yet). Save the project first?"
+    assert m.session.n == 17
+    asked.answer = "discard"
+    assert win.load_demo("digits")
+    assert m.session.n != 17
 
 
 # ------------------------------------------------------------------ 4. Show me, paper mode
@@ -445,3 +488,25 @@ def test_packaged_app_says_what_its_edition_does_and_never_pip_install(qtbot, ho
     assert "pip install 'invariant-attention-studio[gpu]'" in about_text(w.model)
     assert "Edition: installed with Python" in about_text(w.model)
     w.model.shutdown(5000)
+
+
+def test_typing_an_angle_after_a_run_asks_once_typing_is_finished_and_cancel_shows_the_angle_in_use(
+        win, qtbot, asked):
+    m, tp = win.model, win.transform_panel
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
+    _run(win, qtbot)
+    m.session.select([2])
+    _type_into(tp.theta, "30")
+    assert asked == []  # not after the "3"
+    asked.answer = "cancel"
+    QTest.keyClick(tp.theta.lineEdit(), Qt.Key.Key_Return)
+    assert len(asked) == 1
+    assert "Transforming an image" in asked[0][1]
+    assert m.session.final is not None
+    assert tp.theta.value() == pytest.approx(np.rad2deg(m.session.transforms[2][0]))  # not the 30 refused
+    assert tp.theta_slider.value() == round(tp.theta.value())
+    asked.answer = "discard"
+    _type_into(tp.theta, "30")
+    QTest.keyClick(tp.theta.lineEdit(), Qt.Key.Key_Return)
+    assert np.rad2deg(m.session.transforms[2][0]) == pytest.approx(30.0)

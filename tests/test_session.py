@@ -230,6 +230,10 @@ def test_an_edit_says_how_many_clusters_there_are_now(finished_project):
     assert said[-1] == "Re-read clusters with k = 2: no change (2 clusters, as before)"
     assert s.merge_clusters(s.book.cluster_ids())
     assert said[-1] == "Merge 2 clusters (1 cluster now)"
+    assert s.undo()
+    assert said[-1] == "Undid: Merge 2 clusters (2 clusters now)"
+    assert s.redo()
+    assert said[-1] == "Redid: Merge 2 clusters (1 cluster now)"
 
 
 def test_split_cluster_into_two(finished_project):
@@ -403,8 +407,7 @@ def test_removing_images_keeps_the_rest_as_they_were(finished_project, tmp_path)
     assert_allclose(s.base, base[keep])  # a project's own canvases
     assert_allclose(s.transforms[2], kept_transform)  # image 4 is now at 2, still turned
     assert not s.transforms[[0, 1, 3]].any()
-    assert said[-1].startswith("Removed 2 images from the set (")
-    assert said[-1].endswith("their files are not touched")
+    assert said[-1] == "Removed 2 images from the set (001, 002)"  # a demo's images: no file to speak of
     demo = Session(size=24)
     demo.load_demo("shapes")
     assert demo.remove_images([0])
@@ -412,3 +415,13 @@ def test_removing_images_keeps_the_rest_as_they_were(finished_project, tmp_path)
     assert demo.remove_images(range(demo.n))  # all of them: an empty set, not a crash
     assert demo.n == 0
     assert demo.base.shape == (0, 24, 24)
+    from PIL import Image
+
+    for i in range(3):
+        Image.fromarray(np.eye(12, dtype=np.uint8) * (80 + 60 * i)).save(tmp_path / f"f{i}.png")
+    files = Session(size=16)
+    files.add_paths([str(tmp_path)])
+    files.events.message.connect(said.append)
+    assert files.remove_images([1])
+    assert said[-1] == "Removed 1 image from the set (f1.png); its file is not touched"
+    assert (tmp_path / "f1.png").exists()
