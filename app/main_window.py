@@ -98,7 +98,8 @@ class MainWindow(QMainWindow):
         rp.startRequested.connect(self.start_run)
         rp.stopRequested.connect(m.stop)
         rp.resumeRequested.connect(m.resume)
-        rp.refused.connect(lambda text: self.statusBar().showMessage(text, 15000))
+        for panel in (rp, cp):  # a typed number out of range: why it was not taken
+            panel.refused.connect(lambda text: self.statusBar().showMessage(text, 15000))
         rp.size.valueChanged.connect(self._set_size)  # once typing is finished (keyboard tracking is off)
         cp.list.imagesDropped.connect(m.session.move_images)
         cp.renameRequested.connect(self.rename_cluster)

@@ -381,8 +381,17 @@ class _Refusing:
     Qt alone drops the keystroke that takes a number over the maximum ("90" into a field of at most 45
     leaves 9, which Enter then applies) and puts the old value back under the minimum, both silently.
     Here a number out of range is kept as typed until Enter or leaving the field (``validate``), when
-    the old value comes back and :attr:`refused` says why (``fixup``).
+    the old value comes back and :attr:`refused` says why (``fixup``).  :attr:`entered` is emitted when
+    Enter is pressed on a number that was taken (not after a refusal).
     """
+
+    _refusals = 0
+
+    def keyPressEvent(self, event):
+        before = self._refusals
+        super().keyPressEvent(event)
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self._refusals == before:
+            self.entered.emit()
 
     def validate(self, text, pos):
         got = super().validate(text, pos)
@@ -394,20 +403,38 @@ class _Refusing:
     def fixup(self, text):
         why = refusal(self, text)
         if why is not None:
+            self._refusals += 1
             self.refused.emit(f"{why}; it stays {self.textFromValue(self.value())}{self.suffix()}")
         return super().fixup(text)
 
 
 class OptionSpinBox(_Refusing, QSpinBox):
-    """A whole-number run option's field (see :class:`_Refusing`)."""
+    """A whole-number field that says why it refuses a number out of range (see :class:`_Refusing`)."""
 
     refused = Signal(str)
+    entered = Signal()
 
 
 class OptionDoubleSpinBox(_Refusing, QDoubleSpinBox):
-    """A real-number run option's field (see :class:`_Refusing`)."""
+    """A real-number field that says why it refuses a number out of range (see :class:`_Refusing`)."""
 
     refused = Signal(str)
+    entered = Signal()
+
+
+def refusing_field(box: OptionSpinBox | OptionDoubleSpinBox, low, high, value, *, prefix: str = "", suffix: str = "",
+                   decimals: int = 0, step: float | None = None) -> OptionSpinBox | OptionDoubleSpinBox:
+    """``box`` with its range, value, prefix and suffix set; its value is taken once typing is finished."""
+    if isinstance(box, QDoubleSpinBox):
+        box.setDecimals(decimals)  # before the range, which it rounds
+    if step is not None:
+        box.setSingleStep(step)
+    box.setRange(low, high)
+    box.setValue(value)
+    box.setPrefix(prefix)
+    box.setSuffix(suffix)
+    box.setKeyboardTracking(False)  # "90" is never 9 first
+    return box
 
 
 def option_field(name: str) -> QSpinBox | QDoubleSpinBox:
@@ -418,17 +445,13 @@ def option_field(name: str) -> QSpinBox | QDoubleSpinBox:
     or its maximum (the rotation range's whole circle).
     """
     opt = option(name)
-    box = OptionSpinBox() if opt.kind is int else OptionDoubleSpinBox()
-    if isinstance(box, QDoubleSpinBox):
-        box.setDecimals(opt.decimals)  # before the range, which it rounds
-    step = 10.0 ** -opt.decimals if isinstance(box, QDoubleSpinBox) else 1
-    box.setRange(opt.minimum + (step if opt.open_minimum else 0), opt.maximum)
+    least = 10.0 ** -opt.decimals if opt.kind is not int else 1
     plain = isinstance(opt.default, (int, float)) and not isinstance(opt.default, bool)
-    box.setValue(opt.default if plain else opt.typical if opt.typical is not None else opt.maximum)
-    if opt.unit:
-        box.setSuffix(f" {opt.unit}")
+    box = refusing_field(OptionSpinBox() if opt.kind is int else OptionDoubleSpinBox(),
+                         opt.minimum + (least if opt.open_minimum else 0), opt.maximum,
+                         opt.default if plain else opt.typical if opt.typical is not None else opt.maximum,
+                         suffix=f" {opt.unit}" if opt.unit else "", decimals=opt.decimals)
     box.setObjectName(name)
-    box.setKeyboardTracking(False)  # the value is taken once typing is finished: "90" is never 9 first
     return box
 
 
@@ -786,6 +809,7 @@ class ClustersPanel(QGroupBox):
     clusterSelected = Signal(int)
     rereadK = Signal(object)  # int or "auto"
     rereadThreshold = Signal(float)
+    refused = Signal(str)  # "Clusters k: 500 is more than 120, ...": a typed number out of range
 
     def __init__(self, parent=None):
         super().__init__("Clusters", parent)
@@ -796,7 +820,7 @@ class ClustersPanel(QGroupBox):
         self.rename_btn = QPushButton("Rename…")
         self.merge_btn = QPushButton("Merge")
         self.split_btn = QPushButton("Split")
-        self.split_k = QSpinBox(minimum=2, maximum=50, value=2, prefix="k=")
+        self.split_k = refusing_field(OptionSpinBox(), 2, 50, 2, prefix="k=")
         self.rerun_btn = QPushButton("Split by re-running IA on the cluster")
         self.new_btn = QPushButton("New from selection")
         self.unassign_btn = QPushButton("Unassign selection")
@@ -810,14 +834,14 @@ class ClustersPanel(QGroupBox):
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # narrow: the field goes under its label
         k_row = QHBoxLayout()
         self.k_auto = QCheckBox("auto")
-        self.k = QSpinBox(minimum=1, maximum=1000, value=2)
+        self.k = refusing_field(OptionSpinBox(), 1, 1000, 2)  # at most the number of images, once there are some
         self.k_apply = QPushButton("Re-read")
         k_row.addWidget(self.k)
         k_row.addWidget(self.k_auto)
         k_row.addWidget(self.k_apply)
         form.addRow("Clusters k", k_row)
         t_row = QHBoxLayout()
-        self.threshold = QDoubleSpinBox(minimum=0.0, maximum=2.0, value=0.3, decimals=3, singleStep=0.01)
+        self.threshold = refusing_field(OptionDoubleSpinBox(), 0.0, 2.0, 0.3, decimals=3, step=0.01)
         self.t_apply = QPushButton("Re-read")
         t_row.addWidget(self.threshold)
         t_row.addWidget(self.t_apply)
@@ -854,6 +878,12 @@ class ClustersPanel(QGroupBox):
         self.k_auto.toggled.connect(lambda on: self.k.setEnabled(not on))
         self.k_apply.clicked.connect(lambda: self.rereadK.emit("auto" if self.k_auto.isChecked() else self.k.value()))
         self.t_apply.clicked.connect(lambda: self.rereadThreshold.emit(float(self.threshold.value())))
+        # Enter in a field does what its button does, once the number typed was taken
+        self.k.entered.connect(self.k_apply.click)
+        self.threshold.entered.connect(self.t_apply.click)
+        self.split_k.entered.connect(self.split_btn.click)
+        for box, label in ((self.k, "Clusters k"), (self.threshold, "Distance threshold"), (self.split_k, "Split k")):
+            box.refused.connect(lambda why, label=label: self.refused.emit(f"{label}: {why}"))
         self._updating = False
         apply_tooltips(self)
 
@@ -883,6 +913,7 @@ class ClustersPanel(QGroupBox):
             it.setForeground(cluster_qcolor(c))
             self.list.addItem(it)
         self.k.blockSignals(True)
+        self.k.setMaximum(max(1, book.n))  # a typed k above the number of images is refused, and said so
         self.k.setValue(max(1, len(book.cluster_ids())))
         self.k.blockSignals(False)
 

@@ -10,9 +10,30 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["UNASSIGNED", "ClusterBook"]
+__all__ = ["UNASSIGNED", "ClusterBook", "letters"]
 
 UNASSIGNED = -1
+
+
+def letters(j: int) -> str:
+    """The ``j``-th name in "a", "b", ..., "z", "aa", "ab", ..., as spreadsheet columns are named.
+
+    Parameters
+    ----------
+    j : int
+        Which name, from 0.
+
+    Returns
+    -------
+    str
+        Lower-case letters: the suffix of a split cluster's parts.
+    """
+    name = ""
+    j += 1
+    while j:
+        j, r = divmod(j - 1, 26)
+        name = chr(ord("a") + r) + name
+    return name
 
 
 @dataclass(frozen=True)
@@ -99,7 +120,7 @@ class ClusterBook:
         """Split ``cluster`` by ``sublabels`` (one per member, in member order).
 
         The first sub-cluster keeps the id and name; the others get new ids
-        named "<name> a", "<name> b", ...
+        named "<name> a", "<name> b", ... "<name> z", "<name> aa", ...
         """
         members = self.members(cluster)
         sub = np.asarray(sublabels, dtype=int)
@@ -114,7 +135,7 @@ class ClusterBook:
                 arr[members[sub == s]] = cluster
                 continue
             arr[members[sub == s]] = new_id
-            names[new_id] = f"{base} {chr(ord('a') + k - 1)}"
+            names[new_id] = f"{base} {letters(k - 1)}"
             new_id += 1
         return self._with(arr, names)
 

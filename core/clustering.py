@@ -181,10 +181,10 @@ class KChoice:
         return self.confidence < MIN_GAP and not self.clear
 
     def plausible(self) -> list[int]:
-        """Other k worth a look: the candidates after the chosen one, when unsure."""
+        """Other k worth a look, when unsure: the two best candidates after the chosen one, smallest first."""
         if not self.unsure:
             return []
-        return [k for k, _ in self.candidates if k != self.k][:2]
+        return sorted([k for k, _ in self.candidates if k != self.k][:2])
 
     def describe(self, n_clusters: int | None = None) -> str:
         """``"4 clusters"``, or ``"4 clusters - unsure: 3 or 5 also plausible"`` when the choice was unsure."""

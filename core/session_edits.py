@@ -187,7 +187,10 @@ class SessionClusters:
             labels = labels_at_threshold(d, threshold=float(threshold))
             text = f"Re-read clusters at distance {threshold:.3g}"
         else:
-            kk = "auto" if k in (None, "auto") else min(int(k), self.n)
+            kk = "auto" if k in (None, "auto") else int(k)
+            if kk != "auto" and not 1 <= kk <= self.n:
+                self.message(f"Cannot read {count_of(self.n, 'image')} as {count_of(kk, 'cluster')}.")
+                return False
             labels, _ = read_clusters(d, k=kk)
             text = f"Re-read clusters with k = {kk}"
         new_book = ClusterBook.from_labels(labels)

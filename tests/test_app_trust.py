@@ -164,6 +164,41 @@ def test_a_typed_number_out_of_range_is_refused_out_loud(win, qtbot, asked):
     assert win.statusBar().currentMessage().startswith("Working size: 1000")  # nothing new said
 
 
+def test_the_clusters_tab_fields_refuse_out_loud_and_enter_does_what_the_button_does(win, qtbot, asked):
+    """Re-read k above the number of images was read as n, silently; Enter did nothing."""
+    m, cp = win.model, win.clusters_panel
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
+    _run(win, qtbot, clusters=3)
+    n, book = m.session.n, m.session.book
+    assert cp.k.maximum() == n
+    cp.k_auto.setChecked(False)
+    _type_into(cp.k, "500")
+    QTest.keyClick(cp.k.lineEdit(), Qt.Key.Key_Return)
+    assert win.statusBar().currentMessage() == f"Clusters k: 500 is more than {n}, the most it can be; it stays 3"
+    assert m.session.book is book  # not re-read with the old k either
+    _type_into(cp.k, "2")
+    QTest.keyClick(cp.k.lineEdit(), Qt.Key.Key_Return)
+    assert len(m.session.book.cluster_ids()) == 2
+    assert win.statusBar().currentMessage() == "Re-read clusters with k = 2 (2 clusters now)"
+    book = m.session.book
+    _type_into(cp.threshold, "5")
+    QTest.keyClick(cp.threshold.lineEdit(), Qt.Key.Key_Tab)
+    assert win.statusBar().currentMessage() == ("Distance threshold: 5.000 is more than 2.000, the most it can "
+                                                "be; it stays 0.300")
+    assert m.session.book is book
+    cp.list.item(0).setSelected(True)
+    _type_into(cp.split_k, "60")
+    QTest.keyClick(cp.split_k.lineEdit(), Qt.Key.Key_Return)
+    assert win.statusBar().currentMessage() == "Split k: 60 is more than 50, the most it can be; it stays 2"
+    assert m.session.book is book
+    _type_into(cp.split_k, "2")
+    QTest.keyClick(cp.split_k.lineEdit(), Qt.Key.Key_Return)
+    assert len(m.session.book.cluster_ids()) == 3
+    assert win.statusBar().currentMessage().endswith("into 2 (3 clusters now)")
+    assert asked == []
+
+
 # ------------------------------------------------------------------ 3. Add files that hold no image
 def test_adding_a_file_with_no_image_changes_nothing(win, qtbot, tmp_path, asked, monkeypatch):
     m = win.model

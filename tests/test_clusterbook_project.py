@@ -7,7 +7,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 from iastudio.core.cli import main
-from iastudio.core.clusterbook import UNASSIGNED, ClusterBook
+from iastudio.core.clusterbook import UNASSIGNED, ClusterBook, letters
 from iastudio.core.project import Project, ProjectError, load_project, save_project
 
 
@@ -61,6 +61,16 @@ def _project(tmp_path, n=4):
                 "run_labels": np.array([0, 0, 1, 1])},
         edits=["Rename cluster"],
     )
+
+
+def test_split_parts_are_named_past_z_as_spreadsheet_columns():
+    assert [letters(j) for j in (0, 1, 25, 26, 27, 51, 52, 701, 702)] == \
+        ["a", "b", "z", "aa", "ab", "az", "ba", "zz", "aaa"]
+    b = ClusterBook.from_labels([0] * 30).split(0, list(range(30)))  # the panel splits into up to 50
+    names = sorted(b.names.values())
+    assert len(set(names)) == 30
+    assert {"Cluster 1", "Cluster 1 z", "Cluster 1 aa", "Cluster 1 ac"} <= set(names)
+    assert all(n.replace("Cluster 1", "").strip().isalpha() or n == "Cluster 1" for n in names)
 
 
 def test_save_open_round_trip_is_identical(tmp_path):

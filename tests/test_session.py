@@ -215,6 +215,12 @@ def test_reread_by_threshold_and_by_k(finished_project):
     assert len(s.book.cluster_ids()) == 3
     assert s.undo()
     assert len(s.book.cluster_ids()) == 1
+    said = []
+    s.events.message.connect(said.append)
+    for k in (s.n + 1, 0):  # refused, said so; not read as n (or 1) clusters
+        assert not s.reread(k=k)
+        assert said[-1] == f"Cannot read {s.n} images as {k} clusters."
+        assert len(s.book.cluster_ids()) == 1
 
 
 def test_an_edit_says_how_many_clusters_there_are_now(finished_project):

@@ -520,6 +520,10 @@ def test_unsure_choice_is_reported_as_unsure():
     assert d["unsure"] is True
     assert d["stability"] == 0.91
     assert KChoice.from_dict(json.loads(json.dumps(d))) == unsure
+    # the two best alternatives, named smallest first (the trial read "4 or 2")
+    later = KChoice(3, 2, 0.1, "silhouette", [(3, 0.3), (4, 0.29), (2, 0.28), (5, 0.27)])
+    assert later.plausible() == [2, 4]
+    assert later.describe() == "3 clusters \u2014 unsure: 2 or 4 also plausible"
     sure = KChoice(4, 2, 0.6, "eigengap", [(4, 0.6)])
     assert sure.describe() == "4 clusters"
     assert sure.as_dict()["unsure"] is False
