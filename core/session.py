@@ -106,6 +106,8 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
         self.undenoised: np.ndarray | None = None
         # data.images include an opened project's embedded working images (a run denoises the originals)
         self.embedded = False
+        # an opened project's run denoised the images it embeds (the gallery shows them until its run goes)
+        self.opened_denoised = False
         self.selection: list[int] = []
         self.book: ClusterBook | None = None
         self.history = EditHistory()

@@ -176,6 +176,7 @@ class SessionInputs:
         if untitled:
             self.project_path = None
             self.embedded = False  # images read from files or made here, no longer a project's canvases
+            self.opened_denoised = False
         self.data = data
         self._preview = None
         if canvas is None:
@@ -212,12 +213,31 @@ class SessionInputs:
     def _restore_preview(self) -> None:
         """Back to the per-image preview canvases after a denoised run's images (its run being discarded)."""
         if self._preview is None:
+            self._preview = self._opened_previews()
+        if self._preview is None:
             return
         self.canvas, self._preview = self._preview, None
         self.base = self.canvas.images
         self.working = self.base if not self.transforms.any() else apply_transforms(self.base, self.transforms)
         self.events.images.emit()
         self.events.transforms.emit()
+
+    def _opened_previews(self) -> Canvas | None:
+        """An opened project's run denoised its images, and it embeds them: the per-image previews of its
+        original files, read again (None when the run did not denoise, or a file cannot be read: said so)."""
+        if not (self.embedded and self.opened_denoised and self.n):
+            return None
+        self.opened_denoised = False  # read once: from now on the previews are the originals'
+        try:
+            loaded = load_images(self.data.paths)
+        except Exception as exc:  # noqa: BLE001 - a file gone or unreadable: the embedded images stay shown
+            log.info("the project's originals cannot be read (%s)", exc)
+            loaded = None
+        if loaded is None or len(loaded) != self.n or loaded.skipped:
+            self.message("The thumbnails still show the run's denoised images: the project's original files "
+                         "could not all be read (the next run denoises these images again)")
+            return None
+        return preprocess(loaded.images, size=self.size)
 
     # ------------------------------------------------------------------ transforms
     def apply_random_transforms(self, *, rotation_deg: float, shift_percent: float, seed: int) -> bool:

@@ -151,6 +151,8 @@ class SessionProject:
         self._opened_parameters = st["parameters"]
         self._preview = None
         self.embedded = st["embedded"]
+        report = st["parameters"].get("denoise_report")
+        self.opened_denoised = self.embedded and isinstance(report, dict) and report.get("applied") is True
         self.run_inputs = None
         self.undenoised = None  # not in a project (its class averages are: Frame.undenoised_means)
         self.denoise_report = None  # an opened run's report is in its parameters ("denoise_report") and notes

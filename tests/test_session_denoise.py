@@ -243,6 +243,47 @@ def test_a_reopened_project_denoises_its_original_files(tmp_path):
     assert "original files could not all be read" in gone.result.notes[0]
 
 
+def test_a_reopened_denoised_run_shows_the_originals_again_once_its_run_goes(tmp_path):
+    """The trial: after an input change, a reopened project's thumbnails still showed the denoised images."""
+    import shutil
+
+    from PIL import Image
+
+    data, _ = _noisy_set(n=15, seed=10)
+    folder = tmp_path / "noisy"
+    folder.mkdir()
+    for img, name in zip(data.images, data.paths):
+        lo, hi = float(img.min()), float(img.max())
+        Image.fromarray(((img - lo) / (hi - lo) * 255).astype(np.uint8)).save(folder / name)
+    live = Session(size=32)
+    live.add_paths([str(folder)])
+    preview = live.base.copy()
+    live.run_here(backend="numpy", denoise="on", **RUN)
+    live.save_project(tmp_path / "denoised.iaproj")
+    assert live.apply_random_transforms(rotation_deg=0, shift_percent=0, seed=1)  # the live session, as before
+    assert_array_equal(live.base, preview)
+
+    opened = Session()
+    opened.open_project(tmp_path / "denoised.iaproj")
+    denoised = opened.base.copy()
+    assert not np.allclose(denoised, preview, atol=1e-3)
+    said = []
+    opened.events.message.connect(said.append)
+    assert opened.remove_images([0])  # an input change: the run goes, and with it its denoised images
+    assert opened.final is None
+    assert_allclose(opened.base, preview[1:], atol=1e-6)
+    assert not any("denoised" in text for text in said)
+    assert opened.run_here(backend="numpy", denoise="on", **RUN) is not None
+
+    shutil.rmtree(folder)  # the originals gone: the denoised images stay shown, and that is said
+    gone = Session()
+    gone.open_project(tmp_path / "denoised.iaproj")
+    gone.events.message.connect(said.append)
+    assert gone.apply_random_transforms(rotation_deg=30, shift_percent=0, seed=1)
+    assert_allclose(gone.base, denoised)
+    assert said[-1].startswith("The thumbnails still show the run's denoised images")
+
+
 def test_a_refused_start_keeps_the_finished_denoised_run_as_it_was():
     data, _ = _noisy_set(n=15, seed=10)
     s = _session(data)
