@@ -162,10 +162,9 @@ class MainWindow(QMainWindow):
             s.message("Select the images to remove first.")
             return False
         what = count_of(len(rows), "image")
-        asked_anyway = bool(s.work_at_risk()) and s.dirty  # the "Discard your work?" question will come
 
-        def remove():
-            if not asked_anyway and self.projects.ask(
+        def remove():  # asks unless "Discard your work?" was just asked
+            if not self.projects.asked and self.projects.ask(
                     self, "Remove images?", f"Remove {what} from the set?  Their files are not touched "
                     "(Add files… puts them back), but this cannot be undone.",
                     save_text="Remove", discard_text=None) == CANCEL:

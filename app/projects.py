@@ -125,6 +125,7 @@ class ProjectController(QObject):
         super().__init__(window)
         self.window, self.model = window, window.model
         self.recent_projects_menu = self.recent_folders_menu = None
+        self.asked = False  # the last confirm_discard asked its question (and was let go on)
         self._autosave_timer = QTimer(self)
         self._autosave_timer.setSingleShot(True)
         self._autosave_timer.setInterval(AUTOSAVE_DELAY_MS)
@@ -151,14 +152,15 @@ class ProjectController(QObject):
         Asks only when unsaved work would be lost: a run's result or cluster edits not in a saved project,
         or (``replaces``: the action replaces the whole set) unsaved changes to an opened project's images
         (images removed or added, transforms).  A save being written is waited for first: it may be what
-        makes the work saved.
+        makes the work saved.  :attr:`asked` says afterwards whether the question was asked.
         """
         self.wait_for(self._saving)
         s = self.model.session
         risk = s.work_at_risk()
         if not risk and replaces and s.project_path and s.n:
             risk = f"the changes to {Path(s.project_path).name}"
-        if not risk or not s.dirty:
+        self.asked = bool(risk) and s.dirty
+        if not self.asked:
             return True
         answer = self.ask(self.window, "Discard your work?",
                           f"{action} discards {risk} (not saved yet). Save the project first?")
