@@ -1,0 +1,79 @@
+"""What a user trial found drawn wrong at 1024 x 700 and 1280 x 800 (pytest-qt): the Run panel's progress text
+cut off, the Transforms tab cut off with an image chosen, W's "Open a folder" hint with images loaded, and W's
+colour bar title over its tick labels."""
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+from _qt import wait_until  # noqa: E402
+from PySide6.QtCore import QPoint  # noqa: E402
+
+from iastudio.app.docks import show_view  # noqa: E402
+from iastudio.app.main_window import MainWindow  # noqa: E402
+
+SIZES = ((1024, 700), (1280, 800))
+
+
+@pytest.fixture(scope="module")
+def run_win(qapp, home):
+    """A window with a finished (quick) run on the demo shapes."""
+    w = MainWindow()
+    w.resize(1280, 800)
+    w.show()
+    w.model.session.load_demo("shapes")
+    w.run_panel.size.setValue(24)
+    w.run_panel.iterations.setValue(1)
+    w.start_run()
+    wait_until(qapp, lambda: w.model.session.state in ("finished", "failed"))
+    assert w.model.session.state == "finished"
+    w.redraw()
+    qapp.processEvents()
+    yield w
+    w.close()
+
+
+def _settle(qapp, w, size):
+    w.resize(*size)
+    for _ in range(5):
+        qapp.processEvents()
+
+
+def _fully_shown(widget, window) -> bool:
+    """``widget`` is drawn whole inside ``window``: none of it clipped by a parent or by the window's edge."""
+    seen = widget.visibleRegion().boundingRect()
+    bottom_right = widget.mapTo(window, QPoint(widget.width(), widget.height()))
+    return (widget.isVisible() and seen.size() == widget.size()
+            and bottom_right.x() <= window.width() and bottom_right.y() <= window.height())
+
+
+# ------------------------------------------------------------------ 1. the progress text is readable
+
+@pytest.mark.parametrize("stage", ["invariant means, step 7/10",
+                                   "re-running Cluster 3: invariant means, step 10/10"])
+def test_progress_text_during_the_means_stage_is_not_cut_off(run_win, qapp, stage):
+    w, rp = run_win, run_win.run_panel
+    show_view(w, rp)
+    w.model.session.on_progress(0.87, stage, 190.0)  # as the model reports a run in its means stage
+    try:
+        for size in SIZES:
+            _settle(qapp, w, size)
+            bar = rp.progress
+            assert "87 %" in bar.text()  # how far
+            assert "3 min" in bar.text()  # and the time left
+            room = bar.contentsRect().width() - 8
+            assert bar.fontMetrics().horizontalAdvance(bar.text()) <= room, (size, bar.text(), room)
+            label = rp.stage_label
+            # which stage: the line under the bar, wrapped to the panel's width and shown whole
+            assert label.text() == stage
+            assert _fully_shown(bar, w), size
+            assert _fully_shown(label, w), size
+            assert label.height() >= label.heightForWidth(label.width()), size
+            for line in stage.split(":"):  # wrapped, not cut: each word fits the label's width
+                for word in line.split():
+                    assert label.fontMetrics().horizontalAdvance(word) <= label.width()
+    finally:
+        w.model.session.on_progress(1.0, "", -1)
+        rp.set_state("finished")
+    assert not rp.stage_label.isVisible()  # no stage once the run is not going
+    assert rp.progress.text() == "done"
