@@ -266,7 +266,19 @@ class TransformPanel(QGroupBox):
 
     def __init__(self, parent=None):
         super().__init__("Transforms (SE(2))", parent)
-        lay = QVBoxLayout(self)
+        # The fields scroll in a short window (1024 x 700 with an image chosen), as the Run panel's do:
+        # none is cut off, and the panel does not hold the window taller than the screen.
+        self.content = QWidget()
+        lay = QVBoxLayout(self.content)
+        lay.setContentsMargins(0, 0, 4, 0)
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setWidget(self.content)
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll_area.setMinimumHeight(80)
+        outer = QVBoxLayout(self)
+        outer.addWidget(self.scroll_area)
         form = QFormLayout()
         self.rotation = QDoubleSpinBox(minimum=0, maximum=180, value=180, suffix=" °")
         self.shift = QDoubleSpinBox(minimum=0, maximum=40, value=10, suffix=" %")

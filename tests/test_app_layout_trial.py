@@ -5,9 +5,12 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from _qt import wait_until  # noqa: E402
+from PIL import Image  # noqa: E402
 from PySide6.QtCore import QPoint  # noqa: E402
+from PySide6.QtWidgets import QScrollArea  # noqa: E402
 
 from iastudio.app.docks import show_view  # noqa: E402
 from iastudio.app.main_window import MainWindow  # noqa: E402
@@ -77,3 +80,35 @@ def test_progress_text_during_the_means_stage_is_not_cut_off(run_win, qapp, stag
         rp.set_state("finished")
     assert not rp.stage_label.isVisible()  # no stage once the run is not going
     assert rp.progress.text() == "done"
+
+
+# ------------------------------------------------------------------ 2. the Transforms tab fits or scrolls
+
+def test_transforms_tab_with_an_image_chosen_is_reachable_at_1024x700(window, qapp, tmp_path):
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        Image.fromarray((rng.random((32, 32)) * 255).astype(np.uint8)).save(tmp_path / f"p{i:02d}.png")
+    (tmp_path / "bad.png").write_bytes(b"not an image")  # the image set lists it: a taller panel above
+    w, m = window, window.model
+    assert m.load_paths([str(tmp_path)], replace=True, size=32)
+    wait_until(qapp, lambda: not m.loading and m.session.n == 12)
+    assert m.session.data.skipped
+    view = w.images_panel.view
+    view.setCurrentIndex(view.model().index(3, 0))
+    tp = w.transform_panel
+    show_view(w, tp)
+    wait_until(qapp, lambda: m.session.selected == 3 and tp.theta.isEnabled())
+    for size in SIZES:
+        _settle(qapp, w, size)
+        assert (w.width(), w.height()) == size  # the panel does not hold the window taller than the screen
+        assert w.minimumSizeHint().height() <= 700
+        for name in ("rotation", "shift", "seed", "apply_btn", "reset_btn", "image_label", "theta", "theta_slider",
+                     "tx", "ty", "show_original", "preview"):
+            widget = getattr(tp, name)
+            parent = widget.parentWidget()
+            while parent is not None and not isinstance(parent, QScrollArea):
+                parent = parent.parentWidget()
+            if parent is not None:  # scrolled to, as a user would
+                parent.ensureWidgetVisible(widget, 0, 0)
+                qapp.processEvents()
+            assert _fully_shown(widget, w), (size, name)
