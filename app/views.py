@@ -168,6 +168,9 @@ def _overlay_rgba(shape, rows=(), cols=()):
 
 
 W_TITLE = "Weight matrix W (grouped by cluster)"
+W_HINT = "Run to see W: how strongly each image attends to every other image.\n\n"
+W_HINT_NO_IMAGES = W_HINT + "Open a folder or pick a demo, then press Start."
+W_HINT_IMAGES = W_HINT + "Press Start (Run tab) to group the images."
 
 
 class WeightsView(_Titled):
@@ -180,9 +183,7 @@ class WeightsView(_Titled):
     cellClicked = Signal(int, int)
 
     def __init__(self, parent=None):
-        super().__init__(W_TITLE,
-                         "Run to see W: how strongly each image attends to every other image.\n\n"
-                         "Open a folder or pick a demo, then press Start.", parent)
+        super().__init__(W_TITLE, W_HINT_NO_IMAGES, parent)
         self.plot = pg.PlotWidget()
         self.plot.setAspectLocked(True)
         self.plot.invertY(True)
@@ -214,6 +215,13 @@ class WeightsView(_Titled):
 
     def plot_widgets(self):
         return [self.plot]
+
+    def set_has_images(self, on: bool) -> None:
+        """The hint's next step: "press Start" once there are images, "open a folder" while there are none."""
+        hint = W_HINT_IMAGES if on else W_HINT_NO_IMAGES
+        if self.hint.text() == self.idle_hint:  # not a "Computing …" shown while a run starts
+            self.hint.setText(hint)
+        self.idle_hint = hint
 
     def overlay_items(self):
         return [self.overlay] + ([self.colorbar.region] if self.colorbar.region is not None else [])

@@ -112,3 +112,23 @@ def test_transforms_tab_with_an_image_chosen_is_reachable_at_1024x700(window, qa
                 parent.ensureWidgetVisible(widget, 0, 0)
                 qapp.processEvents()
             assert _fully_shown(widget, w), (size, name)
+
+
+# ------------------------------------------------------------------ 3. W's hint says the next step
+
+def test_weights_hint_says_press_start_once_images_are_loaded(window, qapp):
+    w, s = window, window.model.session
+    wv = w.weights_view
+    assert "Open a folder" in wv.hint.text()
+    assert w.load_demo("shapes")
+    wait_until(qapp, lambda: s.n > 0)
+    qapp.processEvents()
+    assert wv.empty
+    assert wv.hint.isVisible()
+    assert "Open a folder" not in wv.hint.text()
+    assert "Press Start" in wv.hint.text()
+    assert s.clear()  # the set emptied: open a folder again
+    qapp.processEvents()
+    assert wv.empty
+    assert wv.hint.isVisible()
+    assert "Open a folder" in wv.hint.text()
