@@ -267,6 +267,10 @@ class WeightsView(_Titled):
         axis.enableAutoSIPrefix(False)  # 0.05, never "50 (x0.001)": no prefix, and the scale it left reset
         axis.autoSIPrefixScale, axis.labelUnitPrefix = 1.0, ""
         axis.setLabel("W_ij")
+        # pyqtgraph fixes a vertical bar's axis at 45 px: "0.005" then runs under the title; sized to its
+        # tick labels and title instead (it grows to the widest tick label drawn)
+        if orientation == "vertical":
+            axis.setWidth(None)
         theme.style_axis(self.colorbar.axis, self.palette(), self.font())
 
     def eventFilter(self, watched, event):

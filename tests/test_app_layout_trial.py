@@ -10,6 +10,7 @@ import pytest  # noqa: E402
 from _qt import wait_until  # noqa: E402
 from PIL import Image  # noqa: E402
 from PySide6.QtCore import QPoint  # noqa: E402
+from PySide6.QtGui import QImage, QPainter  # noqa: E402
 from PySide6.QtWidgets import QScrollArea  # noqa: E402
 
 from iastudio.app.docks import show_view  # noqa: E402
@@ -132,3 +133,38 @@ def test_weights_hint_says_press_start_once_images_are_loaded(window, qapp):
     assert wv.empty
     assert wv.hint.isVisible()
     assert "Open a folder" in wv.hint.text()
+
+
+# ------------------------------------------------------------------ 4. W's colour bar title and tick labels
+
+def _colorbar_overlaps(axis):
+    """The tick labels that the title "W_ij" covers, and those cut by the axis's edge (as drawn now)."""
+    img = QImage(8, 8, QImage.Format.Format_ARGB32)
+    p = QPainter(img)
+    texts = axis.generateDrawSpecs(p)[2]  # (rect, flags, text) of each tick label, in the axis's coordinates
+    p.end()
+    label = axis.label
+    margin = label.document().documentMargin()  # around the title's glyphs, inside its box
+    title = label.mapRectToParent(label.boundingRect().adjusted(margin, margin, -margin, -margin))
+    covered = [text for rect, _, text in texts if rect.intersects(title)]
+    cut = [text for rect, _, text in texts if not axis.boundingRect().contains(rect)]
+    return covered, cut
+
+
+@pytest.mark.parametrize("top", [0.2, 0.035, 0.0125, 0.0008])  # a small set's W, 120 particles', thousands'
+def test_colorbar_title_does_not_cover_its_tick_labels(run_win, qapp, top):
+    w = run_win
+    wv = w.weights_view
+    wv.colorbar.setLevels((0.0, top))
+    for size in SIZES:
+        _settle(qapp, w, size)
+        axis = wv.colorbar.axis
+        _colorbar_overlaps(axis)  # the tick labels measured (the axis widens to them), then laid out again
+        for _ in range(3):
+            qapp.processEvents()
+        axis = wv.colorbar.axis
+        assert axis.label.isVisible()
+        assert axis.label.toPlainText().strip() == "W_ij"
+        covered, cut = _colorbar_overlaps(axis)
+        assert not covered, (size, top, covered)
+        assert not cut, (size, top, cut)
