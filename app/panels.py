@@ -266,7 +266,19 @@ class TransformPanel(QGroupBox):
 
     def __init__(self, parent=None):
         super().__init__("Transforms (SE(2))", parent)
-        lay = QVBoxLayout(self)
+        # The fields scroll in a short window (1024 x 700 with an image chosen), as the Run panel's do:
+        # none is cut off, and the panel does not hold the window taller than the screen.
+        self.content = QWidget()
+        lay = QVBoxLayout(self.content)
+        lay.setContentsMargins(0, 0, 4, 0)
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setWidget(self.content)
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll_area.setMinimumHeight(80)
+        outer = QVBoxLayout(self)
+        outer.addWidget(self.scroll_area)
         form = QFormLayout()
         self.rotation = QDoubleSpinBox(minimum=0, maximum=180, value=180, suffix=" °")
         self.shift = QDoubleSpinBox(minimum=0, maximum=40, value=10, suffix=" %")
@@ -455,6 +467,26 @@ def option_field(name: str) -> QSpinBox | QDoubleSpinBox:
     return box
 
 
+def stage_line(layout) -> QLabel:
+    """The run's stage ("invariant means, step 7/10") under the progress bar, added to ``layout``.
+
+    It wraps, and the bar's own text stays short ("run 45 % · at most ~3 min left"): a long stage
+    ("re-running Cluster 3: invariant means, step 10/10") is read whole at 1024 x 700 as at 1280 x 800.
+    """
+    label = QLabel()
+    label.setObjectName("run_stage")
+    label.setWordWrap(True)
+    label.setVisible(False)
+    layout.addWidget(label)
+    return label
+
+
+def show_stage(label: QLabel, text: str) -> None:
+    """``text`` as the stage; none (the line hidden) while no run is going."""
+    label.setText(text)
+    label.setVisible(bool(text))
+
+
 class RunPanel(QGroupBox):
     """Settings, Start / Stop / Resume and the progress bar.
 
@@ -496,6 +528,7 @@ class RunPanel(QGroupBox):
         self.progress.setFormat("idle")
         self.progress.setTextVisible(True)
         lay.addWidget(self.progress)
+        self.stage_label = stage_line(lay)  # the stage under the bar, wrapped: the bar's own text stays short
         self.beta_auto.toggled.connect(lambda on: self.beta.setEnabled(not on))
         self.clusters_auto.toggled.connect(lambda on: self.clusters.setEnabled(not on))
         self.start_btn.clicked.connect(self.startRequested)
@@ -741,17 +774,19 @@ class RunPanel(QGroupBox):
         if state in ("idle", "stopped", "failed", "finished"):
             self.progress.setFormat({"idle": "idle — press Start", "stopped": "stopped — Resume continues",
                                      "failed": "failed", "finished": "done"}[state])
+            show_stage(self.stage_label, "")  # no stage of a run that is not going
         if state == "idle":
             self.progress.setValue(0)  # an empty bar: nothing is done (a full one read as "complete")
         if state == "finished":
             self.progress.setValue(1000)
 
     def set_progress(self, fraction: float, text: str, eta: float):
-        """The stage's own text (with its share done, e.g. "invariant similarity 60 %") and the whole run's."""
+        """How far the whole run is (the bar) and the stage's own text under it ("invariant similarity 60 %")."""
         self.progress.setValue(int(1000 * fraction))
         # the guard may end a run early, so the time left is an upper estimate
         eta_text = f" · at most ~{_duration(eta)} left" if eta >= 0 else ""
-        self.progress.setFormat(f"{text} — run {100 * fraction:.0f} %{eta_text}")
+        self.progress.setFormat(f"run {100 * fraction:.0f} %{eta_text}")
+        show_stage(self.stage_label, text)
 
 
 class ClusterList(QListWidget):

@@ -79,6 +79,7 @@ TOOLTIPS: dict[str, dict[str, str]] = {
         "stop_btn": "Pause the run after the current step. Resume continues from there.",
         "resume_btn": "Continue a stopped run where it stopped.",
         "progress": "How far the run is, and an estimate of the time left.",
+        "stage_label": "What the run is doing now, and how far that step is.",
     },
     "ClustersPanel": {
         "list": "The groups found, with how many images each holds. Click one to select its images; "

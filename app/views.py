@@ -168,6 +168,9 @@ def _overlay_rgba(shape, rows=(), cols=()):
 
 
 W_TITLE = "Weight matrix W (grouped by cluster)"
+W_HINT = "Run to see W: how strongly each image attends to every other image.\n\n"
+W_HINT_NO_IMAGES = W_HINT + "Open a folder or pick a demo, then press Start."
+W_HINT_IMAGES = W_HINT + "Press Start (Run tab) to group the images."
 
 
 class WeightsView(_Titled):
@@ -180,9 +183,7 @@ class WeightsView(_Titled):
     cellClicked = Signal(int, int)
 
     def __init__(self, parent=None):
-        super().__init__(W_TITLE,
-                         "Run to see W: how strongly each image attends to every other image.\n\n"
-                         "Open a folder or pick a demo, then press Start.", parent)
+        super().__init__(W_TITLE, W_HINT_NO_IMAGES, parent)
         self.plot = pg.PlotWidget()
         self.plot.setAspectLocked(True)
         self.plot.invertY(True)
@@ -214,6 +215,13 @@ class WeightsView(_Titled):
 
     def plot_widgets(self):
         return [self.plot]
+
+    def set_has_images(self, on: bool) -> None:
+        """The hint's next step: "press Start" once there are images, "open a folder" while there are none."""
+        hint = W_HINT_IMAGES if on else W_HINT_NO_IMAGES
+        if self.hint.text() == self.idle_hint:  # not a "Computing …" shown while a run starts
+            self.hint.setText(hint)
+        self.idle_hint = hint
 
     def overlay_items(self):
         return [self.overlay] + ([self.colorbar.region] if self.colorbar.region is not None else [])
@@ -259,6 +267,10 @@ class WeightsView(_Titled):
         axis.enableAutoSIPrefix(False)  # 0.05, never "50 (x0.001)": no prefix, and the scale it left reset
         axis.autoSIPrefixScale, axis.labelUnitPrefix = 1.0, ""
         axis.setLabel("W_ij")
+        # pyqtgraph fixes a vertical bar's axis at 45 px: "0.005" then runs under the title; sized to its
+        # tick labels and title instead (it grows to the widest tick label drawn)
+        if orientation == "vertical":
+            axis.setWidth(None)
         theme.style_axis(self.colorbar.axis, self.palette(), self.font())
 
     def eventFilter(self, watched, event):

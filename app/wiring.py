@@ -33,6 +33,7 @@ def update_run_actions(window, state: str) -> None:
 def _images_changed(window) -> None:
     m = window.model
     window.images_panel.set_skipped(m.session.data.skipped)
+    window.weights_view.set_has_images(m.session.n > 0)  # W's hint: "press Start", or "open a folder" when none
     if m.session.latest is None:  # new images, nothing run on them yet: every view shows its hint again
         for view in views_of(window):
             view.clear()
@@ -58,6 +59,7 @@ def _paper_mode(window) -> None:
 def install_ui_extras(window) -> None:
     m = window.model
     listen(m.session.events.images, lambda: _images_changed(window))
+    window.weights_view.set_has_images(m.session.n > 0)  # a window made for a set already loaded
     listen(m.session.events.state, lambda state: _run_state(window, state))
     update_run_actions(window, m.session.state)
     install_context_menus(window)
