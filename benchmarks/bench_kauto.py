@@ -43,6 +43,7 @@ Usage::
     python benchmarks/bench_kauto.py ceiling --cache /tmp/kauto
     python benchmarks/bench_kauto.py clear --cache /tmp/kauto
     python benchmarks/bench_kauto.py check --split holdout --only real-mnist-5
+    python benchmarks/bench_kauto.py collect --split tune --inputs --blur 1.5 --cache /tmp/kauto-blur1.5
 """
 from __future__ import annotations
 
@@ -174,11 +175,13 @@ def load_case(path):
         return z["truth"], reads, info
 
 
-def _run(images, truth, *, record=None, inputs_only=False):
+def _run(images, truth, *, record=None, inputs_only=False, blur=0.0):
     """A default run as ``ia-cluster`` does it; ``record``: a list the read-outs' inputs are appended to.
 
     ``inputs_only``: stop after the first read-out (the input distances'); the result is then a
     ``(labels, KChoice)`` pair's stand-in with ``n_clusters``, ``labels`` and ``k_choice``.
+    ``blur``: smooth the preprocessed images with a Gaussian of this many pixels first (an experiment:
+    do coarser images' distances show the class count of rotated handwriting better?).
     """
     from sklearn.metrics import adjusted_rand_score
 
@@ -187,6 +190,10 @@ def _run(images, truth, *, record=None, inputs_only=False):
 
     t = time.perf_counter()
     x = preprocess(images, size=SIZE, denoise="auto").images
+    if blur:
+        from scipy.ndimage import gaussian_filter
+
+        x = gaussian_filter(x, (0, blur, blur)).astype(np.float32)
     run = attention.AttentionRun(x, backend="numpy")
     if record is not None:
         inner = run._read_labels
@@ -210,7 +217,7 @@ def _run(images, truth, *, record=None, inputs_only=False):
     return res, adjusted_rand_score(truth, res.labels), time.perf_counter() - t
 
 
-def collect(split, cache, only=(), inputs_only=False):
+def collect(split, cache, only=(), inputs_only=False, blur=0.0):
     cache = Path(cache)
     cache.mkdir(parents=True, exist_ok=True)
     for name, build in kauto_sets(split):
@@ -220,7 +227,7 @@ def collect(split, cache, only=(), inputs_only=False):
         images, labels = build()
         truth = np.unique(np.asarray([str(v) for v in labels]), return_inverse=True)[1]
         record = []
-        res, ari, secs = _run(images, truth, record=record, inputs_only=inputs_only)
+        res, ari, secs = _run(images, truth, record=record, inputs_only=inputs_only, blur=blur)
         store = {"truth": truth[record[-1][2]], "n_reads": np.array(len(record)), "run_k": np.array(res.n_clusters),
                  "run_unsure": np.array(bool(res.k_choice.unsure)), "run_ari": np.array(ari),
                  "seconds": np.array(secs)}
@@ -408,12 +415,14 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="*", default=())
     p.add_argument("--inputs", action="store_true",
                    help="collect: stop each run after its first read-out (the input distances; much faster)")
+    p.add_argument("--blur", type=float, default=0.0,
+                   help="collect: smooth the preprocessed images by a Gaussian of this many pixels (an experiment)")
     a = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     splits = ("tune", "holdout") if a.split == "both" else (a.split,)
     for split in splits:
         if a.what == "collect":
-            collect(split, a.cache, a.only, a.inputs)
+            collect(split, a.cache, a.only, a.inputs, a.blur)
         elif a.what == "check":
             check(split, a.only)
     if a.what == "rules":
