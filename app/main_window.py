@@ -51,7 +51,7 @@ class MainWindow(QMainWindow):
         self._make_widgets()
         build_central(self)
         self.projects = ProjectController(self)
-        self.model.confirm = self.projects.confirm_discard  # asked after reading, only when images come in
+        self.model.confirm = self._confirm_loaded  # asked after reading, only when images come in
         self.exports = ExportActions(self)
         build_menus(self)
         self.sync = ViewSync(self)
@@ -206,6 +206,13 @@ class MainWindow(QMainWindow):
         m.imagesLoading.connect(reading)
         m.imagesLoaded.connect(loaded)
         return True
+
+    def _confirm_loaded(self, action: str, *, replaces: bool = False) -> bool:
+        """The question once images were read: the loading dialog goes first (it would cover the question
+        and, being modal, take its clicks)."""
+        if self.loading_dialog is not None:
+            self.loading_dialog.hide()
+        return self.projects.confirm_discard(action, replaces=replaces)
 
     def open_folder(self, folder=None) -> None:
         folder = folder or QFileDialog.getExistingDirectory(self, "Open a folder of images")

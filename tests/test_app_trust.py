@@ -223,6 +223,32 @@ def test_adding_a_file_with_no_image_changes_nothing(win, qtbot, tmp_path, asked
     assert m.session.final is final
 
 
+def test_the_loading_dialog_is_gone_before_the_question_after_reading(win, qtbot, tmp_path, monkeypatch):
+    """The trial: the reading dialog (97 %) stayed on top of "Discard your work?" and took its clicks."""
+    from iastudio.app.projects import ProjectController
+
+    m = win.model
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
+    _run(win, qtbot)
+    folder = tmp_path / "more"
+    folder.mkdir()
+    for i in range(3):
+        Image.fromarray((np.random.default_rng(i).random((20, 20)) * 255).astype(np.uint8)).save(folder / f"{i}.png")
+    seen = []
+
+    def ask(parent, title, text, **_):
+        seen.append(win.loading_dialog is not None and win.loading_dialog.isVisible())
+        return "cancel"
+
+    monkeypatch.setattr(ProjectController, "ask", staticmethod(ask))
+    assert win.load_paths([str(folder)], replace=True)
+    win.loading_dialog.show()  # as after its 0.5 s delay on a slow folder
+    qtbot.waitUntil(lambda: not m.loading, timeout=30000)
+    assert seen == [False]
+    assert m.session.final is not None  # cancelled: the run is kept
+
+
 def test_adding_real_images_asks_after_reading_and_cancel_keeps_the_edits(win, qtbot, tmp_path, asked):
     m = win.model
     m.session.load_demo("shapes")
