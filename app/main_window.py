@@ -98,7 +98,7 @@ class MainWindow(QMainWindow):
         rp.startRequested.connect(self.start_run)
         rp.stopRequested.connect(m.stop)
         rp.resumeRequested.connect(m.resume)
-        for panel in (rp, cp):  # a typed number out of range: why it was not taken
+        for panel in (rp, cp, tp):  # a typed number that cannot be taken: why
             panel.refused.connect(lambda text: self.statusBar().showMessage(text, 15000))
         rp.size.valueChanged.connect(self._set_size)  # once typing is finished (keyboard tracking is off)
         cp.list.imagesDropped.connect(m.session.move_images)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from PySide6.QtCore import QAbstractListModel, QMimeData, QPoint, QSize, Qt, Signal
+from PySide6.QtCore import QAbstractListModel, QMimeData, QPoint, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPalette, QPen, QPixmap, QValidator
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -263,6 +263,7 @@ class TransformPanel(QGroupBox):
     applyRandom = Signal(float, float, int)  # rotation deg, shift %, seed
     reset = Signal()
     imageTransformChanged = Signal(float, float, float)  # theta deg, tx, ty
+    refused = Signal(str)  # "θ: 400.0 ° is more than 180.0 °, ...": a typed number that cannot be taken
 
     def __init__(self, parent=None):
         super().__init__("Transforms (SE(2))", parent)
@@ -280,9 +281,9 @@ class TransformPanel(QGroupBox):
         outer = QVBoxLayout(self)
         outer.addWidget(self.scroll_area)
         form = QFormLayout()
-        self.rotation = QDoubleSpinBox(minimum=0, maximum=180, value=180, suffix=" °")
-        self.shift = QDoubleSpinBox(minimum=0, maximum=40, value=10, suffix=" %")
-        self.seed = QSpinBox(minimum=0, maximum=10**6, value=0)
+        self.rotation = refusing_field(OptionDoubleSpinBox(), 0, 180, 180, suffix=" °", decimals=2)
+        self.shift = refusing_field(OptionDoubleSpinBox(), 0, 40, 10, suffix=" %", decimals=2)
+        self.seed = refusing_field(OptionSpinBox(), 0, 10**6, 0)
         form.addRow("Rotation range ±", self.rotation)
         form.addRow("Translation range ±", self.shift)
         form.addRow("Seed", self.seed)
@@ -296,10 +297,11 @@ class TransformPanel(QGroupBox):
         self.image_label = QElidingLabel(NO_IMAGE)
         lay.addWidget(self.image_label)
         per = QFormLayout()
-        self.theta = QDoubleSpinBox(minimum=-180, maximum=180, decimals=1, suffix=" °", singleStep=5)
+        # taken once typing is finished: "30" is never 3 first
+        self.theta = refusing_field(OptionDoubleSpinBox(), -180, 180, 0, suffix=" °", decimals=1, step=5)
         self.theta_slider = QSlider(Qt.Orientation.Horizontal, minimum=-180, maximum=180)
-        self.tx = QDoubleSpinBox(minimum=-64, maximum=64, decimals=1, suffix=" px")
-        self.ty = QDoubleSpinBox(minimum=-64, maximum=64, decimals=1, suffix=" px")
+        self.tx = refusing_field(OptionDoubleSpinBox(), -64, 64, 0, suffix=" px", decimals=1)
+        self.ty = refusing_field(OptionDoubleSpinBox(), -64, 64, 0, suffix=" px", decimals=1)
         per.addRow("θ", self.theta)
         per.addRow("", self.theta_slider)
         per.addRow("tx", self.tx)
@@ -318,8 +320,10 @@ class TransformPanel(QGroupBox):
         self.theta_slider.valueChanged.connect(lambda v: self.theta.setValue(float(v)))
         self.theta.valueChanged.connect(lambda v: self._sync_slider(v))
         for box in (self.theta, self.tx, self.ty):
-            box.setKeyboardTracking(False)  # taken once typing is finished: "30" is never 3 first
             box.valueChanged.connect(self._emit)
+        for box, label in ((self.rotation, "Rotation range"), (self.shift, "Translation range"), (self.seed, "Seed"),
+                           (self.theta, "\u03b8"), (self.tx, "tx"), (self.ty, "ty")):
+            box.refused.connect(lambda why, label=label: self.refused.emit(f"{label}: {why}"))
         self._loading = False
         self.set_enabled_image(False)
         apply_tooltips(self)
@@ -367,57 +371,99 @@ PAPER_BETA = float(PRESETS[PAPER_MODE["preset"]]["beta"])
 PAPER_ITERATIONS = int(PRESETS[PAPER_MODE["preset"]]["iterations"])
 
 
-def _typed_number(box: QSpinBox | QDoubleSpinBox, text: str) -> float | None:
-    """The number typed into ``box`` (its prefix and suffix removed), or None when ``text`` is not one."""
+def _bare(box: QSpinBox | QDoubleSpinBox, text: str) -> str:
+    """``text`` without the box's prefix and suffix."""
     t = text.strip()
     for affix, cut in ((box.prefix().strip(), str.removeprefix), (box.suffix().strip(), str.removesuffix)):
         t = cut(t, affix).strip() if affix else t
-    value, ok = box.locale().toDouble(t)
+    return t
+
+
+def _typed_number(box: QSpinBox | QDoubleSpinBox, text: str) -> float | None:
+    """The number typed into ``box`` (its prefix and suffix removed), or None when ``text`` is not one."""
+    value, ok = box.locale().toDouble(_bare(box, text))
     return value if ok and math.isfinite(value) else None
 
 
 def refusal(box: QSpinBox | QDoubleSpinBox, text: str) -> str | None:
-    """What to say when ``text`` typed into ``box`` is a number outside its range (None: it is not)."""
-    value = _typed_number(box, text)
-    if value is None or box.minimum() <= value <= box.maximum():
-        return None
+    """What to say when ``text`` typed into ``box`` cannot be taken (None: it can, or nothing was typed).
+
+    A number outside the box's range, a fraction in a whole-number box ("2.5", "0,5"), or no number
+    at all ("abc"; "1e3" where 1000 is out of range says so).
+    """
+    typed = _bare(box, text)
+    if not typed:
+        return None  # an emptied field: the value in use comes back
+    value, whole = _typed_number(box, text), not isinstance(box, QDoubleSpinBox)
+    if value is None:
+        return f"\u201c{typed}\u201d is not {'a whole number' if whole else 'a number'}"
     suffix, shown = box.suffix(), box.textFromValue
+    if whole and value != int(value):
+        return f"{typed} is not a whole number"
+    if whole:
+        value = int(value)
     if value > box.maximum():
         return f"{shown(value)}{suffix} is more than {shown(box.maximum())}{suffix}, the most it can be"
-    return f"{shown(value)}{suffix} is less than {shown(box.minimum())}{suffix}, the least it can be"
+    if value < box.minimum():
+        return f"{shown(value)}{suffix} is less than {shown(box.minimum())}{suffix}, the least it can be"
+    return None
 
 
 class _Refusing:
-    """Say so when a typed number is out of range; the value in use stays, and the field shows it again.
+    """Say so when a typed number cannot be taken; the value in use stays, and the field shows it again.
 
-    Qt alone drops the keystroke that takes a number over the maximum ("90" into a field of at most 45
-    leaves 9, which Enter then applies) and puts the old value back under the minimum, both silently.
-    Here a number out of range is kept as typed until Enter or leaving the field (``validate``), when
-    the old value comes back and :attr:`refused` says why (``fixup``).  :attr:`entered` is emitted when
-    Enter is pressed on a number that was taken (not after a refusal).
+    Qt alone drops a keystroke it cannot take, silently: "90" into a field of at most 45 leaves 9, which
+    Enter then applies; "1e3" becomes 13 and "-5" becomes 5; and it puts the old value back under the
+    minimum.  Here whatever is typed is kept as typed until Enter or leaving the field (``validate``),
+    when, if it is not a number in range, the old value comes back and :attr:`refused` says why
+    (``fixup``).  A comma is read as a decimal point in a real-number field ("0,5" is 0.5, not 5).
+    :attr:`entered` is emitted when Enter is pressed on a number that was taken (not after a refusal).
     """
 
-    _refusals = 0
+    _refused_now = False  # a refusal in the key press being handled (its line edit's fixup comes first)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lineEdit().textEdited.connect(self._refusal_handled)  # typing again: a new number
 
     def keyPressEvent(self, event):
-        before = self._refusals
         super().keyPressEvent(event)
-        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self._refusals == before:
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not self._refused_now:
             self.entered.emit()
 
+    def _refusal_handled(self) -> None:
+        self._refused_now = False
+
+    def _with_point(self, text: str) -> str:
+        point = self.locale().decimalPoint()
+        return text.replace(",", point) if isinstance(self, QDoubleSpinBox) and point != "," else text
+
     def validate(self, text, pos):
+        text = self._with_point(text)
         got = super().validate(text, pos)
         state = got[0] if isinstance(got, tuple) else got
-        if state == QValidator.State.Invalid and refusal(self, text) is not None:
-            return QValidator.State.Intermediate, text, pos
+        if _typed_number(self, text) is not None and refusal(self, text) is None:
+            return QValidator.State.Acceptable, text, pos  # any number in range ("1e3" too)
+        if state == QValidator.State.Invalid or refusal(self, text) is not None:
+            return QValidator.State.Intermediate, text, pos  # kept as typed; said why at Enter or Tab
         return got
 
+    def valueFromText(self, text):
+        value = _typed_number(self, self._with_point(text))
+        if value is None:
+            return super().valueFromText(text)
+        return value if isinstance(self, QDoubleSpinBox) else int(value)
+
     def fixup(self, text):
-        why = refusal(self, text)
-        if why is not None:
-            self._refusals += 1
-            self.refused.emit(f"{why}; it stays {self.textFromValue(self.value())}{self.suffix()}")
-        return super().fixup(text)
+        why = refusal(self, self._with_point(text))
+        if why is None:
+            return super().fixup(text)
+        if not self._refused_now:
+            self._refused_now = True
+            QTimer.singleShot(0, self._refusal_handled)
+        in_use = f"{self.textFromValue(self.value())}{self.suffix()}"
+        self.refused.emit(f"{why}; it stays {in_use}")
+        return f"{self.prefix()}{in_use}"  # shown again at once (Qt would ask again)
 
 
 class OptionSpinBox(_Refusing, QSpinBox):

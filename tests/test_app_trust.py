@@ -199,6 +199,46 @@ def test_the_clusters_tab_fields_refuse_out_loud_and_enter_does_what_the_button_
     assert asked == []
 
 
+def test_what_qt_would_misread_silently_is_refused_or_read_as_meant(win, qtbot, asked):
+    """The trial: "1e3" became 13, "-5" became 5, "0,5" became 5, "abc" was dropped, all without a word."""
+    m, rp = win.model, win.run_panel
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
+    its = rp.iterations.value()
+    for typed, key, said in (
+            ("abc", Qt.Key.Key_Tab, f"Iterations: \u201cabc\u201d is not a whole number; it stays {its}"),
+            ("-5", Qt.Key.Key_Return, f"Iterations: -5 is less than 1, the least it can be; it stays {its}"),
+            ("2.5", Qt.Key.Key_Return, f"Iterations: 2.5 is not a whole number; it stays {its}")):
+        _type_into(rp.iterations, typed)
+        assert rp.iterations.lineEdit().text() == typed  # kept as typed until Enter or Tab
+        QTest.keyClick(rp.iterations.lineEdit(), key)
+        assert win.statusBar().currentMessage() == said
+        assert rp.iterations.value() == its
+        assert rp.iterations.text() == str(its)
+    _type_into(rp.size, "1e3")  # not 13
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Tab)
+    assert win.statusBar().currentMessage() == ("Working size: 1000 px is more than 512 px, the most it can be; "
+                                                "it stays 24 px")
+    assert m.session.size == 24
+    _type_into(rp.size, "4e1")  # a number in range, however written
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Tab)
+    assert m.session.size == 40
+    _type_into(rp.angle_step, "0,5")  # a decimal comma: 0.5, not 5
+    QTest.keyClick(rp.angle_step.lineEdit(), Qt.Key.Key_Return)
+    assert rp.angle_step.value() == pytest.approx(0.5)
+    tp = win.transform_panel  # the Transforms tab's fields too
+    m.session.select([2])
+    _type_into(tp.theta, "400")  # Qt alone would drop the last "0" and turn the image by 40
+    QTest.keyClick(tp.theta.lineEdit(), Qt.Key.Key_Return)
+    assert win.statusBar().currentMessage() == ("\u03b8: 400.0 \u00b0 is more than 180.0 \u00b0, the most it can be; "
+                                                "it stays 0.0 \u00b0")
+    assert not m.session.transforms.any()
+    _type_into(tp.tx, "-2,5")
+    QTest.keyClick(tp.tx.lineEdit(), Qt.Key.Key_Return)
+    assert_allclose(m.session.transforms[2], [0.0, -2.5, 0.0])
+    assert asked == []
+
+
 # ------------------------------------------------------------------ 3. Add files that hold no image
 def test_adding_a_file_with_no_image_changes_nothing(win, qtbot, tmp_path, asked, monkeypatch):
     m = win.model
