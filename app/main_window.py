@@ -277,6 +277,23 @@ class MainWindow(QMainWindow):
                 return
         m.session.rename_cluster(cluster, name)
 
+    def edit_selected_clusters(self, what: str) -> bool:
+        """Rename, merge or split (``what``) the clusters selected in the Clusters tab's list."""
+        s, cp = self.model.session, self.clusters_panel
+        if s.book is None:
+            s.message("Run first: there are no clusters yet.")
+            return False
+        chosen = cp.selected_clusters()
+        if what == "merge":
+            return s.merge_clusters(chosen)
+        if len(chosen) != 1:
+            s.message(f"Select one cluster in the Clusters tab to {what} it.")
+            return False
+        if what == "rename":
+            self.rename_cluster(chosen[0])
+            return True
+        return s.split_cluster(chosen[0], cp.split_k.value())
+
     def inspect_pair(self, i, j) -> None:
         self.model.session.select([i, j] if i != j else [i])
         self.model.session.inspect(i, j)

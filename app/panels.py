@@ -980,6 +980,7 @@ class ClustersPanel(QGroupBox):
     def set_book(self, book, means: dict):
         """Show the clusters: ``means`` maps cluster id -> image for the icon, drawn upright and centred
         (:func:`~iastudio.core.pose.canonical_pose`, as in the means view)."""
+        chosen = set(self.selected_clusters())  # an edit redraws the list: the clusters chosen stay chosen
         self.list.clear()
         if book is None:
             return
@@ -993,6 +994,7 @@ class ClustersPanel(QGroupBox):
                 it.setIcon(QIcon(QPixmap.fromImage(to_qimage(posed[c]))))
             it.setForeground(cluster_qcolor(c))
             self.list.addItem(it)
+            it.setSelected(c in chosen)
         self.k.blockSignals(True)
         self.k.setMaximum(max(1, book.n))  # a typed k above the number of images is refused, and said so
         self.k.setValue(max(1, len(book.cluster_ids())))

@@ -239,6 +239,32 @@ def test_what_qt_would_misread_silently_is_refused_or_read_as_meant(win, qtbot, 
     assert asked == []
 
 
+def test_rename_merge_and_split_from_the_keyboard(win, qtbot, asked, monkeypatch):
+    """The trial: F2 did not rename a cluster; Rename, Merge and Split were only buttons."""
+    from PySide6.QtWidgets import QInputDialog
+
+    m, cp = win.model, win.clusters_panel
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
+    _run(win, qtbot, clusters=3)
+    monkeypatch.setattr(QInputDialog, "getText", staticmethod(lambda *a, **k: ("tops", True)))
+    cp.list.setFocus()
+    QTest.keyClick(cp.list, Qt.Key.Key_F2)
+    assert win.statusBar().currentMessage() == "Select one cluster in the Clusters tab to rename it."
+    cp.list.item(0).setSelected(True)
+    QTest.keyClick(cp.list, Qt.Key.Key_F2)
+    assert m.session.book.name_of(cp.selected_clusters()[0]) == "tops"
+    QTest.keyClick(cp.list, Qt.Key.Key_K, Qt.KeyboardModifier.ControlModifier)  # into the panel's k (2)
+    assert len(m.session.book.cluster_ids()) == 4
+    assert "tops a" in m.session.book.names.values()
+    for row in range(2):
+        cp.list.item(row).setSelected(True)
+    QTest.keyClick(win.images_panel.view, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier)  # from anywhere
+    assert len(m.session.book.cluster_ids()) == 3
+    assert win.statusBar().currentMessage() == "Merge 2 clusters (3 clusters now)"
+    assert m.session.edits == ["Rename Cluster 1 to tops", "Split tops into 2", "Merge 2 clusters"]
+
+
 # ------------------------------------------------------------------ 3. Add files that hold no image
 def test_adding_a_file_with_no_image_changes_nothing(win, qtbot, tmp_path, asked, monkeypatch):
     m = win.model
