@@ -26,7 +26,7 @@ from superqt import QElidingLabel
 from iastudio.core.attention import Stage
 from iastudio.core.display import mosaic, tile_levels, upright_tiles
 from iastudio.core.filenames import display_name
-from iastudio.core.frames import cluster_tiles, frame_tiles, frame_weights
+from iastudio.core.frames import cluster_tiles, colour_top, frame_tiles, frame_weights
 from iastudio.core.wording import count_of
 
 from . import theme
@@ -364,9 +364,8 @@ class WeightsView(_Titled):
         if shown.shape[0] != self._side:  # a new run, or another sample: fit the range to it
             self._side = int(shown.shape[0])
             self.fit_range()
-        if levels is None:
-            top = float(shown.max()) if shown.size else 1.0
-            levels = (0.0, max(top, 1e-6))
+        if levels is None:  # an image alone in its cluster does not set the scale (colour_top)
+            levels = (0.0, colour_top(shown) if shown.size else 1.0)
         self.colorbar.setLevels(tuple(levels))
         self._draw_overlay()
         was_empty = self.empty

@@ -39,6 +39,7 @@ __all__ = [
     "book_frame",
     "book_order",
     "cluster_tiles",
+    "colour_top",
     "frame_tiles",
     "frame_weights",
     "frames_from_project",
@@ -135,8 +136,38 @@ class Frame:
     undenoised_missing: tuple = ()
 
 
+STANDS_OUT = 1.5  # colour_top: a largest W_ij this many times the 99.5th percentile is an outlier
+TOP_PERCENTILE = 99.5
+
+
+def colour_top(weights) -> float:
+    """The top of W's colour scale: its largest W_ij, unless a few stand far above the rest.
+
+    An image alone in its cluster (a blank or odd one) keeps most of its own column's weight: its
+    W_ii can be ten times every other entry, and a scale up to it draws every cluster's block the
+    same dark colour.  When the largest entry is more than ``STANDS_OUT`` times the 99.5th
+    percentile of the entries, the scale tops at that percentile (the few above it take the top
+    colour; hovering still shows their values).
+
+    Parameters
+    ----------
+    weights : ndarray or sparse matrix
+        W, or the part of it drawn (a sparse W: its stored entries).
+
+    Returns
+    -------
+    float
+        The top of the scale, at least 1e-6.
+    """
+    values = np.asarray(weights.data if hasattr(weights, "nnz") else weights, dtype=float).ravel()
+    if not values.size:
+        return 1e-6
+    top, typical = float(values.max()), float(np.percentile(values, TOP_PERCENTILE))
+    return max(typical if top > STANDS_OUT * typical else top, 1e-6)
+
+
 def weight_range(frames) -> tuple[float, float]:
-    """``(0, largest W_ij)`` over ``frames``: one colour scale for every frame of a run.
+    """``(0, top)`` over ``frames`` (:func:`colour_top`): one colour scale for every frame of a run.
 
     Parameters
     ----------
@@ -148,14 +179,8 @@ def weight_range(frames) -> tuple[float, float]:
     tuple of float
         ``(0.0, top)`` with ``top > 0`` (1e-6 when every W is 0 or there are no frames).
     """
-    top = 0.0
-    for f in frames:
-        w = f.snapshot.weights
-        if w is None:
-            continue
-        if (w.nnz if hasattr(w, "nnz") else w.size) > 0:
-            top = max(top, float(w.max()))
-    return 0.0, max(top, 1e-6)
+    tops = [colour_top(f.snapshot.weights) for f in frames if f.snapshot.weights is not None]
+    return 0.0, max(tops, default=1e-6)
 
 
 def plain_means(images: np.ndarray, labels: np.ndarray, *, n_clusters: int | None = None) -> np.ndarray:

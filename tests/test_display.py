@@ -1,7 +1,9 @@
 """What the views draw, prepared off the GUI thread: samples, W's block, 8-bit upright tiles, the mosaic."""
+from types import SimpleNamespace
+
 import numpy as np
 import scipy.sparse as sp
-from numpy.testing import assert_array_equal
+from numpy.testing import assert_allclose, assert_array_equal
 
 from iastudio.core.display import (
     BACKGROUND,
@@ -84,3 +86,20 @@ def test_mosaic_known_layout():
     assert_array_equal(out[:, 4], BACKGROUND)
     assert mosaic(tiles).shape == (2 * 4 + 2, 2 * 5 + 2)  # default: ceil(sqrt(3)) = 2 columns, pad 2
     assert_array_equal(mosaic(np.zeros((0, 4, 4), np.uint8)), np.full((8, 8), BACKGROUND))
+
+
+def test_colour_top_is_not_set_by_an_image_alone_in_its_cluster():
+    from iastudio.core.frames import colour_top, weight_range
+
+    blocks = np.kron(np.eye(3), np.full((30, 30), 1 / 30))  # three clusters of 30: W_ij = 1/30 inside
+    assert_allclose(colour_top(blocks), 1 / 30)  # nothing stands out: the largest W_ij
+    w = np.zeros((91, 91))
+    w[:90, :90] = blocks
+    w[90, 90] = 0.3  # a blank image, alone: its own weight, 9 times the rest
+    assert_allclose(colour_top(w), 1 / 30)
+    assert_allclose(colour_top(sp.csr_matrix(w)), 1 / 30)  # a sparse W: its stored entries
+    w[90, 90] = 1.2 / 30  # not far above the rest: the scale still reaches it
+    assert_allclose(colour_top(w), 1.2 / 30)
+    assert colour_top(np.zeros((0, 0))) == 1e-6
+    frames = [SimpleNamespace(snapshot=SimpleNamespace(weights=x)) for x in (blocks, 2 * blocks, None)]
+    assert_allclose(weight_range(frames), (0.0, 2 / 30))
