@@ -24,9 +24,9 @@ from PySide6.QtWidgets import (
 from superqt import QElidingLabel
 
 from iastudio.core.attention import Stage
-from iastudio.core.display import mosaic, tile_levels, upright_tiles
+from iastudio.core.display import colour_top, mosaic, tile_levels, upright_tiles
 from iastudio.core.filenames import display_name
-from iastudio.core.frames import cluster_tiles, colour_top, frame_tiles, frame_weights
+from iastudio.core.frames import cluster_tiles, frame_tiles, frame_weights
 from iastudio.core.wording import count_of
 
 from . import theme

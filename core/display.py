@@ -18,6 +18,7 @@ __all__ = [
     "KEEP_MAX",
     "TILES_MAX",
     "W_SAMPLE",
+    "colour_top",
     "even_sample",
     "mosaic",
     "sample_with",
@@ -30,6 +31,36 @@ W_SAMPLE = 400  # a sparse W (a pruned run above 2,000 images) is drawn for this
 TILES_MAX = 1024  # per-image means shown at most; a larger run shows an even sample
 KEEP_MAX = 64  # selected images added to a sample when it left them out (a larger selection is not added)
 BACKGROUND = 38  # grey level (of 255) between the tiles of a mosaic
+
+
+STANDS_OUT = 1.5  # colour_top: a largest W_ij this many times the 99.5th percentile is an outlier
+TOP_PERCENTILE = 99.5
+
+
+def colour_top(weights) -> float:
+    """The top of W's colour scale: its largest W_ij, unless a few stand far above the rest.
+
+    An image alone in its cluster (a blank or odd one) keeps most of its own column's weight: its
+    W_ii can be ten times every other entry, and a scale up to it draws every cluster's block the
+    same dark colour.  When the largest entry is more than ``STANDS_OUT`` times the 99.5th
+    percentile of the entries, the scale tops at that percentile (the few above it take the top
+    colour; hovering still shows their values).
+
+    Parameters
+    ----------
+    weights : ndarray or sparse matrix
+        W, or the part of it drawn (a sparse W: its stored entries).
+
+    Returns
+    -------
+    float
+        The top of the scale, at least 1e-6.
+    """
+    values = np.asarray(weights.data if hasattr(weights, "nnz") else weights, dtype=float).ravel()
+    if not values.size:
+        return 1e-6
+    top, typical = float(values.max()), float(np.percentile(values, TOP_PERCENTILE))
+    return max(typical if top > STANDS_OUT * typical else top, 1e-6)
 
 
 def even_sample(order, labels, *, limit: int, keep=()) -> np.ndarray:

@@ -29,7 +29,7 @@ from .attention import AttentionRun, RunResult, Snapshot, Stage
 from .backend import to_host
 from .cluster_means import cluster_key, medoid, pose_averages
 from .clustering import KChoice, grouping_order
-from .display import TILES_MAX, W_SAMPLE, even_sample, mosaic, sample_with, upright_tiles, weight_block
+from .display import TILES_MAX, W_SAMPLE, colour_top, even_sample, mosaic, sample_with, upright_tiles, weight_block
 from .embedding import classical_mds
 from .report import cluster_curves, convergence_curves
 
@@ -39,7 +39,6 @@ __all__ = [
     "book_frame",
     "book_order",
     "cluster_tiles",
-    "colour_top",
     "frame_tiles",
     "frame_weights",
     "frames_from_project",
@@ -134,36 +133,6 @@ class Frame:
     w_block: np.ndarray | None = None
     undenoised_means: np.ndarray | None = None
     undenoised_missing: tuple = ()
-
-
-STANDS_OUT = 1.5  # colour_top: a largest W_ij this many times the 99.5th percentile is an outlier
-TOP_PERCENTILE = 99.5
-
-
-def colour_top(weights) -> float:
-    """The top of W's colour scale: its largest W_ij, unless a few stand far above the rest.
-
-    An image alone in its cluster (a blank or odd one) keeps most of its own column's weight: its
-    W_ii can be ten times every other entry, and a scale up to it draws every cluster's block the
-    same dark colour.  When the largest entry is more than ``STANDS_OUT`` times the 99.5th
-    percentile of the entries, the scale tops at that percentile (the few above it take the top
-    colour; hovering still shows their values).
-
-    Parameters
-    ----------
-    weights : ndarray or sparse matrix
-        W, or the part of it drawn (a sparse W: its stored entries).
-
-    Returns
-    -------
-    float
-        The top of the scale, at least 1e-6.
-    """
-    values = np.asarray(weights.data if hasattr(weights, "nnz") else weights, dtype=float).ravel()
-    if not values.size:
-        return 1e-6
-    top, typical = float(values.max()), float(np.percentile(values, TOP_PERCENTILE))
-    return max(typical if top > STANDS_OUT * typical else top, 1e-6)
 
 
 def weight_range(frames) -> tuple[float, float]:

@@ -16,6 +16,7 @@ import numpy as np
 from .atomic import atomic_write, atomic_write_text
 from .clusterbook import UNASSIGNED
 from .clustering import grouping_order
+from .display import colour_top
 
 __all__ = [
     "ASSIGNMENT_COLUMNS",
@@ -233,7 +234,7 @@ def weights_figure(weights, *, groups=None, title: str = "Weight matrix W (group
     width_cm : float
         The figure's width; its height is 0.85 of it.
     levels : (float, float), optional
-        The colour scale; default ``(0, max W)``.
+        The colour scale; default ``(0, colour_top(W))`` (:func:`~iastudio.core.display.colour_top`).
 
     Returns
     -------
@@ -243,7 +244,7 @@ def weights_figure(weights, *, groups=None, title: str = "Weight matrix W (group
     from matplotlib.ticker import MaxNLocator
 
     w = np.asarray(weights, dtype=float)
-    lo, hi = levels if levels is not None else (0.0, max(float(w.max()) if w.size else 1.0, 1e-6))
+    lo, hi = levels if levels is not None else (0.0, colour_top(w) if w.size else 1.0)
     fig, ax = plt.subplots(figsize=_inches(width_cm, 0.85))
     im = ax.imshow(w, cmap="viridis", interpolation="nearest", vmin=lo, vmax=hi)
     fig.colorbar(im, ax=ax, label="W_ij")

@@ -89,7 +89,8 @@ def test_mosaic_known_layout():
 
 
 def test_colour_top_is_not_set_by_an_image_alone_in_its_cluster():
-    from iastudio.core.frames import colour_top, weight_range
+    from iastudio.core.display import colour_top
+    from iastudio.core.frames import weight_range
 
     blocks = np.kron(np.eye(3), np.full((30, 30), 1 / 30))  # three clusters of 30: W_ij = 1/30 inside
     assert_allclose(colour_top(blocks), 1 / 30)  # nothing stands out: the largest W_ij
