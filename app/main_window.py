@@ -31,6 +31,7 @@ from .layout import build_central
 from .model import StudioModel, gpu_status
 from .panels import ClustersPanel, ImageSetPanel, RunPanel, TransformPanel
 from .projects import CANCEL, ProjectController, settings
+from .remember import remember_run_settings, restore_run_settings
 from .sync import ViewSync
 from .views import CompareView, ConvergenceView, InspectView, MeansView, WeightsView
 
@@ -62,6 +63,7 @@ class MainWindow(QMainWindow):
         self.timer.start()
         self.statusBar().showMessage("Ready. Open a folder, drop images here, or pick a demo.")
         restore_window(self, settings())  # geometry and the docks' arrangement (a stale or damaged one ignored)
+        restore_run_settings(self, settings())  # the Run panel as the user left it last time
         if recover and self.projects.crashed and self.projects.autosave_path().exists():
             QTimer.singleShot(0, self.projects.offer_recovery)
         self.update_title()
@@ -334,4 +336,5 @@ class MainWindow(QMainWindow):
         self.model.shutdown()
         self.nets_panel.shutdown()
         save_window(self, settings())
+        remember_run_settings(self, settings())
         super().closeEvent(event)

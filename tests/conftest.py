@@ -56,6 +56,17 @@ def _test_home(request, tmp_path_factory):
         yield
 
 
+@pytest.fixture(autouse=True)
+def _default_run_settings(_test_home):
+    """Each test's windows start with the default Run settings, as on a fresh install (a window remembers
+    the last ones, :mod:`iastudio.app.remember`; windows of one module share its ``home``)."""
+    remember = sys.modules.get("iastudio.app.remember")  # only where the app is under test
+    if remember is not None:
+        from iastudio.app.projects import settings
+
+        settings().remove(remember.RUN_SETTINGS_KEY)
+
+
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
     """A private home for the app's logs, settings and autosave (one per test module)."""

@@ -265,6 +265,45 @@ def test_rename_merge_and_split_from_the_keyboard(win, qtbot, asked, monkeypatch
     assert m.session.edits == ["Rename Cluster 1 to tops", "Split tops into 2", "Merge 2 clusters"]
 
 
+def test_the_run_settings_are_there_again_at_the_next_start(qtbot, home, asked):
+    """The trial: 48 px set, quit, relaunched: back to 64 px."""
+    from iastudio.app.demo import show_me
+    from iastudio.app.projects import settings
+    from iastudio.app.remember import RUN_SETTINGS_KEY
+
+    settings().remove(RUN_SETTINGS_KEY)
+    first = MainWindow()
+    qtbot.addWidget(first)
+    first.show()
+    rp = first.run_panel
+    rp.size.setValue(48)  # as typed and taken (the typing itself: the tests above)
+    assert first.model.session.size == 48
+    rp.iterations.setValue(7)
+    rp.denoise.setCurrentIndex(rp.denoise.findData("off"))
+    first.close()
+    again = MainWindow()
+    qtbot.addWidget(again)
+    assert again.run_panel.size.value() == 48
+    assert again.model.session.size == 48
+    assert again.run_panel.iterations.value() == 7
+    assert again.run_panel.denoise.currentData() == "off"
+    again.model.start = lambda *a, **k: False  # Show me's demo, not run: its settings are on show
+    assert not show_me(again)
+    again.settings_before_demo = again.run_panel.settings_state() | {"iterations": 9}  # as while it runs
+    again.size_after_demo = 40
+    again.close()  # the user's own settings are remembered, not the demo's
+    third = MainWindow()
+    qtbot.addWidget(third)
+    assert (third.model.session.size, third.run_panel.iterations.value()) == (40, 9)
+    settings().setValue(RUN_SETTINGS_KEY, "{damaged")
+    fourth = MainWindow()  # a damaged entry: the defaults
+    qtbot.addWidget(fourth)
+    assert fourth.model.session.size == 64
+    settings().remove(RUN_SETTINGS_KEY)
+    for w in (third, fourth):
+        w.close()
+
+
 # ------------------------------------------------------------------ 3. Add files that hold no image
 def test_adding_a_file_with_no_image_changes_nothing(win, qtbot, tmp_path, asked, monkeypatch):
     m = win.model
