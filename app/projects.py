@@ -41,6 +41,23 @@ def settings() -> QSettings:
     return QSettings(str(app_home() / "settings.ini"), QSettings.Format.IniFormat)
 
 
+def suggested_project_path(session) -> str:
+    """Where *Save as* proposes to save: the project's own file; else beside the images' folder and named
+    after it ("…/my particles.iaproj"; not inside it, where it would be read as a file of the set), or
+    after the demo ("demo shapes.iaproj")."""
+    if session.project_path:
+        return str(session.project_path)
+    files = [p for p in session.data.paths if not p.startswith("demo:")]
+    if files:
+        try:
+            folder = Path(os.path.commonpath([str(Path(p).parent) for p in files]))
+        except ValueError:  # on different drives
+            folder = Path(files[0]).parent
+        return str(folder.parent / f"{folder.name or 'images'}.iaproj")
+    demos = [p.split(":", 1)[1].split("/")[0] for p in session.data.paths]
+    return f"demo {demos[0]}.iaproj" if demos else "untitled.iaproj"
+
+
 def ask(parent, title: str, text: str, save_text: str = "Save…", discard_text: str | None = "Discard") -> str:
     """A modal question with Save / Discard / Cancel; returns SAVE, DISCARD or CANCEL (no Discard: None)."""
     box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.NoButton, parent)
@@ -348,7 +365,8 @@ class ProjectController(QObject):
         return self.save_as(wait=wait)
 
     def save_as(self, *, wait: bool = True) -> bool:
-        path, _ = QFileDialog.getSaveFileName(self.window, "Save project", "untitled.iaproj", "Projects (*.iaproj)")
+        path, _ = QFileDialog.getSaveFileName(self.window, "Save project", suggested_project_path(self.model.session),
+                                              "Projects (*.iaproj)")
         if not path:
             return False
         if not path.endswith(".iaproj"):

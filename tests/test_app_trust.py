@@ -304,6 +304,23 @@ def test_the_run_settings_are_there_again_at_the_next_start(qtbot, home, asked):
         w.close()
 
 
+def test_save_as_proposes_a_name_after_the_images_folder(win, qtbot, tmp_path, monkeypatch):
+    """The trial: the Save dialog proposed "untitled.iaproj" for a folder of particles."""
+    proposed = []
+    monkeypatch.setattr(QFileDialog, "getSaveFileName",
+                        staticmethod(lambda parent, title, path, *a, **k: (proposed.append(path), ("", ""))[1]))
+    win.model.session.load_demo("shapes")
+    assert not win.projects.save_as()
+    folder = tmp_path / "my particles"
+    folder.mkdir()
+    for i in range(3):
+        Image.fromarray((np.random.default_rng(i).random((20, 20)) * 255).astype(np.uint8)).save(folder / f"{i}.png")
+    assert win.load_paths([str(folder)], replace=True)
+    qtbot.waitUntil(lambda: not win.model.loading and win.model.session.n == 3, timeout=30000)
+    assert not win.projects.save_as()
+    assert proposed == ["demo shapes.iaproj", str(tmp_path / "my particles.iaproj")]  # beside the folder
+
+
 # ------------------------------------------------------------------ 3. Add files that hold no image
 def test_adding_a_file_with_no_image_changes_nothing(win, qtbot, tmp_path, asked, monkeypatch):
     m = win.model
