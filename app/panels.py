@@ -896,7 +896,7 @@ class ClustersPanel(QGroupBox):
         super().__init__("Clusters", parent)
         lay = QVBoxLayout(self)
         self.list = ClusterList()
-        lay.addWidget(self.list, 1)
+        lay.addWidget(self.list, 3)  # the clusters get most of the room the panel has to spare
         grid = QGridLayout()  # two columns, so the panel stays narrow
         self.rename_btn = QPushButton("Rename…")
         self.merge_btn = QPushButton("Merge")
@@ -942,8 +942,9 @@ class ClustersPanel(QGroupBox):
         self.evidence_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.evidence_area.setMinimumHeight(3 * self.fontMetrics().lineSpacing())
         lay.addWidget(self.evidence_area, 1)
-        self.hint = muted(QLabel("Drag thumbnails onto a cluster to move them; right-click a cluster or a "
-                                 "thumbnail for more. Ctrl+Z undoes any edit."))
+        self.hint = muted(QLabel("Drag thumbnails onto a cluster; right-click for more; Ctrl+Z undoes."))
+        self.hint.setToolTip("Drag thumbnails onto a cluster to move them; right-click a cluster or a thumbnail "
+                             "for more (or Edit: F2 renames, Ctrl+M merges, Ctrl+K splits). Ctrl+Z undoes any edit.")
         self.hint.setWordWrap(True)
         lay.addWidget(self.hint)
         self.rename_btn.clicked.connect(lambda: self._one(self.renameRequested))
