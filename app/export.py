@@ -19,21 +19,64 @@ from iastudio.core.display import mosaic
 from iastudio.core.frames import cluster_tiles
 from iastudio.core.report import assignment_rows as _rows
 from iastudio.core.report import write_assignments
-from iastudio.core.stacks import split_member
+from iastudio.core.stacks import source_file, split_member
 
 
-def assignment_rows(session) -> list[dict]:
-    """The CLI's columns plus ``cluster_name``, for the current (edited) clusters."""
+def cluster_poses(session, *, progress=None) -> tuple:
+    """Each image's pose onto its current cluster's mean and its score, edits included.
+
+    ``(transforms, scores, changed)`` (:func:`iastudio.core.cluster_means.poses_onto_clusters`): the
+    run's where a cluster is the run's own, else onto the edited cluster's invariant mean, computed
+    from its images (as the means view shows it).  ``(None, None, {})`` before a run.
+    """
+    from iastudio.core.cluster_means import poses_onto_clusters
+
+    book, final = session.book, session.final
+    res = final.result if final is not None else None
+    if res is None or book is None or len(res.labels) != book.n:
+        return None, None, {}
+    working = session.working
+    if working is None or len(working) != book.n:  # no images to align: the run's poses of its own clusters
+        same = np.asarray(book.labels) == np.asarray(res.labels)
+        return (np.where(same[:, None], np.asarray(res.image_transforms, dtype=float), np.nan),
+                np.where(same, np.asarray(res.scores, dtype=float), np.nan), {})
+    distances = res.input_distances if res.input_distances is not None else final.snapshot.distances
+    return poses_onto_clusters(working, book.labels, run_labels=res.labels, transforms=res.image_transforms,
+                               scores=res.scores, n_run=len(res.cluster_means), distances=distances,
+                               progress=progress, **session.alignment_options())
+
+
+def assignment_rows(session, *, poses=None) -> list[dict]:
+    """The CLI's columns plus ``cluster_name``, for the current (edited) clusters.
+
+    The poses (``theta_deg``, ``tx_px``, ``ty_px``, ``score``) are onto each image's current
+    cluster's mean (:func:`cluster_poses`, or ``poses`` as it gives them).
+    """
     book = session.book
-    res = session.final.result if session.final is not None else None
+    transforms, scores, _ = cluster_poses(session) if poses is None else poses
     return _rows(session.data.paths, book.labels, true_labels=session.data.labels, names=book.name_of,
-                 run_labels=None if res is None else res.labels,
-                 transforms=None if res is None else res.image_transforms,
-                 scores=None if res is None else res.scores, canvas=session.canvas)
+                 transforms=transforms, scores=scores, canvas=session.canvas)
 
 
-def export_assignments(session, path) -> Path:
-    write_assignments(path, assignment_rows(session))
+def export_assignments(session, path, *, progress=None, notes=None) -> Path:
+    """``assignments.csv`` of the current clusters (:func:`assignment_rows`).
+
+    ``progress(done, total)``: after each edited cluster whose poses are computed.  ``notes``: a list
+    the export adds what the person should know to (the poses computed for edited clusters).
+    """
+    poses = cluster_poses(session, progress=progress)
+    write_assignments(path, assignment_rows(session, poses=poses))
+    transforms, _, changed = poses
+    if notes is not None and changed:
+        n = sum(len(m) for m in changed.values())
+        notes.append(f"the poses of the {n} images of {len(changed)} edited "
+                     f"cluster{'s' if len(changed) != 1 else ''} are onto their own invariant means")
+    if notes is not None and transforms is not None:
+        assigned = np.asarray(session.book.labels) >= 0
+        blank = int((np.isnan(np.asarray(transforms, dtype=float)[:, 0]) & assigned).sum())
+        if blank:
+            notes.append(f"the poses of {blank} images are blank (their edited clusters' means were not "
+                         "computed)")
     return Path(path)
 
 
@@ -63,11 +106,48 @@ def aligned_images(session) -> np.ndarray:
                                     mirrored=res.mirrored, **opts)
 
 
+def set_name(session) -> str:
+    """What the exports name the session's images by: the project's name, else the images' folder
+    (a stack's own folder; a demo's name), else "Images"."""
+    import os
+
+    project = getattr(session, "project_path", None)
+    if project:
+        return _safe(Path(project).stem)
+    paths = list(getattr(session.data, "paths", []) or [])
+    demos = {p[len("demo:"):].split("/")[0] for p in paths if p.startswith("demo:")}
+    files = [source_file(p) for p in paths if not p.startswith("demo:")]
+    name = ""
+    if files:
+        try:
+            name = Path(os.path.commonpath([str(f.absolute().parent) for f in files])).name
+        except ValueError:  # on different drives
+            name = ""
+    elif len(demos) == 1:
+        name = demos.pop()
+    return _safe(name) if name else "Images"
+
+
+def new_folder(parent, name: str) -> Path:
+    """A new, empty folder ``parent/name`` (``name 2``, ``name 3``… when that exists): never another's."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    for k in range(1, 10_000):
+        folder = parent / (name if k == 1 else f"{name} {k}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise FileExistsError(f"{parent / name}: too many folders of that name")
+
+
 def export_cluster_folders(session, folder, *, aligned: bool, progress=None) -> Path:
-    """One sub-folder per cluster (named after it) with its original or aligned images."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    """Into one new folder inside ``folder`` ("<set> clusters", or "<set> aligned clusters"; " 2" etc.
+    when that exists: :func:`new_folder`), one sub-folder per cluster (named after it) with its original
+    or aligned images; returns the new folder."""
     imgs = aligned_images(session) if aligned else None
+    folder = new_folder(folder, f"{set_name(session)} {'aligned clusters' if aligned else 'clusters'}")
     book = session.book
     for i, path in enumerate(session.data.paths):
         if progress is not None and progress(i, session.n) is False:
@@ -95,10 +175,14 @@ def _plain(text: str) -> str:
     return re.sub(r"<[^>]+>", "", text or "").strip()
 
 
-def _panel_figures(window, width_cm: float) -> dict:
-    """``{name: figure}`` of what each view shows now (views still showing their hint are left out)."""
+def _panel_figures(window, width_cm: float, notes=None) -> dict:
+    """``{name: figure}`` of what each view shows now (views still showing their hint are left out).
+
+    ``notes``: a list to add what was left out, and why, to (no figure holds blank tiles).
+    """
     from iastudio.core import report
 
+    notes = [] if notes is None else notes
     figures = {}
     wv, mv, cv, kv = window.weights_view, window.means_view, window.convergence_view, window.compare_view
     if not wv.empty and wv.image_item.image is not None:
@@ -106,8 +190,12 @@ def _panel_figures(window, width_cm: float) -> dict:
             wv.image_item.image, groups=wv.groups, title=_plain(wv.title.text()), width_cm=width_cm,
             levels=tuple(wv.colorbar.levels()))
     if not mv.empty and mv.image_item.image is not None:
-        figures["means"] = lambda: report.mosaic_figure(mv.image_item.image, title=_plain(mv.title.text()),
-                                                        width_cm=width_cm)
+        image = mv.image_item.image
+        frame = getattr(mv, "_frame", None)
+        if mv.shows_undenoised and frame is not None and frame.undenoised_missing:
+            image = _without_blank_tiles(frame, notes)  # None: every tile would be blank
+        if image is not None:
+            figures["means"] = lambda: report.mosaic_figure(image, title=_plain(mv.title.text()), width_cm=width_cm)
     if not cv.empty:
         curves = {key: item.getData()[1] for key, item in cv.curves.items() if item.getData()[1] is not None}
         if curves:
@@ -123,14 +211,69 @@ def _panel_figures(window, width_cm: float) -> dict:
             if item.image is not None:
                 figures[name] = (lambda plot=plot, item=item: report.mosaic_figure(
                     item.image, title=plot.getPlotItem().titleLabel.text, width_cm=width_cm))
-    shown = window.sync.with_book(window.model.session.final)  # the clusters as the views draw them
-    if shown is not None and shown.undenoised_means is not None and shown.cluster_means is not None:
-        from .views import UNDENOISED_TITLE
-
-        tiles = cluster_tiles(shown, undenoised=True)[1]
-        figures["means_undenoised"] = lambda: report.mosaic_figure(mosaic(tiles), title=UNDENOISED_TITLE,
-                                                                   width_cm=width_cm)
+    undenoised = undenoised_tiles(window.model.session, notes)
+    if undenoised is not None:
+        tiles, title = undenoised
+        figures["means_undenoised"] = lambda: report.mosaic_figure(mosaic(tiles), title=title, width_cm=width_cm)
     return figures
+
+
+def _cluster_list(names) -> str:
+    names = list(names)
+    return ", ".join(names[:4]) + ("…" if len(names) > 4 else "")
+
+
+def _without_blank_tiles(frame, notes) -> np.ndarray | None:
+    """The means view's mosaic of the class averages before denoising without the edited clusters that
+    have none (drawn blank there), and a note naming them; None when no cluster has one."""
+    ids, tiles = cluster_tiles(frame, undenoised=True)
+    missing = set(frame.undenoised_missing)
+    names = frame.cluster_names or [f"Cluster {c + 1}" for c in ids]
+    left = [str(names[row]) for row, c in enumerate(ids) if c in missing]
+    notes.append(f"means leaves out {len(left)} edited cluster{'s' if len(left) != 1 else ''} "
+                 f"({_cluster_list(left)}) with no average before denoising yet (a reopened project does not "
+                 "hold the images before denoising: re-run to average them)")
+    keep = [row for row, c in enumerate(ids) if c not in missing]
+    return mosaic(tiles[keep]) if keep else None
+
+
+def undenoised_tiles(session, notes=None) -> tuple | None:
+    """The figure ``means_undenoised`` of what ``means_undenoised.npy`` holds: ``(tiles, title)`` or None.
+
+    One upright 8-bit tile per cluster of the run (its class average of the images before denoising,
+    turned as its invariant mean is: :func:`iastudio.core.display.upright_tiles`), in the run's
+    cluster order.  A cluster whose average is blank (zero or not finite: nothing to show) is left
+    out and named in ``notes``; so is the fact that these are the run's clusters when edits changed them
+    (a changed cluster's average before denoising is not in a reopened project). None: no such averages.
+    """
+    from iastudio.core.display import upright_tiles
+    from iastudio.core.report import cluster_number
+
+    from .views import UNDENOISED_TITLE
+
+    notes = [] if notes is None else notes
+    final = session.final
+    if final is None or final.undenoised_means is None or final.cluster_means is None:
+        return None
+    und = np.asarray(final.undenoised_means, dtype=np.float32)
+    means = np.asarray(final.cluster_means)
+    flat = und.reshape(len(und), -1)
+    shows = np.isfinite(flat).all(axis=1) & (np.nan_to_num(flat, nan=0.0).max(axis=1, initial=0.0) > 0)
+    keep = np.flatnonzero(shows)
+    if keep.size < len(und):
+        blank = [f"cluster {cluster_number(c)}" for c in np.flatnonzero(~shows)]
+        notes.append(f"means_undenoised leaves out {_cluster_list(blank)} of the run: "
+                     f"{'its average is' if len(blank) == 1 else 'their averages are'} blank (nothing to show)")
+    if keep.size == 0:
+        return None
+    title = UNDENOISED_TITLE
+    book, res = session.book, final.result
+    if book is not None and res is not None and book.n == len(res.labels) and not np.array_equal(
+            np.asarray(book.labels), np.asarray(res.labels)):
+        title = f"{UNDENOISED_TITLE}, the run's {len(und)} clusters"
+        notes.append(f"means_undenoised shows the run's {len(und)} clusters before your edits, as "
+                     "means_undenoised.npy holds them")
+    return upright_tiles(und[keep], like=means[keep]), title
 
 
 def export_undenoised_means(session, folder) -> Path | None:
@@ -144,7 +287,8 @@ def export_undenoised_means(session, folder) -> Path | None:
     return atomic_write_bytes(Path(folder) / "means_undenoised.npy", buf.getvalue())
 
 
-def export_panels(window, folder, *, width_cm: float = PANEL_WIDTH_CM, dpi: int = 300, progress=None) -> list[Path]:
+def export_panels(window, folder, *, width_cm: float = PANEL_WIDTH_CM, dpi: int = 300, progress=None,
+                  notes=None) -> list[Path]:
     """Every view that shows something, as a figure for print: PNG at ``dpi``, and vector PDF and SVG.
 
     Each figure is ``width_cm`` wide (a PNG of ``width_cm / 2.54 * dpi`` pixels, its resolution recorded),
@@ -154,6 +298,10 @@ def export_panels(window, folder, *, width_cm: float = PANEL_WIDTH_CM, dpi: int 
     ``means_undenoised.npy``: :func:`export_undenoised_means`).  The
     selection's tint and the colour bar's handles are not part of them.  ``progress(done, total)``
     is called after each figure; returning False stops there (the figures written are kept).
+
+    ``means_undenoised`` shows what ``means_undenoised.npy`` holds, the run's clusters
+    (:func:`undenoised_tiles`); no figure draws a blank tile for a cluster with nothing to show: it is
+    left out, and ``notes`` (a list) says which and why.
     """
     from iastudio.core.report import save_figure
 
@@ -163,7 +311,7 @@ def export_panels(window, folder, *, width_cm: float = PANEL_WIDTH_CM, dpi: int 
     array = export_undenoised_means(window.model.session, folder)
     if array is not None:
         written.append(array)
-    figures = _panel_figures(window, width_cm)
+    figures = _panel_figures(window, width_cm, notes)
     for k, (name, make) in enumerate(figures.items()):
         fig = make()
         for fmt in ("png", "pdf", "svg"):

@@ -23,6 +23,11 @@ def progress_dialog(parent, title: str, total: int):
     return dlg, step
 
 
+def _with_notes(text: str, notes) -> str:
+    """The status line of an export: what was written, then what the person should know (``; ``-joined)."""
+    return "; ".join([text, *notes])
+
+
 class ExportActions:
     """The window's exports; each returns the path written to, or None."""
 
@@ -43,8 +48,13 @@ class ExportActions:
         path = path or QFileDialog.getSaveFileName(self.window, "Export assignments", "assignments.csv",
                                                    "CSV (*.csv)")[0]
         if path:
-            export_assignments(self.model.session, path)
-            self.model.session.message(f"Exported {path}")
+            dlg, step = progress_dialog(self.window, "Aligning the edited clusters' images onto their means…", 1)
+            notes: list = []
+            try:
+                export_assignments(self.model.session, path, progress=step, notes=notes)
+            finally:
+                dlg.close()
+            self.model.session.message(_with_notes(f"Exported {path}", notes))
         return path
 
     def folders(self, aligned: bool, folder=None):
@@ -52,13 +62,21 @@ class ExportActions:
 
         if not self._need_result():
             return None
-        folder = folder or QFileDialog.getExistingDirectory(self.window, "Export cluster folders into")
-        if folder:
-            dlg, step = progress_dialog(self.window, "Exporting cluster folders…", self.model.session.n)
-            export_cluster_folders(self.model.session, folder, aligned=aligned, progress=step)
+        folder = folder or QFileDialog.getExistingDirectory(
+            self.window, "Export cluster folders: choose where (a new folder is made inside it)")
+        if not folder:
+            return None
+        dlg, step = progress_dialog(self.window, "Exporting cluster folders…", self.model.session.n)
+        try:
+            written = export_cluster_folders(self.model.session, folder, aligned=aligned, progress=step)
+        except OSError as exc:
             dlg.close()
-            self.model.session.message(f"Exported cluster folders to {folder}")
-        return folder
+            self.window.dialog(QMessageBox.Icon.Warning, "Cluster folders not exported",
+                               f"{exc.filename or folder}: {(exc.strerror or str(exc)).rstrip('.')}.")
+            return None
+        dlg.close()
+        self.model.session.message(f"Exported the cluster folders into {written}")
+        return str(written)
 
     def panels(self, folder=None):
         from .export import export_panels
@@ -69,9 +87,12 @@ class ExportActions:
         folder = folder or QFileDialog.getExistingDirectory(self.window, "Export panels into")
         if folder:
             dlg, step = progress_dialog(self.window, "Drawing the figures (PNG, PDF, SVG)…", 6)
-            files = export_panels(self.window, folder, progress=step)
-            dlg.close()
-            self.model.session.message(f"Exported {len(files)} files to {folder}")
+            notes: list = []
+            try:
+                files = export_panels(self.window, folder, progress=step, notes=notes)
+            finally:
+                dlg.close()
+            self.model.session.message(_with_notes(f"Exported {len(files)} files to {folder}", notes))
         return folder
 
     def gif(self, path=None):

@@ -773,11 +773,9 @@ def _export_project(args) -> int:
     canvas = None
     if proj.scale is not None and proj.offset is not None:
         canvas = Canvas(np.zeros((0, side, side), np.float32), proj.scale, proj.offset, [])
-    run_labels = proj.result.get("run_labels")
-    # the run's alignment still describes an image the user did not move; without the run's clusters, none does
+    transforms, scores, changed = _project_poses(proj)
     rows = assignment_rows(proj.paths, book.labels, true_labels=proj.labels, names=book.name_of,
-                           run_labels=run_labels, transforms=None if run_labels is None else
-                           proj.result.get("image_transforms"), scores=proj.result.get("scores"), canvas=canvas)
+                           transforms=transforms, scores=scores, canvas=canvas)
     write_assignments(out / "assignments.csv", rows)
     counts = book.counts()
     summary = {
@@ -789,6 +787,7 @@ def _export_project(args) -> int:
         "skipped": proj.skipped,
         "parameters": proj.parameters,
         "edits": proj.edits,
+        "posed_onto_edited_means": sorted(cluster_number(c) for c in changed),
         "project": str(args.project),
         "version": __version__,
     }
@@ -803,6 +802,42 @@ def _export_project(args) -> int:
         print(f"{proj.n} images in {len(book.cluster_ids())} clusters exported to {printable(out)}",
               file=sys.stderr)
     return 0
+
+
+def _project_poses(proj) -> tuple:
+    """Each image's pose onto its (edited) cluster's mean and its score, and the clusters the edits changed.
+
+    The run's poses where a cluster is the run's own; the poses onto an edited cluster's own invariant
+    mean (:func:`~iastudio.core.cluster_means.poses_onto_clusters`, as the app computes it) where the
+    project embeds its images.  Without the run's clusters, or without embedded images, an edited
+    cluster's images keep no pose (``(transforms, scores, changed)``; NaN: none).
+    """
+    from .cluster_means import poses_onto_clusters
+    from .preprocess import apply_transforms
+
+    labels = np.asarray(proj.clusters.labels, dtype=int)
+    res = proj.result
+    run_labels, run_t, means = res.get("run_labels"), res.get("image_transforms"), res.get("cluster_means")
+    if run_labels is None or run_t is None:
+        return None, None, {}
+    if proj.base is None:  # the images are not in the project: only the run's own clusters have poses
+        keep = np.asarray(run_labels) == labels
+        t = np.where(keep[:, None], np.asarray(run_t, dtype=float), np.nan)
+        sc = res.get("scores")
+        return t, None if sc is None else np.where(keep, np.asarray(sc, dtype=float), np.nan), {}
+    base = np.asarray(proj.base, dtype=np.float32)
+    moved = proj.transforms is not None and np.asarray(proj.transforms).any()
+    working = apply_transforms(base, np.asarray(proj.transforms, dtype=float)) if moved else base
+    params = proj.parameters or {}
+    opts: dict = {}
+    step, rr = params.get("angle_step"), params.get("rotation_range")
+    if step is not None and options.problem("angle_step", step) is None:
+        opts["angle_step"] = float(step)
+    if options.problem("rotation_range", rr) is None:
+        opts["rotation_range"] = rr
+    return poses_onto_clusters(working, labels, run_labels=run_labels, transforms=run_t, scores=res.get("scores"),
+                               n_run=None if means is None else len(means),
+                               distances=res.get("input_distances"), **opts)
 
 
 if __name__ == "__main__":

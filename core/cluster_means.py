@@ -33,7 +33,7 @@ from .similarity import invariant_distances
 from .warp import warp
 
 __all__ = ["cluster_invariant_means", "cluster_key", "edited_cluster_means", "medoid", "pose_averages",
-           "realign_to_mean"]
+           "poses_onto_clusters", "realign_to_mean"]
 
 
 def cluster_key(members) -> bytes:
@@ -270,6 +270,80 @@ def edited_cluster_means(images, clusters, *, undenoised=None, **options) -> tup
                                                         np.zeros(len(m), dtype=int), pose)))[0]
                        for m, pose in zip(clusters, poses, strict=True)]).astype(np.float32)
     return means, before
+
+
+def poses_onto_clusters(images, labels, *, run_labels=None, transforms=None, scores=None, n_run=None,
+                        distances=None, progress=None, **options) -> tuple:
+    """Each image's pose onto its (edited) cluster's invariant mean, and its score there.
+
+    A cluster exactly as the run found it keeps the run's poses and scores (onto the run's mean).  A
+    cluster the edits changed (split, merged, moved into or out of) gets its invariant mean computed
+    from its members (:func:`cluster_invariant_means`, as the app computes the means it shows of such
+    clusters) and each member's pose onto it, scored as the run scores its own: the cosine of the
+    aligned image with the mean.
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, H, W[, C])
+        The run's working images.
+    labels : array of int, shape (n,)
+        The clusters now (edits included); negative: unassigned (no pose).
+    run_labels : array of int, shape (n,), optional
+        The run's clusters; None: every cluster is taken as changed.
+    transforms : ndarray, shape (n, 3), optional
+        The run's poses (each image onto its run cluster's mean); None: every cluster as changed.
+    scores : ndarray, shape (n,), optional
+        The run's scores.
+    n_run : int, optional
+        The number of clusters the run has a mean for (default: ``max(run_labels) + 1``).
+    distances : ndarray or scipy.sparse matrix, shape (n, n), optional
+        The inputs' invariant distances, to pick each changed cluster's medoid.
+    progress : callable, optional
+        ``progress(done, total)`` after each changed cluster; returning False stops (the clusters
+        not yet done keep no pose).
+    **options
+        ``angle_step``, ``rotation_range`` (:func:`cluster_invariant_means`).
+
+    Returns
+    -------
+    transforms : ndarray, shape (n, 3), float64
+        NaN where an image has no pose (unassigned, or its cluster not done).
+    scores : ndarray, shape (n,), float64
+        NaN likewise (and where the run gave no scores).
+    changed : dict
+        ``{cluster: members}`` of the clusters whose poses were computed here.
+    """
+    labels = np.asarray(labels, dtype=int)
+    n = labels.size
+    out_t = np.full((n, 3), np.nan)
+    out_s = np.full(n, np.nan)
+    have_run = run_labels is not None and transforms is not None
+    if have_run:
+        run_labels = np.asarray(run_labels, dtype=int)
+        if n_run is None:
+            n_run = int(run_labels.max()) + 1 if run_labels.size else 0
+    todo = {}
+    for c in np.unique(labels[labels >= 0]):
+        members = labels == c
+        if have_run and c < n_run and np.array_equal(members, run_labels == c):
+            out_t[members] = np.asarray(transforms, dtype=float)[members]
+            if scores is not None:
+                out_s[members] = np.asarray(scores, dtype=float)[members]
+        else:
+            todo[int(c)] = np.flatnonzero(members)
+    images = np.asarray(to_host(images), dtype=np.float32)
+    done = {}
+    for k, (c, members) in enumerate(todo.items()):
+        (mean,), (pose,) = cluster_invariant_means(images, [members], distances=distances, return_poses=True,
+                                                   **options)
+        aligned = warp(images[members], np.asarray(pose, dtype=np.float64))
+        a, m = aligned.reshape(members.size, -1).astype(np.float64), mean.reshape(-1).astype(np.float64)
+        out_t[members] = pose
+        out_s[members] = (a @ m) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(m), 1e-12)
+        done[c] = members
+        if progress is not None and progress(k + 1, len(todo)) is False:
+            break
+    return out_t, out_s, done
 
 
 def pose_averages(images, labels, transforms, *, mirrored=None) -> np.ndarray:

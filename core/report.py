@@ -78,14 +78,17 @@ def assignment_rows(paths, clusters, *, true_labels=None, names=None, run_labels
         ``names(cluster) -> str``; adds a ``cluster_name`` column (e.g.
         ``ClusterBook.name_of``).
     run_labels : sequence of int, optional
-        The clusters the run found.  An image whose cluster differs (moved
-        by hand) gets no transform and no score: the run's alignment is onto
-        another cluster's mean.  Default: ``clusters`` are the run's.
+        The cluster each transform aligns its image onto (the run's
+        clusters).  An image whose cluster differs gets no transform and no
+        score: its alignment is onto another cluster's mean.  Default:
+        ``clusters`` (e.g. poses onto the edited clusters' own means,
+        :func:`iastudio.core.cluster_means.poses_onto_clusters`).
     transforms : ndarray (n, 3), optional
-        The run's per-image transforms (canvas px); with ``canvas`` they
-        fill ``theta_deg``, ``tx_px``, ``ty_px`` in original pixels.
+        The per-image transforms (canvas px); with ``canvas`` they
+        fill ``theta_deg``, ``tx_px``, ``ty_px`` in original pixels.  A
+        row holding NaN (no pose) leaves them empty.
     scores : ndarray (n,), optional
-        Fills ``score`` where the transform is written.
+        Fills ``score`` where the transform is written (NaN: empty).
     canvas : Canvas, optional
         Geometry of the working canvas (only ``scale``, ``offset`` and the
         side are used; see :func:`iastudio.core.preprocess.canvas_to_original`).
@@ -109,10 +112,10 @@ def assignment_rows(paths, clusters, *, true_labels=None, names=None, run_labels
         if names is not None:
             row["cluster_name"] = names(c)
         same = c != UNASSIGNED and (run_labels is None or int(run_labels[i]) == c)
-        if same and transforms is not None and canvas is not None:
+        if same and transforms is not None and canvas is not None and np.isfinite(transforms[i]).all():
             t = canvas_to_original(transforms[i], canvas, i)
             row.update(theta_deg=f"{t['theta_deg']:.3f}", tx_px=f"{t['tx_px']:.3f}", ty_px=f"{t['ty_px']:.3f}")
-            if scores is not None:
+            if scores is not None and np.isfinite(scores[i]):
                 row["score"] = f"{float(scores[i]):.4f}"
         if mirrored is not None:
             row["mirrored"] = int(mirrored[i])

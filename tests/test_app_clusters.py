@@ -1,6 +1,7 @@
 """Point-and-click clustering, inspection, export and projects (pytest-qt, offscreen)."""
 import csv
 import os
+from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -218,14 +219,21 @@ def test_exports_match_the_state(fresh, tmp_path):
     assert rows[0]["cluster_name"] == "horses"
     assert float(rows[0]["score"]) > 0.9
     folder = w.exports.folders(True, str(tmp_path / "aligned"))
-    counts = {p.name: len(list(p.iterdir())) for p in (tmp_path / "aligned").iterdir()}
+    assert folder == str(tmp_path / "aligned" / "shapes aligned clusters")  # one new folder, named after the set
+    counts = {p.name: len(list(p.iterdir())) for p in Path(folder).iterdir()}
     assert counts == {"horses": 6, "Cluster 2": 6, "Cluster 3": 6}
-    assert folder
-    img = np.asarray(Image.open(next((tmp_path / "aligned" / "horses").iterdir())))
+    img = np.asarray(Image.open(next((Path(folder) / "horses").iterdir())))
     assert img.shape[:2] == m.session.working.shape[1:3]
     assert img.max() > 200
-    w.exports.folders(False, str(tmp_path / "orig"))
-    assert sum(len(list(p.iterdir())) for p in (tmp_path / "orig").iterdir()) == 18
+    mine = tmp_path / "orig" / "shapes clusters"  # the user's own folder of that name: never written into
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    folder = w.exports.folders(False, str(tmp_path / "orig"))
+    assert folder == str(tmp_path / "orig" / "shapes clusters 2")
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in (tmp_path / "orig").iterdir()) == ["shapes clusters", "shapes clusters 2"]
+    assert sum(len(list(p.iterdir())) for p in Path(folder).iterdir()) == 18
+    assert w.statusBar().currentMessage() == f"Exported the cluster folders into {folder}"
     w.exports.panels(str(tmp_path / "panels"))
     for name in ("weights", "means", "convergence_curves", "manifold_map", "ka_means", "ia_means"):
         assert Image.open(tmp_path / "panels" / f"{name}.png").size[0] >= 1800  # 16 cm at 300 dpi
@@ -234,6 +242,50 @@ def test_exports_match_the_state(fresh, tmp_path):
     gif = w.exports.gif(str(tmp_path / "conv.gif"))
     frames = Image.open(gif)
     assert frames.n_frames == len(m.session.frames) >= 2
+
+
+def test_the_csv_has_poses_onto_edited_clusters_means(fresh, tmp_path):
+    """After a split and a merge every image has a pose and a score: the run's where its cluster is the
+    run's own, else onto the edited cluster's invariant mean (the one the means view shows)."""
+    from iastudio.core.cluster_means import cluster_invariant_means
+    from iastudio.core.preprocess import canvas_to_original
+    from iastudio.core.warp import warp
+
+    w, m = fresh, fresh.model
+    s = m.session
+    res = s.final.result
+    assert s.split_cluster(0, 2)
+    a, b = sorted(s.book.cluster_ids())[1:3]
+    assert s.merge_clusters([a, b])
+    labels = np.asarray(s.book.labels)
+    csv_path = w.exports.csv(str(tmp_path / "edited.csv"))
+    with open(csv_path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert all(r[k] != "" for r in rows for k in ("theta_deg", "tx_px", "ty_px", "score"))
+    changed = [c for c in s.book.cluster_ids() if not np.array_equal(labels == c, res.labels == c)]
+    assert changed
+    for c in s.book.cluster_ids():
+        members = np.flatnonzero(labels == c)
+        if c not in changed:  # the run's own cluster: the run's poses
+            for i in members:
+                t = canvas_to_original(res.image_transforms[i], s.canvas, i)
+                assert float(rows[i]["theta_deg"]) == pytest.approx(t["theta_deg"], abs=1e-3)
+                assert float(rows[i]["score"]) == pytest.approx(res.scores[i], abs=1e-4)
+            continue
+        (mean,), (poses,) = cluster_invariant_means(s.working, [members], return_poses=True,
+                                                    distances=res.input_distances, **s.alignment_options())
+        got = np.array([[float(rows[i][k]) for k in ("theta_deg", "tx_px", "ty_px")] for i in members])
+        want = np.array([[canvas_to_original(p, s.canvas, i)[k] for k in ("theta_deg", "tx_px", "ty_px")]
+                         for i, p in zip(members, poses)])
+        np.testing.assert_allclose(got, want, atol=2e-3)
+        aligned = warp(s.working[members], poses).reshape(members.size, -1)
+        cos = aligned @ mean.ravel() / (np.linalg.norm(aligned, axis=1) * np.linalg.norm(mean))
+        np.testing.assert_allclose([float(rows[i]["score"]) for i in members], cos, atol=2e-4)
+        assert cos.min() > 0.8  # the poses align the images onto the mean
+    n = int(np.isin(labels, changed).sum())
+    assert w.statusBar().currentMessage() == (
+        f"Exported {csv_path}; the poses of the {n} images of {len(changed)} edited clusters are onto their "
+        "own invariant means")
 
 
 def test_save_open_round_trip_through_the_app(fresh, tmp_path, qapp):

@@ -167,3 +167,74 @@ def test_the_averages_are_exported_and_survive_save_and_open(window, qtbot, tmp_
         assert_array_equal(mv2.image_item.image, expected)
     finally:
         other.model.shutdown(5000)
+
+
+def _edited_denoised_project(path):
+    """A denoised run saved after a split and a merge (every cluster changed), by the core session."""
+    from iastudio.core.session import Session
+
+    s = Session(size=32)
+    s.set_images(_noisy_set(n=15, seed=1)[0])
+    s.run_here(backend="numpy", denoise="auto", clusters=3, iterations=1)
+    assert s.split_cluster(s.book.cluster_ids()[0], 2)
+    assert s.merge_clusters(s.book.cluster_ids()[1:3])
+    s.save_project(path)
+    return s
+
+
+def test_a_reopened_edited_project_exports_its_averages_before_denoising_not_black_squares(
+        window, qtbot, tmp_path, monkeypatch):
+    """Reopened, the edited clusters have no averages before denoising (the project does not hold the images
+    before denoising): the figure shows what means_undenoised.npy holds, the run's clusters, and the means
+    view's blank tiles are not exported; the status line says what was left out and why."""
+    from iastudio.core import report
+
+    _edited_denoised_project(tmp_path / "edited.iaproj")
+    assert window.projects.open_project(str(tmp_path / "edited.iaproj"), remember=False, ask=False)
+    s, mv = window.model.session, window.means_view
+    mv.averages.setCurrentIndex(mv.averages.findData("undenoised"))
+    window.sync.redraw()
+    assert mv.shows_undenoised
+    assert len(mv._frame.undenoised_missing) == 3
+    drawn = {}
+    real = report.mosaic_figure
+
+    def spy(image, *, title="", width_cm=16.0):
+        drawn[title] = np.asarray(image).copy()
+        return real(image, title=title, width_cm=width_cm)
+
+    monkeypatch.setattr(report, "mosaic_figure", spy)
+    folder = tmp_path / "figs"
+    window.exports.panels(str(folder))
+    saved = np.load(folder / "means_undenoised.npy")
+    assert saved.shape[0] == 3
+    assert np.abs(saved).max(axis=(1, 2)).min() > 0
+    title = UNDENOISED_TITLE + ", the run's 3 clusters"
+    assert_array_equal(drawn[title], mosaic(upright_tiles(saved, like=s.final.cluster_means)))
+    tiles = upright_tiles(saved, like=s.final.cluster_means)
+    assert tiles.reshape(3, -1).max(axis=1).min() == 255  # every tile shows its average, none is black
+    assert (folder / "means_undenoised.png").exists()
+    assert UNDENOISED_TITLE not in drawn  # the view's mosaic of 3 blank tiles is not drawn
+    assert not (folder / "means.png").exists()
+    status = window.statusBar().currentMessage()
+    assert status.startswith(f"Exported 19 files to {folder}; means leaves out 3 edited clusters (")
+    assert "no average before denoising yet (a reopened project does not hold the images" in status
+    assert "means_undenoised shows the run's 3 clusters before your edits, as means_undenoised.npy holds them" in status
+
+
+def test_a_blank_average_is_left_out_and_named():
+    from types import SimpleNamespace
+
+    from iastudio.app.export import undenoised_tiles
+
+    rng = np.random.default_rng(0)
+    und = rng.uniform(0, 1, (3, 16, 16)).astype(np.float32)
+    und[1] = 0.0  # nothing to show
+    und[2, 0, 0] = np.nan
+    final = SimpleNamespace(undenoised_means=und, cluster_means=und + 1, result=None)
+    notes = []
+    tiles, title = undenoised_tiles(SimpleNamespace(final=final, book=None), notes)
+    assert_array_equal(tiles, upright_tiles(und[:1], like=und[:1] + 1))
+    assert title == UNDENOISED_TITLE
+    assert notes == ["means_undenoised leaves out cluster 2, cluster 3 of the run: their averages are blank "
+                     "(nothing to show)"]

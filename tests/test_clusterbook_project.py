@@ -165,11 +165,20 @@ def test_cli_save_project_then_export_with_edits(tmp_path, monkeypatch):
         rows = list(csv.DictReader(fh))
     assert list(rows[0])[:7] == ["path", "cluster", "theta_deg", "tx_px", "ty_px", "score", "label"]
     assert rows[0]["cluster"] == "2"
-    assert rows[0]["theta_deg"] == ""
     assert rows[0]["cluster_name"] == "Cluster 2"  # one numbering: cluster 2 is "Cluster 2"
     assert rows[1]["cluster_name"] == "horses"
-    assert rows[1]["theta_deg"] != ""
+    # every image has a pose: onto the run's mean (cluster 3, untouched), or onto the invariant mean of the
+    # cluster the move changed (clusters 1 and 2), computed from the project's embedded images
+    assert all(r[k] != "" for r in rows for k in ("theta_deg", "tx_px", "ty_px", "score"))
+    with open(tmp_path / "o1" / "assignments.csv", newline="") as fh:
+        run_rows = list(csv.DictReader(fh))
+    third = [i for i, r in enumerate(rows) if r["cluster"] == "3"]
+    assert third
+    assert all(rows[i][k] == run_rows[i][k] for i in third for k in ("theta_deg", "score"))
+    moved = [i for i, r in enumerate(rows) if r["cluster"] == "2"]
+    assert min(float(rows[i]["score"]) for i in moved) > 0.8
     s = json.loads((out / "summary.json").read_text())
+    assert s["posed_onto_edited_means"] == [1, 2]
     assert s["edits"] == ["Rename", "Move 1 image"]
     assert s["n_clusters"] == 3
     assert [(c["cluster"], c["name"]) for c in s["clusters"]] == [(1, "horses"), (2, "Cluster 2"), (3, "Cluster 3")]

@@ -54,6 +54,44 @@ def test_rows_of_edited_clusters_drop_stale_alignments():
     assert all(r["theta_deg"] == r["score"] == "" for r in bare)
 
 
+def test_rows_without_a_pose_are_blank_not_nan():
+    """NaN marks an image with no pose (poses_onto_clusters): its cells are empty, never "nan"."""
+    t = TRANSFORMS.copy()
+    t[1] = np.nan
+    sc = SCORES.copy()
+    sc[2] = np.nan
+    rows = assignment_rows(["a", "b", "c"], [0, 1, 1], transforms=t, scores=sc, canvas=CANVAS)
+    assert rows[0]["theta_deg"] == "90.000"
+    assert rows[0]["score"] == "0.9123"
+    assert rows[1]["theta_deg"] == rows[1]["tx_px"] == rows[1]["ty_px"] == rows[1]["score"] == ""
+    assert rows[2]["theta_deg"] == "5.730"
+    assert rows[2]["score"] == ""
+
+
+def test_poses_onto_clusters_keep_the_runs_and_align_changed_clusters():
+    from iastudio.core.cluster_means import poses_onto_clusters
+    from iastudio.core.warp import warp
+
+    rng = np.random.default_rng(0)
+    r, c = np.mgrid[:24, :24] - 11.5
+    shape = (np.exp(-((r + 4) ** 2 + c ** 2) / 6) + 0.5 * np.exp(-(r ** 2 + (c - 5) ** 2) / 6)).astype(np.float32)
+    turns = np.c_[rng.uniform(-np.pi, np.pi, 6), np.zeros((6, 2))]
+    images = warp(shape[None], turns, index=np.zeros(6, dtype=int))
+    run_t = np.arange(18, dtype=float).reshape(6, 3)
+    t, sc, changed = poses_onto_clusters(images, [0, 0, 0, 1, 1, -1], run_labels=[0, 0, 0, 1, 1, 1],
+                                         transforms=run_t, scores=np.full(6, 0.5), angle_step=5.0)
+    assert list(changed) == [1]
+    assert list(changed[1]) == [3, 4]
+    np.testing.assert_allclose(t[:3], run_t[:3])  # cluster 0 is the run's: its poses
+    np.testing.assert_allclose(sc[:3], 0.5)
+    assert np.isnan(t[5]).all()
+    assert np.isnan(sc[5])
+    assert sc[3] > 0.95
+    assert sc[4] > 0.95
+    diff = (turns[4, 0] - turns[3, 0]) - (t[3, 0] - t[4, 0])
+    assert abs(np.angle(np.exp(1j * diff))) < np.deg2rad(6)
+
+
 @pytest.fixture
 def umask_027():
     old = os.umask(0o027)
