@@ -828,16 +828,9 @@ def _project_poses(proj) -> tuple:
     base = np.asarray(proj.base, dtype=np.float32)
     moved = proj.transforms is not None and np.asarray(proj.transforms).any()
     working = apply_transforms(base, np.asarray(proj.transforms, dtype=float)) if moved else base
-    params = proj.parameters or {}
-    opts: dict = {}
-    step, rr = params.get("angle_step"), params.get("rotation_range")
-    if step is not None and options.problem("angle_step", step) is None:
-        opts["angle_step"] = float(step)
-    if options.problem("rotation_range", rr) is None:
-        opts["rotation_range"] = rr
     return poses_onto_clusters(working, labels, run_labels=run_labels, transforms=run_t, scores=res.get("scores"),
-                               n_run=None if means is None else len(means),
-                               distances=res.get("input_distances"), **opts)
+                               n_run=None if means is None else len(means), distances=res.get("input_distances"),
+                               **options.alignment_options(proj.parameters or {}))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-__all__ = ["OPTIONS", "Option", "check", "markdown_table", "option", "parse", "problem", "update_markdown"]
+__all__ = ["OPTIONS", "Option", "alignment_options", "check", "markdown_table", "option", "parse", "problem",
+           "update_markdown"]
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,29 @@ def check(name: str, value, *, label: str | None = None):
     if text:
         raise ValueError(text)
     return value
+
+
+def alignment_options(params) -> dict:
+    """The alignment search a run used (``angle_step``, ``rotation_range``) from its parameters.
+
+    Parameters
+    ----------
+    params : dict
+        A run's settings or a project's saved parameters; values outside the declared limits (or of
+        the wrong type, bools included) are left out.
+
+    Returns
+    -------
+    dict
+        Keywords for :func:`~iastudio.core.cluster_means.cluster_invariant_means`; ``{}``: the defaults.
+    """
+    opts: dict = {}
+    step, rr = params.get("angle_step"), params.get("rotation_range")
+    if step is not None and problem("angle_step", step) is None:
+        opts["angle_step"] = float(step)
+    if problem("rotation_range", rr) is None:  # None: the whole circle
+        opts["rotation_range"] = rr
+    return opts
 
 
 def parse(name: str, text: str):

@@ -217,14 +217,7 @@ class SessionClusters:
 
     def alignment_options(self) -> dict:
         """The run's alignment search (``angle_step``, ``rotation_range``), live or saved; ``{}``: the defaults."""
-        params = vars(self.run.settings) if self.run is not None else self._opened_parameters
-        opts: dict = {}
-        step, rr = params.get("angle_step"), params.get("rotation_range")
-        if step is not None and options.problem("angle_step", step) is None:  # the declared limits (no bools)
-            opts["angle_step"] = float(step)
-        if options.problem("rotation_range", rr) is None:  # None: the whole circle
-            opts["rotation_range"] = rr
-        return opts
+        return options.alignment_options(vars(self.run.settings) if self.run is not None else self._opened_parameters)
 
     def set_cluster_means(self, members: list, means, undenoised=None) -> None:
         """Keep the invariant means of edited clusters (``means[i]`` of ``members[i]``) and redraw.

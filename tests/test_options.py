@@ -161,3 +161,12 @@ def test_changing_a_declaration_changes_cli_panel_and_table(qtbot, monkeypatch):
     assert "| `--size PX` | working size: the side of the square canvas, in pixels | 8 px to 384 px | 96 |" in table
     assert "| 1 to 1000 | 7 |" in table
     assert options.problem("size", 400) == "size must be at most 384, got 400"
+
+
+def test_alignment_options_keep_only_declared_values():
+    from iastudio.core.options import alignment_options
+
+    assert alignment_options({}) == {"rotation_range": None}  # the whole circle
+    assert alignment_options({"angle_step": 2, "rotation_range": 45.0}) == {"angle_step": 2.0, "rotation_range": 45.0}
+    assert alignment_options({"angle_step": True, "rotation_range": "all"}) == {}  # a bool, a word: left out
+    assert alignment_options({"angle_step": 1e6, "rotation_range": -3}) == {}  # outside the limits
