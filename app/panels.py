@@ -257,6 +257,17 @@ class ImageSetPanel(QGroupBox):
         self.skipped_list.setVisible(bool(skipped))
 
 
+def scrolling(content: QWidget, *, min_height: int) -> QScrollArea:
+    """``content`` in a frameless scroll area that scrolls up and down only (its width follows the panel's)."""
+    area = QScrollArea()
+    area.setWidget(content)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    area.setMinimumHeight(min_height)
+    return area
+
+
 class TransformPanel(QGroupBox):
     """Random SE(2) transforms for the whole set, and per-image controls with a preview."""
 
@@ -272,12 +283,7 @@ class TransformPanel(QGroupBox):
         self.content = QWidget()
         lay = QVBoxLayout(self.content)
         lay.setContentsMargins(0, 0, 4, 0)
-        self.scroll_area = QScrollArea()
-        self.scroll_area.setWidget(self.content)
-        self.scroll_area.setWidgetResizable(True)
-        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.scroll_area.setMinimumHeight(80)
+        self.scroll_area = scrolling(self.content, min_height=80)
         outer = QVBoxLayout(self)
         outer.addWidget(self.scroll_area)
         form = QFormLayout()
@@ -551,12 +557,7 @@ class RunPanel(QGroupBox):
         self.settings.setLayout(self._build_form(gpu_ok, gpu_reason))
         self.settings.layout().setContentsMargins(0, 0, 4, 0)
         # The settings scroll in a short window; Start, Stop, Resume and the progress bar stay in view.
-        self.settings_area = QScrollArea()
-        self.settings_area.setWidget(self.settings)
-        self.settings_area.setWidgetResizable(True)
-        self.settings_area.setFrameShape(QFrame.Shape.NoFrame)
-        self.settings_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.settings_area.setMinimumHeight(80)
+        self.settings_area = scrolling(self.settings, min_height=80)
         lay.addWidget(self.settings_area, 1)
         self.gpu_note = muted(QLabel("" if gpu_ok else gpu_note_text(gpu_reason)))
         self.gpu_note.setWordWrap(True)
@@ -935,12 +936,7 @@ class ClustersPanel(QGroupBox):
         self.evidence.setToolTip("How the number of clusters was chosen: when no clear gap was seen, the other "
                                  "counts worth a look are named. Type a k and press Re-read to try one.")
         # the run's lines can be long (the denoiser, the guard's notes): they scroll rather than being cut off
-        self.evidence_area = QScrollArea()
-        self.evidence_area.setWidget(self.evidence)
-        self.evidence_area.setWidgetResizable(True)
-        self.evidence_area.setFrameShape(QFrame.Shape.NoFrame)
-        self.evidence_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.evidence_area.setMinimumHeight(3 * self.fontMetrics().lineSpacing())
+        self.evidence_area = scrolling(self.evidence, min_height=3 * self.fontMetrics().lineSpacing())
         lay.addWidget(self.evidence_area, 1)
         self.hint = muted(QLabel("Drag thumbnails onto a cluster; right-click for more; Ctrl+Z undoes."))
         self.hint.setToolTip("Drag thumbnails onto a cluster to move them; right-click a cluster or a thumbnail "

@@ -233,3 +233,25 @@ def gpu():
         return get_backend("cupy")
     except BackendUnavailableError as exc:
         pytest.skip(f"no GPU: {exc}")
+
+
+@pytest.fixture(scope="module")
+def run_win(qapp, home):
+    """A window with a finished (quick) IA run on the demo shapes (24 px, one iteration)."""
+    from _qt import wait_until
+
+    from iastudio.app.main_window import MainWindow
+
+    w = MainWindow()
+    w.resize(1280, 800)
+    w.show()
+    w.model.session.load_demo("shapes")
+    w.run_panel.size.setValue(24)
+    w.run_panel.iterations.setValue(1)
+    w.start_run()
+    wait_until(qapp, lambda: w.model.session.state in ("finished", "failed"))
+    assert w.model.session.state == "finished"
+    w.redraw()
+    qapp.processEvents()
+    yield w
+    w.close()

@@ -44,24 +44,6 @@ def _wait(app, pred, timeout=60.0):
     wait_until(app, pred, timeout)
 
 
-@pytest.fixture(scope="module")
-def run_win(qapp, home):
-    """A window with a finished (quick) IA run on the demo shapes."""
-    w = MainWindow()
-    w.resize(1280, 800)
-    w.show()
-    w.model.session.load_demo("shapes")
-    w.run_panel.size.setValue(24)
-    w.run_panel.iterations.setValue(1)
-    w.start_run()
-    _wait(qapp, lambda: w.model.session.state in ("finished", "failed"))
-    assert w.model.session.state == "finished"
-    w.redraw()
-    qapp.processEvents()
-    yield w
-    w.close()
-
-
 # ------------------------------------------------------------------ M3: a layout that fits
 
 def test_long_names_do_not_widen_the_window(run_win, qapp):

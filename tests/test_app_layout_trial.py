@@ -14,27 +14,8 @@ from PySide6.QtGui import QImage, QPainter  # noqa: E402
 from PySide6.QtWidgets import QScrollArea  # noqa: E402
 
 from iastudio.app.docks import show_view  # noqa: E402
-from iastudio.app.main_window import MainWindow  # noqa: E402
 
 SIZES = ((1024, 700), (1280, 800))
-
-
-@pytest.fixture(scope="module")
-def run_win(qapp, home):
-    """A window with a finished (quick) run on the demo shapes."""
-    w = MainWindow()
-    w.resize(1280, 800)
-    w.show()
-    w.model.session.load_demo("shapes")
-    w.run_panel.size.setValue(24)
-    w.run_panel.iterations.setValue(1)
-    w.start_run()
-    wait_until(qapp, lambda: w.model.session.state in ("finished", "failed"))
-    assert w.model.session.state == "finished"
-    w.redraw()
-    qapp.processEvents()
-    yield w
-    w.close()
 
 
 def _settle(qapp, w, size):

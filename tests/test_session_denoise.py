@@ -34,6 +34,17 @@ def _noisy_set(n=24, *, side=32, snr=0.3, views=3, seed=0):
                     [str(v) for v in labels], []), np.array(labels)
 
 
+def _as_files(data, folder):
+    """``data``'s images written to ``folder`` as 8-bit PNGs under their names; returns ``folder``."""
+    from PIL import Image
+
+    folder.mkdir()
+    for img, name in zip(data.images, data.paths):
+        lo, hi = float(img.min()), float(img.max())
+        Image.fromarray(((img - lo) / (hi - lo) * 255).astype(np.uint8)).save(folder / name)
+    return folder
+
+
 def _session(data, size=32):
     s = Session(size=size)
     s.set_images(data)
@@ -214,14 +225,8 @@ def test_a_reopened_project_denoises_its_original_files(tmp_path):
     the original files again, and without them says that it used the embedded images."""
     import shutil
 
-    from PIL import Image
-
     data, _ = _noisy_set(n=15, seed=9)
-    folder = tmp_path / "noisy"
-    folder.mkdir()
-    for img, name in zip(data.images, data.paths):
-        lo, hi = float(img.min()), float(img.max())
-        Image.fromarray(((img - lo) / (hi - lo) * 255).astype(np.uint8)).save(folder / name)
+    folder = _as_files(data, tmp_path / "noisy")
     fresh = Session(size=32)
     fresh.add_paths([str(folder)])
     fresh.save_project(tmp_path / "before-the-run.iaproj")  # embedded working images, no run
@@ -247,14 +252,8 @@ def test_a_reopened_denoised_run_shows_the_originals_again_once_its_run_goes(tmp
     """The trial: after an input change, a reopened project's thumbnails still showed the denoised images."""
     import shutil
 
-    from PIL import Image
-
     data, _ = _noisy_set(n=15, seed=10)
-    folder = tmp_path / "noisy"
-    folder.mkdir()
-    for img, name in zip(data.images, data.paths):
-        lo, hi = float(img.min()), float(img.max())
-        Image.fromarray(((img - lo) / (hi - lo) * 255).astype(np.uint8)).save(folder / name)
+    folder = _as_files(data, tmp_path / "noisy")
     live = Session(size=32)
     live.add_paths([str(folder)])
     preview = live.base.copy()
