@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QAction, QFont
 from PySide6.QtWidgets import QDockWidget, QGroupBox, QMainWindow, QTabBar, QTabWidget
 
@@ -212,6 +212,8 @@ def set_presentation_mode(window, on: bool, scale: float = PRESENTATION_SCALE) -
         window.setFont(big)
         for name in CONTROLS:
             window.docks[name].hide()
+        # the larger W and means (after Show me the comparison had 70 %), once the larger font is laid out
+        QTimer.singleShot(0, lambda: _share_evenly_with_the_views(window))
     elif not on and saved is not None:
         window.setFont(saved["font"] if saved["own_font"] else QFont())
         _restore_state(window, saved["state"])
@@ -221,6 +223,15 @@ def set_presentation_mode(window, on: bool, scale: float = PRESENTATION_SCALE) -
         act.blockSignals(True)
         act.setChecked(on)
         act.blockSignals(False)
+
+
+def _share_evenly_with_the_views(window) -> None:
+    """The docks below the views get half the height they share with W and the means."""
+    below = [d for d in window.docks.values()  # the tab in front (those behind keep a stale height)
+             if is_shown(window, d.widget()) and not d.isFloating() and window.dockWidgetArea(d) == BOTTOM]
+    if below:
+        total = window.centralWidget().height() + below[0].height()
+        window.resizeDocks(below[:1], [total // 2], Qt.Orientation.Vertical)
 
 
 def is_presentation_mode(window) -> bool:

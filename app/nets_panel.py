@@ -31,6 +31,7 @@ from superqt.utils import create_worker
 
 from . import theme
 from .edition import nets_hint
+from .panels import scrolling
 from .tooltips import apply_tooltips
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,12 @@ class NetsPanel(QWidget):
         self.available = torch_available()
         self.worker = None  # the training worker, while it runs
         self._stop_flag = threading.Event()
-        lay = QVBoxLayout(self)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        content = QWidget()
+        lay = QVBoxLayout(content)
+        # it scrolls in a short panel rather than hold every tab beside it (W, the means) at its height
+        outer.addWidget(scrolling(content, min_height=80))
         self.status = QLabel()
         self.status.setWordWrap(True)
         if not self.available:

@@ -196,6 +196,23 @@ def test_presentation_mode_closes_every_control_panel_and_puts_them_back(win, qa
     assert is_shown(win, win.images_panel)
 
 
+def test_presentation_mode_gives_w_and_the_means_half_the_height(qtbot, qapp):
+    """The trial: after Show me (the comparison at 70 %), presentation mode made W smaller, its label cut."""
+    from iastudio.app.demo import TABS_SHARE
+
+    w = _window(qtbot, qapp, size=(1024, 700))
+    show_view(w, w.compare_view, reopen=True, share=TABS_SHARE)
+    qapp.processEvents()
+    below = w.docks["compare"] if "compare" in w.docks else next(
+        d for d in w.docks.values() if d.widget() is w.compare_view)
+    assert w.centralWidget().height() < 0.7 * below.height()
+    w.presentation_action.trigger()
+    # the bottom area (the dock and its tab bar) about as tall as W and the means
+    qtbot.waitUntil(lambda: w.centralWidget().height() == pytest.approx(below.height(), rel=0.25), timeout=3000)
+    w.presentation_action.trigger()
+    w.model.shutdown(5000)
+
+
 def test_inspecting_brings_its_panel_forward_unless_it_was_closed(win, qapp):
     w, m = win, win.model
     m.session.load_demo("shapes")
