@@ -628,7 +628,7 @@ class ConvergenceView(_Titled):
     paperModeRequested = Signal()
 
     def __init__(self, parent=None):
-        super().__init__("Manifold convergence",
+        super().__init__("How the groups draw together, step by step",  # the tab says "Manifold convergence"
                          "Run to watch the images converge: the distances between look-alikes shrink towards "
                          "zero while different shapes stay apart, and the map shows the groups forming.", parent)
         row = QHBoxLayout()
