@@ -871,6 +871,7 @@ class InspectView(_Titled):
             vb.addItem(it)
             self.items[key] = it
             self.glw.ci.layout.setColumnStretchFactor(col, 1)
+        self._even_columns()
         self.caption = QLabel("Click W_ij in the heatmap, or select exactly two thumbnails.")
         self.caption.setWordWrap(True)
         self.set_body(_body(self.glw, self.caption))
@@ -879,6 +880,16 @@ class InspectView(_Titled):
     def restyle(self):
         if hasattr(self, "glw"):
             theme.style_glw(self.glw, self.labels, self.palette(), self.font())
+            self._even_columns()
+
+    def _even_columns(self) -> None:
+        """The four images as large as each other, whatever the length of their titles (a title's width
+        would otherwise widen its column)."""
+        for label in self.labels:
+            label.updateMin()  # its own text's width, in the font it has now
+        widest = max((label.preferredWidth() for label in self.labels), default=0.0)
+        for label in self.labels:
+            label.setPreferredWidth(widest)
 
     def clear(self):
         self.info = None

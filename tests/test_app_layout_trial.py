@@ -149,3 +149,27 @@ def test_colorbar_title_does_not_cover_its_tick_labels(run_win, qapp, top):
         covered, cut = _colorbar_overlaps(axis)
         assert not covered, (size, top, covered)
         assert not cut, (size, top, cut)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.6])  # 1.6: a larger font, as in presentation mode
+def test_inspect_draws_its_four_images_the_same_size(qapp, scale):
+    """The trial: "v_i aligned onto v_j", the longest title, widened its column and drew its image larger."""
+    from PySide6.QtGui import QFont
+
+    from iastudio.app.views import InspectView
+
+    view = InspectView()
+    view.resize(900, 330)
+    if scale != 1.0:
+        big = QFont(view.font())
+        big.setPointSizeF(big.pointSizeF() * scale)
+        view.setFont(big)
+    view.show()
+    img = np.random.default_rng(0).random((48, 48)).astype(np.float32)
+    view.show_pair(dict(vi=img, vj=img, aligned=img, difference=img, i=1, j=2, name_i="a.png", name_j="b.png",
+                        theta_deg=10.0, tx=0.0, ty=0.0, distance=0.1, score=0.9))
+    qapp.processEvents()
+    drawn = [item.sceneBoundingRect().width() for item in view.items.values()]  # on screen, px
+    assert min(drawn) > 50
+    np.testing.assert_allclose(drawn, drawn[0], rtol=0.02)
+    view.close()
