@@ -1,6 +1,7 @@
 """The control panels: image set, transforms and run settings."""
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -43,6 +44,8 @@ from iastudio.core.wording import count_of
 
 from .edition import gpu_note_text
 from .tooltips import apply_tooltips
+
+log = logging.getLogger(__name__)
 
 MIME_IMAGES = "application/x-ia-images"
 
@@ -386,9 +389,17 @@ def _bare(box: QSpinBox | QDoubleSpinBox, text: str) -> str:
 
 
 def _typed_number(box: QSpinBox | QDoubleSpinBox, text: str) -> float | None:
-    """The number typed into ``box`` (its prefix and suffix removed), or None when ``text`` is not one."""
+    """The number typed into ``box`` (its prefix and suffix removed; rounded to the decimals a real-number
+    box shows), or None when ``text`` is not one."""
     value, ok = box.locale().toDouble(_bare(box, text))
-    return value if ok and math.isfinite(value) else None
+    if not (ok and math.isfinite(value)):
+        return None
+    return round(value, box.decimals()) if isinstance(box, QDoubleSpinBox) else value
+
+
+def _shown(box: QSpinBox | QDoubleSpinBox, value) -> str:
+    """``value`` written as ``box`` writes it (a whole number past what Qt's int holds, too)."""
+    return box.textFromValue(float(value)) if isinstance(box, QDoubleSpinBox) else str(int(value))
 
 
 def refusal(box: QSpinBox | QDoubleSpinBox, text: str) -> str | None:
@@ -403,15 +414,15 @@ def refusal(box: QSpinBox | QDoubleSpinBox, text: str) -> str | None:
     value, whole = _typed_number(box, text), not isinstance(box, QDoubleSpinBox)
     if value is None:
         return f"\u201c{typed}\u201d is not {'a whole number' if whole else 'a number'}"
-    suffix, shown = box.suffix(), box.textFromValue
+    suffix = box.suffix()
     if whole and value != int(value):
         return f"{typed} is not a whole number"
     if whole:
         value = int(value)
     if value > box.maximum():
-        return f"{shown(value)}{suffix} is more than {shown(box.maximum())}{suffix}, the most it can be"
+        return f"{_shown(box, value)}{suffix} is more than {_shown(box, box.maximum())}{suffix}, the most it can be"
     if value < box.minimum():
-        return f"{shown(value)}{suffix} is less than {shown(box.minimum())}{suffix}, the least it can be"
+        return f"{_shown(box, value)}{suffix} is less than {_shown(box, box.minimum())}{suffix}, the least it can be"
     return None
 
 
@@ -440,19 +451,33 @@ class _Refusing:
     def _refusal_handled(self) -> None:
         self._refused_now = False
 
+    def _not_taken(self) -> None:
+        """What was typed was not taken (refused, or emptied): Enter in this key press does nothing."""
+        if not self._refused_now:
+            self._refused_now = True
+            QTimer.singleShot(0, self._refusal_handled)
+
     def _with_point(self, text: str) -> str:
+        """A real-number field reads a comma and a point alike, as its decimal point ("0,5" is not 5)."""
+        if not isinstance(self, QDoubleSpinBox):
+            return text
         point = self.locale().decimalPoint()
-        return text.replace(",", point) if isinstance(self, QDoubleSpinBox) and point != "," else text
+        return text.replace("," if point == "." else ".", point)
 
     def validate(self, text, pos):
-        text = self._with_point(text)
-        got = super().validate(text, pos)
-        state = got[0] if isinstance(got, tuple) else got
-        if _typed_number(self, text) is not None and refusal(self, text) is None:
-            return QValidator.State.Acceptable, text, pos  # any number in range ("1e3" too)
-        if state == QValidator.State.Invalid or refusal(self, text) is not None:
-            return QValidator.State.Intermediate, text, pos  # kept as typed; said why at Enter or Tab
-        return got
+        try:
+            text = self._with_point(text)
+            got = super().validate(text, pos)
+            state = got[0] if isinstance(got, tuple) else got
+            why = refusal(self, text)
+            if _typed_number(self, text) is not None and why is None:
+                return QValidator.State.Acceptable, text, pos  # any number in range ("1e3" too)
+            if state == QValidator.State.Invalid or why is not None:
+                return QValidator.State.Intermediate, text, pos  # kept as typed; said why at Enter or Tab
+            return got
+        except Exception:  # noqa: BLE001 - called by Qt: an exception here would end the app
+            log.exception("validating %r", text)
+            return QValidator.State.Intermediate, text, pos
 
     def valueFromText(self, text):
         value = _typed_number(self, self._with_point(text))
@@ -461,12 +486,16 @@ class _Refusing:
         return value if isinstance(self, QDoubleSpinBox) else int(value)
 
     def fixup(self, text):
-        why = refusal(self, self._with_point(text))
+        try:
+            why = refusal(self, self._with_point(text))
+        except Exception:  # noqa: BLE001 - as in validate
+            log.exception("checking %r", text)
+            why = "it cannot be read"
         if why is None:
+            if not _bare(self, text):
+                self._not_taken()  # emptied: the value in use comes back, and Enter does not act on it
             return super().fixup(text)
-        if not self._refused_now:
-            self._refused_now = True
-            QTimer.singleShot(0, self._refusal_handled)
+        self._not_taken()
         in_use = f"{self.textFromValue(self.value())}{self.suffix()}"
         self.refused.emit(f"{why}; it stays {in_use}")
         return f"{self.prefix()}{in_use}"  # shown again at once (Qt would ask again)

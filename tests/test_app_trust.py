@@ -192,6 +192,11 @@ def test_the_clusters_tab_fields_refuse_out_loud_and_enter_does_what_the_button_
     QTest.keyClick(cp.split_k.lineEdit(), Qt.Key.Key_Return)
     assert win.statusBar().currentMessage() == "Split k: 60 is more than 50, the most it can be; it stays 2"
     assert m.session.book is book
+    _type_into(cp.split_k, "")  # emptied, then Enter: nothing is split with the old k
+    QTest.keyClick(cp.split_k.lineEdit(), Qt.Key.Key_Delete)
+    QTest.keyClick(cp.split_k.lineEdit(), Qt.Key.Key_Return)
+    assert m.session.book is book
+    assert cp.split_k.value() == 2
     _type_into(cp.split_k, "2")
     QTest.keyClick(cp.split_k.lineEdit(), Qt.Key.Key_Return)
     assert len(m.session.book.cluster_ids()) == 3
@@ -226,6 +231,10 @@ def test_what_qt_would_misread_silently_is_refused_or_read_as_meant(win, qtbot, 
     _type_into(rp.angle_step, "0,5")  # a decimal comma: 0.5, not 5
     QTest.keyClick(rp.angle_step.lineEdit(), Qt.Key.Key_Return)
     assert rp.angle_step.value() == pytest.approx(0.5)
+    _type_into(rp.iterations, "99999999999")  # past what Qt's int holds: refused, not a crash
+    QTest.keyClick(rp.iterations.lineEdit(), Qt.Key.Key_Return)
+    assert win.statusBar().currentMessage().startswith("Iterations: 99999999999 is more than")
+    assert rp.iterations.value() == its
     tp = win.transform_panel  # the Transforms tab's fields too
     m.session.select([2])
     _type_into(tp.theta, "400")  # Qt alone would drop the last "0" and turn the image by 40
@@ -236,6 +245,10 @@ def test_what_qt_would_misread_silently_is_refused_or_read_as_meant(win, qtbot, 
     _type_into(tp.tx, "-2,5")
     QTest.keyClick(tp.tx.lineEdit(), Qt.Key.Key_Return)
     assert_allclose(m.session.transforms[2], [0.0, -2.5, 0.0])
+    _type_into(tp.ty, "1.26")  # more decimals than it shows: the value is what it shows
+    QTest.keyClick(tp.ty.lineEdit(), Qt.Key.Key_Return)
+    assert tp.ty.text() == "1.3 px"
+    assert_allclose(m.session.transforms[2], [0.0, -2.5, 1.3])
     assert asked == []
 
 
