@@ -213,7 +213,7 @@ class MainWindow(QMainWindow):
         """The question once images were read: the loading dialog goes first (it would cover the question
         and, being modal, take its clicks)."""
         if self.loading_dialog is not None:
-            self.loading_dialog.hide()
+            self.loading_dialog.reset()  # hidden, and its own timer will not show it over the question
         return self.projects.confirm_discard(action, replaces=replaces)
 
     def open_folder(self, folder=None) -> None:

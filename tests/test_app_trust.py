@@ -373,14 +373,20 @@ def test_the_loading_dialog_is_gone_before_the_question_after_reading(win, qtbot
     seen = []
 
     def ask(parent, title, text, **_):
-        seen.append(win.loading_dialog is not None and win.loading_dialog.isVisible())
+        shown = lambda: win.loading_dialog is not None and win.loading_dialog.isVisible()  # noqa: E731
+        seen.append(shown())
+        qtbot.wait(800)  # the user reads the question: the dialog's own 0.5 s timer must not show it now
+        seen.append(shown())
         return "cancel"
 
     monkeypatch.setattr(ProjectController, "ask", staticmethod(ask))
-    assert win.load_paths([str(folder)], replace=True)
-    win.loading_dialog.show()  # as after its 0.5 s delay on a slow folder
-    qtbot.waitUntil(lambda: not m.loading, timeout=30000)
-    assert seen == [False]
+    for slow in (True, False):  # shown already (a slow folder), or not yet (a fast one)
+        seen.clear()
+        assert win.load_paths([str(folder)], replace=True)
+        if slow:
+            win.loading_dialog.show()
+        qtbot.waitUntil(lambda: not m.loading, timeout=30000)
+        assert seen == [False, False]
     assert m.session.final is not None  # cancelled: the run is kept
 
 
