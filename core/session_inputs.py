@@ -237,6 +237,8 @@ class SessionInputs:
             self.message("The thumbnails still show the run's denoised images: the project's original files "
                          "could not all be read (the next run denoises these images again)")
             return None
+        # the originals are the set's images from now on: a new working size, a run without the denoiser
+        self.data, self.embedded = replace(self.data, images=list(loaded.images)), False
         return preprocess(loaded.images, size=self.size)
 
     # ------------------------------------------------------------------ transforms

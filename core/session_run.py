@@ -76,7 +76,8 @@ class SessionRun:
         except (ValueError, BackendUnavailableError, DaskUnavailableError) as exc:
             self.message(f"Cannot start: {exc}")
             return None
-        shown = self._preview is not None  # a denoised run's canvas: every run starts from the previews
+        # a denoised run's canvas (live, or a reopened project's): every run starts from the previews
+        shown = self._preview is not None or self.opened_denoised
         self.discard_run()  # (which it brings back)
         if shown:
             run = on_inputs(run, self.working)

@@ -7,7 +7,8 @@ from sklearn.metrics import adjusted_rand_score
 from iastudio.core.attention import AttentionRun, RunState
 from iastudio.core.denoise import DenoiseReport
 from iastudio.core.frames import FrameBuilder
-from iastudio.core.imageset import ImageSet
+from iastudio.core.imageset import ImageSet, load_images
+from iastudio.core.preprocess import preprocess
 from iastudio.core.project import load_project
 from iastudio.core.session import Session, stream_run
 from iastudio.core.session_run import denoise_line
@@ -273,6 +274,12 @@ def test_a_reopened_denoised_run_shows_the_originals_again_once_its_run_goes(tmp
     assert_allclose(opened.base, preview[1:], atol=1e-6)
     assert not any("denoised" in text for text in said)
     assert opened.run_here(backend="numpy", denoise="on", **RUN) is not None
+    assert opened.set_size(40)  # the originals again, at the new size (not the embedded denoised images)
+    assert_allclose(opened.base, preprocess(load_images(opened.data.paths).images, size=40).images, atol=1e-6)
+    plain = Session()
+    plain.open_project(tmp_path / "denoised.iaproj")
+    assert plain.run_here(backend="numpy", denoise="off", **RUN) is not None  # a run without the denoiser
+    assert_allclose(plain.run._host_inputs, preview, atol=1e-6)  # ran on the originals'
 
     shutil.rmtree(folder)  # the originals gone: the denoised images stay shown, and that is said
     gone = Session()
