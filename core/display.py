@@ -33,33 +33,40 @@ KEEP_MAX = 64  # selected images added to a sample when it left them out (a larg
 BACKGROUND = 38  # grey level (of 255) between the tiles of a mosaic
 
 
-STANDS_OUT = 1.5  # colour_top: a largest W_ij this many times the 99.5th percentile is an outlier
-TOP_PERCENTILE = 99.5
+STANDS_OUT = 1.5  # colour_top: a largest W_ij this many times the typical column's largest is an outlier
+TOP_PERCENTILE = 95  # ... the typical column's largest W_ij: this percentile of the columns' largest
 
 
 def colour_top(weights) -> float:
-    """The top of W's colour scale: its largest W_ij, unless a few stand far above the rest.
+    """The top of W's colour scale: its largest W_ij, unless a few columns stand far above the rest.
 
     An image alone in its cluster (a blank or odd one) keeps most of its own column's weight: its
-    W_ii can be ten times every other entry, and a scale up to it draws every cluster's block the
-    same dark colour.  When the largest entry is more than ``STANDS_OUT`` times the 99.5th
-    percentile of the entries, the scale tops at that percentile (the few above it take the top
-    colour; hovering still shows their values).
+    W_ii can be ten times any other entry, and a scale up to it draws every cluster's block the
+    same dark colour.  Each column's largest entry (its strongest neighbour's weight) is compared:
+    when the largest of all is more than ``STANDS_OUT`` times the 95th percentile of the columns'
+    largest, the scale tops at that percentile (the few above it take the top colour; hovering
+    still shows their values).  Many small clusters (large W_ij in every column) keep the full scale.
 
     Parameters
     ----------
-    weights : ndarray or sparse matrix
-        W, or the part of it drawn (a sparse W: its stored entries).
+    weights : ndarray or sparse matrix, shape (m, m)
+        W, or the part of it drawn (a sparse W: its stored entries, the others 0).
 
     Returns
     -------
     float
         The top of the scale, at least 1e-6.
     """
-    values = np.asarray(weights.data if hasattr(weights, "nnz") else weights, dtype=float).ravel()
-    if not values.size:
-        return 1e-6
-    top, typical = float(values.max()), float(np.percentile(values, TOP_PERCENTILE))
+    if hasattr(weights, "nnz"):
+        if not weights.nnz:
+            return 1e-6
+        columns = np.asarray(weights.max(axis=0).todense(), dtype=float).ravel()
+    else:
+        w = np.asarray(weights, dtype=float)
+        if not w.size:
+            return 1e-6
+        columns = w.max(axis=0) if w.ndim == 2 else w.ravel()
+    top, typical = float(columns.max()), float(np.percentile(columns, TOP_PERCENTILE))
     return max(typical if top > STANDS_OUT * typical else top, 1e-6)
 
 

@@ -101,6 +101,11 @@ def test_colour_top_is_not_set_by_an_image_alone_in_its_cluster():
     assert_allclose(colour_top(sp.csr_matrix(w)), 1 / 30)  # a sparse W: its stored entries
     w[90, 90] = 1.2 / 30  # not far above the rest: the scale still reaches it
     assert_allclose(colour_top(w), 1.2 / 30)
+    small = np.kron(np.eye(250), np.full((4, 4), 1 / 4))  # 250 clusters of 4: W_ij = 1/4 in every column
+    assert_allclose(colour_top(small), 1 / 4)
+    small[0, 0] = 0.9  # one column above the rest: still the clusters' scale
+    assert_allclose(colour_top(small), 1 / 4)
     assert colour_top(np.zeros((0, 0))) == 1e-6
+    assert colour_top(sp.csr_matrix((3, 3))) == 1e-6
     frames = [SimpleNamespace(snapshot=SimpleNamespace(weights=x)) for x in (blocks, 2 * blocks, None)]
     assert_allclose(weight_range(frames), (0.0, 2 / 30))
