@@ -213,7 +213,7 @@ def set_presentation_mode(window, on: bool, scale: float = PRESENTATION_SCALE) -
         for name in CONTROLS:
             window.docks[name].hide()
         # the larger W and means (after Show me the comparison had 70 %), once the larger font is laid out
-        QTimer.singleShot(0, lambda: _share_evenly_with_the_views(window))
+        QTimer.singleShot(0, lambda: is_presentation_mode(window) and _share_evenly_with_the_views(window))
     elif not on and saved is not None:
         window.setFont(saved["font"] if saved["own_font"] else QFont())
         _restore_state(window, saved["state"])

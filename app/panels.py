@@ -753,8 +753,8 @@ class RunPanel(QGroupBox):
                 box.setCurrentIndex(min(max(int(value), 0), box.count() - 1))
             elif isinstance(box, QCheckBox):
                 box.setChecked(bool(value))
-            else:
-                box.setValue(kind(value))  # clamped to the field's range
+            else:  # clamped to the field's range (a number past Qt's int too)
+                box.setValue(kind(min(max(value, box.minimum()), box.maximum())))
             box.blockSignals(False)
         self.beta.setEnabled(not self.beta_auto.isChecked())
         self.clusters.setEnabled(not self.clusters_auto.isChecked())

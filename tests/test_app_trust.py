@@ -312,6 +312,13 @@ def test_the_run_settings_are_there_again_at_the_next_start(qtbot, home, asked):
     fourth = MainWindow()  # a damaged entry: the defaults
     qtbot.addWidget(fourth)
     assert fourth.model.session.size == 64
+    settings().setValue(RUN_SETTINGS_KEY, '{"iterations": 10000000000, "size": 10000000000, "denoise": -7}')
+    fifth = MainWindow()  # numbers out of range (past Qt's int): the field's own limits
+    qtbot.addWidget(fifth)
+    assert fifth.run_panel.iterations.value() == fifth.run_panel.iterations.maximum()
+    assert fifth.model.session.size == 64
+    assert fifth.run_panel.denoise.currentIndex() == 0
+    fifth.close()
     settings().remove(RUN_SETTINGS_KEY)
     for w in (third, fourth):
         w.close()
