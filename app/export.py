@@ -17,9 +17,11 @@ from iastudio.core import alignment
 from iastudio.core.atomic import atomic_write_bytes
 from iastudio.core.display import mosaic
 from iastudio.core.frames import cluster_tiles
+from iastudio.core.imageset import set_source
 from iastudio.core.report import assignment_rows as _rows
 from iastudio.core.report import write_assignments
-from iastudio.core.stacks import source_file, split_member
+from iastudio.core.stacks import split_member
+from iastudio.core.wording import count_of
 
 
 def cluster_poses(session, *, progress=None) -> tuple:
@@ -69,14 +71,14 @@ def export_assignments(session, path, *, progress=None, notes=None) -> Path:
     transforms, _, changed = poses
     if notes is not None and changed:
         n = sum(len(m) for m in changed.values())
-        notes.append(f"the poses of the {n} images of {len(changed)} edited "
-                     f"cluster{'s' if len(changed) != 1 else ''} are onto their own invariant means")
+        notes.append(f"the poses of the {count_of(n, 'image')} of {count_of(len(changed), 'edited cluster')} "
+                     f"are onto their own invariant means")
     if notes is not None and transforms is not None:
         assigned = np.asarray(session.book.labels) >= 0
         blank = int((np.isnan(np.asarray(transforms, dtype=float)[:, 0]) & assigned).sum())
         if blank:
-            notes.append(f"the poses of {blank} images are blank (their edited clusters' means were not "
-                         "computed)")
+            notes.append(f"the poses of {count_of(blank, 'image')} are blank (their edited clusters' means were "
+                         "not computed)")
     return Path(path)
 
 
@@ -109,22 +111,11 @@ def aligned_images(session) -> np.ndarray:
 def set_name(session) -> str:
     """What the exports name the session's images by: the project's name, else the images' folder
     (a stack's own folder; a demo's name), else "Images"."""
-    import os
-
     project = getattr(session, "project_path", None)
     if project:
         return _safe(Path(project).stem)
-    paths = list(getattr(session.data, "paths", []) or [])
-    demos = {p[len("demo:"):].split("/")[0] for p in paths if p.startswith("demo:")}
-    files = [source_file(p) for p in paths if not p.startswith("demo:")]
-    name = ""
-    if files:
-        try:
-            name = Path(os.path.commonpath([str(f.absolute().parent) for f in files])).name
-        except ValueError:  # on different drives
-            name = ""
-    elif len(demos) == 1:
-        name = demos.pop()
+    folder, demo = set_source(getattr(session.data, "paths", []) or [])
+    name = folder.name if folder is not None else demo or ""
     return _safe(name) if name else "Images"
 
 

@@ -25,6 +25,7 @@ from PySide6.QtCore import QObject, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
 from superqt.utils import create_worker
 
+from iastudio.core.imageset import set_source
 from iastudio.core.logs import log_dir
 from iastudio.core.project import ProjectError, save_project
 
@@ -47,15 +48,10 @@ def suggested_project_path(session) -> str:
     after the demo ("demo shapes.iaproj")."""
     if session.project_path:
         return str(session.project_path)
-    files = [p for p in session.data.paths if not p.startswith("demo:")]
-    if files:
-        try:
-            folder = Path(os.path.commonpath([str(Path(p).parent) for p in files]))
-        except ValueError:  # on different drives
-            folder = Path(files[0]).parent
+    folder, demo = set_source(session.data.paths)
+    if folder is not None:
         return str(folder.parent / f"{folder.name or 'images'}.iaproj")
-    demos = [p.split(":", 1)[1].split("/")[0] for p in session.data.paths]
-    return f"demo {demos[0]}.iaproj" if demos else "untitled.iaproj"
+    return f"demo {demo}.iaproj" if demo else "untitled.iaproj"
 
 
 def ask(parent, title: str, text: str, save_text: str = "Save…", discard_text: str | None = "Discard") -> str:

@@ -808,9 +808,11 @@ def _project_poses(proj) -> tuple:
     """Each image's pose onto its (edited) cluster's mean and its score, and the clusters the edits changed.
 
     The run's poses where a cluster is the run's own; the poses onto an edited cluster's own invariant
-    mean (:func:`~iastudio.core.cluster_means.poses_onto_clusters`, as the app computes it) where the
-    project embeds its images.  Without the run's clusters, or without embedded images, an edited
-    cluster's images keep no pose (``(transforms, scores, changed)``; NaN: none).
+    mean (:func:`~iastudio.core.cluster_means.poses_onto_clusters`; its medoid picked by the run's
+    input distances, where the app may fall back on its last ones) where the project embeds its
+    images.  Without embedded images, an image the edits moved keeps no pose, and the others of an
+    edited cluster keep the run's (onto their run cluster's mean); without the run's clusters, none
+    has one (``(transforms, scores, changed)``; NaN: none).
     """
     from .cluster_means import poses_onto_clusters
     from .preprocess import apply_transforms

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .imagefile import MAX_PIXELS, ImageLoadError, os_reason, regular_file_size, short_reason
-from .stacks import StackMember, open_stack, read_star, split_member, star_members
+from .stacks import StackMember, open_stack, read_star, source_file, split_member, star_members
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -42,6 +42,7 @@ __all__ = [
     "no_usable_images",
     "not_loaded",
     "read_entries",
+    "set_source",
     "skip_entry",
 ]
 
@@ -52,6 +53,34 @@ STACK_FILE_EXTENSIONS = (".tif", ".tiff", ".mrc", ".mrcs", ".npy")
 MAX_FLOAT = 1e15
 """Largest magnitude accepted in a float image: beyond it sums of squares overflow (treated like inf)."""
 log = logging.getLogger(__name__)
+
+
+def set_source(paths) -> tuple[Path | None, str | None]:
+    """Where a set's images come from: the folder that holds their files, and a demo's name.
+
+    Parameters
+    ----------
+    paths : sequence of str
+        The images' names (``ImageSet.paths``): files, stack members ``"stack.mrcs#17"`` (their
+        stack's folder counts) or a demo's ``"demo:shapes/003"``.
+
+    Returns
+    -------
+    folder : Path or None
+        The deepest folder holding every file (absolute); None without files, or on different drives.
+    demo : str or None
+        The demo's name when every image is one demo's; else None.
+    """
+    paths = list(paths)
+    files = [source_file(p) for p in paths if not str(p).startswith("demo:")]
+    demos = {str(p)[len("demo:"):].split("/")[0] for p in paths if str(p).startswith("demo:")}
+    folder = None
+    if files:
+        try:
+            folder = Path(os.path.commonpath([str(f.absolute().parent) for f in files]))
+        except ValueError:  # on different drives
+            folder = None
+    return folder, demos.pop() if len(demos) == 1 and not files else None
 
 
 class Cancelled(ImageLoadError):

@@ -101,3 +101,16 @@ def test_loading_can_be_cancelled_and_says_what_was_left(tmp_path):
     assert len(res) == 2
     assert seen[-1] == (2, 5)
     assert [s["reason"] for s in res.skipped] == ["not loaded: cancelled"] * 3
+
+
+def test_set_source_names_the_folder_or_the_demo(tmp_path):
+    from pathlib import Path
+
+    from iastudio.core.imageset import set_source
+
+    a, b = tmp_path / "my particles" / "a", tmp_path / "my particles" / "b"
+    assert set_source([str(a / "1.png"), str(b / "stack.mrcs#3")]) == (tmp_path / "my particles", None)
+    assert set_source(["demo:shapes/000", "demo:shapes/001"]) == (None, "shapes")
+    assert set_source(["demo:shapes/000", "demo:digits/001"]) == (None, None)  # two demos: no one name
+    assert set_source([]) == (None, None)
+    assert set_source(["rel/x.png"]) == (Path("rel").absolute(), None)
