@@ -433,7 +433,7 @@ class _Refusing:
     Enter then applies; "1e3" becomes 13 and "-5" becomes 5; and it puts the old value back under the
     minimum.  Here whatever is typed is kept as typed until Enter or leaving the field (``validate``),
     when, if it is not a number in range, the old value comes back and :attr:`refused` says why
-    (``fixup``).  A comma is read as a decimal point in a real-number field ("0,5" is 0.5, not 5).
+    (``fixup``).  A comma or a point is the decimal point in a real-number field ("0,5" is 0.5, not 5).
     :attr:`entered` is emitted when Enter is pressed on a number that was taken (not after a refusal).
     """
 
