@@ -242,9 +242,7 @@ class MainWindow(QMainWindow):
 
     def _set_size(self, size: int) -> None:
         if not self._changing_inputs("Changing the working size", lambda: self.model.session.set_size(size)):
-            self.run_panel.size.blockSignals(True)  # refused: the field shows the size in use again
-            self.run_panel.size.setValue(self.model.session.size)
-            self.run_panel.size.blockSignals(False)
+            self.run_panel.show_size(self.model.session.size)  # refused: the field shows the size in use again
 
     def _set_image_transform(self, theta, tx, ty) -> None:
         m = self.model

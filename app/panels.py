@@ -5,7 +5,7 @@ import logging
 import math
 
 import numpy as np
-from PySide6.QtCore import QAbstractListModel, QMimeData, QPoint, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QAbstractListModel, QMimeData, QPoint, QSignalBlocker, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPalette, QPen, QPixmap, QValidator
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -855,6 +855,11 @@ class RunPanel(QGroupBox):
             self.progress.setValue(0)  # an empty bar: nothing is done (a full one read as "complete")
         if state == "finished":
             self.progress.setValue(1000)
+
+    def show_size(self, size: int) -> None:
+        """Show the working size in use (not a new choice: nothing is emitted)."""
+        with QSignalBlocker(self.size):
+            self.size.setValue(int(size))
 
     def set_progress(self, fraction: float, text: str, eta: float):
         """How far the whole run is (the bar) and the stage's own text under it ("invariant similarity 60 %")."""

@@ -39,8 +39,5 @@ def restore_run_settings(window, store) -> bool:
     size = state.get("size")
     if isinstance(size, int) and not isinstance(size, bool) and options.problem("size", size) is None \
             and window.model.session.set_size(size):
-        box = window.run_panel.size
-        box.blockSignals(True)
-        box.setValue(size)
-        box.blockSignals(False)
+        window.run_panel.show_size(size)  # an empty set: no images event to show it
     return True

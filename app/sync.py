@@ -52,9 +52,7 @@ class ViewSync:
         w.run_panel.clusters.setMaximum(max(1, s.n))
         w.run_panel.set_phase_flip_problem(flip_problem(s.data.ctf, s.data.images, paths=s.data.paths))
         if w.run_panel.size.value() != s.size:
-            w.run_panel.size.blockSignals(True)
-            w.run_panel.size.setValue(s.size)
-            w.run_panel.size.blockSignals(False)
+            w.run_panel.show_size(s.size)
 
     def transforms_changed(self) -> None:
         self.w.images_panel.thumbs.update_images(self.session.working)
