@@ -20,6 +20,10 @@ Three steps, so that a rule for choosing k can be studied without re-running the
     How the thresholds of ``clustering.clear_choice`` (when a silhouette choice is not "unsure") were
     chosen: a grid of silhouette leads and eigengap ratios counted on the tune split's stored
     read-outs, and the best ones on the holdout split.
+``density``
+    An experiment (not adopted): settle the silhouette's near-ties by a density-based count, the
+    number of clusters HDBSCAN (scikit-learn; median over minimum cluster sizes of 1-3 % of n) finds
+    in the stored input distances, and count the sets where that finds the true k (:func:`density`).
 ``check``
     Full default runs (this version's rule inside the engine) on the sets, printing k, whether the
     run said it was unsure, ARI and the time.
@@ -42,6 +46,7 @@ Usage::
     python benchmarks/bench_kauto.py rules --cache /tmp/kauto
     python benchmarks/bench_kauto.py ceiling --cache /tmp/kauto
     python benchmarks/bench_kauto.py clear --cache /tmp/kauto
+    python benchmarks/bench_kauto.py density --cache /tmp/kauto
     python benchmarks/bench_kauto.py check --split holdout --only real-mnist-5
     python benchmarks/bench_kauto.py collect --split tune --inputs --blur 1.5 --cache /tmp/kauto-blur1.5
 """
@@ -384,6 +389,73 @@ def clear(cache, leads=(0.01, 0.02, 0.03, 0.04, 0.05, 0.06), ratios=(0.5, 0.75, 
                   f"of {sum(r for r, _, _ in feats['holdout'])} right / {sum(not r for r, _, _ in feats['holdout'])} "
                   "wrong silhouette choices")
 
+DENSITY_SIZES = (0.01, 0.015, 0.02, 0.025, 0.03)  # HDBSCAN's minimum cluster sizes, as fractions of n
+DENSITY_TIES = (0.02, 0.04, 0.06)  # silhouettes within this of the best are the candidates HDBSCAN settles
+
+
+def _density_count(d) -> int | None:
+    """The median number of clusters HDBSCAN finds in distances ``d`` over :data:`DENSITY_SIZES`; None if it cannot."""
+    import scipy.sparse as sp
+    from sklearn.cluster import HDBSCAN
+
+    n = d.shape[0]
+    if sp.issparse(d):  # a pruned run's graph: symmetric, no stored zeros on the diagonal
+        d = sp.csr_matrix(d.maximum(d.T), copy=True)
+        d.setdiag(0)
+        d.eliminate_zeros()
+    counts = []
+    for frac in DENSITY_SIZES:
+        try:
+            labels = HDBSCAN(min_cluster_size=max(3, round(frac * n)), metric="precomputed", copy=True).fit_predict(d)
+        except ValueError:  # a graph in several pieces
+            continue
+        counts.append(len(set(labels.tolist()) - {-1}))
+    return int(np.median(counts)) if counts else None
+
+
+def density(cache, splits=("tune", "holdout"), only=()):
+    """The density experiment: this version's k, and the silhouette's near-ties settled by HDBSCAN's count.
+
+    Where the read-out's silhouette chose k, the candidates are the k whose silhouette (at ``m = 2``)
+    is within each of :data:`DENSITY_TIES` of the best; of those, the one closest to HDBSCAN's count
+    (:func:`_density_count`, at least 2) is taken, the better silhouette breaking ties.  Elsewhere
+    (an eigengap, or the same / distinct guards) this version's k stands.  Input distances only.
+    """
+    import scipy.sparse as sp
+
+    from iastudio.core import clustering
+
+    for split in splits:
+        right = {"this version": 0, **{f"tie {t}": 0 for t in DENSITY_TIES}}
+        n_sets = 0
+        print(f"\n## {split}: true k, this version's k, HDBSCAN's count, the settled k per tie")
+        for path in sorted(Path(cache).glob(f"{split}--*.npz")):
+            name = path.stem.split("--", 1)[1]
+            if only and name not in only:
+                continue
+            truth, reads, _ = load_case(path)
+            d, p = reads[0]
+            d = sp.csr_matrix(d, dtype=float) if sp.issparse(d) else np.asarray(d, dtype=float)
+            k_true = int(truth.max()) + 1
+            chosen = clustering.select_k(d, probes=p)
+            count = _density_count(d)
+            settled = {t: chosen.k for t in DENSITY_TIES}
+            if chosen.method == "silhouette" and count is not None and count >= 2:
+                parts = clustering._partitions(clustering._affinities(d)(2),
+                                               range(2, min(d.shape[0] - 1, clustering.MAX_K) + 1))
+                sil = {k: clustering._silhouette(d, labels, p) for k, labels in parts.items()}
+                best = max(sil.values())
+                for t in DENSITY_TIES:
+                    near = [k for k, s in sil.items() if s >= best - t]
+                    settled[t] = min(near, key=lambda k: (abs(k - count), -sil[k]))
+            n_sets += 1
+            right["this version"] += chosen.k == k_true
+            for t in DENSITY_TIES:
+                right[f"tie {t}"] += settled[t] == k_true
+            print(f"  {name:28s} n={d.shape[0]:5d} true {k_true:3d} this {chosen.k:3d} HDBSCAN {count!s:>4}  "
+                  + " ".join(f"{settled[t]:3d}" for t in DENSITY_TIES), flush=True)
+        print(f"{split}: true k on " + ", ".join(f"{r}: {v} of {n_sets}" for r, v in right.items()))
+
 
 def check(split, only=()):
     from iastudio.core.clustering import KChoice  # noqa: F401
@@ -409,7 +481,7 @@ def check(split, only=()):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("collect", "rules", "ceiling", "check", "clear"))
+    p.add_argument("what", choices=("collect", "rules", "ceiling", "check", "clear", "density"))
     p.add_argument("--split", choices=("tune", "holdout", "both"), default="both")
     p.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "ia-kauto"))
     p.add_argument("--only", nargs="*", default=())
@@ -429,6 +501,8 @@ def main(argv=None) -> int:
         rules(a.cache, splits, ("input",) if a.inputs else ("input", "last"), a.only)
     if a.what == "clear":
         clear(a.cache)
+    if a.what == "density":
+        density(a.cache, splits, a.only)
     if a.what == "ceiling":
         ceiling(a.cache, splits, ("input",) if a.inputs else ("input", "last"), a.only)
     return 0
