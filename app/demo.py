@@ -6,18 +6,25 @@ distortion and turned and shifted at random in the paper's ranges), set the work
 number of clusters it is shown with, tick paper mode (the ``paper`` preset with the demo's β: W's blocks
 fill in over the iterations), press Start, and when the run is done open a large "KA vs IA" comparison.
 Unsaved work is never lost silently: the window asks first, as for any action that replaces the images.
+
+While it runs, a line above W says what the method is doing at that moment (:func:`narration`: the
+similarity, each iteration's invariant means) and, at the end, what the comparison shows.  It follows
+the latest frame on the window's redraw timer, stays after the run until the user closes it or loads
+other images, and goes when the run fails or is stopped.
 """
 from __future__ import annotations
 
-from PySide6.QtWidgets import QMenu
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QToolButton
 
 from iastudio.core.demos import DEMO_NAMES, PAPER_DEMO
+from iastudio.core.run_output import Stage
 
 from .docks import show_view
 from .events import listen
 from .layout import add_action, insert_menu
 
-__all__ = ["SHOW_ME", "add_demo_menu", "show_me"]
+__all__ = ["SHOW_ME", "Narration", "add_demo_menu", "narration", "show_me"]
 
 SHOW_ME = PAPER_DEMO  # the demo's inputs: the set paper mode is tuned for, its seed, size and cluster count
 DEMO_TIPS = {"shapes": "The paper's Experiment 1: a horse, a 7 and a key, six copies each, turned and shifted.",
@@ -30,6 +37,87 @@ TABS_SHARE = 0.7  # the share of the right-hand side the comparison gets at the 
 DEMO_SETTINGS = {"method": 0, "beta_auto": False, "beta": PAPER_DEMO["beta"], "iterations": PAPER_DEMO["iterations"],
                  "clusters_auto": False, "clusters": PAPER_DEMO["clusters"], "rotation_range": 180.0,
                  "angle_step": 5.0, "mirror": False, "paper_mode": True}
+
+STARTING = "Show me: the images are being compared."
+
+
+def narration(snapshot, *, iterations: int) -> str:
+    """What Show me says while its run is at ``snapshot`` (None: not started), out of ``iterations``."""
+    if snapshot is None:
+        return STARTING
+    it = max(1, int(snapshot.iteration))
+    if snapshot.stage == Stage.DONE:
+        return ("Show me, done. In KA vs IA, plain kernel attention (KA) averages each cluster's images as they lie: "
+                "a blur. Invariant Attention (IA) turns and shifts them onto each other first: sharp. "
+                "Drag the slider under W to replay the iterations.")
+    if snapshot.stage == Stage.SIMILARITY and it == 1:
+        return ("Show me, step 1: every image is compared with every other at every turn and shift. "
+                "W shows how alike each pair is at its best match (bright: alike).")
+    if snapshot.stage == Stage.SIMILARITY:
+        return (f"Show me, iteration {it} of {iterations}: the new images are compared again. "
+                "W's blocks grow brighter as the clusters emerge.")
+    return (f"Show me, iteration {it} of {iterations}: each image is replaced by its invariant mean, the images "
+            "its column of W weights, turned and shifted onto it and averaged. Watch the means sharpen.")
+
+
+class Narration(QFrame):
+    """The line above W that says what Show me's run is doing; × dismisses it.
+
+    :meth:`follow` reads the text from a callable on a timer (at most every ``interval_ms``) until
+    :meth:`stop`: the latest frame wins, and nothing is queued per frame.
+    """
+
+    def __init__(self, parent=None, *, interval_ms: int = 33):
+        super().__init__(parent)
+        self.timer = QTimer(self)
+        self.timer.setInterval(interval_ms)
+        self._source = None
+        self.timer.timeout.connect(lambda: self._source is not None and self.say(self._source()))
+        self.setObjectName("show_me_narration")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setAutoFillBackground(True)
+        self.setBackgroundRole(self.palette().ColorRole.AlternateBase)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(8, 4, 4, 4)
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.close_btn = QToolButton()
+        self.close_btn.setText("×")
+        self.close_btn.setToolTip("Hide this line")
+        self.close_btn.setAutoRaise(True)
+        self.close_btn.clicked.connect(self.dismiss)
+        lay.addWidget(self.label, 1)
+        lay.addWidget(self.close_btn, 0, Qt.AlignmentFlag.AlignTop)
+        self.hide()
+
+    def follow(self, source) -> None:
+        """Show ``source()``'s text now and on every tick, until :meth:`stop`."""
+        self._source = source
+        self.say(source())
+        self.timer.start()
+
+    def stop(self) -> None:
+        """No more ticks; the line keeps what it shows."""
+        self.timer.stop()
+        self._source = None
+
+    def dismiss(self) -> None:
+        """Stop following and hide (the × button, other images, a failed or stopped run)."""
+        self.stop()
+        self.hide()
+
+    def say(self, text: str) -> None:
+        """Show ``text`` (set only when it changed: the timer calls this up to 30 times a second)."""
+        if self.label.text() != text:
+            self.label.setText(text)
+        self.show()
+
+
+def _now(window) -> str:
+    """Show me's line for the run's latest frame."""
+    latest = window.model.session.latest
+    return narration(latest and latest.snapshot, iterations=DEMO_SETTINGS["iterations"])
 
 
 def add_demo_menu(window, before=None) -> QMenu:
@@ -52,8 +140,12 @@ def add_demo_menu(window, before=None) -> QMenu:
     window.settings_before_demo = None  # the Run panel as the user left it, while Show me's run goes
     insert_menu(window, menu, before)
     window.demo_menu = menu
+    window.narration = Narration()
+    window.centralWidget().layout().insertWidget(0, window.narration)  # above W and the means
     listen(window.model.session.events.finished, lambda _frame: _finished(window))
     listen(window.model.session.events.state, lambda state: _state_changed(window, state))
+    # other images: the line is about a run that is no longer there (Show me's own demo set comes in while it starts)
+    listen(window.model.session.events.images, lambda: window.show_me_pending or window.narration.dismiss())
     return menu
 
 
@@ -78,8 +170,12 @@ def show_me(window) -> bool:
     rp.restore_settings(DEMO_SETTINGS)
     window.scrubber.go_live()
     show_view(window, window.convergence_view, reopen=True)  # the map gathers while it runs
+    window.narration.say(STARTING)
     window.show_me_pending = window.start_run()
+    if window.show_me_pending:
+        window.narration.follow(lambda: _now(window))
     if not window.show_me_pending:
+        window.narration.dismiss()
         _put_back_settings(window)
     return window.show_me_pending
 
@@ -94,6 +190,7 @@ def _put_back_settings(window) -> None:
 def _state_changed(window, state: str) -> None:
     if state in ("failed", "stopped", "idle") and window.show_me_pending:
         window.show_me_pending = False
+        window.narration.dismiss()
         _put_back_settings(window)
 
 
@@ -102,6 +199,8 @@ def _finished(window) -> None:
         return
     window.show_me_pending = False
     _put_back_settings(window)
+    window.narration.stop()
+    window.narration.say(_now(window))
     show_comparison(window)
 
 

@@ -172,3 +172,70 @@ def test_the_ia_means_are_drawn_upright_and_centred(win, qtbot):
     assert np.abs(raw_cen - (h - 1) / 2).max() > np.abs(cen - (h - 1) / 2).max()
 
 
+
+
+def _quick_show_me(monkeypatch):
+    """Show me with a short run: 2 iterations at 30° steps, 24 px, no paper preset (its line is the same)."""
+    from iastudio.app import demo
+
+    monkeypatch.setitem(demo.DEMO_SETTINGS, "iterations", 2)
+    monkeypatch.setitem(demo.DEMO_SETTINGS, "paper_mode", False)
+    monkeypatch.setitem(demo.DEMO_SETTINGS, "angle_step", 30.0)
+    monkeypatch.setattr(demo, "SHOW_ME", dict(demo.SHOW_ME, size=24))
+    return demo
+
+
+def test_show_me_narrates_each_stage_of_the_run():
+    from types import SimpleNamespace
+
+    from iastudio.app.demo import STARTING, narration
+
+    def at(stage, iteration):
+        return narration(SimpleNamespace(stage=stage, iteration=iteration), iterations=3)
+
+    assert narration(None, iterations=3) == STARTING
+    assert "every image is compared with every other at every turn and shift" in at(Stage.SIMILARITY, 1)
+    assert at(Stage.MEANS, 1).startswith("Show me, iteration 1 of 3: each image is replaced by its invariant mean")
+    assert at(Stage.ITERATION, 2).startswith("Show me, iteration 2 of 3: each image is replaced")
+    assert at(Stage.SIMILARITY, 3).startswith("Show me, iteration 3 of 3: the new images are compared again")
+    assert "KA vs IA" in at(Stage.DONE, 0)
+    assert "slider under W" in at(Stage.DONE, 0)
+    assert len({at(s, i) for s in Stage for i in (1, 2)}) == 5  # done is the same after any iteration
+
+
+def test_the_narration_follows_its_source_on_a_timer_and_stops_when_dismissed(qtbot):
+    from iastudio.app.demo import Narration
+
+    line = Narration(interval_ms=10)
+    qtbot.addWidget(line)
+    texts = iter(["first", "second", "third"])
+    now = {"text": next(texts)}
+    line.follow(lambda: now["text"])
+    assert line.label.text() == "first"
+    assert not line.isHidden()
+    now["text"] = next(texts)
+    qtbot.waitUntil(lambda: line.label.text() == "second", timeout=2000)
+    line.close_btn.click()
+    assert line.isHidden()
+    now["text"] = next(texts)
+    qtbot.wait(50)
+    assert line.label.text() == "second"  # dismissed: no longer following
+
+
+def test_show_me_says_what_the_comparison_shows_and_goes_with_other_images(win, qtbot, monkeypatch):
+    demo = _quick_show_me(monkeypatch)
+    assert win.narration.isHidden()
+    assert demo.show_me(win)
+    assert not win.narration.isHidden()
+    assert win.narration.label.text().startswith("Show me")
+    qtbot.waitUntil(lambda: win.model.session.state == "finished", timeout=120000)
+    qtbot.waitUntil(lambda: "KA vs IA" in win.narration.label.text(), timeout=10000)
+    assert not win.narration.isHidden()
+    above = win.weights_view.mapTo(win.centralWidget(), win.weights_view.rect().topLeft()).y()
+    assert 0 < win.narration.geometry().bottom() < above  # the line is above W, not over it
+    win.images_panel.demoChosen.emit("digits")  # other images: the line is about a run no longer there
+    qtbot.waitUntil(lambda: win.narration.isHidden(), timeout=5000)
+    assert demo.show_me(win)  # again: it is back
+    assert not win.narration.isHidden()
+    win.model.stop()
+    qtbot.waitUntil(lambda: win.narration.isHidden(), timeout=60000)  # a stopped run: nothing to narrate
