@@ -34,7 +34,7 @@ DEMO_TIPS = {"shapes": "The paper's Experiment 1: a horse, a 7 and a key, six co
 TABS_SHARE = 0.7  # the share of the right-hand side the comparison gets at the end
 # The Run panel's settings Show me runs with (besides paper mode and its cluster count): IA, the full
 # circle, 5° steps, no mirrors; β (on the paper's intensity scale) and the iterations are the demo's.
-DEMO_SETTINGS = {"method": 0, "beta_auto": False, "beta": PAPER_DEMO["beta"], "iterations": PAPER_DEMO["iterations"],
+DEMO_SETTINGS = {"method": "ia", "beta_auto": False, "beta": PAPER_DEMO["beta"], "iterations": PAPER_DEMO["iterations"],
                  "clusters_auto": False, "clusters": PAPER_DEMO["clusters"], "rotation_range": 180.0,
                  "angle_step": 5.0, "mirror": False, "paper_mode": True}
 

@@ -282,6 +282,11 @@ def export_panels(window, folder, *, width_cm: float = PANEL_WIDTH_CM, dpi: int 
                   notes=None) -> list[Path]:
     """Every view that shows something, as a figure for print: PNG at ``dpi``, and vector PDF and SVG.
 
+    Written into one new folder inside ``folder``, "<set> figures" (" 2" etc. when that exists:
+    :func:`new_folder`), never over a file of the person's; returns the files written, all in that new
+    folder (``written[0].parent``).  Nothing to write (no view shows anything, no class averages before
+    denoising): ``[]``, and no folder is made.
+
     Each figure is ``width_cm`` wide (a PNG of ``width_cm / 2.54 * dpi`` pixels, its resolution recorded),
     drawn with matplotlib from what the view shows: W with its colour bar and the lines between the
     clusters, the means, the convergence curves with their legend, the map, KA's and IA's means, and after a run that
@@ -296,13 +301,16 @@ def export_panels(window, folder, *, width_cm: float = PANEL_WIDTH_CM, dpi: int 
     """
     from iastudio.core.report import save_figure
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    session = window.model.session
+    figures = _panel_figures(window, width_cm, notes)
+    final = session.final
+    if not figures and (final is None or final.undenoised_means is None):
+        return []
+    folder = new_folder(folder, f"{set_name(session)} figures")
     written = []
-    array = export_undenoised_means(window.model.session, folder)
+    array = export_undenoised_means(session, folder)
     if array is not None:
         written.append(array)
-    figures = _panel_figures(window, width_cm, notes)
     for k, (name, make) in enumerate(figures.items()):
         fig = make()
         for fmt in ("png", "pdf", "svg"):

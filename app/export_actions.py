@@ -84,16 +84,28 @@ class ExportActions:
         if not can_draw_figures():
             self.window.dialog(QMessageBox.Icon.Information, "Figures need matplotlib", figures_hint())
             return None
-        folder = folder or QFileDialog.getExistingDirectory(self.window, "Export panels into")
-        if folder:
-            dlg, step = progress_dialog(self.window, "Drawing the figures (PNG, PDF, SVG)…", 6)
-            notes: list = []
+        folder = folder or QFileDialog.getExistingDirectory(
+            self.window, "Export panels as figures: choose where (a new folder is made inside it)")
+        if not folder:
+            return None
+        dlg, step = progress_dialog(self.window, "Drawing the figures (PNG, PDF, SVG)…", 6)
+        notes: list = []
+        try:
             try:
                 files = export_panels(self.window, folder, progress=step, notes=notes)
             finally:
                 dlg.close()
-            self.model.session.message(_with_notes(f"Exported {len(files)} files to {folder}", notes))
-        return folder
+        except OSError as exc:
+            self.window.dialog(QMessageBox.Icon.Warning, "Figures not exported",
+                               f"{exc.filename or folder}: {(exc.strerror or str(exc)).rstrip('.')}.")
+            return None
+        if not files:
+            self.window.dialog(QMessageBox.Icon.Information, "Nothing to export yet",
+                               "No panel shows anything yet: open images and run the clustering first.")
+            return None
+        written = files[0].parent
+        self.model.session.message(_with_notes(f"Exported {len(files)} files into {written}", notes))
+        return str(written)
 
     def gif(self, path=None):
         from .export import export_gif

@@ -568,6 +568,48 @@ def show_stage(label: QLabel, text: str) -> None:
     label.setVisible(bool(text))
 
 
+def choice_value(box: QComboBox) -> str:
+    """What a combo box's current choice is remembered by: its item's data when that is text (a value
+    that stays the same when a later version reorders the items or adds one), else the item's text."""
+    data = box.currentData()
+    return data if isinstance(data, str) else box.currentText()
+
+
+def choose(box: QComboBox, value, name: str = "") -> bool:
+    """Show the choice ``value`` (:func:`choice_value`'s, or an index as versions before it remembered:
+    taken when in range); an unknown value is left out, logged, and the box keeps its choice."""
+    if isinstance(value, str):
+        index = box.findData(value)
+        index = index if index >= 0 else box.findText(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        index = value if 0 <= value < box.count() else -1
+    else:
+        index = -1
+    if index < 0:
+        log.info("ignoring the unknown choice %r of %s", value, name or box.objectName() or "a list")
+        return False
+    box.setCurrentIndex(index)
+    return True
+
+
+def _show_setting(box, name: str, value, *, partial: bool) -> None:
+    """One of :meth:`RunPanel.restore_settings`'s fields, its signals blocked: a list's choice by
+    :func:`choose`, a tick, or a number clamped to the field's range (a number past Qt's int too);
+    ``partial``: a value of the wrong type is left out."""
+    with QSignalBlocker(box):
+        if isinstance(box, QComboBox):
+            choose(box, value, name)
+            return
+        kind = int if isinstance(box, QSpinBox) else bool if isinstance(box, QCheckBox) else float
+        if partial and (isinstance(value, bool) != (kind is bool) or not isinstance(value, (int, float))
+                        or not math.isfinite(value)):
+            return
+        if isinstance(box, QCheckBox):
+            box.setChecked(bool(value))
+        else:
+            box.setValue(kind(min(max(value, box.minimum()), box.maximum())))
+
+
 class RunPanel(QGroupBox):
     """Settings, Start / Stop / Resume and the progress bar.
 
@@ -727,11 +769,12 @@ class RunPanel(QGroupBox):
                "angle_step", "mirror", "paper_mode", "denoise", "phase_flip")
 
     def settings_state(self) -> dict:
-        """The Run panel's settings as they are shown (the working size and backend excepted)."""
+        """The Run panel's settings as they are shown (the working size and backend excepted); a list's
+        choice by its value ("ka", "off": :func:`choice_value`), not by its place in the list."""
         state = {}
         for name in self._FIELDS:
             box = getattr(self, name)
-            state[name] = (box.currentIndex() if isinstance(box, QComboBox)
+            state[name] = (choice_value(box) if isinstance(box, QComboBox)
                            else box.isChecked() if isinstance(box, QCheckBox) else box.value())
         return state
 
@@ -739,23 +782,12 @@ class RunPanel(QGroupBox):
         """Show the settings :meth:`settings_state` returned (paper mode's own choices do not interfere).
 
         ``partial`` (a state read from a file): entries missing or of the wrong type are left as they are.
+        A list's choice is taken by its value, or by its index as earlier versions saved it (when in
+        range); an unknown one is left as it is (:func:`choose`).
         """
         for name in self._FIELDS:
-            box, value = getattr(self, name), state.get(name)
-            if value is None:  # a state saved before the field existed (e.g. denoise): left as it is
-                continue
-            kind = int if isinstance(box, (QComboBox, QSpinBox)) else bool if isinstance(box, QCheckBox) else float
-            if partial and (isinstance(value, bool) != (kind is bool) or not isinstance(value, (int, float))
-                            or not math.isfinite(value)):
-                continue
-            box.blockSignals(True)
-            if isinstance(box, QComboBox):
-                box.setCurrentIndex(min(max(int(value), 0), box.count() - 1))
-            elif isinstance(box, QCheckBox):
-                box.setChecked(bool(value))
-            else:  # clamped to the field's range (a number past Qt's int too)
-                box.setValue(kind(min(max(value, box.minimum()), box.maximum())))
-            box.blockSignals(False)
+            if state.get(name) is not None:  # None: saved before the field existed (e.g. denoise), left as it is
+                _show_setting(getattr(self, name), name, state[name], partial=partial)
         self.beta.setEnabled(not self.beta_auto.isChecked())
         self.clusters.setEnabled(not self.clusters_auto.isChecked())
 

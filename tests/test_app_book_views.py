@@ -222,6 +222,42 @@ def test_reread_only_on_the_buttons(fresh, qapp):
         assert b.toolTip()
 
 
+def test_a_project_keeps_the_run_panels_choices_by_value_and_opens_the_last_versions(fresh, qapp, tmp_path):
+    """The project holds the Run panel's lists by value ("ka", "off"); one the last version wrote, with
+    their indices, still opens with those choices."""
+    import json
+    import zipfile
+
+    from _malicious import read_members, write_project
+
+    w = fresh
+    rp = w.run_panel
+    was = rp.settings_state()
+    try:
+        rp.method.setCurrentIndex(rp.method.findData("ka"))  # the run was IA: the panel, as left, is KA
+        rp.denoise.setCurrentIndex(rp.denoise.findData("off"))
+        path = tmp_path / "values.iaproj"
+        assert w.projects.save_to(str(path), wait=True)
+    finally:
+        rp.restore_settings(was)
+        w.sync.remember_view()  # the session's view as the other tests find it
+    with zipfile.ZipFile(path) as zf:
+        panel = json.loads(zf.read("manifest.json"))["parameters"]["view"]["run_panel"]
+    assert (panel["method"], panel["denoise"]) == ("ka", "off")
+    manifest, members = read_members(path)
+    manifest["parameters"]["view"]["run_panel"].update(method=1, denoise=2)  # as the last version wrote it
+    old = write_project(tmp_path / "indices.iaproj", manifest, members)
+    for saved in (path, old):
+        other = MainWindow()
+        try:
+            assert other.projects.open_project(str(saved), remember=False, ask=False)
+            qapp.processEvents()
+            assert other.run_panel.method.currentData() == "ka", saved.name
+            assert other.run_panel.denoise.currentData() == "off", saved.name
+        finally:
+            other.close()
+
+
 def test_reopened_project_restores_run_panel_and_ka_vs_ia(fresh, qapp, tmp_path):
     w, m = fresh, fresh.model
     qapp.processEvents()

@@ -234,11 +234,11 @@ def test_exports_match_the_state(fresh, tmp_path):
     assert sorted(p.name for p in (tmp_path / "orig").iterdir()) == ["shapes clusters", "shapes clusters 2"]
     assert sum(len(list(p.iterdir())) for p in Path(folder).iterdir()) == 18
     assert w.statusBar().currentMessage() == f"Exported the cluster folders into {folder}"
-    w.exports.panels(str(tmp_path / "panels"))
+    panels = Path(w.exports.panels(str(tmp_path / "panels")))
     for name in ("weights", "means", "convergence_curves", "manifold_map", "ka_means", "ia_means"):
-        assert Image.open(tmp_path / "panels" / f"{name}.png").size[0] >= 1800  # 16 cm at 300 dpi
-        assert (tmp_path / "panels" / f"{name}.svg").read_text().lstrip().startswith("<?xml")
-        assert (tmp_path / "panels" / f"{name}.pdf").read_bytes().startswith(b"%PDF")
+        assert Image.open(panels / f"{name}.png").size[0] >= 1800  # 16 cm at 300 dpi
+        assert (panels / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+        assert (panels / f"{name}.pdf").read_bytes().startswith(b"%PDF")
     gif = w.exports.gif(str(tmp_path / "conv.gif"))
     frames = Image.open(gif)
     assert frames.n_frames == len(m.session.frames) >= 2

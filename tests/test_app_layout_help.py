@@ -246,15 +246,15 @@ def test_exported_panels_leave_out_the_selection_and_the_colour_bar_handles(run_
     w = run_win
     w.model.session.select([])
     qapp.processEvents()
-    w.exports.panels(str(tmp_path / "plain"))
+    plain = Path(w.exports.panels(str(tmp_path / "plain")))
     w.model.session.select([2, 5])
     qapp.processEvents()
     assert w.weights_view.overlay.isVisible()
     assert w.weights_view.colorbar.region.isVisible()
-    w.exports.panels(str(tmp_path / "selected"))
+    selected = Path(w.exports.panels(str(tmp_path / "selected")))
     for name in ("weights", "means"):
-        a = np.asarray(Image.open(tmp_path / "plain" / f"{name}.png"))
-        b = np.asarray(Image.open(tmp_path / "selected" / f"{name}.png"))
+        a = np.asarray(Image.open(plain / f"{name}.png"))
+        b = np.asarray(Image.open(selected / f"{name}.png"))
         assert a.shape == b.shape, name
         assert np.array_equal(a, b), name  # the red tint is not in the picture
     assert w.weights_view.overlay.isVisible()

@@ -4,6 +4,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+from pathlib import Path  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -168,7 +169,7 @@ def test_every_long_tooltip_wraps(win, qapp):
 
 @pytest.mark.slow
 def test_panels_export_at_print_resolution_and_as_vector_figures(win, qapp, tmp_path):
-    win.exports.panels(str(tmp_path))
+    tmp_path = Path(win.exports.panels(str(tmp_path)))
     for name in ("weights", "means", "convergence_curves", "manifold_map", "ka_means", "ia_means"):
         png = Image.open(tmp_path / f"{name}.png")
         np.testing.assert_allclose(png.info["dpi"], (300, 300), atol=0.5)
@@ -184,6 +185,45 @@ def test_panels_export_at_print_resolution_and_as_vector_figures(win, qapp, tmp_
     # W's picture is the W drawn: 18 x 18 cells, its blocks the clusters (brighter inside than between)
     w = win.weights_view.image_item.image
     assert w.shape == (win.model.session.n, win.model.session.n)
+
+
+def test_panels_go_into_a_new_folder_and_never_over_the_users_files(win, qapp, tmp_path, monkeypatch):
+    from iastudio.app import export
+
+    every = export._panel_figures
+    monkeypatch.setattr(export, "_panel_figures",  # W alone: the folder is what is checked, not every figure
+                        lambda *a, **k: {k_: v for k_, v in every(*a, **k).items() if k_ == "weights"})
+    mine = tmp_path / "weights.png"  # the person's own file of that name, in the folder they choose
+    Image.new("RGB", (4, 3), (200, 10, 10)).save(mine)
+    before = mine.read_bytes()
+    first = win.exports.panels(str(tmp_path))
+    assert first == str(tmp_path / "shapes figures")
+    assert mine.read_bytes() == before  # untouched, byte for byte
+    drawn = Image.open(Path(first) / "weights.png")
+    assert abs(drawn.size[0] - round(16 / 2.54 * 300)) <= 2  # the figure is in the new folder
+    assert win.statusBar().currentMessage() == f"Exported 3 files into {first}"
+    second = win.exports.panels(str(tmp_path))
+    assert second == str(tmp_path / "shapes figures 2")
+    assert sorted(p.name for p in Path(first).iterdir()) == ["weights.pdf", "weights.png", "weights.svg"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shapes figures", "shapes figures 2", "weights.png"]
+    assert mine.read_bytes() == before
+
+
+def test_panels_with_nothing_to_draw_make_no_folder(qtbot, home, tmp_path):
+    w = MainWindow()
+    qtbot.addWidget(w)
+    assert w.exports.panels(str(tmp_path)) is None
+    assert list(tmp_path.iterdir()) == []  # no empty folder left behind
+    assert w.last_dialog.windowTitle() == "Nothing to export yet"
+
+
+def test_panels_that_cannot_be_written_say_why(win, tmp_path):
+    blocker = tmp_path / "a file"
+    blocker.write_text("mine")
+    assert win.exports.panels(str(blocker)) is None  # a file where the folder would be: no traceback
+    assert win.last_dialog.windowTitle() == "Figures not exported"
+    assert str(blocker) in win.last_dialog.text()
+    assert blocker.read_text() == "mine"
 
 
 def test_exported_csv_numbers_clusters_as_their_names(win, tmp_path):

@@ -657,6 +657,64 @@ def test_a_stopped_run_is_autosaved(win, qtbot):
     assert saved.parameters.get("iterations") == 3
 
 
+def test_remembered_choices_are_values_that_survive_a_reordered_list(qtbot, home, asked, monkeypatch):
+    """A later version lists its methods and denoise choices in another order, or adds one: the
+    remembered "KA" and "off" are still what the next start shows (an index would pick another)."""
+    from iastudio.app.panels import RunPanel
+    from iastudio.app.projects import settings
+    from iastudio.app.remember import RUN_SETTINGS_KEY
+
+    settings().remove(RUN_SETTINGS_KEY)
+    first = MainWindow()
+    qtbot.addWidget(first)
+    rp = first.run_panel
+    rp.method.setCurrentIndex(rp.method.findData("ka"))
+    rp.denoise.setCurrentIndex(rp.denoise.findData("off"))
+    first.close()
+    built = RunPanel._build_form
+
+    def later_version(self, *a, **k):  # a new first method; the denoise choices listed the other way round
+        form = built(self, *a, **k)
+        self.method.insertItem(0, "Some new method", "new")
+        for i in range(self.denoise.count() - 1):
+            self.denoise.insertItem(i, self.denoise.itemText(self.denoise.count() - 1),
+                                    self.denoise.itemData(self.denoise.count() - 1))
+            self.denoise.removeItem(self.denoise.count() - 1)
+        return form
+
+    monkeypatch.setattr(RunPanel, "_build_form", later_version)
+    again = MainWindow()
+    qtbot.addWidget(again)
+    assert [again.run_panel.denoise.itemData(i) for i in range(3)] == ["off", "on", "auto"]
+    assert again.run_panel.method.currentData() == "ka"
+    assert again.run_panel.denoise.currentData() == "off"
+    assert again.run_panel.options()["method"] == "ka"
+    again.close()
+    settings().remove(RUN_SETTINGS_KEY)
+
+
+def test_remembered_choices_written_by_the_last_version_or_damaged(qtbot, home, asked, caplog):
+    from iastudio.app.projects import settings
+    from iastudio.app.remember import RUN_SETTINGS_KEY
+
+    settings().setValue(RUN_SETTINGS_KEY, '{"method": 1, "denoise": 2, "iterations": 6}')  # the last version's
+    old = MainWindow()
+    qtbot.addWidget(old)
+    assert (old.run_panel.method.currentData(), old.run_panel.denoise.currentData()) == ("ka", "off")
+    old.close()
+    settings().setValue(RUN_SETTINGS_KEY, '{"method": "no such method", "denoise": 5, "iterations": 6}')
+    with caplog.at_level("INFO", logger="iastudio.app.panels"):
+        damaged = MainWindow()
+    qtbot.addWidget(damaged)
+    rp = damaged.run_panel
+    assert (rp.method.currentData(), rp.denoise.currentData()) == ("ia", "auto")  # left at the defaults
+    assert rp.iterations.value() == 6  # the rest is taken
+    assert "'no such method' of method" in caplog.text
+    assert "5 of denoise" in caplog.text
+    damaged.close()
+    settings().remove(RUN_SETTINGS_KEY)
+
+
 def test_figures_without_matplotlib_say_so_instead_of_failing(win, monkeypatch):
     import sys
 

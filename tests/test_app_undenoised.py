@@ -5,6 +5,7 @@ from the session's canvas (:func:`~iastudio.core.cluster_means.pose_averages`).
 """
 import os
 import threading
+from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -204,8 +205,7 @@ def test_a_reopened_edited_project_exports_its_averages_before_denoising_not_bla
         return real(image, title=title, width_cm=width_cm)
 
     monkeypatch.setattr(report, "mosaic_figure", spy)
-    folder = tmp_path / "figs"
-    window.exports.panels(str(folder))
+    folder = Path(window.exports.panels(str(tmp_path / "figs")))
     saved = np.load(folder / "means_undenoised.npy")
     assert saved.shape[0] == 3
     assert np.abs(saved).max(axis=(1, 2)).min() > 0
@@ -217,7 +217,7 @@ def test_a_reopened_edited_project_exports_its_averages_before_denoising_not_bla
     assert UNDENOISED_TITLE not in drawn  # the view's mosaic of 3 blank tiles is not drawn
     assert not (folder / "means.png").exists()
     status = window.statusBar().currentMessage()
-    assert status.startswith(f"Exported 19 files to {folder}; means leaves out 3 edited clusters (")
+    assert status.startswith(f"Exported 19 files into {folder}; means leaves out 3 edited clusters (")
     assert "no average before denoising yet (a reopened project does not hold the images" in status
     assert "means_undenoised shows the run's 3 clusters before your edits, as means_undenoised.npy holds them" in status
 
