@@ -147,7 +147,8 @@ class MainWindow(QMainWindow):
         if self.model.session.busy:
             self.model.session.message("Stop the run first.")
             return False
-        if self.model.refuse_while_loading() or not self.projects.confirm_discard(action, replaces=replaces):
+        if self.model.refuse_while_loading() or not self.projects.confirm_discard(
+                action, replaces=replaces, changes_inputs=not replaces):
             return False
         return change() is not False
 
@@ -214,7 +215,7 @@ class MainWindow(QMainWindow):
         and, being modal, take its clicks)."""
         if self.loading_dialog is not None:
             self.loading_dialog.reset()  # hidden, and its own timer will not show it over the question
-        return self.projects.confirm_discard(action, replaces=replaces)
+        return self.projects.confirm_discard(action, replaces=replaces, changes_inputs=not replaces)
 
     def open_folder(self, folder=None) -> None:
         folder = folder or QFileDialog.getExistingDirectory(self, "Open a folder of images")

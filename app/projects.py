@@ -54,13 +54,16 @@ def suggested_project_path(session) -> str:
     return f"demo {demo}.iaproj" if demo else "untitled.iaproj"
 
 
-def ask(parent, title: str, text: str, save_text: str = "Save…", discard_text: str | None = "Discard") -> str:
-    """A modal question with Save / Discard / Cancel; returns SAVE, DISCARD or CANCEL (no Discard: None)."""
+def ask(parent, title: str, text: str, save_text: str | None = "Save…", discard_text: str | None = "Discard") -> str:
+    """A modal question with Save / Discard / Cancel; returns SAVE, DISCARD or CANCEL.
+
+    ``discard_text`` None: no Discard button; ``save_text`` None: no Save button (Cancel is then the default).
+    """
     box = QMessageBox(QMessageBox.Icon.Question, title, text, QMessageBox.StandardButton.NoButton, parent)
-    save = box.addButton(save_text, QMessageBox.ButtonRole.AcceptRole)
+    save = None if save_text is None else box.addButton(save_text, QMessageBox.ButtonRole.AcceptRole)
     discard = None if discard_text is None else box.addButton(discard_text, QMessageBox.ButtonRole.DestructiveRole)
-    box.addButton(QMessageBox.StandardButton.Cancel)
-    box.setDefaultButton(save)
+    cancel = box.addButton(QMessageBox.StandardButton.Cancel)
+    box.setDefaultButton(save or cancel)
     box.exec()
     return {save: SAVE, discard: DISCARD}.get(box.clickedButton(), CANCEL)
 
@@ -159,17 +162,26 @@ class ProjectController(QObject):
         self.home_notice = announce(window, self.home_off)  # one line in the status bar and on stderr
 
     # ------------------------------------------------------------ asking first
-    def confirm_discard(self, action: str, *, replaces: bool = False) -> bool:
+    def confirm_discard(self, action: str, *, replaces: bool = False, changes_inputs: bool = False) -> bool:
         """True when ``action`` ("Starting again", "Loading the demo", ...) may go on.
 
         Asks only when unsaved work would be lost: a run's result or cluster edits not in a saved project,
         or (``replaces``: the action replaces the whole set) unsaved changes to an opened project's images
-        (images removed or added, transforms).  A save being written is waited for first: it may be what
-        makes the work saved.  :attr:`asked` says afterwards whether the question was asked.
+        (images removed or added, transforms).  ``changes_inputs`` (a new working size, transforms,
+        images added or removed): a saved project's result goes from the window too, and the next save
+        would write over it in the file, so that is asked as well (Discard or Cancel).  A save being
+        written is waited for first: it may be what makes the work saved.  :attr:`asked` says afterwards
+        whether a question was asked.
         """
         self.wait_for(self._saving)
         s = self.model.session
         risk = s.work_at_risk()
+        if risk and changes_inputs and s.project_path and not s.dirty:
+            self.asked = True
+            name = Path(s.project_path).name
+            return self.ask(self.window, "Discard the result?",
+                            f"{action} discards {risk} from the window. {name} keeps them as saved, "
+                            "as long as you do not save over it.", save_text=None) == DISCARD
         if not risk and replaces and s.project_path and s.n:
             risk = f"the changes to {Path(s.project_path).name}"
         self.asked = bool(risk) and s.dirty

@@ -101,6 +101,34 @@ def test_adding_images_to_a_project_keeps_it_the_projects(win, qtbot, tmp_path):
     assert win.model.session.project_path == str(project)
 
 
+def test_changing_a_saved_projects_inputs_asks_before_its_result_goes_from_the_window(win, qtbot, tmp_path, asked):
+    project = tmp_path / "séance.iaproj"
+    saved = _saved_project(win, qtbot, project)
+    m, size = win.model, win.run_panel.size
+    final = m.session.final
+    asked.answer = "cancel"
+    _type_into(size, "32")
+    QTest.keyClick(size.lineEdit(), Qt.Key.Key_Return)
+    assert len(asked) == 1
+    title, text = asked[0]
+    assert title == "Discard the result?"
+    assert "séance.iaproj keeps them as saved" in text
+    assert "working size" in text
+    assert m.session.final is final  # Cancel: the result is still there ...
+    assert m.session.size == 24
+    assert size.value() == 24  # ... and the field shows the size in use
+    assert not m.session.dirty
+    asked.answer = "discard"
+    win.transform_panel.reset.emit()
+    assert len(asked) == 2
+    assert asked[1][1].startswith("Resetting the transforms discards the result of the last run")
+    assert m.session.final is None  # agreed to
+    assert project.read_bytes() == saved  # the file keeps it until saved over
+    win.start_run()  # a new run of the project's images is what the user asked for: no question
+    assert len(asked) == 2
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=120000)
+
+
 # ------------------------------------------------------------------ 2. the size field
 def _type_into(spin, text):
     spin.setFocus()
