@@ -137,6 +137,7 @@ def add_demo_menu(window, before=None) -> QMenu:
     menu.setToolTipsVisible(True)
     window.show_me_action = act
     window.show_me_pending = False
+    window.show_me_result = None  # the final frame of Show me's last run (showing it again does not ask about it)
     window.settings_before_demo = None  # the Run panel as the user left it, while Show me's run goes
     insert_menu(window, menu, before)
     window.demo_menu = menu
@@ -157,8 +158,10 @@ def show_me(window) -> bool:
     if m.session.busy:
         m.session.message("Stop the run first.")
         return False
-    if not window.projects.confirm_discard("Showing the demo", replaces=True):
-        return False
+    s = m.session
+    own = s.final is not None and s.final is window.show_me_result and not s.edits and not s.project_path
+    if not own and not window.projects.confirm_discard("Showing the demo", replaces=True):
+        return False  # (Show me's own result, untouched and unsaved, is not the user's work: no question)
     user_size = window.size_after_demo or m.session.size  # a second Show me keeps the size from before the first
     # turned and shifted at random already; at the demo's own working size
     if not m.session.load_demo(SHOW_ME["demo"], seed=SHOW_ME["seed"], size=SHOW_ME["size"]):
@@ -198,6 +201,7 @@ def _finished(window) -> None:
     if not window.show_me_pending:
         return
     window.show_me_pending = False
+    window.show_me_result = window.model.session.final
     _put_back_settings(window)
     window.narration.stop()
     window.narration.say(_now(window))

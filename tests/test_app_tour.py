@@ -239,3 +239,21 @@ def test_show_me_says_what_the_comparison_shows_and_goes_with_other_images(win, 
     assert not win.narration.isHidden()
     win.model.stop()
     qtbot.waitUntil(lambda: win.narration.isHidden(), timeout=60000)  # a stopped run: nothing to narrate
+
+
+def test_show_me_again_does_not_ask_about_its_own_result_but_does_after_an_edit(win, qtbot, monkeypatch, asked):
+    demo = _quick_show_me(monkeypatch)
+    m = win.model
+    assert demo.show_me(win)
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=120000)
+    qtbot.waitUntil(lambda: win.show_me_result is m.session.final, timeout=10000)
+    assert demo.show_me(win)  # its own untouched result: nothing of the user's to lose
+    assert asked == []
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=120000)
+    qtbot.waitUntil(lambda: win.show_me_result is m.session.final, timeout=10000)
+    m.session.rename_cluster(0, "horses")  # now it holds the user's work
+    asked.answer = "cancel"
+    assert not demo.show_me(win)
+    assert len(asked) == 1
+    assert asked[0][0] == "Discard your work?"
+    assert m.session.book.name_of(0) == "horses"
