@@ -37,6 +37,7 @@ from iastudio.core.clusterbook import UNASSIGNED
 from iastudio.core.demos import DEMO_NAMES, PAPER_MODE
 from iastudio.core.filenames import display_name
 from iastudio.core.options import option
+from iastudio.core.outliers import poor_fit_line, poor_fits
 from iastudio.core.particle_ctf import NO_CTF
 from iastudio.core.pose import canonical_pose
 from iastudio.core.presets import PRESETS
@@ -1074,5 +1075,8 @@ class ClustersPanel(QGroupBox):
             names = ", ".join(display_name(paths[i]) for i in blank[:3]) if len(paths) else ""
             lines.append(f"{count_of(len(blank), 'blank image')} in a cluster of "
                          f"{'their' if len(blank) != 1 else 'its'} own" + (f": {names}" if names else ""))
+        poor = poor_fits(result.labels, result.scores) if result.scores is not None else []
+        if len(poor) and len(paths):
+            lines.append(poor_fit_line([paths[i] for i in poor]))
         lines += result.notes
         self.evidence.setText("\n".join(lines))

@@ -29,6 +29,7 @@ from .backend import threads
 from .demos import DEMO_NAMES, load_demo
 from .filenames import display_name, printable
 from .imageset import ImageSet, NoUsableImagesError, load_images
+from .outliers import poor_fit_line, poor_fits
 from .project import ProjectError
 from .report import write_json
 
@@ -517,6 +518,8 @@ def _run_body(args, client) -> int:
               file=sys.stderr)
     if summary["blank"]:
         print(f"ia-cluster: {len(summary['blank'])} blank image(s) put in a cluster of their own", file=sys.stderr)
+    if summary["poor_fits"]:
+        print(f"ia-cluster: {poor_fit_line(summary['poor_fits'])}", file=sys.stderr)
     for note in _notes(canvas, res, printed=True):
         print(f"ia-cluster: {note}", file=sys.stderr)
     if (line := _left_out_line(canvas, data)) is not None:
@@ -753,6 +756,7 @@ def _k_evidence(res, paths) -> dict:
                "k_unsure": d["unsure"], "k_clear": d["clear"], "k_stability": d["stability"]}
     blank = res.blank if res.blank is not None else np.zeros(len(paths), dtype=bool)
     out["blank"] = [paths[i] for i in np.flatnonzero(blank)]
+    out["poor_fits"] = [paths[i] for i in poor_fits(res.labels, res.scores)]
     out["notes"] = list(res.notes)
     return out
 

@@ -354,6 +354,30 @@ def test_k_evidence_and_blank_images_shown_after_a_run(window, qtbot, tmp_path):
 
 
 
+def test_the_evidence_names_the_images_that_fit_their_cluster_much_worse(qtbot):
+    from types import SimpleNamespace
+
+    from iastudio.app.panels import ClustersPanel
+    from iastudio.core.clustering import KChoice
+
+    panel = ClustersPanel()
+    qtbot.addWidget(panel)
+    labels = np.repeat([0, 1], 6)
+    scores = np.full(12, 0.99)
+    scores[8] = 0.59
+    paths = [f"/data/particles/p{i:02d}.tif" for i in range(12)]
+    paths[8] = "/data/particles/odd_64x37.png"
+    result = SimpleNamespace(k_choice=KChoice(2, 2, 0.6, "eigengap", [(2, 0.6)]), n_clusters=2, blank=None,
+                             labels=labels, scores=scores, notes=["a note of the run"])
+    panel.show_evidence(result, paths)
+    lines = panel.evidence.text().split("\n")
+    assert lines[1] == "1 image fits its cluster much worse than the rest of it (junk, or a stray?): odd_64x37.png"
+    assert lines[2] == "a note of the run"
+    scores[8] = 0.985  # it fits: nothing named
+    panel.show_evidence(result, paths)
+    assert "worse" not in panel.evidence.text()
+
+
 def test_long_run_evidence_scrolls_instead_of_being_cut_off(qtbot, tmp_path):
     # at 1280 x 800 the Clusters dock is short; the run's lines (denoiser, guard's notes) can be long
     from iastudio.app.panels import ClustersPanel

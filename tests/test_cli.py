@@ -59,6 +59,7 @@ def test_end_to_end_folder_with_skipped_files(tmp_path, capsys):
     assert summary["k_method"] in ("eigengap", "silhouette")
     assert 0 < summary["k_confidence"] <= 1
     assert summary["blank"] == []
+    assert summary["poor_fits"] == []
     assert summary["parameters"]["scale"] == "content"
     # "auto" as asked, and what it meant: every pair of 6 images is aligned, so 3 rounds
     assert summary["parameters"]["realign_rounds"] == "auto"
@@ -176,3 +177,20 @@ def test_frame_scale_option_is_recorded(tmp_path):
     s = json.loads((out / "summary.json").read_text())
     assert s["parameters"]["scale"] == "frame"
     assert s["metrics"]["ari"] == 1.0
+
+
+def test_an_image_that_fits_its_cluster_much_worse_than_the_rest_is_named(tmp_path, capsys):
+    bases, _names = base_shapes()
+    tau = se2.random_transforms(12, rotation_range=180, shift_range=3, seed=6)
+    imgs = np.clip(warp(np.repeat(bases[:2], 6, axis=0), tau), 0, 1)
+    d = tmp_path / "in"
+    d.mkdir()
+    for k, img in enumerate(imgs):
+        Image.fromarray((img * 255).astype(np.uint8)).save(d / f"{k:02d}.png")
+    rng = np.random.default_rng(1)  # a stray: a frame of noise, which must still go in one of the 2 clusters
+    Image.fromarray(rng.integers(0, 256, imgs.shape[1:]).astype(np.uint8)).save(d / "stray.png")
+    out = tmp_path / "out"
+    assert main([str(d), "--out", str(out), "--clusters", "2", "--iterations", "1", "--angle-step", "15", *FAST]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert [p.split("/")[-1] for p in summary["poor_fits"]] == ["stray.png"]
+    assert "fits its cluster much worse than the rest of it (junk, or a stray?): stray.png" in capsys.readouterr().err
