@@ -68,6 +68,12 @@ def ask(parent, title: str, text: str, save_text: str | None = "Save…", discar
     return {save: SAVE, discard: DISCARD}.get(box.clickedButton(), CANCEL)
 
 
+def _saved_result_goes(action: str, risk: str, path) -> str:
+    """The question when changing a saved project's inputs would take its result from the window."""
+    return f"{action} discards {risk} from the window. {Path(path).name} keeps them as saved, as long as you do " \
+           "not save over it."
+
+
 class ProjectWrite:
     """One project file written in a worker thread: what is written where, and how it ended.
 
@@ -163,25 +169,20 @@ class ProjectController(QObject):
 
     # ------------------------------------------------------------ asking first
     def confirm_discard(self, action: str, *, replaces: bool = False, changes_inputs: bool = False) -> bool:
-        """True when ``action`` ("Starting again", "Loading the demo", ...) may go on.
+        """True when ``action`` ("Starting again", "Loading the demo", ...) may go on; :attr:`asked`: it asked.
 
-        Asks only when unsaved work would be lost: a run's result or cluster edits not in a saved project,
-        or (``replaces``: the action replaces the whole set) unsaved changes to an opened project's images
-        (images removed or added, transforms).  ``changes_inputs`` (a new working size, transforms,
-        images added or removed): a saved project's result goes from the window too, and the next save
-        would write over it in the file, so that is asked as well (Discard or Cancel).  A save being
-        written is waited for first: it may be what makes the work saved.  :attr:`asked` says afterwards
-        whether a question was asked.
+        Asks when unsaved work would be lost: a run's result or cluster edits not in a saved project, or
+        (``replaces``: the action replaces the whole set) unsaved changes to an opened project's images;
+        ``changes_inputs`` (working size, transforms, images added or removed): also a saved project's
+        result, which the next save would write over (Discard or Cancel).  A save being written is waited for.
         """
         self.wait_for(self._saving)
         s = self.model.session
         risk = s.work_at_risk()
-        if risk and changes_inputs and s.project_path and not s.dirty:
-            self.asked = True
-            name = Path(s.project_path).name
-            return self.ask(self.window, "Discard the result?",
-                            f"{action} discards {risk} from the window. {name} keeps them as saved, "
-                            "as long as you do not save over it.", save_text=None) == DISCARD
+        self.asked = bool(risk and changes_inputs and s.project_path and not s.dirty)
+        if self.asked:  # a saved project's result: it stays in the file, unless saved over
+            return self.ask(self.window, "Discard the result?", _saved_result_goes(action, risk, s.project_path),
+                            save_text=None) == DISCARD
         if not risk and replaces and s.project_path and s.n:
             risk = f"the changes to {Path(s.project_path).name}"
         self.asked = bool(risk) and s.dirty
@@ -189,9 +190,7 @@ class ProjectController(QObject):
             return True
         answer = self.ask(self.window, "Discard your work?",
                           f"{action} discards {risk} (not saved yet). Save the project first?")
-        if answer == SAVE:
-            return self.save(wait=True)
-        return answer == DISCARD
+        return self.save(wait=True) if answer == SAVE else answer == DISCARD
 
     def close_requested(self) -> bool:
         """Save changes? before the window closes; True when it may close.
