@@ -110,7 +110,7 @@ class MainWindow(QMainWindow):
         cp.rerunRequested.connect(m.split_by_rerun)
         cp.newFromSelection.connect(m.session.new_cluster_from_selection)
         cp.unassignSelection.connect(lambda: m.session.move_images(m.session.selection, UNASSIGNED))
-        cp.clusterSelected.connect(m.session.select_cluster)
+        cp.clustersSelected.connect(m.session.select_clusters)
         cp.rereadK.connect(lambda k: m.session.reread(k=k))
         cp.rereadThreshold.connect(lambda t: m.session.reread(threshold=t))
         self.convergence_view.pointClicked.connect(m.session.select)

@@ -955,7 +955,7 @@ class ClustersPanel(QGroupBox):
     rerunRequested = Signal(int)  # cluster
     newFromSelection = Signal()
     unassignSelection = Signal()
-    clusterSelected = Signal(int)
+    clustersSelected = Signal(list)  # the cluster ids highlighted in the list (Unassigned too), [] for none
     rereadK = Signal(object)  # int or "auto"
     rereadThreshold = Signal(float)
     refused = Signal(str)  # "Clusters k: 500 is more than 120, ...": a typed number out of range
@@ -1018,7 +1018,8 @@ class ClustersPanel(QGroupBox):
         self.rerun_btn.clicked.connect(lambda: self._one(self.rerunRequested))
         self.new_btn.clicked.connect(self.newFromSelection)
         self.unassign_btn.clicked.connect(self.unassignSelection)
-        self.list.itemClicked.connect(lambda it: self.clusterSelected.emit(int(it.data(Qt.ItemDataRole.UserRole))))
+        # highlighting clusters selects their images; the list shows what the session says is selected
+        self.list.itemSelectionChanged.connect(self._highlighted)
         # the fields only set values; only the Re-read buttons change the clusters (a wheel notch must not undo edits)
         self.k_auto.toggled.connect(lambda on: self.k.setEnabled(not on))
         self.k_apply.clicked.connect(lambda: self.rereadK.emit("auto" if self.k_auto.isChecked() else self.k.value()))
@@ -1038,13 +1039,41 @@ class ClustersPanel(QGroupBox):
             signal.emit(sel[0])
 
     def selected_clusters(self) -> list[int]:
-        return [int(it.data(Qt.ItemDataRole.UserRole)) for it in self.list.selectedItems()
-                if int(it.data(Qt.ItemDataRole.UserRole)) != UNASSIGNED]
+        return [c for c in self.highlighted_clusters() if c != UNASSIGNED]
 
-    def set_book(self, book, means: dict):
-        """Show the clusters: ``means`` maps cluster id -> image for the icon, drawn upright and centred
-        (:func:`~iastudio.core.pose.canonical_pose`, as in the means view)."""
-        chosen = set(self.selected_clusters())  # an edit redraws the list: the clusters chosen stay chosen
+    def highlighted_clusters(self) -> list[int]:
+        """The ids of the highlighted rows (Unassigned too), in list order."""
+        return [int(self.list.item(r).data(Qt.ItemDataRole.UserRole)) for r in range(self.list.count())
+                if self.list.item(r).isSelected()]
+
+    def _highlighted(self) -> None:
+        if not self._updating:
+            self.clustersSelected.emit(self.highlighted_clusters())
+
+    def show_selected(self, clusters) -> None:
+        """Highlight exactly ``clusters`` (the session's :attr:`selected_clusters`), without asking to select."""
+        chosen = {int(c) for c in clusters}
+        if set(self.highlighted_clusters()) == chosen:
+            return
+        self._updating = True
+        try:
+            for r in range(self.list.count()):
+                item = self.list.item(r)
+                item.setSelected(int(item.data(Qt.ItemDataRole.UserRole)) in chosen)
+        finally:
+            self._updating = False
+
+    def set_book(self, book, means: dict, selected=()):
+        """Show the clusters, ``selected`` highlighted: ``means`` maps cluster id -> image for the icon, drawn
+        upright and centred (:func:`~iastudio.core.pose.canonical_pose`, as in the means view)."""
+        self._updating = True  # redrawing the list selects no images
+        try:
+            self._fill(book, means)
+        finally:
+            self._updating = False
+        self.show_selected(selected)
+
+    def _fill(self, book, means: dict) -> None:
         self.list.clear()
         if book is None:
             return
@@ -1058,7 +1087,6 @@ class ClustersPanel(QGroupBox):
                 it.setIcon(QIcon(QPixmap.fromImage(to_qimage(posed[c]))))
             it.setForeground(cluster_qcolor(c))
             self.list.addItem(it)
-            it.setSelected(c in chosen)
         self.k.blockSignals(True)
         self.k.setMaximum(max(1, book.n))  # a typed k above the number of images is refused, and said so
         self.k.setValue(max(1, len(book.cluster_ids())))

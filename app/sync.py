@@ -69,6 +69,7 @@ class ViewSync:
     def selection_changed(self, sel) -> None:
         w, s = self.w, self.session
         self._select_thumbnails(sel)
+        w.clusters_panel.show_selected(s.selected_clusters)  # highlighted: the clusters of exactly these images
         w.convergence_view.select(sel)
         w.weights_view.set_selection(sel)
         w.means_view.set_selection(sel, None if s.book is None else np.asarray(s.book.labels))
@@ -106,7 +107,7 @@ class ViewSync:
         shown = self.with_book(s.final)
         if book is not None and shown is not None and shown.cluster_means is not None:
             means = dict(zip(shown.cluster_ids, shown.cluster_means))  # the same means the views draw
-        self.w.clusters_panel.set_book(book, means)
+        self.w.clusters_panel.set_book(book, means, s.selected_clusters)  # the selection's clusters
         if s.final is None:
             self.w.clusters_panel.show_evidence(None)  # no "Run: 4 clusters …" of a run that was discarded
         self.w.update_title()

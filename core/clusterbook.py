@@ -73,6 +73,26 @@ class ClusterBook:
     def members(self, cluster: int) -> np.ndarray:
         return np.flatnonzero(self.array() == cluster)
 
+    def clusters_of(self, indices) -> list[int]:
+        """The clusters whose images are exactly ``indices`` together (``UNASSIGNED`` too, last).
+
+        ``[]`` when ``indices`` is empty or is not a union of whole clusters (part of a cluster):
+        a list of clusters is highlighted only while exactly their images are selected.
+        """
+        arr = self.array()
+        chosen = np.zeros(arr.size, dtype=bool)
+        idx = np.asarray(list(indices), dtype=int)
+        if not idx.size:
+            return []
+        chosen[idx[(idx >= 0) & (idx < arr.size)]] = True
+        hit = sorted({int(c) for c in np.unique(arr[chosen])}, key=lambda c: (c == UNASSIGNED, c))
+        covered = np.isin(arr, hit)
+        return hit if np.array_equal(covered, chosen) else []
+
+    def members_of(self, clusters) -> np.ndarray:
+        """The images of ``clusters`` (``UNASSIGNED`` too), in image order."""
+        return np.flatnonzero(np.isin(self.array(), [int(c) for c in clusters]))
+
     def counts(self) -> dict:
         arr = self.array()
         out = {c: int((arr == c).sum()) for c in self.cluster_ids()}

@@ -619,11 +619,21 @@ def frames_from_project(project, working: np.ndarray) -> tuple[list[Frame], Fram
     return frames, final
 
 
-def book_order(labels) -> np.ndarray:
-    """Image order grouping edited clusters: by cluster id, unassigned images (``-1``) last (stable)."""
+def book_order(labels, within=None) -> np.ndarray:
+    """Image order grouping edited clusters: by cluster id, unassigned images (``-1``) last.
+
+    ``within``: the order the images had (the run's, grouping its clusters); each edited cluster keeps
+    it, so the run's clusters merged into one stay blocks of their own inside it (W shows clean
+    blocks, not a checkerboard of interleaved images).  ``None``: image order.
+    """
     labels = np.asarray(labels, dtype=int)
     key = np.where(labels < 0, labels.max(initial=0) + 1, labels)
-    return grouping_order(key)
+    if within is None:
+        return grouping_order(key)
+    within = np.asarray(within, dtype=int)
+    if np.array_equal(np.sort(within), np.arange(labels.size)):
+        return within[grouping_order(key[within])]
+    return grouping_order(key)  # not an order of these images
 
 
 def edited_clusters(frame: Frame, labels, ids) -> dict:
@@ -719,9 +729,9 @@ def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray, means: 
     -------
     Frame
         A copy whose snapshot labels are ``labels``, whose order groups them
-        (:func:`book_order`), with one invariant mean and one plain average per
-        edited cluster (rows in ``cluster_ids`` order, see :func:`_book_means`),
-        the clusters' names, the class averages before denoising of the
+        (:func:`book_order`, each cluster's images in the frame's order), with
+        one invariant mean and one plain average per edited cluster (rows in
+        ``cluster_ids`` order, see :func:`_book_means`), the clusters' names, the class averages before denoising of the
         clusters that are the run's own or in ``undenoised_means``
         (:attr:`Frame.undenoised_missing` lists the others), and the convergence curves read with ``labels``
         (within-cluster max and between-cluster min of the edited clusters,
@@ -741,7 +751,7 @@ def book_frame(frame: Frame, labels, names: dict, *, images: np.ndarray, means: 
     if frame.plain_means is not None:
         plain = plain_means(images, dense, n_clusters=len(ids) + 1)[:len(ids)]
     und, missing = _book_undenoised(frame, labels, ids, undenoised_means)
-    booked = replace(frame, snapshot=replace(frame.snapshot, labels=labels), order=book_order(labels),
+    booked = replace(frame, snapshot=replace(frame.snapshot, labels=labels), order=book_order(labels, frame.order),
                      cluster_means=(_book_means(frame, labels, ids, means)
                                     if frame.cluster_means is not None else None),
                      plain_means=plain, cluster_ids=ids, curves=_book_curves(frame, labels),

@@ -88,6 +88,23 @@ class SessionClusters:
         if self.book is not None:
             self.select(self.book.members(cluster).tolist())
 
+    def select_clusters(self, clusters) -> None:
+        """Select the images of ``clusters`` (``[]``: none)."""
+        if self.book is not None:
+            self.select(self.book.members_of(clusters).tolist())
+
+    @property
+    def selected_clusters(self) -> list[int]:
+        """The clusters whose images are exactly the selection (:meth:`ClusterBook.clusters_of`).
+
+        The image selection is what every view shows; a list of clusters highlights these and no
+        others, so after a merge, split, re-read, undo or redo the highlighted clusters are always
+        the selected images' (``[]`` while the selection is part of a cluster, or empty).
+        """
+        if self.book is None or self.book.n != self.n:
+            return []
+        return self.book.clusters_of(self.selection)
+
     # ------------------------------------------------------------------ clusters (undoable)
     def edit_clusters(self, text: str, new_book: ClusterBook) -> bool:
         """Replace the clusters by ``new_book`` as one undoable edit called ``text``."""

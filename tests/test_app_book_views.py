@@ -25,6 +25,8 @@ def win(qapp, home):
     w.show()
     m = w.model
     m.session.load_demo("shapes")
+    # the shapes interleaved, as files named by when they were taken often are: the image order is no grouping
+    assert m.session.set_images(m.session.data.subset(np.arange(18).reshape(3, 6).T.ravel()))
     w.run_panel.size.setValue(24)
     w.run_panel.iterations.setValue(1)
     w.run_panel.clusters_auto.setChecked(False)
@@ -57,6 +59,58 @@ def test_book_order_groups_clusters_unassigned_last():
     order = book_order(labels)
     assert sorted(order.tolist()) == list(range(labels.size))
     assert labels[order].tolist() == [0, 0, 2, 2, 5, -1, -1]
+
+
+def test_book_order_keeps_the_old_order_inside_each_cluster():
+    """A merged cluster's images stay in the run's order: its old clusters are blocks inside it."""
+    within = np.array([0, 3, 5, 1, 4, 2, 6])  # the run's order: clusters {0, 3, 5}, {1, 4}, {2, 6}
+    labels = np.array([0, 0, 1, 0, 0, 0, 1])  # the first two merged, the third kept
+    assert book_order(labels, within).tolist() == [0, 3, 5, 1, 4, 2, 6]
+    labels = np.array([1, -1, 0, 1, 0, 1, 0])  # the third with 4, the first behind them, 1 unassigned
+    assert book_order(labels, within).tolist() == [4, 2, 6, 0, 3, 5, 1]
+    assert book_order(labels, [0, 1]).tolist() == book_order(labels).tolist()  # not an order of these images
+
+
+def _blocks(order, labels) -> int:
+    """How many runs of equal labels W's rows show, in ``order`` (a clean grouping: one per cluster)."""
+    seq = np.asarray(labels)[np.asarray(order)]
+    return int(1 + np.count_nonzero(seq[1:] != seq[:-1]))
+
+
+def test_merged_and_reread_clusters_are_clean_blocks_in_w(fresh, qapp):
+    """The trial: after Merge, or Re-read with a smaller k, the merged block of W was a checkerboard (its
+    images in image order, the run's clusters interleaved)."""
+    w, m = fresh, fresh.model
+    run_labels = np.asarray(m.session.final.result.labels)
+    k = int(run_labels.max()) + 1
+    assert _blocks(np.arange(run_labels.size), run_labels) > 2 * k  # the demo interleaves its shapes
+
+    def check():
+        qapp.processEvents()
+        order = np.asarray(w.weights_view.order)
+        book = np.asarray(m.session.book.labels)
+        assert sorted(order.tolist()) == list(range(m.session.n))
+        assert _blocks(order, book) == len(m.session.book.cluster_ids())  # each cluster's images contiguous
+        assert _blocks(order, run_labels) == k  # and the run's clusters inside them too: no checkerboard
+        W = m.session.final.snapshot.weights
+        assert_allclose(w.weights_view.image_item.image, W[np.ix_(order, order)])  # what is drawn
+        assert_allclose(w.weights_view.groups, book[order])
+
+    assert m.session.merge_clusters([k - 1, 0])
+    check()
+    assert m.session.undo()
+    check()
+    assert m.session.redo()
+    check()
+    assert m.session.undo()
+    w.clusters_panel.k.setValue(k - 1)
+    w.clusters_panel.k_apply.click()
+    assert len(m.session.book.cluster_ids()) == k - 1
+    check()
+    assert m.session.undo()
+    check()
+    assert m.session.redo()
+    check()
 
 
 def test_merge_drives_every_view(fresh, qapp):

@@ -166,7 +166,7 @@ def test_rereading_is_instant_and_exact(fresh):
 
 def test_selection_stays_in_sync_across_views(fresh):
     w, m = fresh, fresh.model
-    w.clusters_panel.clusterSelected.emit(2)
+    w.clusters_panel.clustersSelected.emit([2])
     members = m.session.book.members(2).tolist()
     assert m.session.selection == members
     thumbs = sorted(i.row() for i in w.images_panel.view.selectionModel().selectedIndexes())
@@ -185,6 +185,68 @@ def test_selection_stays_in_sync_across_views(fresh):
     assert [i.row() for i in w.images_panel.view.selectionModel().selectedIndexes()] == [7]
     w.means_view.tileClicked.emit(3)
     assert m.session.selection == [3]
+
+
+def _click_cluster(w, cluster, ctrl=False):
+    from PySide6.QtTest import QTest
+
+    lst = w.clusters_panel.list
+    row = next(r for r in range(lst.count()) if int(lst.item(r).data(Qt.ItemDataRole.UserRole)) == cluster)
+    mod = Qt.KeyboardModifier.ControlModifier if ctrl else Qt.KeyboardModifier.NoModifier
+    QTest.mouseClick(lst.viewport(), Qt.MouseButton.LeftButton, mod, lst.visualItemRect(lst.item(row)).center())
+
+
+def _highlighted_and_selected_agree(w) -> list:
+    """The clusters the list highlights hold exactly the selected images, as every view draws them."""
+    m, lst = w.model, w.clusters_panel.list
+    book, sel = m.session.book, sorted(m.session.selection)
+    shown = [int(lst.item(r).data(Qt.ItemDataRole.UserRole)) for r in range(lst.count()) if lst.item(r).isSelected()]
+    if shown:
+        assert sel == np.flatnonzero(np.isin(book.labels, shown)).tolist(), (shown, sel)
+    assert shown == book.clusters_of(sel), (shown, sel)  # and all of a cluster's images selected: it is highlighted
+    assert sorted(i.row() for i in w.images_panel.view.selectionModel().selectedIndexes()) == sel
+    assert sorted(w.convergence_view.highlighted) == sel
+    assert sorted(w.weights_view.selection) == sel
+    counts = book.counts()
+    return sorted((book.name_of(c), counts[c]) for c in shown)
+
+
+def test_the_highlighted_clusters_are_the_selected_images_after_every_edit(fresh, qapp):
+    """The trial: after Ctrl+M on Clusters 2 and 3 the list highlighted "Cluster 2 (40)" with only 20 images
+    selected; after redoing a split "Cluster 2 (20)" was highlighted with 40 images ringed."""
+    w, m = fresh, fresh.model
+    book = m.session.book
+    _click_cluster(w, 1)
+    _click_cluster(w, 2, ctrl=True)  # two clusters chosen in the list: both their images selected
+    assert sorted(m.session.selection) == book.members_of([1, 2]).tolist()
+    assert _highlighted_and_selected_agree(w) == [("Cluster 2", 6), ("Cluster 3", 6)]
+    w.edit_selected_clusters("merge")  # Ctrl+M
+    assert _highlighted_and_selected_agree(w) == [("Cluster 2", 12)]
+    w.undo_action.trigger()
+    assert _highlighted_and_selected_agree(w) == [("Cluster 2", 6), ("Cluster 3", 6)]
+    w.redo_action.trigger()
+    assert _highlighted_and_selected_agree(w) == [("Cluster 2", 12)]
+    assert w.edit_selected_clusters("split")  # the merged cluster split again: its images are both parts
+    assert _highlighted_and_selected_agree(w) == [("Cluster 2", 6), ("Cluster 2 a", 6)]
+    w.undo_action.trigger()
+    assert _highlighted_and_selected_agree(w) == [("Cluster 2", 12)]
+    w.redo_action.trigger()
+    assert _highlighted_and_selected_agree(w) == [("Cluster 2", 6), ("Cluster 2 a", 6)]
+    _click_cluster(w, 1)  # one part alone
+    assert _highlighted_and_selected_agree(w) == [("Cluster 2", 6)]
+    w.clusters_panel.k.setValue(2)  # re-read: the images stay selected, the list shows whose they are
+    w.clusters_panel.k_apply.click()
+    assert len(m.session.book.cluster_ids()) == 2
+    _highlighted_and_selected_agree(w)
+    w.undo_action.trigger()
+    assert _highlighted_and_selected_agree(w) == [("Cluster 2", 6)]
+    w.convergence_view.pointClicked.emit(int(m.session.selection[0]))  # part of a cluster: none highlighted
+    assert _highlighted_and_selected_agree(w) == []
+    m.session.select(m.session.book.members(0).tolist())  # all of one, from any view: that cluster
+    assert _highlighted_and_selected_agree(w) == [("Cluster 1", 6)]
+    w.clusters_panel.list.clearSelection()
+    assert m.session.selection == []
+    assert _highlighted_and_selected_agree(w) == []
 
 
 def test_inspect_a_decision(fresh):

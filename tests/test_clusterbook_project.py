@@ -63,6 +63,18 @@ def _project(tmp_path, n=4):
     )
 
 
+def test_clusters_of_a_selection_are_only_whole_clusters():
+    b = ClusterBook.from_labels([0, 1, 0, 2, UNASSIGNED, 1])
+    assert b.clusters_of([0, 2]) == [0]
+    assert b.clusters_of([5, 1, 3]) == [1, 2]
+    assert b.clusters_of([4, 0, 2]) == [0, UNASSIGNED]  # Unassigned last, as in the list
+    assert b.clusters_of([0]) == []  # part of a cluster: none
+    assert b.clusters_of([0, 2, 1]) == []  # one whole, one in part: none
+    assert b.clusters_of([]) == []
+    assert b.members_of([2, UNASSIGNED]).tolist() == [3, 4]
+    assert b.members_of([]).tolist() == []
+
+
 def test_split_parts_are_named_past_z_as_spreadsheet_columns():
     assert [letters(j) for j in (0, 1, 25, 26, 27, 51, 52, 701, 702)] == \
         ["a", "b", "z", "aa", "ab", "az", "ba", "zz", "aaa"]

@@ -254,6 +254,29 @@ def test_split_cluster_into_two(finished_project):
     assert not s.split_cluster(s.book.cluster_ids()[0], 999)
 
 
+def test_the_selected_clusters_are_the_selected_images_after_edits(finished_project):
+    """Selecting clusters selects their images; the clusters said selected are those the images fill
+    after a merge, a split, undo and redo (a list highlights them, never a cluster half selected)."""
+    _, _, path = finished_project
+    s = Session()
+    s.open_project(path)
+    a, b = s.book.cluster_ids()[:2]
+    s.select_clusters([a, b])
+    assert s.selection == s.book.members_of([a, b]).tolist()
+    assert s.selected_clusters == [a, b]
+    assert s.merge_clusters([a, b])
+    assert s.selected_clusters == [a]
+    assert s.undo()
+    assert s.selected_clusters == [a, b]
+    assert s.redo()
+    assert s.split_cluster(a, 2)
+    assert len(s.selected_clusters) == 2
+    s.select(s.selection[:1])
+    assert s.selected_clusters == []
+    s.select_clusters([])
+    assert s.selection == []
+
+
 def test_elapsed_time_counts_every_stretch_of_a_resumed_run(finished_project):
     """"Done in … s" after Stop/Resume counts the time before the stop too."""
     s, _, _ = finished_project
