@@ -291,6 +291,15 @@ def rules(cache, splits=("tune", "holdout"), which=("input", "last"), only=()):
         print(f"{split:8s} {rname:25s} {w:9s}  {ok:3d} / {n:3d} ({ok / n:5.1%}) ({ok_sure:3d}), {unsure:3d}, {sure:3d}")
 
 
+def _cases(cache, split, only=()):
+    """``(name, truth, reads)`` of each stored set of ``split`` (only those named in ``only``, if any)."""
+    for path in sorted(Path(cache).glob(f"{split}--*.npz")):
+        name = path.stem.split("--", 1)[1]
+        if not only or name in only:
+            truth, reads, _ = load_case(path)
+            yield name, truth, reads
+
+
 def ceiling(cache, splits=("tune", "holdout"), which=("input", "last"), only=()):
     """How far a rule that picks one of the read-out's partitions could get: is the true k the best partition's?
 
@@ -308,11 +317,7 @@ def ceiling(cache, splits=("tune", "holdout"), which=("input", "last"), only=())
         for w in which:
             n_sets = best_true = default_true = 0
             print(f"\n## {split}, {w} distances: true k, the default's k, the best partition's k; ARI at each")
-            for path in sorted(Path(cache).glob(f"{split}--*.npz")):
-                name = path.stem.split("--", 1)[1]
-                if only and name not in only:
-                    continue
-                truth, reads, _ = load_case(path)
+            for name, truth, reads in _cases(cache, split, only):
                 d, p = reads[0] if w == "input" else reads[-1]
                 k_true = int(truth.max()) + 1
                 chosen = clustering.select_k(d, probes=p)
@@ -429,11 +434,7 @@ def density(cache, splits=("tune", "holdout"), only=()):
         right = {"this version": 0, **{f"tie {t}": 0 for t in DENSITY_TIES}}
         n_sets = 0
         print(f"\n## {split}: true k, this version's k, HDBSCAN's count, the settled k per tie")
-        for path in sorted(Path(cache).glob(f"{split}--*.npz")):
-            name = path.stem.split("--", 1)[1]
-            if only and name not in only:
-                continue
-            truth, reads, _ = load_case(path)
+        for name, truth, reads in _cases(cache, split, only):
             d, p = reads[0]
             d = sp.csr_matrix(d, dtype=float) if sp.issparse(d) else np.asarray(d, dtype=float)
             k_true = int(truth.max()) + 1
