@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QToolButton
 from iastudio.core.demos import DEMO_NAMES, PAPER_DEMO
 from iastudio.core.run_output import Stage
 
-from .docks import show_view
+from .docks import is_presentation_mode, show_view
 from .events import listen
 from .layout import add_action, insert_menu
 
@@ -32,6 +32,7 @@ DEMO_TIPS = {"shapes": "The paper's Experiment 1: a horse, a 7 and a key, six co
              "threes": "The paper's Experiment 2: ten handwritten 3s, turned 0–90° and shifted.",
              "sketches": "The three shapes, each redrawn six times a little differently, turned and shifted."}
 TABS_SHARE = 0.7  # the share of the right-hand side the comparison gets at the end
+PRESENTATION_TABS_SHARE = 0.5  # in presentation mode: W and the means keep their half (bigger text, bigger W)
 # The Run panel's settings Show me runs with (besides paper mode and its cluster count): IA, the full
 # circle, 5° steps, no mirrors; β (on the paper's intensity scale) and the iterations are the demo's.
 DEMO_SETTINGS = {"method": "ia", "beta_auto": False, "beta": PAPER_DEMO["beta"], "iterations": PAPER_DEMO["iterations"],
@@ -209,5 +210,7 @@ def _finished(window) -> None:
 
 
 def show_comparison(window) -> None:
-    """The "KA vs IA" panel, in front and large (the views above it made smaller)."""
-    show_view(window, window.compare_view, reopen=True, share=TABS_SHARE)
+    """The "KA vs IA" panel, in front and large (the views above it made smaller, never below the height at
+    which W and the means are whole); in presentation mode it keeps the half it has there."""
+    share = PRESENTATION_TABS_SHARE if is_presentation_mode(window) else TABS_SHARE
+    show_view(window, window.compare_view, reopen=True, share=share)

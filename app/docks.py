@@ -155,6 +155,7 @@ def show_view(window, widget, *, reopen: bool = False, share: float | None = Non
     dock.show()
     dock.raise_()
     if share is not None and not dock.isFloating() and window.dockWidgetArea(dock) == BOTTOM:
+        _fit_central(window)  # the middle's readable minimum, with the narration and font it has now
         total = window.centralWidget().height() + dock.height()
         window.resizeDocks([dock], [int(total * share)], Qt.Orientation.Vertical)
     return True
@@ -230,8 +231,16 @@ def _share_evenly_with_the_views(window) -> None:
     below = [d for d in window.docks.values()  # the tab in front (those behind keep a stale height)
              if is_shown(window, d.widget()) and not d.isFloating() and window.dockWidgetArea(d) == BOTTOM]
     if below:
+        _fit_central(window)
         total = window.centralWidget().height() + below[0].height()
         window.resizeDocks(below[:1], [total // 2], Qt.Orientation.Vertical)
+
+
+def _fit_central(window) -> None:
+    """The middle's minimum height brought up to date now (:class:`~.layout.CentralArea`), before a resize."""
+    fit = getattr(window.centralWidget(), "fit_minimum", None)
+    if fit is not None:
+        fit()
 
 
 def is_presentation_mode(window) -> bool:

@@ -2,18 +2,20 @@
 presentation mode (big text, views only)."""
 from __future__ import annotations
 
-from PySide6.QtCore import QRect, QSize, Qt
+from PySide6.QtCore import QEvent, QRect, QSize, Qt
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import QSplitter
+from PySide6.QtWidgets import QDockWidget, QSplitter, QWidget
 
 from .docks import PRESENTATION_SCALE, is_presentation_mode, set_presentation_mode  # presentation mode lives there
 
-__all__ = ["PREFERRED_SIZE", "PRESENTATION_SCALE", "EvenSplitter", "add_action", "add_view_menu", "fit_to_screen",
-           "fitted_size", "insert_menu", "is_presentation_mode", "set_presentation_mode"]
+__all__ = ["PREFERRED_SIZE", "PRESENTATION_SCALE", "CentralArea", "EvenSplitter", "add_action", "add_view_menu",
+           "fit_to_screen", "fitted_size", "insert_menu", "is_presentation_mode", "set_presentation_mode"]
 
 PREFERRED_SIZE = QSize(1280, 800)
 DECORATION = QSize(8, 32)  # a window frame's likely size before the window manager reports it
 CENTRAL_MIN_HEIGHT = 240  # px: W, the means, their titles and the iteration slider (the window fits 700 px)
+CENTRAL_MAX_SHARE = 0.7  # of the height below the menus: the most the readable minimum of the middle takes
+TAB_BAR_ROOM = 32  # px: the bottom tabs' bar, beside the dock's own minimum
 
 
 def _decoration(window) -> QSize:
@@ -115,9 +117,74 @@ class EvenSplitter(QSplitter):
             self.share_evenly()
 
 
+class CentralArea(QWidget):
+    """The middle of the window (the narration line, W and the means, the iteration slider) that keeps its
+    minimum height at the height where W's labels, colour bar and the means are whole.
+
+    The minimum follows the font (presentation mode), the narration line (1–3 lines above W) and the window's
+    height: it never takes more than :data:`CENTRAL_MAX_SHARE` of the room below the menus, nor the room the
+    bottom panel needs, so the window still fits its screen.  A bottom panel made large (Demo → Show me's
+    comparison) or a dragged separator then stops there.
+    """
+
+    def __init__(self, window):
+        super().__init__()
+        self._window = window
+        window.installEventFilter(self)  # the cap follows the window's height
+
+    def eventFilter(self, watched, event):
+        if watched is self._window and event.type() == QEvent.Type.Resize and self.layout() is not None:
+            self.fit_minimum()
+        return super().eventFilter(watched, event)
+
+    def readable_height(self) -> int:
+        """The height at which everything in the middle is whole, at the middle's width now."""
+        lay = self.layout()
+        m = lay.contentsMargins()
+        parts = []
+        for i in range(lay.count()):
+            child = lay.itemAt(i).widget()
+            if child is None or child.isHidden():
+                continue
+            if child is self._window.central_splitter:
+                parts.append(max(v.readable_height() for v in (self._window.weights_view, self._window.means_view)))
+            elif child.hasHeightForWidth():
+                parts.append(child.heightForWidth(max(self.width(), child.minimumSizeHint().width())))
+            else:
+                parts.append(child.sizeHint().height())
+        return m.top() + m.bottom() + sum(parts) + lay.spacing() * max(0, len(parts) - 1)
+
+    def room_cap(self) -> int:
+        """The most the middle's minimum may take: a share of the room below the menus, and not the bottom
+        panel's own minimum."""
+        w = self._window
+        room = w.height() - w.menuBar().sizeHint().height()
+        if w.statusBar().isVisible():
+            room -= w.statusBar().sizeHint().height()
+        bottom_area = Qt.DockWidgetArea.BottomDockWidgetArea
+        below = [d.minimumSizeHint().height() for d in w.findChildren(QDockWidget)
+                 if d.isVisible() and not d.isFloating() and w.dockWidgetArea(d) == bottom_area]
+        bottom = max(below) + TAB_BAR_ROOM if below else 0
+        return min(int(room * CENTRAL_MAX_SHARE), room - bottom)
+
+    def fit_minimum(self) -> int:
+        """Set (and return) the minimum height: readable, within :meth:`room_cap`, at least CENTRAL_MIN_HEIGHT."""
+        need = max(CENTRAL_MIN_HEIGHT, min(self.readable_height(), self.room_cap()))
+        if need != self.minimumHeight():
+            self.setMinimumHeight(need)
+        return need
+
+    def event(self, event):
+        done = super().event(event)
+        if event.type() in (QEvent.Type.LayoutRequest, QEvent.Type.FontChange, QEvent.Type.Resize,
+                            QEvent.Type.Show) and self.layout() is not None:
+            self.fit_minimum()
+        return done
+
+
 def build_central(window) -> None:
     """W and the means (with the iteration scrubber) in the middle; every other panel a dock (:mod:`.docks`)."""
-    from PySide6.QtWidgets import QVBoxLayout, QWidget
+    from PySide6.QtWidgets import QVBoxLayout
 
     from .docks import add_docks
     from .nets_panel import NetsPanel  # the Networks panel (PyTorch optional)
@@ -127,8 +194,8 @@ def build_central(window) -> None:
     window.central_splitter.addWidget(window.weights_view)
     window.central_splitter.addWidget(window.means_view)
     window.scrubber = IterationScrubber()  # step back through the run's W, means and map
-    central = QWidget()
-    central.setMinimumHeight(CENTRAL_MIN_HEIGHT)  # W and the means stay readable under a large bottom panel
+    central = CentralArea(window)  # W and the means stay readable under a large bottom panel
+    central.setMinimumHeight(CENTRAL_MIN_HEIGHT)
     lay = QVBoxLayout(central)
     lay.setContentsMargins(0, 0, 0, 0)
     lay.addWidget(window.central_splitter, 1)

@@ -946,6 +946,9 @@ class ClusterList(QListWidget):
         event.acceptProposedAction()
 
 
+LIST_ROWS = 3  # clusters the Clusters list shows at least
+
+
 class ClustersPanel(QGroupBox):
     """Named clusters with counts and means; edits; re-reading k or a distance threshold."""
 
@@ -965,7 +968,9 @@ class ClustersPanel(QGroupBox):
         lay = QVBoxLayout(self)
         self.list = ClusterList()
         lay.addWidget(self.list, 3)  # the clusters get most of the room the panel has to spare
-        grid = QGridLayout()  # two columns, so the panel stays narrow
+        # at least LIST_ROWS clusters in view (Ctrl-click two to merge without scrolling), even at 1024 x 700
+        self.list.setMinimumHeight(LIST_ROWS * (self.list.iconSize().height() + 2) + 2 * self.list.frameWidth() + 4)
+        grid = QGridLayout()  # few rows, so the list keeps the room; narrow enough for the left column
         self.rename_btn = QPushButton("Rename…")
         self.merge_btn = QPushButton("Merge")
         self.split_btn = QPushButton("Split")
@@ -974,10 +979,10 @@ class ClustersPanel(QGroupBox):
         self.new_btn = QPushButton("New from selection")
         self.unassign_btn = QPushButton("Unassign selection")
         for k, w in enumerate((self.rename_btn, self.merge_btn, self.split_btn, self.split_k)):
-            grid.addWidget(w, k // 2, k % 2)
-        grid.addWidget(self.rerun_btn, 2, 0, 1, 2)
-        grid.addWidget(self.new_btn, 3, 0)
-        grid.addWidget(self.unassign_btn, 3, 1)
+            grid.addWidget(w, 0, k)  # one row: Rename… Merge Split k=2
+        grid.addWidget(self.rerun_btn, 1, 0, 1, 4)
+        grid.addWidget(self.new_btn, 2, 0, 1, 2)
+        grid.addWidget(self.unassign_btn, 2, 2, 1, 2)
         lay.addLayout(grid)
         form = QFormLayout()
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # narrow: the field goes under its label
@@ -1003,9 +1008,10 @@ class ClustersPanel(QGroupBox):
         self.evidence.setToolTip("How the number of clusters was chosen: when no clear gap was seen, the other "
                                  "counts worth a look are named. Type a k and press Re-read to try one.")
         # the run's lines can be long (the denoiser, the guard's notes): they scroll rather than being cut off
-        self.evidence_area = scrolling(self.evidence, min_height=3 * self.fontMetrics().lineSpacing())
+        # one line at least: in a short window it gives its room to the list first (it scrolls)
+        self.evidence_area = scrolling(self.evidence, min_height=self.fontMetrics().lineSpacing() + 4)
         lay.addWidget(self.evidence_area, 1)
-        self.hint = muted(QLabel("Drag thumbnails onto a cluster; right-click for more; Ctrl+Z undoes."))
+        self.hint = muted(QLabel("Drag images onto a cluster; right-click for more."))
         self.hint.setToolTip("Drag thumbnails onto a cluster to move them; right-click a cluster or a thumbnail "
                              "for more (or Edit: F2 renames, Ctrl+M merges, Ctrl+K splits). Ctrl+Z undoes any edit.")
         self.hint.setWordWrap(True)

@@ -5,7 +5,7 @@ with W's colour scale fixed over the whole run so frames can be compared by eye.
 """
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSlider, QWidget
 from superqt import QElidingLabel
 
@@ -13,8 +13,10 @@ from iastudio.core.wording import count_of
 
 __all__ = ["IterationScrubber"]
 
-LABEL_MAX = 220  # px: the most the label takes from the slider
-NO_RUN_HINT = "Run to step through W, the means and the map iteration by iteration."
+LABEL_MAX = 220  # px: the most the label takes from the slider (more with bigger text: LABEL_CHARS)
+LABEL_CHARS = 32  # average characters: the most the label takes with the font it has (presentation mode)
+NO_RUN_HINT = "Run to step through iterations"  # whole beside the slider at 1024 px (it is not a command)
+NO_RUN_TIP = "Run to step through W, the means and the map iteration by iteration."
 
 
 class IterationScrubber(QWidget):
@@ -69,7 +71,7 @@ class IterationScrubber(QWidget):
         on = count > 0
         self.slider.setEnabled(on)
         self.live_btn.setEnabled(on)
-        self.setToolTip("" if on else NO_RUN_HINT)
+        self.setToolTip("" if on else NO_RUN_TIP)
         self._describe = describe
         self._update_label()
 
@@ -94,19 +96,26 @@ class IterationScrubber(QWidget):
             what = self._describe(i) if self._describe else ""
             text = f"step {i + 1} of {self.count}" + (f" · {what}" if what else "")
         self.label.setText(text)
-        self.label.setToolTip(text)
+        self.label.setToolTip(NO_RUN_TIP if self.count == 0 else text)
         self._fit_label()
 
     def _fit_label(self) -> None:
-        """Room for the whole label ("Live · 3 steps", "step 2 of 7 · it. 1, means"), up to LABEL_MAX px and half
-        the scrubber: the slider takes the rest, and the window must still fit an 800-px screen.  A longer
-        text (the hint before a run) is elided, and read in full in its tooltip."""
-        if self.count == 0:
-            self.label.setMinimumWidth(40)
-            return
-        full = self.label.fontMetrics().horizontalAdvance(self.label.text()) + 6
-        self.label.setMinimumWidth(max(40, min(full, LABEL_MAX, self.width() // 2)))
+        """Room for the whole label (the hint before a run, "Live · 3 steps", "step 2 of 7 · it. 1, means"), up to
+        LABEL_MAX px (LABEL_CHARS characters with bigger text) and half the scrubber: the slider takes the rest,
+        and the window must still fit an 800-px screen.  A longer text is elided, and read in full in its tooltip.
+
+        The width is the label's minimum, not only its wish: a relayout (a menu opened, the window resized)
+        shrinking the slider's neighbours leaves it whole."""
+        fm = self.label.fontMetrics()
+        full = fm.horizontalAdvance(self.label.text()) + 6
+        most = max(LABEL_MAX, LABEL_CHARS * fm.averageCharWidth())
+        self.label.setMinimumWidth(max(40, min(full, most, self.width() // 2)))
 
     def resizeEvent(self, event):
         super().resizeEvent(event)
         self._fit_label()
+
+    def changeEvent(self, event):
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:  # presentation mode: the text is wider now
+            self._fit_label()

@@ -137,6 +137,14 @@ class _Titled(QWidget):
         """The pg.PlotWidgets to style from the palette."""
         return []
 
+    def readable_height(self) -> int:
+        """The least height at which the view's plot and its labels are whole (its title included)."""
+        m = self.layout_.contentsMargins()
+        return m.top() + m.bottom() + self.title.sizeHint().height() + self.layout_.spacing() + self._body_height()
+
+    def _body_height(self) -> int:
+        return self.hint.minimumSizeHint().height()
+
     def overlay_items(self) -> list:
         """Interactive decorations (selection tints, handles) to hide while exporting a picture."""
         return []
@@ -215,6 +223,16 @@ class WeightsView(_Titled):
 
     def plot_widgets(self):
         return [self.plot]
+
+    def _body_height(self) -> int:
+        """W's plot with its axis labels, ticks and colour bar whole (the vertical "image i (row)" sets the
+        height of the square), and the hover line under it."""
+        from PySide6.QtGui import QFontMetrics
+
+        fm = QFontMetrics(self.font())
+        square = fm.horizontalAdvance("image i (row)") + fm.height()  # the left axis label along its side
+        axes = 4 * fm.height() + 12  # half a tick label above, tick labels and "image j (column)" below, margins
+        return square + axes + 2 * self.layout_.spacing() + self.hover.sizeHint().height()
 
     def set_has_images(self, on: bool) -> None:
         """The hint's next step: "press Start" once there are images, "open a folder" while there are none."""
@@ -449,6 +467,15 @@ class MeansView(_Titled):
         self.image_item.mouseClickEvent = self._click
         self.per_cluster.toggled.connect(self._per_cluster_toggled)
         self.averages.currentIndexChanged.connect(self._averages_changed)
+
+    def _body_height(self) -> int:
+        """The controls above the grid, a grid as tall as W's square and a caption of two lines."""
+        from PySide6.QtGui import QFontMetrics
+
+        fm = QFontMetrics(self.font())
+        controls = max(self.per_cluster.sizeHint().height(), self.averages.sizeHint().height())
+        grid = fm.horizontalAdvance("image i (row)") + fm.height()
+        return controls + grid + 2 * fm.lineSpacing() + 2 * self.layout_.spacing()
 
     @property
     def shows_undenoised(self) -> bool:
