@@ -124,6 +124,7 @@ class MainWindow(QMainWindow):
         listen(m.session.events.state, lambda state: state == "stopped" and self.projects.autosave())
         listen(m.session.events.failed, self._failed)
         m.loadFailed.connect(lambda message, tb: self._failed(message, tb, "Loading the images failed"))
+        m.originalsReading.connect(self._reading_originals)
 
     @property
     def redraws(self) -> int:
@@ -139,17 +140,27 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{APP_NAME} {__version__} — {name}{star}")
 
     # ------------------------------------------------------------ what replaces the inputs asks first
-    def _changing_inputs(self, action: str, change, *, replaces: bool = False) -> bool:
+    def _changing_inputs(self, action: str, change, *, replaces: bool = False, refused=None) -> bool:
         """Run ``change()`` if no unsaved result or edit would be lost, or the user agreed to lose them.
 
         ``replaces``: ``change`` replaces the whole set (unsaved changes to a project's images count too).
+        A reopened project whose run denoised its images has its original files read first, behind a
+        progress dialog (:meth:`StudioModel.after_originals`): True meanwhile, and ``change()`` runs once
+        they are in.  ``refused()`` is called whenever the change does not happen (refused, cancelled).
         """
         if self.model.session.busy:
             self.model.session.message("Stop the run first.")
-            return False
-        if self.model.refuse_while_loading() or not self.projects.confirm_discard(action, replaces=replaces):
-            return False
-        return change() is not False
+        elif not self.model.refuse_while_loading() and self.projects.confirm_discard(action, replaces=replaces):
+            def go() -> bool:
+                done = change() is not False
+                if not done and refused is not None:
+                    refused()
+                return done
+
+            return go() if replaces else self.model.after_originals(go, cancelled=refused)
+        if refused is not None:
+            refused()
+        return False
 
     def load_demo(self, name: str) -> bool:
         return self._changing_inputs(
@@ -186,10 +197,22 @@ class MainWindow(QMainWindow):
         Returns at once; the images are in when ``model.imagesLoaded`` is emitted.  The window stays
         responsive meanwhile, and Cancel stops after the file being read, keeping what was read.
         """
-        m = self.model
-        if not m.load_paths(paths, replace=replace, size=size):
+        if not self.model.load_paths(paths, replace=replace, size=size):
             return False
-        dlg, _ = progress_dialog(self, "Loading images…", 0)
+        self._show_loading("Loading images…", self.model.imagesLoaded)
+        return True
+
+    def _reading_originals(self) -> None:
+        """The opened project's original files are read again before an input change: the loading dialog
+        (unless one is shown already: images being added read them next, behind their own)."""
+        if self.loading_dialog is None:
+            self._show_loading("Reading the project's original files…", self.model.originalsRead)
+
+    def _show_loading(self, title: str, ended) -> None:
+        """The progress dialog of the model's reading of files (:attr:`StudioModel.imagesLoading`), until
+        the signal ``ended``; its Cancel cancels the reading."""
+        m = self.model
+        dlg, _ = progress_dialog(self, title, 0)
         dlg.canceled.connect(m.cancel_loading)
         self.loading_dialog = dlg
 
@@ -198,16 +221,15 @@ class MainWindow(QMainWindow):
             dlg.setLabelText(f"Reading {printable(display_name(path))} ({done + 1} of {total})…")
             dlg.setValue(done)
 
-        def loaded(_skipped):
+        def loaded(*_args):
             m.imagesLoading.disconnect(reading)
-            m.imagesLoaded.disconnect(loaded)
+            ended.disconnect(loaded)
             self.loading_dialog = None
             dlg.close()
             dlg.deleteLater()
 
         m.imagesLoading.connect(reading)
-        m.imagesLoaded.connect(loaded)
-        return True
+        ended.connect(loaded)
 
     def _confirm_loaded(self, action: str, *, replaces: bool = False) -> bool:
         """The question once images were read: the loading dialog goes first (it would cover the question
@@ -241,17 +263,22 @@ class MainWindow(QMainWindow):
             event.acceptProposedAction()
 
     def _set_size(self, size: int) -> None:
-        if not self._changing_inputs("Changing the working size", lambda: self.model.session.set_size(size)):
-            self.run_panel.show_size(self.model.session.size)  # refused: the field shows the size in use again
+        self._changing_inputs("Changing the working size", lambda: self.model.session.set_size(size),
+                              refused=lambda: self.run_panel.show_size(self.model.session.size))  # the size in use
 
     def _set_image_transform(self, theta, tx, ty) -> None:
         m = self.model
         i = m.session.selected
-        if 0 <= i < m.session.n and not self._changing_inputs(
-                "Transforming an image", lambda: m.session.set_transform(i, theta, tx, ty)):
-            t = m.session.transforms[i]  # refused: the fields show the transform in use again
-            self.transform_panel.load_image(display_name(m.session.data.paths[i]), math.degrees(t[0]),
-                                            float(t[1]), float(t[2]))
+
+        def refused():  # the fields show the transform in use again
+            if 0 <= i < m.session.n:
+                t = m.session.transforms[i]
+                self.transform_panel.load_image(display_name(m.session.data.paths[i]), math.degrees(t[0]),
+                                                float(t[1]), float(t[2]))
+
+        if 0 <= i < m.session.n:
+            self._changing_inputs("Transforming an image", lambda: m.session.set_transform(i, theta, tx, ty),
+                                  refused=refused)
 
     def start_run(self) -> bool:
         if self.model.refuse_while_loading():
@@ -261,8 +288,11 @@ class MainWindow(QMainWindow):
             return False
         if not self.projects.confirm_discard("Starting again"):
             return False
-        self.compare_view.caption.setText("Running…")
-        return self.model.start(backend=self.run_panel.backend.currentData(), dask=self.run_panel.dask_address(),
+        caption = self.compare_view.caption
+        before = caption.text()
+        caption.setText("Running…")
+        return self.model.start(cancelled=lambda: caption.setText(before),  # the originals' reading cancelled
+                                backend=self.run_panel.backend.currentData(), dask=self.run_panel.dask_address(),
                                 denoise=self.run_panel.denoise_choice(),
                                 phase_flip=self.run_panel.phase_flip_choice(), **self.run_panel.options())
 

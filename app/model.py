@@ -20,7 +20,7 @@ from superqt.utils import create_worker
 from iastudio.core.backend import BackendUnavailableError, get_backend
 from iastudio.core.cluster_means import edited_cluster_means
 from iastudio.core.frames import FrameBuilder
-from iastudio.core.session import Session, read_images, run_subset, stream_run
+from iastudio.core.session import Session, read_images, read_originals, run_subset, stream_run
 
 from .events import listen
 
@@ -48,6 +48,8 @@ class StudioModel(QObject):
     imagesLoading = Signal(int, int, str)  # files done, total, the file being read now
     imagesLoaded = Signal(list)  # the skipped files: a load ended (its images are in the session, if any)
     loadFailed = Signal(str, str)  # message, traceback: the loading itself failed (not one file)
+    originalsReading = Signal()  # an opened project's original files are being read (progress: imagesLoading)
+    originalsRead = Signal(bool)  # their reading ended: True when they were taken (the change goes on)
     _progressed = Signal(float, str)  # emitted in the worker thread, queued to the GUI thread
     _reading = Signal(int, int, str)  # emitted in the worker thread, queued to imagesLoading
 
@@ -85,6 +87,63 @@ class StudioModel(QObject):
         if self.loading:
             self.session.message("Wait for the images to load, or cancel the loading.")
         return self.loading
+
+    def after_originals(self, then, *, cancelled=None) -> bool:
+        """Call ``then()`` (an input change) once the opened project's original files it needs are read.
+
+        A reopened project whose run denoised its images reads its original files again at the first
+        input change (:attr:`~iastudio.core.session.Session.originals_to_read`): they are read here in a
+        worker thread (:func:`~iastudio.core.session.read_originals`), with :attr:`originalsReading`,
+        :attr:`imagesLoading` and :attr:`originalsRead` for a progress dialog, and the session takes
+        them (:meth:`~iastudio.core.session.Session.take_originals`) on this thread before ``then()``.
+        Cancelling (:meth:`cancel_loading`) changes nothing: ``cancelled()`` is called instead of ``then``.
+
+        Returns ``then()``'s answer (False: False, else True) when no file is to be read; True while they
+        are read; False (with a message) while images load.
+        """
+        paths = self.session.originals_to_read
+        if paths is None:
+            return then() is not False
+        if self.refuse_while_loading():
+            return False
+        self._load_cancel = cancel = threading.Event()
+
+        def progress(done, total, path):  # worker thread: only a queued signal and the flag cross
+            self._reading.emit(done, total, path)
+            return not cancel.is_set()
+
+        self.loader = create_worker(read_originals, paths, size=self.session.size, progress=progress,
+                                    _start_thread=False,
+                                    _connect={"returned": functools.partial(self._originals_read, then, cancelled),
+                                              "errored": functools.partial(self._originals_failed, cancelled)})
+        self.originalsReading.emit()
+        self.loader.start()
+        return True
+
+    def _originals_read(self, then, cancelled, originals) -> None:
+        if self.loader is None:  # abandoned (the window closed)
+            return
+        self.loader = None
+        if self._load_cancel.is_set():
+            self.session.message("Cancelled: nothing changed (the project's original files were not read).")
+            self.originalsRead.emit(False)
+            if cancelled is not None:
+                cancelled()
+            return
+        self.session.take_originals(originals)
+        self.originalsRead.emit(True)
+        then()
+
+    def _originals_failed(self, cancelled, exc: BaseException) -> None:
+        if self.loader is None:
+            return
+        self.loader = None
+        tb = "".join(traceback.format_exception(exc))
+        log.error("reading the project's original files failed\n%s", tb)
+        self.loadFailed.emit(str(exc) or type(exc).__name__, tb)
+        self.originalsRead.emit(False)
+        if cancelled is not None:
+            cancelled()
 
     def load_paths(self, paths, *, replace: bool = False, size: int | None = None) -> bool:
         """Read and preprocess files/folders in a worker thread; the session takes them on the GUI thread.
@@ -126,10 +185,23 @@ class StudioModel(QObject):
             self.session.message(f"Nothing {'opened' if self._load_replace else 'added'}: your work is kept as it was.")
             self.imagesLoaded.emit([])
             return
+        if not self._load_replace and len(loaded.data) and self.session.originals_to_read is not None:
+            # added to a reopened project whose run denoised its images: its original files are read first
+            def kept():
+                self.session.message("Nothing added: your work is kept as it was.")
+                self.imagesLoaded.emit([])
+
+            self.loader = None
+            self.after_originals(lambda: self._add_loaded(loaded), cancelled=kept)
+            return
+        self._add_loaded(loaded)
+
+    def _add_loaded(self, loaded) -> None:
         try:
             skipped = self.session.add_loaded(loaded, replace=self._load_replace, size=self._load_size)
         except Exception as exc:  # noqa: BLE001 -- shown in the error window; the window must leave its loading state
-            self._load_failed(exc)
+            self.loader = None
+            self._report_load_failure(exc)
             return
         self.loader = None
         self.imagesLoaded.emit(skipped)
@@ -138,16 +210,28 @@ class StudioModel(QObject):
         if self.loader is None:
             return
         self.loader = None
+        self._report_load_failure(exc)
+
+    def _report_load_failure(self, exc: BaseException) -> None:
         tb = "".join(traceback.format_exception(exc))
         log.error("loading images failed\n%s", tb)
         self.loadFailed.emit(str(exc) or type(exc).__name__, tb)
         self.imagesLoaded.emit([])
 
     # ---------------------------------------------------------------- runs
-    def start(self, *, backend: str = "auto", **options) -> bool:
-        """Start a new run on the transformed set; False (with a message) when refused."""
+    def start(self, *, backend: str = "auto", cancelled=None, **options) -> bool:
+        """Start a new run on the transformed set; False (with a message) when refused.
+
+        A reopened project whose run denoised its images has its original files read first, in a worker
+        (:meth:`after_originals`; True meanwhile): the run starts once they are in, and ``cancelled()`` is
+        called instead when the user cancels their reading.
+        """
         if self.refuse_while_loading():
             return False
+        return self.after_originals(functools.partial(self._start, backend=backend, **options),
+                                    cancelled=cancelled)
+
+    def _start(self, *, backend: str, **options) -> bool:
         run = self.session.start(backend=backend, **options)
         if run is None:
             return False
