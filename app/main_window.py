@@ -124,7 +124,9 @@ class MainWindow(QMainWindow):
         listen(m.session.events.state, lambda state: state == "stopped" and self.projects.autosave())
         listen(m.session.events.failed, self._failed)
         m.loadFailed.connect(lambda message, tb: self._failed(message, tb, "Loading the images failed"))
-        m.originalsReading.connect(self._reading_originals)
+        # a reopened denoised project's originals, read before an input change (adding images: behind their dialog)
+        m.originalsReading.connect(lambda: self.loading_dialog is None and show_loading(
+            self, "Reading the project's original files…", m.originalsRead))
 
     @property
     def redraws(self) -> int:
@@ -199,37 +201,8 @@ class MainWindow(QMainWindow):
         """
         if not self.model.load_paths(paths, replace=replace, size=size):
             return False
-        self._show_loading("Loading images…", self.model.imagesLoaded)
+        show_loading(self, "Loading images…", self.model.imagesLoaded)
         return True
-
-    def _reading_originals(self) -> None:
-        """The opened project's original files are read again before an input change: the loading dialog
-        (unless one is shown already: images being added read them next, behind their own)."""
-        if self.loading_dialog is None:
-            self._show_loading("Reading the project's original files…", self.model.originalsRead)
-
-    def _show_loading(self, title: str, ended) -> None:
-        """The progress dialog of the model's reading of files (:attr:`StudioModel.imagesLoading`), until
-        the signal ``ended``; its Cancel cancels the reading."""
-        m = self.model
-        dlg, _ = progress_dialog(self, title, 0)
-        dlg.canceled.connect(m.cancel_loading)
-        self.loading_dialog = dlg
-
-        def reading(done, total, path):
-            dlg.setMaximum(total)
-            dlg.setLabelText(f"Reading {printable(display_name(path))} ({done + 1} of {total})…")
-            dlg.setValue(done)
-
-        def loaded(*_args):
-            m.imagesLoading.disconnect(reading)
-            ended.disconnect(loaded)
-            self.loading_dialog = None
-            dlg.close()
-            dlg.deleteLater()
-
-        m.imagesLoading.connect(reading)
-        ended.connect(loaded)
 
     def _confirm_loaded(self, action: str, *, replaces: bool = False) -> bool:
         """The question once images were read: the loading dialog goes first (it would cover the question
@@ -366,3 +339,27 @@ class MainWindow(QMainWindow):
         save_window(self, settings())
         remember_run_settings(self, settings())
         super().closeEvent(event)
+
+
+def show_loading(window: MainWindow, title: str, ended) -> None:
+    """The window's progress dialog for the model's reading of files (:attr:`StudioModel.imagesLoading`),
+    until the signal ``ended``; its Cancel cancels the reading (:attr:`MainWindow.loading_dialog` meanwhile)."""
+    m = window.model
+    dlg, _ = progress_dialog(window, title, 0)
+    dlg.canceled.connect(m.cancel_loading)
+    window.loading_dialog = dlg
+
+    def reading(done, total, path):
+        dlg.setMaximum(total)
+        dlg.setLabelText(f"Reading {printable(display_name(path))} ({done + 1} of {total})…")
+        dlg.setValue(done)
+
+    def loaded(*_args):
+        m.imagesLoading.disconnect(reading)
+        ended.disconnect(loaded)
+        window.loading_dialog = None
+        dlg.close()
+        dlg.deleteLater()
+
+    m.imagesLoading.connect(reading)
+    ended.connect(loaded)

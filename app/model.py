@@ -98,51 +98,36 @@ class StudioModel(QObject):
         them (:meth:`~iastudio.core.session.Session.take_originals`) on this thread before ``then()``.
         Cancelling (:meth:`cancel_loading`) changes nothing: ``cancelled()`` is called instead of ``then``.
 
-        Returns ``then()``'s answer (False: False, else True) when no file is to be read; True while they
-        are read; False (with a message) while images load.
+        Returns whether ``then()`` changed something when no file is read; else True (False while images load).
         """
         paths = self.session.originals_to_read
         if paths is None:
             return then() is not False
         if self.refuse_while_loading():
             return False
-        self._load_cancel = cancel = threading.Event()
-
-        def progress(done, total, path):  # worker thread: only a queued signal and the flag cross
-            self._reading.emit(done, total, path)
-            return not cancel.is_set()
-
-        self.loader = create_worker(read_originals, paths, size=self.session.size, progress=progress,
-                                    _start_thread=False,
-                                    _connect={"returned": functools.partial(self._originals_read, then, cancelled),
-                                              "errored": functools.partial(self._originals_failed, cancelled)})
+        ended = functools.partial(self._originals_read, then, cancelled)
+        _start_reading(self, read_originals, paths, size=self.session.size,
+                       returned=ended, errored=lambda exc: ended(None, exc))
         self.originalsReading.emit()
-        self.loader.start()
         return True
 
-    def _originals_read(self, then, cancelled, originals) -> None:
+    def _originals_read(self, then, cancelled, originals, exc: BaseException | None = None) -> None:
         if self.loader is None:  # abandoned (the window closed)
             return
         self.loader = None
-        if self._load_cancel.is_set():
+        if exc is not None:
+            tb = "".join(traceback.format_exception(exc))
+            log.error("reading the project's original files failed\n%s", tb)
+            self.loadFailed.emit(str(exc) or type(exc).__name__, tb)
+        elif self._load_cancel.is_set():
             self.session.message("Cancelled: nothing changed (the project's original files were not read).")
-            self.originalsRead.emit(False)
-            if cancelled is not None:
-                cancelled()
-            return
-        self.session.take_originals(originals)
-        self.originalsRead.emit(True)
-        then()
-
-    def _originals_failed(self, cancelled, exc: BaseException) -> None:
-        if self.loader is None:
-            return
-        self.loader = None
-        tb = "".join(traceback.format_exception(exc))
-        log.error("reading the project's original files failed\n%s", tb)
-        self.loadFailed.emit(str(exc) or type(exc).__name__, tb)
-        self.originalsRead.emit(False)
-        if cancelled is not None:
+        taken = exc is None and not self._load_cancel.is_set()
+        if taken:
+            self.session.take_originals(originals)
+        self.originalsRead.emit(taken)
+        if taken:
+            then()
+        elif cancelled is not None:
             cancelled()
 
     def load_paths(self, paths, *, replace: bool = False, size: int | None = None) -> bool:
@@ -157,17 +142,8 @@ class StudioModel(QObject):
             return False
         self._load_replace = replace
         self._load_size = size if replace else None  # the new set's working size (None: the session's)
-        self._load_cancel = cancel = threading.Event()
-
-        def progress(done, total, path):  # worker thread: only a queued signal and the flag cross
-            self._reading.emit(done, total, path)
-            return not cancel.is_set()
-
-        self.loader = create_worker(read_images, list(paths), size=self._load_size or self.session.size,
-                                    progress=progress,
-                                    _start_thread=False,
-                                    _connect={"returned": self._loaded, "errored": self._load_failed})
-        self.loader.start()
+        _start_reading(self, read_images, list(paths), size=self._load_size or self.session.size,
+                       returned=self._loaded, errored=self._load_failed)
         return True
 
     def cancel_loading(self) -> None:
@@ -361,6 +337,20 @@ class StudioModel(QObject):
         done = QThreadPool.globalInstance().waitForDone(timeout_ms)
         self.session.close()
         return done
+
+
+def _start_reading(model: StudioModel, read, *args, returned, errored, **kwargs) -> None:
+    """Start ``model``'s loader: ``read(*args, progress=..., **kwargs)`` in a worker, its progress on
+    :attr:`StudioModel.imagesLoading`, stopped after the file being read by :meth:`StudioModel.cancel_loading`."""
+    model._load_cancel = cancel = threading.Event()
+
+    def progress(done, total, path):  # worker thread: only a queued signal and the flag cross
+        model._reading.emit(done, total, path)
+        return not cancel.is_set()
+
+    model.loader = create_worker(read, *args, progress=progress, **kwargs, _start_thread=False,
+                                 _connect={"returned": returned, "errored": errored})
+    model.loader.start()
 
 
 class EngineError(Exception):
