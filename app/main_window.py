@@ -124,6 +124,9 @@ class MainWindow(QMainWindow):
         listen(m.session.events.state, lambda state: state == "stopped" and self.projects.autosave())
         listen(m.session.events.failed, self._failed)
         m.loadFailed.connect(lambda message, tb: self._failed(message, tb, "Loading the images failed"))
+        # a reopened denoised project's originals, read before an input change (adding images: behind their dialog)
+        m.originalsReading.connect(lambda: self.loading_dialog is None and show_loading(
+            self, "Reading the project's original files…", m.originalsRead))
 
     @property
     def redraws(self) -> int:
@@ -139,18 +142,28 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{APP_NAME} {__version__} — {name}{star}")
 
     # ------------------------------------------------------------ what replaces the inputs asks first
-    def _changing_inputs(self, action: str, change, *, replaces: bool = False) -> bool:
+    def _changing_inputs(self, action: str, change, *, replaces: bool = False, refused=None) -> bool:
         """Run ``change()`` if no unsaved result or edit would be lost, or the user agreed to lose them.
 
         ``replaces``: ``change`` replaces the whole set (unsaved changes to a project's images count too).
+        A reopened project whose run denoised its images has its original files read first, behind a
+        progress dialog (:meth:`StudioModel.after_originals`): True meanwhile, and ``change()`` runs once
+        they are in.  ``refused()`` is called whenever the change does not happen (refused, cancelled).
         """
         if self.model.session.busy:
             self.model.session.message("Stop the run first.")
-            return False
-        if self.model.refuse_while_loading() or not self.projects.confirm_discard(
+        elif not self.model.refuse_while_loading() and self.projects.confirm_discard(
                 action, replaces=replaces, changes_inputs=not replaces):
-            return False
-        return change() is not False
+            def go() -> bool:
+                done = change() is not False
+                if not done and refused is not None:
+                    refused()
+                return done
+
+            return go() if replaces else self.model.after_originals(go, cancelled=refused)
+        if refused is not None:
+            refused()
+        return False
 
     def load_demo(self, name: str) -> bool:
         return self._changing_inputs(
@@ -187,27 +200,9 @@ class MainWindow(QMainWindow):
         Returns at once; the images are in when ``model.imagesLoaded`` is emitted.  The window stays
         responsive meanwhile, and Cancel stops after the file being read, keeping what was read.
         """
-        m = self.model
-        if not m.load_paths(paths, replace=replace, size=size):
+        if not self.model.load_paths(paths, replace=replace, size=size):
             return False
-        dlg, _ = progress_dialog(self, "Loading images…", 0)
-        dlg.canceled.connect(m.cancel_loading)
-        self.loading_dialog = dlg
-
-        def reading(done, total, path):
-            dlg.setMaximum(total)
-            dlg.setLabelText(f"Reading {printable(display_name(path))} ({done + 1} of {total})…")
-            dlg.setValue(done)
-
-        def loaded(_skipped):
-            m.imagesLoading.disconnect(reading)
-            m.imagesLoaded.disconnect(loaded)
-            self.loading_dialog = None
-            dlg.close()
-            dlg.deleteLater()
-
-        m.imagesLoading.connect(reading)
-        m.imagesLoaded.connect(loaded)
+        show_loading(self, "Loading images…", self.model.imagesLoaded)
         return True
 
     def _confirm_loaded(self, action: str, *, replaces: bool = False) -> bool:
@@ -242,17 +237,22 @@ class MainWindow(QMainWindow):
             event.acceptProposedAction()
 
     def _set_size(self, size: int) -> None:
-        if not self._changing_inputs("Changing the working size", lambda: self.model.session.set_size(size)):
-            self.run_panel.show_size(self.model.session.size)  # refused: the field shows the size in use again
+        self._changing_inputs("Changing the working size", lambda: self.model.session.set_size(size),
+                              refused=lambda: self.run_panel.show_size(self.model.session.size))  # the size in use
 
     def _set_image_transform(self, theta, tx, ty) -> None:
         m = self.model
         i = m.session.selected
-        if 0 <= i < m.session.n and not self._changing_inputs(
-                "Transforming an image", lambda: m.session.set_transform(i, theta, tx, ty)):
-            t = m.session.transforms[i]  # refused: the fields show the transform in use again
-            self.transform_panel.load_image(display_name(m.session.data.paths[i]), math.degrees(t[0]),
-                                            float(t[1]), float(t[2]))
+
+        def refused():  # the fields show the transform in use again
+            if 0 <= i < m.session.n:
+                t = m.session.transforms[i]
+                self.transform_panel.load_image(display_name(m.session.data.paths[i]), math.degrees(t[0]),
+                                                float(t[1]), float(t[2]))
+
+        if 0 <= i < m.session.n:
+            self._changing_inputs("Transforming an image", lambda: m.session.set_transform(i, theta, tx, ty),
+                                  refused=refused)
 
     def start_run(self) -> bool:
         if self.model.refuse_while_loading():
@@ -262,8 +262,11 @@ class MainWindow(QMainWindow):
             return False
         if not self.projects.confirm_discard("Starting again"):
             return False
-        self.compare_view.caption.setText("Running…")
-        return self.model.start(backend=self.run_panel.backend.currentData(), dask=self.run_panel.dask_address(),
+        caption = self.compare_view.caption
+        before = caption.text()
+        caption.setText("Running…")
+        return self.model.start(cancelled=lambda: caption.setText(before),  # the originals' reading cancelled
+                                backend=self.run_panel.backend.currentData(), dask=self.run_panel.dask_address(),
                                 denoise=self.run_panel.denoise_choice(),
                                 phase_flip=self.run_panel.phase_flip_choice(), **self.run_panel.options())
 
@@ -337,3 +340,27 @@ class MainWindow(QMainWindow):
         save_window(self, settings())
         remember_run_settings(self, settings())
         super().closeEvent(event)
+
+
+def show_loading(window: MainWindow, title: str, ended) -> None:
+    """The window's progress dialog for the model's reading of files (:attr:`StudioModel.imagesLoading`),
+    until the signal ``ended``; its Cancel cancels the reading (:attr:`MainWindow.loading_dialog` meanwhile)."""
+    m = window.model
+    dlg, _ = progress_dialog(window, title, 0)
+    dlg.canceled.connect(m.cancel_loading)
+    window.loading_dialog = dlg
+
+    def reading(done, total, path):
+        dlg.setMaximum(total)
+        dlg.setLabelText(f"Reading {printable(display_name(path))} ({done + 1} of {total})…")
+        dlg.setValue(done)
+
+    def loaded(*_args):
+        m.imagesLoading.disconnect(reading)
+        ended.disconnect(loaded)
+        window.loading_dialog = None
+        dlg.close()
+        dlg.deleteLater()
+
+    m.imagesLoading.connect(reading)
+    ended.connect(loaded)

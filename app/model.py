@@ -20,7 +20,7 @@ from superqt.utils import create_worker
 from iastudio.core.backend import BackendUnavailableError, get_backend
 from iastudio.core.cluster_means import edited_cluster_means
 from iastudio.core.frames import FrameBuilder
-from iastudio.core.session import Session, read_images, run_subset, stream_run
+from iastudio.core.session import Session, read_images, read_originals, run_subset, stream_run
 
 from .events import listen
 
@@ -48,6 +48,8 @@ class StudioModel(QObject):
     imagesLoading = Signal(int, int, str)  # files done, total, the file being read now
     imagesLoaded = Signal(list)  # the skipped files: a load ended (its images are in the session, if any)
     loadFailed = Signal(str, str)  # message, traceback: the loading itself failed (not one file)
+    originalsReading = Signal()  # an opened project's original files are being read (progress: imagesLoading)
+    originalsRead = Signal(bool)  # their reading ended: True when they were taken (the change goes on)
     _progressed = Signal(float, str)  # emitted in the worker thread, queued to the GUI thread
     _reading = Signal(int, int, str)  # emitted in the worker thread, queued to imagesLoading
 
@@ -86,6 +88,48 @@ class StudioModel(QObject):
             self.session.message("Wait for the images to load, or cancel the loading.")
         return self.loading
 
+    def after_originals(self, then, *, cancelled=None) -> bool:
+        """Call ``then()`` (an input change) once the opened project's original files it needs are read.
+
+        A reopened project whose run denoised its images reads its original files again at the first
+        input change (:attr:`~iastudio.core.session.Session.originals_to_read`): they are read here in a
+        worker thread (:func:`~iastudio.core.session.read_originals`), with :attr:`originalsReading`,
+        :attr:`imagesLoading` and :attr:`originalsRead` for a progress dialog, and the session takes
+        them (:meth:`~iastudio.core.session.Session.take_originals`) on this thread before ``then()``.
+        Cancelling (:meth:`cancel_loading`) changes nothing: ``cancelled()`` is called instead of ``then``.
+
+        Returns whether ``then()`` changed something when no file is read; else True (False while images load).
+        """
+        paths = self.session.originals_to_read
+        if paths is None:
+            return then() is not False
+        if self.refuse_while_loading():
+            return False
+        ended = functools.partial(self._originals_read, then, cancelled)
+        _start_reading(self, read_originals, paths, size=self.session.size,
+                       returned=ended, errored=lambda exc: ended(None, exc))
+        self.originalsReading.emit()
+        return True
+
+    def _originals_read(self, then, cancelled, originals, exc: BaseException | None = None) -> None:
+        if self.loader is None:  # abandoned (the window closed)
+            return
+        self.loader = None
+        if exc is not None:
+            tb = "".join(traceback.format_exception(exc))
+            log.error("reading the project's original files failed\n%s", tb)
+            self.loadFailed.emit(str(exc) or type(exc).__name__, tb)
+        elif self._load_cancel.is_set():
+            self.session.message("Cancelled: nothing changed (the project's original files were not read).")
+        taken = exc is None and not self._load_cancel.is_set()
+        if taken:
+            self.session.take_originals(originals)
+        self.originalsRead.emit(taken)
+        if taken:
+            then()
+        elif cancelled is not None:
+            cancelled()
+
     def load_paths(self, paths, *, replace: bool = False, size: int | None = None) -> bool:
         """Read and preprocess files/folders in a worker thread; the session takes them on the GUI thread.
 
@@ -98,17 +142,8 @@ class StudioModel(QObject):
             return False
         self._load_replace = replace
         self._load_size = size if replace else None  # the new set's working size (None: the session's)
-        self._load_cancel = cancel = threading.Event()
-
-        def progress(done, total, path):  # worker thread: only a queued signal and the flag cross
-            self._reading.emit(done, total, path)
-            return not cancel.is_set()
-
-        self.loader = create_worker(read_images, list(paths), size=self._load_size or self.session.size,
-                                    progress=progress,
-                                    _start_thread=False,
-                                    _connect={"returned": self._loaded, "errored": self._load_failed})
-        self.loader.start()
+        _start_reading(self, read_images, list(paths), size=self._load_size or self.session.size,
+                       returned=self._loaded, errored=self._load_failed)
         return True
 
     def cancel_loading(self) -> None:
@@ -126,10 +161,23 @@ class StudioModel(QObject):
             self.session.message(f"Nothing {'opened' if self._load_replace else 'added'}: your work is kept as it was.")
             self.imagesLoaded.emit([])
             return
+        if not self._load_replace and len(loaded.data) and self.session.originals_to_read is not None:
+            # added to a reopened project whose run denoised its images: its original files are read first
+            def kept():
+                self.session.message("Nothing added: your work is kept as it was.")
+                self.imagesLoaded.emit([])
+
+            self.loader = None
+            self.after_originals(lambda: self._add_loaded(loaded), cancelled=kept)
+            return
+        self._add_loaded(loaded)
+
+    def _add_loaded(self, loaded) -> None:
         try:
             skipped = self.session.add_loaded(loaded, replace=self._load_replace, size=self._load_size)
         except Exception as exc:  # noqa: BLE001 -- shown in the error window; the window must leave its loading state
-            self._load_failed(exc)
+            self.loader = None
+            self._report_load_failure(exc)
             return
         self.loader = None
         self.imagesLoaded.emit(skipped)
@@ -138,16 +186,28 @@ class StudioModel(QObject):
         if self.loader is None:
             return
         self.loader = None
+        self._report_load_failure(exc)
+
+    def _report_load_failure(self, exc: BaseException) -> None:
         tb = "".join(traceback.format_exception(exc))
         log.error("loading images failed\n%s", tb)
         self.loadFailed.emit(str(exc) or type(exc).__name__, tb)
         self.imagesLoaded.emit([])
 
     # ---------------------------------------------------------------- runs
-    def start(self, *, backend: str = "auto", **options) -> bool:
-        """Start a new run on the transformed set; False (with a message) when refused."""
+    def start(self, *, backend: str = "auto", cancelled=None, **options) -> bool:
+        """Start a new run on the transformed set; False (with a message) when refused.
+
+        A reopened project whose run denoised its images has its original files read first, in a worker
+        (:meth:`after_originals`; True meanwhile): the run starts once they are in, and ``cancelled()`` is
+        called instead when the user cancels their reading.
+        """
         if self.refuse_while_loading():
             return False
+        return self.after_originals(functools.partial(self._start, backend=backend, **options),
+                                    cancelled=cancelled)
+
+    def _start(self, *, backend: str, **options) -> bool:
         run = self.session.start(backend=backend, **options)
         if run is None:
             return False
@@ -277,6 +337,20 @@ class StudioModel(QObject):
         done = QThreadPool.globalInstance().waitForDone(timeout_ms)
         self.session.close()
         return done
+
+
+def _start_reading(model: StudioModel, read, *args, returned, errored, **kwargs) -> None:
+    """Start ``model``'s loader: ``read(*args, progress=..., **kwargs)`` in a worker, its progress on
+    :attr:`StudioModel.imagesLoading`, stopped after the file being read by :meth:`StudioModel.cancel_loading`."""
+    model._load_cancel = cancel = threading.Event()
+
+    def progress(done, total, path):  # worker thread: only a queued signal and the flag cross
+        model._reading.emit(done, total, path)
+        return not cancel.is_set()
+
+    model.loader = create_worker(read, *args, progress=progress, **kwargs, _start_thread=False,
+                                 _connect={"returned": returned, "errored": errored})
+    model.loader.start()
 
 
 class EngineError(Exception):

@@ -7,7 +7,8 @@ the run it prepares and hands the frames back (:meth:`Session.on_frame`, :meth:`
 
 Its methods live in the parts a reader looks for, one module each, that :class:`Session` is made of:
 
-* ``session_inputs`` -- the images, the working size and the transforms (:func:`read_images` too);
+* ``session_inputs`` -- the images, the working size and the transforms (:func:`read_images`,
+  :func:`read_originals` too);
 * ``session_run`` -- starting, stopping and resuming a run, and taking its frames (:func:`stream_run`);
 * ``session_edits`` -- the selection, the clusters and their undoable edits;
 * ``session_project`` -- the session to and from a ``.iaproj`` (save, autosave, open, recover).
@@ -43,9 +44,11 @@ from .preprocess import Canvas
 from .session_edits import Edit as Edit
 from .session_edits import EditHistory, SessionClusters
 from .session_inputs import LoadedImages as LoadedImages
+from .session_inputs import Originals as Originals
 from .session_inputs import RunInputs as RunInputs
 from .session_inputs import SessionInputs
 from .session_inputs import read_images as read_images
+from .session_inputs import read_originals as read_originals
 from .session_inputs import stack_canvases as stack_canvases
 from .session_project import SessionProject
 from .session_run import SessionRun
@@ -108,6 +111,7 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
         self.embedded = False
         # an opened project's run denoised the images it embeds (the gallery shows them until its run goes)
         self.opened_denoised = False
+        self._originals: Originals | None = None  # its original files, read by a driver (take_originals)
         self.selection: list[int] = []
         self.book: ClusterBook | None = None
         self.history = EditHistory()
@@ -196,11 +200,17 @@ class Session(SessionInputs, SessionClusters, SessionRun, SessionProject):
         self.events.history.emit()
         self.events.frame.emit(None)
 
-    def _inputs_may_change(self, what: str) -> bool:
-        """Refuse while a run works on the inputs; otherwise discard the run they would no longer match."""
+    def _inputs_may_change(self, what: str, *, replacing: bool = False) -> bool:
+        """Refuse while a run works on the inputs; otherwise discard the run they would no longer match.
+
+        ``replacing``: the whole set is about to be replaced, so an opened project's original files are
+        not read again for it (:meth:`_opened_previews`).
+        """
         if self.busy:
             self.message(f"Stop the run before {what}.")
             return False
+        if replacing:
+            self.opened_denoised, self._originals = False, None
         if self.run is not None or self.final is not None:
             self.discard_run()
         return True

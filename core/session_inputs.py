@@ -34,11 +34,12 @@ class SessionInputs:
     canvas: Canvas | None
     project_path: str | None
     _preview: Canvas | None
+    _originals: Originals | None
 
     # ------------------------------------------------------------------ images
     def load_demo(self, name: str, *, seed: int = 0, size: int | None = None) -> bool:
         """Replace the set by the demo ``name`` (a new, untitled set), at working ``size`` if given."""
-        if not self._inputs_may_change("loading other images"):
+        if not self._inputs_may_change("loading other images", replacing=True):
             return False
         if size is not None:
             self.size = options.check("size", int(size))
@@ -85,7 +86,7 @@ class SessionInputs:
             self.events.images.emit()
             self.message(f"Nothing {'opened' if replace else 'added'}: {exc}")
             return exc.skipped
-        if not self._inputs_may_change("adding images"):
+        if not self._inputs_may_change("adding images", replacing=replace):
             return []
         if replace and size is not None:
             self.size = options.check("size", int(size))
@@ -135,13 +136,13 @@ class SessionInputs:
 
     def set_images(self, data: ImageSet) -> bool:
         """Replace the image set by ``data`` (an :class:`~iastudio.core.imageset.ImageSet`)."""
-        if not self._inputs_may_change("replacing the images"):
+        if not self._inputs_may_change("replacing the images", replacing=True):
             return False
         self._set_data(data, untitled=True)
         return True
 
     def clear(self) -> bool:
-        if not self._inputs_may_change("clearing the images"):
+        if not self._inputs_may_change("clearing the images", replacing=True):
             return False
         self._set_data(ImageSet([], [], [], []), untitled=True)
         return True
@@ -176,7 +177,7 @@ class SessionInputs:
         if untitled:
             self.project_path = None
             self.embedded = False  # images read from files or made here, no longer a project's canvases
-            self.opened_denoised = False
+            self.opened_denoised, self._originals = False, None
         self.data = data
         self._preview = None
         if canvas is None:
@@ -222,24 +223,54 @@ class SessionInputs:
         self.events.images.emit()
         self.events.transforms.emit()
 
+    @property
+    def originals_to_read(self) -> list[str] | None:
+        """The files the next input change reads again, or None when it reads none.
+
+        An opened project whose run denoised the images it embeds shows them until an input change
+        (a new working size, transforms, a run, ...): the change reads the project's original files
+        again, one per image, and the set's images become theirs.  A front end reads these files in a
+        driver thread first (:func:`read_originals`) and hands them over (:meth:`take_originals`), so
+        that the change does not read them on the thread that owns the session.  None once they are held.
+        """
+        if not (self.embedded and self.opened_denoised and self.n):
+            return None
+        held = self._originals
+        if held is not None and held.paths == list(self.data.paths):
+            return None
+        return list(self.data.paths)
+
+    def take_originals(self, originals: Originals) -> None:
+        """Hold the original files a driver read (:func:`read_originals` of :attr:`originals_to_read`).
+
+        Nothing changes yet: the next input change uses them instead of reading the files itself (and
+        says, as it would have, when they could not all be read).  Ignored when the set is no longer
+        the one they were read for.
+        """
+        if self.originals_to_read == originals.paths:
+            self._originals = originals
+
     def _opened_previews(self) -> Canvas | None:
         """An opened project's run denoised its images, and it embeds them: the per-image previews of its
-        original files, read again (None when the run did not denoise, or a file cannot be read: said so)."""
+        original files, read again (None when the run did not denoise, or a file cannot be read: said so).
+
+        The files held (:meth:`take_originals`) when they were read for this set; else read here."""
+        held, self._originals = self._originals, None
         if not (self.embedded and self.opened_denoised and self.n):
             return None
         self.opened_denoised = False  # read once: from now on the previews are the originals'
-        try:
-            loaded = load_images(self.data.paths)
-        except Exception as exc:  # noqa: BLE001 - a file gone or unreadable: the embedded images stay shown
-            log.info("the project's originals cannot be read (%s)", exc)
-            loaded = None
-        if loaded is None or len(loaded) != self.n or loaded.skipped:
+        if held is None or held.paths != list(self.data.paths):
+            held = read_originals(self.data.paths, size=self.size)
+        loaded = held.loaded
+        if loaded is None or len(loaded.data) != self.n or loaded.data.skipped:
             self.message("The thumbnails still show the run's denoised images: the project's original files "
                          "could not all be read (the next run denoises these images again)")
             return None
         # the originals are the set's images from now on: a new working size, a run without the denoiser
-        self.data, self.embedded = replace(self.data, images=list(loaded.images)), False
-        return preprocess(loaded.images, size=self.size)
+        self.data, self.embedded = replace(self.data, images=list(loaded.data.images)), False
+        if loaded.size == self.size and loaded.canvas is not None:
+            return loaded.canvas
+        return preprocess(loaded.data.images, size=self.size)
 
     # ------------------------------------------------------------------ transforms
     def apply_random_transforms(self, *, rotation_deg: float, shift_percent: float, seed: int) -> bool:
@@ -336,6 +367,40 @@ def read_images(paths, *, size: int, progress=None) -> LoadedImages:
         ctf.append(entry.ctf)  # a STAR row's CTF parameters stay with its image (skipped rows drop theirs)
     data = ImageSet(images, names, labels, skipped, ctf=ctf if any(c is not None for c in ctf) else None)
     return LoadedImages(data, stack_canvases(canvases), int(size))
+
+
+@dataclass
+class Originals:
+    """An opened project's original files read again by :func:`read_originals`, not yet in a session.
+
+    Attributes
+    ----------
+    paths : list of str
+        The set's paths they were read for (:attr:`SessionInputs.originals_to_read`).
+    loaded : LoadedImages or None
+        What was read, one image per path when all could be; None when the reading failed as a whole
+        (the reason is logged).
+    """
+
+    paths: list[str]
+    loaded: LoadedImages | None
+
+
+def read_originals(paths, *, size: int, progress=None) -> Originals:
+    """Read an opened project's original files again, and preprocess them, without touching any session.
+
+    What a driver thread runs for :attr:`SessionInputs.originals_to_read` before an input change (the
+    session takes the result with :meth:`SessionInputs.take_originals`); a session that holds none
+    reads them itself, here, when the change comes.  ``size`` and ``progress`` as in
+    :func:`read_images` (a file not read, or the reading stopped, leaves the set's images as they are).
+    """
+    paths = list(paths)
+    try:
+        loaded = read_images(paths, size=size, progress=progress)
+    except Exception as exc:  # noqa: BLE001 - a file gone or unreadable: the embedded images stay shown
+        log.info("the project's originals cannot be read (%s)", exc)
+        loaded = None
+    return Originals(paths, loaded)
 
 
 class RunInputs:

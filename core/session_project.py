@@ -19,7 +19,7 @@ from .project import Project, ProjectError, history_entry, load_project, run_rec
 from .wording import count_of
 
 if TYPE_CHECKING:
-    from .session_inputs import RunInputs
+    from .session_inputs import Originals, RunInputs
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,7 @@ class SessionProject:
     run_inputs: RunInputs | None
     phase_flip_report: dict | None
     undenoised: np.ndarray | None
+    _originals: Originals | None
 
     def to_project(self, *, autosave: bool = False) -> Project:
         """The session as a :class:`~iastudio.core.project.Project`: a snapshot that later changes do not touch.
@@ -153,6 +154,7 @@ class SessionProject:
         self.embedded = st["embedded"]
         report = st["parameters"].get("denoise_report")
         self.opened_denoised = self.embedded and isinstance(report, dict) and report.get("applied") is True
+        self._originals = None
         self.run_inputs = None
         self.undenoised = None  # not in a project (its class averages are: Frame.undenoised_means)
         self.denoise_report = None  # an opened run's report is in its parameters ("denoise_report") and notes

@@ -290,6 +290,65 @@ def test_a_reopened_denoised_run_shows_the_originals_again_once_its_run_goes(tmp
     assert said[-1].startswith("The thumbnails still show the run's denoised images")
 
 
+def test_a_reopened_denoised_projects_originals_read_by_a_driver_serve_the_next_change(tmp_path, monkeypatch):
+    """A front end reads the originals in a worker (read_originals) and hands them over (take_originals):
+    the input change then reads no file; a change that replaces the set reads none at all."""
+    import threading
+    from dataclasses import replace
+
+    import iastudio.core.imageset as imageset_module
+    import iastudio.core.session_inputs as inputs_module
+    from iastudio.core.session import read_originals
+
+    data, _ = _noisy_set(n=12, seed=10)
+    live = Session(size=32)
+    live.add_paths([str(_as_files(data, tmp_path / "noisy"))])
+    preview = live.base.copy()
+    live.run_here(backend="numpy", denoise="on", **RUN)
+    live.save_project(tmp_path / "denoised.iaproj")
+
+    opened = Session()
+    opened.open_project(tmp_path / "denoised.iaproj")
+    assert opened.originals_to_read == list(opened.data.paths)
+    out = {}
+    reader = threading.Thread(target=lambda: out.update(read=read_originals(opened.originals_to_read, size=32)))
+    reader.start()
+    reader.join()
+    read = []
+    real = imageset_module.load_image
+
+    def decode(path):
+        read.append(path)
+        return real(path)
+
+    monkeypatch.setattr(imageset_module, "load_image", decode)
+    monkeypatch.setattr(inputs_module, "load_image", decode)
+    other = Session()
+    other.open_project(tmp_path / "denoised.iaproj")
+    other.take_originals(replace(out["read"], paths=out["read"].paths[1:]))  # read for another set: ignored
+    assert other.originals_to_read == list(other.data.paths)
+    opened.take_originals(out["read"])
+    assert opened.originals_to_read is None  # held: nothing more to read
+    assert opened.opened_denoised  # nothing changed yet
+    assert opened.final is not None
+    assert opened.set_size(40)
+    assert read == []  # the change read no file
+    assert_allclose(opened.base, preprocess(load_images(opened.data.paths).images, size=40).images, atol=1e-6)
+    assert not opened.embedded
+    assert not opened.opened_denoised
+    read.clear()
+
+    replaced = Session()
+    replaced.open_project(tmp_path / "denoised.iaproj")
+    assert replaced.load_demo("shapes")  # the set is replaced: its originals are not read for it
+    assert read == []
+    again = Session()
+    again.open_project(tmp_path / "denoised.iaproj")
+    assert again.apply_random_transforms(rotation_deg=0, shift_percent=0, seed=1)  # no driver: read here
+    assert len(read) == 12
+    assert_allclose(again.base, preview, atol=1e-6)
+
+
 def test_a_refused_start_keeps_the_finished_denoised_run_as_it_was():
     data, _ = _noisy_set(n=15, seed=10)
     s = _session(data)
