@@ -102,6 +102,7 @@ class MainWindow(QMainWindow):
         rp.resumeRequested.connect(m.resume)
         for panel in (rp, cp, tp):  # a typed number that cannot be taken: why
             panel.refused.connect(lambda text: self.statusBar().showMessage(text, 15000))
+            panel.taken.connect(self._refusal_withdrawn)
         rp.size.valueChanged.connect(self._set_size)  # once typing is finished (keyboard tracking is off)
         cp.list.imagesDropped.connect(m.session.move_images)
         cp.renameRequested.connect(self.rename_cluster)
@@ -240,6 +241,11 @@ class MainWindow(QMainWindow):
         paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
         if paths and self.load_paths(paths):
             event.acceptProposedAction()
+
+    def _refusal_withdrawn(self, label: str) -> None:
+        """The field ``label`` took a number typed after refusing one: its refusal leaves the status bar."""
+        if self.statusBar().currentMessage().startswith(f"{label}: "):
+            self.statusBar().clearMessage()
 
     def _set_size(self, size: int) -> None:
         if not self._changing_inputs("Changing the working size", lambda: self.model.session.set_size(size)):

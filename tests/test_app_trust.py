@@ -280,6 +280,86 @@ def test_what_qt_would_misread_silently_is_refused_or_read_as_meant(win, qtbot, 
     assert asked == []
 
 
+def _type_number_only(spin, text):
+    """Ctrl+A in a spin box selects the number only (not its unit), then ``text`` is typed over it."""
+    spin.setFocus()
+    QTest.keyClick(spin, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    QTest.keyClicks(spin.lineEdit(), text)
+
+
+def test_a_unit_typed_after_the_number_is_the_fields_own(win, qtbot, asked):
+    """The trial: Ctrl+A, "32 px", Enter showed "32 px px" and was refused ("“32 px” is not a whole number")."""
+    m, rp, tp = win.model, win.run_panel, win.transform_panel
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
+    for typed, size in (("32 px", 32), ("40px", 40), ("48 PX", 48)):
+        _type_number_only(rp.size, typed)
+        assert rp.size.lineEdit().text() == f"{typed} px"
+        QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Return)
+        assert m.session.size == size
+        assert rp.size.text() == f"{size} px"
+        assert "not a whole number" not in win.statusBar().currentMessage()
+    _type_into(rp.size, "56px")  # the whole text replaced: the unit typed once
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Tab)
+    assert m.session.size == 56
+    _type_number_only(rp.angle_step, "2,5°")
+    QTest.keyClick(rp.angle_step.lineEdit(), Qt.Key.Key_Return)
+    assert rp.angle_step.value() == pytest.approx(2.5)
+    _type_number_only(tp.shift, "20 %")
+    QTest.keyClick(tp.shift.lineEdit(), Qt.Key.Key_Return)
+    assert tp.shift.value() == pytest.approx(20)
+    _type_number_only(rp.size, "32 cm")  # another unit is not the field's: refused, and said so
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Return)
+    assert win.statusBar().currentMessage() == "Working size: “32 cm” is not a whole number; it stays 56 px"
+    assert m.session.size == 56
+    assert asked == []
+
+
+def test_a_refusal_leaves_the_status_bar_once_the_field_takes_a_number(win, qtbot, asked):
+    """The trial: after "Working size: … it stays 40 px", typing 56 + Tab took 56 and the refusal stayed."""
+    m, rp = win.model, win.run_panel
+    m.session.load_demo("shapes")
+    m.session.set_size(40)
+    _type_into(rp.size, "4")
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Tab)
+    assert win.statusBar().currentMessage().startswith("Working size: 4 px is less than 8 px")
+    rp.size.setFocus()  # only coming back to the field and leaving it again: the refusal still holds
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Tab)
+    assert win.statusBar().currentMessage().startswith("Working size: 4 px is less than 8 px")
+    _type_into(rp.iterations, "0")  # another field's refusal ...
+    QTest.keyClick(rp.iterations.lineEdit(), Qt.Key.Key_Return)
+    _type_into(rp.size, "56")  # ... is not withdrawn by the working size taking a number
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Tab)
+    assert m.session.size == 56
+    assert win.statusBar().currentMessage().startswith("Iterations: 0 is less than 1")
+    _type_into(rp.iterations, "3")
+    QTest.keyClick(rp.iterations.lineEdit(), Qt.Key.Key_Return)
+    assert rp.iterations.value() == 3
+    assert "Iterations:" not in win.statusBar().currentMessage()
+    _type_into(rp.size, "1000")
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Return)
+    assert win.statusBar().currentMessage().startswith("Working size: 1000 px is more than")
+    _type_into(rp.size, "64")
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Return)
+    assert m.session.size == 64
+    assert "Working size:" not in win.statusBar().currentMessage()
+    cp = win.clusters_panel  # the Transforms and Clusters tabs' fields too
+    _type_into(cp.split_k, "60")
+    QTest.keyClick(cp.split_k.lineEdit(), Qt.Key.Key_Tab)
+    assert win.statusBar().currentMessage().startswith("Split k: 60 is more than 50")
+    _type_into(cp.split_k, "3")
+    QTest.keyClick(cp.split_k.lineEdit(), Qt.Key.Key_Tab)
+    assert win.statusBar().currentMessage() == ""
+    tp = win.transform_panel
+    _type_into(tp.seed, "-1")
+    QTest.keyClick(tp.seed.lineEdit(), Qt.Key.Key_Tab)
+    assert win.statusBar().currentMessage().startswith("Seed: -1 is less than 0")
+    _type_into(tp.seed, "7")
+    QTest.keyClick(tp.seed.lineEdit(), Qt.Key.Key_Tab)
+    assert win.statusBar().currentMessage() == ""
+    assert asked == []
+
+
 def test_rename_merge_and_split_from_the_keyboard(win, qtbot, asked, monkeypatch):
     """The trial: F2 did not rename a cluster; Rename, Merge and Split were only buttons."""
     from PySide6.QtWidgets import QInputDialog
