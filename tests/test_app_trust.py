@@ -362,6 +362,7 @@ def test_a_refusal_leaves_the_status_bar_once_the_field_takes_a_number(win, qtbo
 
 def test_rename_merge_and_split_from_the_keyboard(win, qtbot, asked, monkeypatch):
     """The trial: F2 did not rename a cluster; Rename, Merge and Split were only buttons."""
+    from PySide6.QtGui import QAction
     from PySide6.QtWidgets import QInputDialog
 
     m, cp = win.model, win.clusters_panel
@@ -375,7 +376,11 @@ def test_rename_merge_and_split_from_the_keyboard(win, qtbot, asked, monkeypatch
     cp.list.item(0).setSelected(True)
     QTest.keyClick(cp.list, Qt.Key.Key_F2)
     assert m.session.book.name_of(cp.selected_clusters()[0]) == "tops"
-    QTest.keyClick(cp.list, Qt.Key.Key_K, Qt.KeyboardModifier.ControlModifier)  # into the panel's k (2)
+    split = next(a for a in win.findChildren(QAction) if a.shortcut().toString() == "Ctrl+K")
+    assert split.text() == "Split the selected cluster (into the k= next to the Split button)"  # not Clusters k
+    assert cp.split_k.prefix() == "k="
+    assert cp.k.value() == 3
+    QTest.keyClick(cp.list, Qt.Key.Key_K, Qt.KeyboardModifier.ControlModifier)  # into the split's k (2), not 3
     assert len(m.session.book.cluster_ids()) == 4
     assert "tops a" in m.session.book.names.values()
     for row in range(2):
