@@ -219,8 +219,10 @@ class SessionRun:
         self._set_state(RunState.FINISHED)
         self.events.frame.emit(frame)
         self.events.finished.emit(frame)
-        k = frame.result.n_clusters
-        self.message(f"Done: {count_of(k, 'cluster')} in {self.elapsed:.1f} s")
+        k, kept = frame.result.n_clusters, frame.result.iterations
+        asked = self.run.settings.iterations if self.run is not None else kept
+        fewer = f" ({kept} of {asked} iterations kept)" if kept < asked else ""  # the guard, or W stopped moving
+        self.message(f"Done: {count_of(k, 'cluster')} in {self.elapsed:.1f} s{fewer}")
 
     def on_stopped(self, elapsed: float = 0.0) -> None:
         self.elapsed += elapsed
