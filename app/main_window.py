@@ -219,7 +219,8 @@ class MainWindow(QMainWindow):
         return self.projects.confirm_discard(action, replaces=replaces, changes_inputs=not replaces)
 
     def open_folder(self, folder=None) -> None:
-        folder = folder or QFileDialog.getExistingDirectory(self, "Open a folder of images")
+        folder = folder or QFileDialog.getExistingDirectory(self, "Open a folder of images",
+                                                            self.projects.start_folder())
         # Read first: the question whether to discard a run comes only once images were found
         # (StudioModel.confirm); a folder without images changes nothing.
         if folder and self.load_paths([folder], replace=True, size=self.size_after_demo):
@@ -228,7 +229,7 @@ class MainWindow(QMainWindow):
 
     def add_files(self) -> None:
         files, _ = QFileDialog.getOpenFileNames(
-            self, "Add images", "",
+            self, "Add images", self.projects.start_folder(),
             "Images and stacks (*.png *.jpg *.jpeg *.tif *.tiff *.bmp *.mrcs *.mrc *.npy *.star);;All files (*)")
         if files:
             self.load_paths(files)

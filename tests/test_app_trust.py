@@ -890,3 +890,70 @@ def test_typing_an_angle_after_a_run_asks_once_typing_is_finished_and_cancel_sho
     _type_into(tp.theta, "30")
     QTest.keyClick(tp.theta.lineEdit(), Qt.Key.Key_Return)
     assert np.rad2deg(m.session.transforms[2][0]) == pytest.approx(30.0)
+
+
+def test_file_dialogs_start_where_the_images_are_not_where_the_app_was_started(win, qtbot, asked, monkeypatch,
+                                                                                 tmp_path):
+    """The trial: Open folder, Open project, Export CSV, Cluster folders and Panels as figures all started in
+    the folder the app was started from."""
+    from iastudio.app.edition import can_draw_figures
+    from iastudio.app.projects import settings
+
+    settings().remove("recent/folders")
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("USERPROFILE", str(home))
+    elsewhere = tmp_path / "started here"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    seen = []
+
+    def dialog(answer):
+        def static(parent, caption="", directory="", *rest, **kw):
+            seen.append((caption, directory))
+            return answer
+        return staticmethod(static)
+
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", dialog(""))
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", dialog(("", "")))
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", dialog(([], "")))
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", dialog(("", "")))
+
+    def last():
+        return seen[-1][1]
+
+    win.open_folder()  # nothing opened yet: the home folder
+    assert last() == str(home)
+    win.projects.open_project_dialog()
+    assert last() == str(home)
+    folder = tmp_path / "particles"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        Image.fromarray(rng.integers(0, 255, (24, 24), dtype=np.uint8)).save(folder / f"p{i:02d}.png")
+    win.open_folder(str(folder))
+    qtbot.waitUntil(lambda: win.model.session.n == 12, timeout=30000)
+    for open_dialog in (win.open_folder, win.projects.open_project_dialog, win.add_files):
+        open_dialog()  # the folder images were last opened from
+        assert last() == str(folder)
+    settings().remove("recent/folders")  # forgotten: the current images' folder
+    win.open_folder()
+    assert last() == str(folder)
+    win.model.session.set_size(24)
+    _run(win, qtbot, clusters=2)
+    win.exports.csv()  # the exports propose beside the images' folder (not inside it)
+    assert last() == str(tmp_path / "assignments.csv")
+    win.exports.folders(aligned=False)
+    assert last() == str(tmp_path)
+    if can_draw_figures():
+        win.exports.panels()
+        assert last() == str(tmp_path)
+    win.exports.gif()
+    assert last() == str(tmp_path / "convergence.gif")
+    project = tmp_path / "projects" / "p.iaproj"
+    project.parent.mkdir()
+    assert win.projects.save_to(str(project))
+    win.exports.csv()  # a saved project: beside it
+    assert last() == str(project.parent / "assignments.csv")
+    assert all(str(elsewhere) not in d for _, d in seen), seen
