@@ -443,6 +443,7 @@ def test_save_as_proposes_a_name_after_the_images_folder(win, qtbot, tmp_path, m
     monkeypatch.setattr(QFileDialog, "getSaveFileName",
                         staticmethod(lambda parent, title, path, *a, **k: (proposed.append(path), ("", ""))[1]))
     win.model.session.load_demo("shapes")
+    start = win.projects.start_folder()
     assert not win.projects.save_as()
     folder = tmp_path / "my particles"
     folder.mkdir()
@@ -451,7 +452,9 @@ def test_save_as_proposes_a_name_after_the_images_folder(win, qtbot, tmp_path, m
     assert win.load_paths([str(folder)], replace=True)
     qtbot.waitUntil(lambda: not win.model.loading and win.model.session.n == 3, timeout=30000)
     assert not win.projects.save_as()
-    assert proposed == ["demo shapes.iaproj", str(tmp_path / "my particles.iaproj")]  # beside the folder
+    # a demo's name in the start folder (not the folder the app was started in); beside the images' folder
+    assert proposed == [os.path.join(start, "demo shapes.iaproj"),
+                        str(tmp_path / "my particles.iaproj")]
 
 
 # ------------------------------------------------------------------ 3. Add files that hold no image
