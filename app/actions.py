@@ -47,7 +47,7 @@ def build_menus(window) -> None:
     edit.addSeparator()  # the Clusters tab's buttons, from the keyboard (on the clusters selected in its list)
     add_action(window, edit, "Rename the selected cluster…", lambda: window.edit_selected_clusters("rename"), "F2")
     add_action(window, edit, "Merge the selected clusters", lambda: window.edit_selected_clusters("merge"), "Ctrl+M")
-    add_action(window, edit, "Split the selected cluster (into the Clusters tab's k)",
+    add_action(window, edit, "Split the selected cluster (into the k= next to the Split button)",
                lambda: window.edit_selected_clusters("split"), "Ctrl+K")
     listen(m.session.events.history, lambda: update_undo_actions(window))
     update_undo_actions(window)

@@ -71,8 +71,9 @@ def export_assignments(session, path, *, progress=None, notes=None) -> Path:
     transforms, _, changed = poses
     if notes is not None and changed:
         n = sum(len(m) for m in changed.values())
-        notes.append(f"the poses of the {count_of(n, 'image')} of {count_of(len(changed), 'edited cluster')} "
-                     f"are onto their own invariant means")
+        whose = "that cluster's" if len(changed) == 1 else "each cluster's"
+        notes.append(f"the {count_of(n, 'image')} of {count_of(len(changed), 'edited cluster')} are aligned to "
+                     f"{whose} own mean")
     if notes is not None and transforms is not None:
         assigned = np.asarray(session.book.labels) >= 0
         blank = int((np.isnan(np.asarray(transforms, dtype=float)[:, 0]) & assigned).sum())

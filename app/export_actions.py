@@ -1,6 +1,8 @@
 """File → Export: asks where, shows progress, and calls :mod:`iastudio.app.export`."""
 from __future__ import annotations
 
+import os
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog
@@ -40,12 +42,17 @@ class ExportActions:
             return False
         return True
 
+    def _beside(self, name: str = "") -> str:
+        """Where an export dialog starts: the folder beside the images (or the project), ``name`` in it."""
+        folder = self.window.projects.export_folder()
+        return os.path.join(folder, name) if name else folder
+
     def csv(self, path=None):
         from .export import export_assignments
 
         if not self._need_result():
             return None
-        path = path or QFileDialog.getSaveFileName(self.window, "Export assignments", "assignments.csv",
+        path = path or QFileDialog.getSaveFileName(self.window, "Export assignments", self._beside("assignments.csv"),
                                                    "CSV (*.csv)")[0]
         if path:
             dlg, step = progress_dialog(self.window, "Aligning the edited clusters' images onto their means…", 1)
@@ -63,7 +70,7 @@ class ExportActions:
         if not self._need_result():
             return None
         folder = folder or QFileDialog.getExistingDirectory(
-            self.window, "Export cluster folders: choose where (a new folder is made inside it)")
+            self.window, "Export cluster folders: choose where (a new folder is made inside it)", self._beside())
         if not folder:
             return None
         dlg, step = progress_dialog(self.window, "Exporting cluster folders…", self.model.session.n)
@@ -85,7 +92,7 @@ class ExportActions:
             self.window.dialog(QMessageBox.Icon.Information, "Figures need matplotlib", figures_hint())
             return None
         folder = folder or QFileDialog.getExistingDirectory(
-            self.window, "Export panels as figures: choose where (a new folder is made inside it)")
+            self.window, "Export panels as figures: choose where (a new folder is made inside it)", self._beside())
         if not folder:
             return None
         dlg, step = progress_dialog(self.window, "Drawing the figures (PNG, PDF, SVG)…", 6)
@@ -114,7 +121,7 @@ class ExportActions:
         if not frames:
             self.window.dialog(QMessageBox.Icon.Information, "Nothing to export yet", "Run the clustering first.")
             return None
-        path = path or QFileDialog.getSaveFileName(self.window, "Export animation", "convergence.gif",
+        path = path or QFileDialog.getSaveFileName(self.window, "Export animation", self._beside("convergence.gif"),
                                                    "GIF (*.gif)")[0]
         if path:
             dlg, step = progress_dialog(self.window, "Rendering the animation…", len(frames))

@@ -102,6 +102,7 @@ class MainWindow(QMainWindow):
         rp.resumeRequested.connect(m.resume)
         for panel in (rp, cp, tp):  # a typed number that cannot be taken: why
             panel.refused.connect(lambda text: self.statusBar().showMessage(text, 15000))
+            panel.taken.connect(self._refusal_withdrawn)
         rp.size.valueChanged.connect(self._set_size)  # once typing is finished (keyboard tracking is off)
         cp.list.imagesDropped.connect(m.session.move_images)
         cp.renameRequested.connect(self.rename_cluster)
@@ -213,7 +214,8 @@ class MainWindow(QMainWindow):
         return self.projects.confirm_discard(action, replaces=replaces, changes_inputs=not replaces)
 
     def open_folder(self, folder=None) -> None:
-        folder = folder or QFileDialog.getExistingDirectory(self, "Open a folder of images")
+        folder = folder or QFileDialog.getExistingDirectory(self, "Open a folder of images",
+                                                            self.projects.start_folder())
         # Read first: the question whether to discard a run comes only once images were found
         # (StudioModel.confirm); a folder without images changes nothing.
         if folder and self.load_paths([folder], replace=True, size=self.size_after_demo):
@@ -222,7 +224,7 @@ class MainWindow(QMainWindow):
 
     def add_files(self) -> None:
         files, _ = QFileDialog.getOpenFileNames(
-            self, "Add images", "",
+            self, "Add images", self.projects.start_folder(),
             "Images and stacks (*.png *.jpg *.jpeg *.tif *.tiff *.bmp *.mrcs *.mrc *.npy *.star);;All files (*)")
         if files:
             self.load_paths(files)
@@ -235,6 +237,11 @@ class MainWindow(QMainWindow):
         paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
         if paths and self.load_paths(paths):
             event.acceptProposedAction()
+
+    def _refusal_withdrawn(self, label: str) -> None:
+        """The field ``label`` took a number typed after refusing one: its refusal leaves the status bar."""
+        if self.statusBar().currentMessage().startswith(f"{label}: "):
+            self.statusBar().clearMessage()
 
     def _set_size(self, size: int) -> None:
         self._changing_inputs("Changing the working size", lambda: self.model.session.set_size(size),

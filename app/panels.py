@@ -279,6 +279,7 @@ class TransformPanel(QGroupBox):
     reset = Signal()
     imageTransformChanged = Signal(float, float, float)  # theta deg, tx, ty
     refused = Signal(str)  # "θ: 400.0 ° is more than 180.0 °, ...": a typed number that cannot be taken
+    taken = Signal(str)  # "θ": that field took a number typed after a refusal (what was said is old news)
 
     def __init__(self, parent=None):
         super().__init__("Transforms (SE(2))", parent)
@@ -334,6 +335,7 @@ class TransformPanel(QGroupBox):
         for box, label in ((self.rotation, "Rotation range"), (self.shift, "Translation range"), (self.seed, "Seed"),
                            (self.theta, "\u03b8"), (self.tx, "tx"), (self.ty, "ty")):
             box.refused.connect(lambda why, label=label: self.refused.emit(f"{label}: {why}"))
+            box.taken.connect(lambda label=label: self.taken.emit(label))
         self._loading = False
         self.set_enabled_image(False)
         apply_tooltips(self)
@@ -382,10 +384,17 @@ PAPER_ITERATIONS = int(PRESETS[PAPER_MODE["preset"]]["iterations"])
 
 
 def _bare(box: QSpinBox | QDoubleSpinBox, text: str) -> str:
-    """``text`` without the box's prefix and suffix."""
+    """``text`` without the box's prefix and suffix, and without the unit typed after the number.
+
+    Ctrl+A selects the number only, so "32 px" (or "32px", "32 PX") typed into a field that shows " px"
+    reads "32 px px": the unit typed is the field's own, and the number is 32.
+    """
     t = text.strip()
     for affix, cut in ((box.prefix().strip(), str.removeprefix), (box.suffix().strip(), str.removesuffix)):
         t = cut(t, affix).strip() if affix else t
+    unit = box.suffix().strip()
+    if unit and t.casefold().endswith(unit.casefold()):
+        t = t[:len(t) - len(unit)].strip()
     return t
 
 
@@ -436,13 +445,28 @@ class _Refusing:
     when, if it is not a number in range, the old value comes back and :attr:`refused` says why
     (``fixup``).  A comma or a point is the decimal point in a real-number field ("0,5" is 0.5, not 5).
     :attr:`entered` is emitted when Enter is pressed on a number that was taken (not after a refusal).
+    :attr:`taken` is emitted when, after a refusal, a number typed next was taken: what was said about
+    the refused one no longer holds.
     """
 
     _refused_now = False  # a refusal in the key press being handled (its line edit's fixup comes first)
+    _said = False  # a refusal was said, and no number typed since was taken
+    _typed = False  # typed into since the last refusal
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.lineEdit().textEdited.connect(self._refusal_handled)  # typing again: a new number
+        self.lineEdit().textEdited.connect(self._typing)  # typing again: a new number
+        self.editingFinished.connect(self._finished)
+
+    def _typing(self) -> None:
+        self._refusal_handled()
+        self._typed = True
+
+    def _finished(self) -> None:
+        """Enter or leaving the field: a number typed after a refusal was taken (the refusal is old news)."""
+        if self._said and self._typed and not self._refused_now:
+            self._said = self._typed = False
+            self.taken.emit()
 
     def keyPressEvent(self, event):
         super().keyPressEvent(event)
@@ -497,6 +521,7 @@ class _Refusing:
                 self._not_taken()  # emptied: the value in use comes back, and Enter does not act on it
             return super().fixup(text)
         self._not_taken()
+        self._said, self._typed = True, False
         in_use = f"{self.textFromValue(self.value())}{self.suffix()}"
         self.refused.emit(f"{why}; it stays {in_use}")
         return f"{self.prefix()}{in_use}"  # shown again at once (Qt would ask again)
@@ -507,6 +532,7 @@ class OptionSpinBox(_Refusing, QSpinBox):
 
     refused = Signal(str)
     entered = Signal()
+    taken = Signal()
 
 
 class OptionDoubleSpinBox(_Refusing, QDoubleSpinBox):
@@ -514,6 +540,7 @@ class OptionDoubleSpinBox(_Refusing, QDoubleSpinBox):
 
     refused = Signal(str)
     entered = Signal()
+    taken = Signal()
 
 
 def refusing_field(box: OptionSpinBox | OptionDoubleSpinBox, low, high, value, *, prefix: str = "", suffix: str = "",
@@ -621,6 +648,7 @@ class RunPanel(QGroupBox):
     stopRequested = Signal()
     resumeRequested = Signal()
     refused = Signal(str)  # "Working size: 4 px is less than 8 px, ...": a typed number out of range
+    taken = Signal(str)  # "Working size": that field took a number typed after a refusal
 
     def __init__(self, gpu_ok: bool, gpu_reason: str, parent=None):
         super().__init__("Run", parent)
@@ -656,6 +684,7 @@ class RunPanel(QGroupBox):
         apply_tooltips(self)
         for box in (self.beta, self.iterations, self.clusters, self.rotation_range, self.angle_step, self.size):
             box.refused.connect(lambda why, b=box: self._refused(b, why))
+            box.taken.connect(lambda b=box: self.taken.emit(self._label_of(b)))
             opt = option(box.objectName())
             values = opt.range_text(unit=True).replace("`", "")
             box.setToolTip(f"{box.toolTip()}\n\n{values}; default {opt.default_text().replace('`', '')}.")
@@ -962,6 +991,7 @@ class ClustersPanel(QGroupBox):
     rereadK = Signal(object)  # int or "auto"
     rereadThreshold = Signal(float)
     refused = Signal(str)  # "Clusters k: 500 is more than 120, ...": a typed number out of range
+    taken = Signal(str)  # "Clusters k": that field took a number typed after a refusal
 
     def __init__(self, parent=None):
         super().__init__("Clusters", parent)
@@ -1036,6 +1066,7 @@ class ClustersPanel(QGroupBox):
         self.split_k.entered.connect(self.split_btn.click)
         for box, label in ((self.k, "Clusters k"), (self.threshold, "Distance threshold"), (self.split_k, "Split k")):
             box.refused.connect(lambda why, label=label: self.refused.emit(f"{label}: {why}"))
+            box.taken.connect(lambda label=label: self.taken.emit(label))
         self._updating = False
         apply_tooltips(self)
 

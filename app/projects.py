@@ -336,8 +336,31 @@ class ProjectController(QObject):
             self.model.session.adopt_recovered()
 
     # ------------------------------------------------------------ open and save
+    def start_folder(self) -> str:
+        """Where a dialog that opens images or a project starts: the folder images were last opened from
+        (File → Open recent folder's first), else the current images' folder, else the home folder; never
+        the folder the app happened to be started in."""
+        for folder in self.recent("recent/folders")[:1]:
+            if os.path.isdir(folder):
+                return folder
+        images, _ = set_source(self.model.session.data.paths)
+        if images is not None and images.is_dir():
+            return str(images)
+        return str(Path.home())
+
+    def export_folder(self) -> str:
+        """Where an export dialog proposes to write: beside the project's file, else beside the images'
+        folder (not inside it, where it would be read as part of the set), else :meth:`start_folder`."""
+        s = self.model.session
+        if s.project_path and Path(s.project_path).parent.is_dir():
+            return str(Path(s.project_path).absolute().parent)
+        images, _ = set_source(s.data.paths)
+        if images is not None and images.parent.is_dir():
+            return str(images.parent)
+        return self.start_folder()
+
     def open_project_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.window, "Open project", "", "Projects (*.iaproj)")
+        path, _ = QFileDialog.getOpenFileName(self.window, "Open project", self.start_folder(), "Projects (*.iaproj)")
         if path:
             self.open_project(path)
 
@@ -372,7 +395,8 @@ class ProjectController(QObject):
         return self.save_as(wait=wait)
 
     def save_as(self, *, wait: bool = True) -> bool:
-        path, _ = QFileDialog.getSaveFileName(self.window, "Save project", suggested_project_path(self.model.session),
+        suggested = suggested_project_path(self.model.session)  # a demo's is a bare name: in the start folder
+        path, _ = QFileDialog.getSaveFileName(self.window, "Save project", os.path.join(self.start_folder(), suggested),
                                               "Projects (*.iaproj)")
         if not path:
             return False

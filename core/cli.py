@@ -181,6 +181,10 @@ def check_options(args) -> str | None:
         try:
             if out.exists() and not out.is_dir():
                 return f"--out {_short(args.out)} exists and is not a folder"
+            on_the_way = next((p for p in out.absolute().parents if p.exists()), None)
+            if on_the_way is not None and not on_the_way.is_dir():
+                return (f"--out: cannot write the results to {_short(args.out)}: {printable(on_the_way)} is a "
+                        f"file, not a folder")
         except OSError as exc:  # e.g. a folder on the way that may not be searched
             return f"--out {_short(args.out)}: cannot be used ({(exc.strerror or type(exc).__name__).lower()})"
     for opt in ("save_project", "project"):
@@ -362,7 +366,7 @@ def main(argv=None) -> int:
         log.exception("run failed")
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else (
             "not enough memory" if isinstance(exc, MemoryError) else type(exc).__name__)
-        text = printable(text)
+        text = _os_error_text(exc, args.out) if isinstance(exc, OSError) and exc.strerror else printable(text)
         print(f"ia-cluster: failed: {text} ({where_details(log_path)})", file=sys.stderr)
         return 1
     finally:
@@ -371,6 +375,29 @@ def main(argv=None) -> int:
 
 class _UsageError(Exception):
     pass
+
+
+def _os_error_text(exc: OSError, out) -> str:
+    """An OSError in plain words: the path and the reason, without Python's "[Errno 17]".
+
+    >>> _os_error_text(PermissionError(13, "Permission denied", "/r/x/.x.partial"), "/r/x")
+    'cannot write the results to /r/x: /r/x/.x.partial: permission denied'
+    >>> _os_error_text(FileNotFoundError(2, "No such file or directory", "/in/a.png"), "/r/x")
+    '/in/a.png: no such file or directory'
+    """
+    reason = exc.strerror[:1].lower() + exc.strerror[1:]
+    if not exc.filename:
+        return reason
+    where, final = Path(os.fsdecode(exc.filename)).absolute(), Path(out).absolute()
+    try:
+        if isinstance(exc, (FileExistsError, NotADirectoryError)) and where.exists() and not where.is_dir() \
+                and where in final.parents:
+            reason = "is a file, not a folder"
+    except OSError:
+        pass
+    text = f"{printable(exc.filename)}{' ' if reason.startswith('is a') else ': '}{reason}"
+    ours = where == final or where in final.parents or final in where.parents or where.parent == final.parent
+    return f"cannot write the results to {printable(out)}: {text}" if ours else text
 
 
 def _interruption(exc: BaseException) -> Interrupted | None:

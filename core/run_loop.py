@@ -184,7 +184,7 @@ class RunLoop:
         refused = guard_verdict(self._prev[3], labels, inputs=self._input_sim, blank=self.blank)
         if refused is None:
             return False
-        self._notes.append(guard_note(self._accepted, *refused))
+        self._notes.append(guard_note(self._accepted, *refused, asked=self.settings.iterations))
         feats, self._sim, self._weights, self._labels, self._k_choice, self._beta = self._prev
         self._features = feats
         self._accepted -= 1
@@ -211,10 +211,11 @@ class RunLoop:
             if refused is None:
                 rejected = bool(seen.get("same")) and not self._sharpens()
                 if rejected:
-                    self._notes.append(settle_note(self._accepted + 1))
+                    self._notes.append(settle_note(self._accepted + 1, asked=s.iterations))
             else:
                 rejected = True
-                self._notes.append(guard_note(self._accepted + 1, *refused, forecast=True))
+                self._notes.append(guard_note(self._accepted + 1, *refused, forecast=True,
+                                              asked=s.iterations))
         finally:
             if spec is not None and not rejected:  # the iteration runs: the class averages would be of other clusters
                 spec.cancel()
@@ -289,7 +290,9 @@ class RunLoop:
         self._sim, self._weights, self._beta = sim, w, beta
         self._labels, self._k_choice = labels, choice
         if settled:
-            self._notes.append(f"iteration {self._accepted} left the clusters as they were: stopped there "
+            plain = (f"Stopped after iteration {self._accepted} of {s.iterations}: it left the clusters as they "
+                     f"were, so more would not change them. Details: " if self._accepted < s.iterations else "")
+            self._notes.append(f"{plain}iteration {self._accepted} left the clusters as they were: stopped there "
                                f"(more iterations would only sharpen W and the means)")
         if settled or (prev is not None and max_abs_diff(w, prev) < s.converge_tol):
             self._stage = _Phase.FINISHING  # the clusters settled, or W stopped moving: converged

@@ -196,8 +196,17 @@ def forecast_verdict(distances, weights, labels, *, read, inputs, blank, probes=
     return seen, None if _clearly_better(before, after) else (before, after)
 
 
-def guard_note(iteration: int, before, after, *, forecast: bool = False) -> str:
+def _stopped(kept: int, asked: int | None) -> str:
+    """"Stopped after iteration 1 of 3" (or "before the first iteration"): where the run ended, plainly."""
+    of = f" of {asked}" if asked else ""
+    return f"Stopped before the first iteration{of}" if kept < 1 else f"Stopped after iteration {kept}{of}"
+
+
+def guard_note(iteration: int, before, after, *, forecast: bool = False, asked: int | None = None) -> str:
     """What the run says when the guard stops it at ``iteration`` (its clusters refused).
+
+    A plain first sentence (where the run stopped, and why, for anyone), then the details (the
+    silhouettes) for whoever checks the guard.
 
     Parameters
     ----------
@@ -207,34 +216,52 @@ def guard_note(iteration: int, before, after, *, forecast: bool = False) -> str:
         The silhouettes on the input distances (:func:`guard_verdict`, :func:`forecast_verdict`).
     forecast : bool
         The iteration was refused by its forecast, and not run.
+    asked : int, optional
+        The iterations the run was asked for ("Stopped after iteration 1 of 3").
 
     Returns
     -------
     str
+
+    Examples
+    --------
+    >>> guard_note(2, 0.488, 0.487, forecast=True, asked=3).split(": another")[0]
+    'Stopped after iteration 1 of 3'
     """
     kept = "the input images" if iteration == 1 else f"iteration {iteration - 1}"
     change = (f"silhouette on the input distances {_text(before)} -> {_text(after)}); kept the clusters of {kept} "
               "and stopped")
     if forecast:
-        return (f"iteration {iteration} not run: its forecast (the distances of its means estimated from the "
-                f"current distances and W) moves images between clusters without fitting the input images better "
-                f"({change}")
-    return f"iteration {iteration} moved images between clusters without fitting the input images better ({change}"
+        plain = (f"{_stopped(iteration - 1, asked)}: "
+                 f"{'another iteration' if iteration > 1 else 'an iteration'} would move images between clusters "
+                 f"without making them fit better")
+        return (f"{plain}. Details: iteration {iteration} not run: its forecast (the distances of its means estimated "
+                f"from the current distances and W) moves images between clusters without fitting the input images "
+                f"better ({change}")
+    where = (_stopped(iteration - 1, asked) if iteration > 1 else
+             f"Kept the clusters the run started from{f' (0 of {asked} iterations)' if asked else ''}")
+    plain = (f"{where}: iteration {iteration} moved images between clusters without making them fit better, so it "
+             f"was undone")
+    return (f"{plain}. Details: iteration {iteration} moved images between clusters without fitting the input "
+            f"images better ({change}")
 
 
-def settle_note(iteration: int) -> str:
+def settle_note(iteration: int, asked: int | None = None) -> str:
     """What the run says when it stops before ``iteration`` because its forecast keeps the clusters.
 
     Parameters
     ----------
     iteration : int
         The iteration not run (1: the first).
+    asked : int, optional
+        The iterations the run was asked for.
 
     Returns
     -------
     str
     """
-    return (f"iteration {iteration} not run: its forecast (the distances of its means estimated from the current "
+    return (f"{_stopped(iteration - 1, asked)}: another iteration would leave the clusters as they are. Details: "
+            f"iteration {iteration} not run: its forecast (the distances of its means estimated from the current "
             f"distances and W) leaves the clusters as they are, so it would only sharpen W and the means; stopped "
             f"there (sharpen=True runs it)")
 

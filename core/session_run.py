@@ -18,6 +18,7 @@ from .attention import AttentionRun, RunState, Settings
 from .backend import BackendUnavailableError
 from .clusterbook import ClusterBook
 from .distributed import DaskUnavailableError
+from .filenames import display_name, printable
 from .frames import Frame, FrameBuilder
 from .options import option, problem
 from .particle_ctf import flip_problem, phase_flip_record
@@ -208,7 +209,8 @@ class SessionRun:
             self.frames.append(frame)
         self.history.clear()
         self.edits = []
-        for line in reversed([phase_flip_line(self.phase_flip_report), denoise_line(self.denoise_report)]):
+        said = [phase_flip_line(self.phase_flip_report), denoise_line(self.denoise_report, self.data.paths)]
+        for line in reversed(said):
             if line and line not in frame.result.notes:
                 frame.result.notes.insert(0, line)  # shown with the run's notes, saved with them (run_notes)
         self._apply_book(ClusterBook.from_labels(frame.result.labels))
@@ -217,8 +219,10 @@ class SessionRun:
         self._set_state(RunState.FINISHED)
         self.events.frame.emit(frame)
         self.events.finished.emit(frame)
-        k = frame.result.n_clusters
-        self.message(f"Done: {count_of(k, 'cluster')} in {self.elapsed:.1f} s")
+        k, kept = frame.result.n_clusters, frame.result.iterations
+        asked = self.run.settings.iterations if self.run is not None else kept
+        fewer = f" ({kept} of {asked} iterations kept)" if kept < asked else ""  # the guard, or W stopped moving
+        self.message(f"Done: {count_of(k, 'cluster')} in {self.elapsed:.1f} s{fewer}")
 
     def on_stopped(self, elapsed: float = 0.0) -> None:
         self.elapsed += elapsed
@@ -334,8 +338,11 @@ def phase_flip_line(report) -> str:
     return f"{line}; {report['note']}" if report.get("note") else line
 
 
-def denoise_line(report) -> str:
+def denoise_line(report, paths=None) -> str:
     """What the denoiser did, in one line for the window (``""`` without a report or with denoising off).
+
+    ``paths``: the images' files (the set the report is about); the images left as they were are then
+    named, up to three ("…: odd.png, b.png, c.png and 2 more"), as ``ia-cluster`` names them.
 
     Examples
     --------
@@ -346,6 +353,9 @@ def denoise_line(report) -> str:
     'Not denoised: estimated noise 0, the images look clean'
     >>> denoise_line(DenoiseReport(True, "auto", "steerable-pca", 0.5, 0.3, 12, left_out=[7]))
     'Denoised: noise σ≈0.5 per pixel, SNR≈0.3, 12 components kept; 1 image of another size or colour left as it was'
+    >>> denoise_line(DenoiseReport(True, "auto", "steerable-pca", 0.5, 0.3, 12, left_out=[1]),
+    ...              ["a.png", "/d/odd.png"]).split("; ")[1]
+    '1 image of another size or colour left as it was: odd.png'
     """
     if report is None or report.mode == "off":
         return ""
@@ -354,6 +364,10 @@ def denoise_line(report) -> str:
         n = len(report.left_out)
         aside = (f"; {n} image{'s' if n != 1 else ''} of another size or colour left as "
                  f"{'they were' if n != 1 else 'it was'}") if n else ""
+        named = [printable(display_name(paths[i])) for i in report.left_out[:3] if paths is not None
+                 and 0 <= i < len(paths)]
+        if named:
+            aside += ": " + ", ".join(named) + (f" and {n - len(named)} more" if n > len(named) else "")
         return (f"Denoised: noise σ≈{report.noise_std:.3g} per pixel{snr}, {report.components} components kept"
                 + aside)
     reason = report.note.split(": ", 1)[-1] if report.note else "the denoiser stepped aside"

@@ -386,7 +386,9 @@ def test_long_run_evidence_scrolls_instead_of_being_cut_off(qtbot, tmp_path):
     qtbot.addWidget(panel)
     lines = ["Run: 3 clusters — unsure: 4 or 5 also plausible",
              "Not denoised: the images are not mostly gray and of one size (a stack of particle images is)",
-             "iteration 1 not run: its forecast (the distances of its means estimated from the current distances "
+             "Stopped before the first iteration of 3: an iteration would move images between clusters without "
+             "making them fit better. Details: iteration 1 not run: its forecast (the distances of its means "
+             "estimated from the current distances "
              "and W) moves images between clusters without fitting the input images better (silhouette on the "
              "input distances 0.047 -> not defined (one cluster, or each image alone))",
              "the last line of the evidence"]

@@ -346,8 +346,19 @@ def test_the_csv_has_poses_onto_edited_clusters_means(fresh, tmp_path):
         assert cos.min() > 0.8  # the poses align the images onto the mean
     n = int(np.isin(labels, changed).sum())
     assert w.statusBar().currentMessage() == (
-        f"Exported {csv_path}; the poses of the {n} images of {len(changed)} edited clusters are onto their "
-        "own invariant means")
+        f"Exported {csv_path}; the {n} images of {len(changed)} edited clusters are aligned to each cluster's own "
+        "mean")
+
+
+def test_the_export_says_plainly_that_an_edited_clusters_images_are_aligned_to_its_mean(fresh, tmp_path):
+    """The trial: "the poses of the 20 images of 1 edited cluster are onto their own invariant means"."""
+    w, s = fresh, fresh.model.session
+    a, b = sorted(s.book.cluster_ids())[:2]
+    n = len(s.book.members(a)) + len(s.book.members(b))
+    assert s.merge_clusters([a, b])
+    csv_path = w.exports.csv(str(tmp_path / "merged.csv"))
+    assert w.statusBar().currentMessage() == (
+        f"Exported {csv_path}; the {n} images of 1 edited cluster are aligned to that cluster's own mean")
 
 
 def test_save_open_round_trip_through_the_app(fresh, tmp_path, qapp):

@@ -68,6 +68,29 @@ def test_the_choice_reaches_the_session_and_the_result_line_is_drawn(window, qtb
     assert made_on == [False]
 
 
+def test_the_images_left_as_they_were_are_named_in_the_clusters_tab(window, qtbot):
+    """The trial: "1 image of another size or colour left as it was" without its name (ia-cluster names it)."""
+    import numpy as np
+
+    from iastudio.core.imageset import ImageSet
+
+    data, _ = _noisy_set(n=15, seed=1)
+    rng = np.random.default_rng(3)
+    odd = [rng.normal(0, 1, shape).astype(np.float32) for shape in ((37, 64), (20, 20))]
+    strays = ImageSet([*data.images, *odd], [*data.paths, "/trial/odd_64x37.png", "/trial/small.png"],
+                      [*data.labels, "x", "x"], [])
+    window.model.session.set_images(strays)
+    window.run_panel.denoise.setCurrentIndex(window.run_panel.denoise.findData("on"))
+    _run(window, qtbot)
+    s = window.model.session
+    assert s.denoise_report.applied
+    assert list(s.denoise_report.left_out) == [15, 16]
+    line = window.clusters_panel.evidence.text().splitlines()[1]
+    assert line.startswith("Denoised: noise σ≈")
+    assert line.endswith("; 2 images of another size or colour left as they were: odd_64x37.png, small.png")
+    assert s.result.notes[0] == line  # saved with the run (summary.json's notes, the project)
+
+
 def test_the_choice_is_saved_and_an_older_project_opens_with_auto(window, qtbot):
     panel = window.run_panel
     panel.denoise.setCurrentIndex(panel.denoise.findData("off"))

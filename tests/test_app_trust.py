@@ -280,8 +280,89 @@ def test_what_qt_would_misread_silently_is_refused_or_read_as_meant(win, qtbot, 
     assert asked == []
 
 
+def _type_number_only(spin, text):
+    """Ctrl+A in a spin box selects the number only (not its unit), then ``text`` is typed over it."""
+    spin.setFocus()
+    QTest.keyClick(spin, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    QTest.keyClicks(spin.lineEdit(), text)
+
+
+def test_a_unit_typed_after_the_number_is_the_fields_own(win, qtbot, asked):
+    """The trial: Ctrl+A, "32 px", Enter showed "32 px px" and was refused ("“32 px” is not a whole number")."""
+    m, rp, tp = win.model, win.run_panel, win.transform_panel
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
+    for typed, size in (("32 px", 32), ("40px", 40), ("48 PX", 48)):
+        _type_number_only(rp.size, typed)
+        assert rp.size.lineEdit().text() == f"{typed} px"
+        QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Return)
+        assert m.session.size == size
+        assert rp.size.text() == f"{size} px"
+        assert "not a whole number" not in win.statusBar().currentMessage()
+    _type_into(rp.size, "56px")  # the whole text replaced: the unit typed once
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Tab)
+    assert m.session.size == 56
+    _type_number_only(rp.angle_step, "2,5°")
+    QTest.keyClick(rp.angle_step.lineEdit(), Qt.Key.Key_Return)
+    assert rp.angle_step.value() == pytest.approx(2.5)
+    _type_number_only(tp.shift, "20 %")
+    QTest.keyClick(tp.shift.lineEdit(), Qt.Key.Key_Return)
+    assert tp.shift.value() == pytest.approx(20)
+    _type_number_only(rp.size, "32 cm")  # another unit is not the field's: refused, and said so
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Return)
+    assert win.statusBar().currentMessage() == "Working size: “32 cm” is not a whole number; it stays 56 px"
+    assert m.session.size == 56
+    assert asked == []
+
+
+def test_a_refusal_leaves_the_status_bar_once_the_field_takes_a_number(win, qtbot, asked):
+    """The trial: after "Working size: … it stays 40 px", typing 56 + Tab took 56 and the refusal stayed."""
+    m, rp = win.model, win.run_panel
+    m.session.load_demo("shapes")
+    m.session.set_size(40)
+    _type_into(rp.size, "4")
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Tab)
+    assert win.statusBar().currentMessage().startswith("Working size: 4 px is less than 8 px")
+    rp.size.setFocus()  # only coming back to the field and leaving it again: the refusal still holds
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Tab)
+    assert win.statusBar().currentMessage().startswith("Working size: 4 px is less than 8 px")
+    _type_into(rp.iterations, "0")  # another field's refusal ...
+    QTest.keyClick(rp.iterations.lineEdit(), Qt.Key.Key_Return)
+    _type_into(rp.size, "56")  # ... is not withdrawn by the working size taking a number
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Tab)
+    assert m.session.size == 56
+    assert win.statusBar().currentMessage().startswith("Iterations: 0 is less than 1")
+    _type_into(rp.iterations, "3")
+    QTest.keyClick(rp.iterations.lineEdit(), Qt.Key.Key_Return)
+    assert rp.iterations.value() == 3
+    assert "Iterations:" not in win.statusBar().currentMessage()
+    _type_into(rp.size, "1000")
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Return)
+    assert win.statusBar().currentMessage().startswith("Working size: 1000 px is more than")
+    _type_into(rp.size, "64")
+    QTest.keyClick(rp.size.lineEdit(), Qt.Key.Key_Return)
+    assert m.session.size == 64
+    assert "Working size:" not in win.statusBar().currentMessage()
+    cp = win.clusters_panel  # the Transforms and Clusters tabs' fields too
+    _type_into(cp.split_k, "60")
+    QTest.keyClick(cp.split_k.lineEdit(), Qt.Key.Key_Tab)
+    assert win.statusBar().currentMessage().startswith("Split k: 60 is more than 50")
+    _type_into(cp.split_k, "3")
+    QTest.keyClick(cp.split_k.lineEdit(), Qt.Key.Key_Tab)
+    assert win.statusBar().currentMessage() == ""
+    tp = win.transform_panel
+    _type_into(tp.seed, "-1")
+    QTest.keyClick(tp.seed.lineEdit(), Qt.Key.Key_Tab)
+    assert win.statusBar().currentMessage().startswith("Seed: -1 is less than 0")
+    _type_into(tp.seed, "7")
+    QTest.keyClick(tp.seed.lineEdit(), Qt.Key.Key_Tab)
+    assert win.statusBar().currentMessage() == ""
+    assert asked == []
+
+
 def test_rename_merge_and_split_from_the_keyboard(win, qtbot, asked, monkeypatch):
     """The trial: F2 did not rename a cluster; Rename, Merge and Split were only buttons."""
+    from PySide6.QtGui import QAction
     from PySide6.QtWidgets import QInputDialog
 
     m, cp = win.model, win.clusters_panel
@@ -295,7 +376,11 @@ def test_rename_merge_and_split_from_the_keyboard(win, qtbot, asked, monkeypatch
     cp.list.item(0).setSelected(True)
     QTest.keyClick(cp.list, Qt.Key.Key_F2)
     assert m.session.book.name_of(cp.selected_clusters()[0]) == "tops"
-    QTest.keyClick(cp.list, Qt.Key.Key_K, Qt.KeyboardModifier.ControlModifier)  # into the panel's k (2)
+    split = next(a for a in win.findChildren(QAction) if a.shortcut().toString() == "Ctrl+K")
+    assert split.text() == "Split the selected cluster (into the k= next to the Split button)"  # not Clusters k
+    assert cp.split_k.prefix() == "k="
+    assert cp.k.value() == 3
+    QTest.keyClick(cp.list, Qt.Key.Key_K, Qt.KeyboardModifier.ControlModifier)  # into the split's k (2), not 3
     assert len(m.session.book.cluster_ids()) == 4
     assert "tops a" in m.session.book.names.values()
     cp.list.clearSelection()  # after the split both parts are highlighted (their images are the selection)
@@ -359,6 +444,7 @@ def test_save_as_proposes_a_name_after_the_images_folder(win, qtbot, tmp_path, m
     monkeypatch.setattr(QFileDialog, "getSaveFileName",
                         staticmethod(lambda parent, title, path, *a, **k: (proposed.append(path), ("", ""))[1]))
     win.model.session.load_demo("shapes")
+    start = win.projects.start_folder()
     assert not win.projects.save_as()
     folder = tmp_path / "my particles"
     folder.mkdir()
@@ -367,7 +453,9 @@ def test_save_as_proposes_a_name_after_the_images_folder(win, qtbot, tmp_path, m
     assert win.load_paths([str(folder)], replace=True)
     qtbot.waitUntil(lambda: not win.model.loading and win.model.session.n == 3, timeout=30000)
     assert not win.projects.save_as()
-    assert proposed == ["demo shapes.iaproj", str(tmp_path / "my particles.iaproj")]  # beside the folder
+    # a demo's name in the start folder (not the folder the app was started in); beside the images' folder
+    assert proposed == [os.path.join(start, "demo shapes.iaproj"),
+                        str(tmp_path / "my particles.iaproj")]
 
 
 # ------------------------------------------------------------------ 3. Add files that hold no image
@@ -806,3 +894,70 @@ def test_typing_an_angle_after_a_run_asks_once_typing_is_finished_and_cancel_sho
     _type_into(tp.theta, "30")
     QTest.keyClick(tp.theta.lineEdit(), Qt.Key.Key_Return)
     assert np.rad2deg(m.session.transforms[2][0]) == pytest.approx(30.0)
+
+
+def test_file_dialogs_start_where_the_images_are_not_where_the_app_was_started(win, qtbot, asked, monkeypatch,
+                                                                                 tmp_path):
+    """The trial: Open folder, Open project, Export CSV, Cluster folders and Panels as figures all started in
+    the folder the app was started from."""
+    from iastudio.app.edition import can_draw_figures
+    from iastudio.app.projects import settings
+
+    settings().remove("recent/folders")
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("USERPROFILE", str(home))
+    elsewhere = tmp_path / "started here"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    seen = []
+
+    def dialog(answer):
+        def static(parent, caption="", directory="", *rest, **kw):
+            seen.append((caption, directory))
+            return answer
+        return staticmethod(static)
+
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", dialog(""))
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", dialog(("", "")))
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", dialog(([], "")))
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", dialog(("", "")))
+
+    def last():
+        return seen[-1][1]
+
+    win.open_folder()  # nothing opened yet: the home folder
+    assert last() == str(home)
+    win.projects.open_project_dialog()
+    assert last() == str(home)
+    folder = tmp_path / "particles"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        Image.fromarray(rng.integers(0, 255, (24, 24), dtype=np.uint8)).save(folder / f"p{i:02d}.png")
+    win.open_folder(str(folder))
+    qtbot.waitUntil(lambda: win.model.session.n == 12, timeout=30000)
+    for open_dialog in (win.open_folder, win.projects.open_project_dialog, win.add_files):
+        open_dialog()  # the folder images were last opened from
+        assert last() == str(folder)
+    settings().remove("recent/folders")  # forgotten: the current images' folder
+    win.open_folder()
+    assert last() == str(folder)
+    win.model.session.set_size(24)
+    _run(win, qtbot, clusters=2)
+    win.exports.csv()  # the exports propose beside the images' folder (not inside it)
+    assert last() == str(tmp_path / "assignments.csv")
+    win.exports.folders(aligned=False)
+    assert last() == str(tmp_path)
+    if can_draw_figures():
+        win.exports.panels()
+        assert last() == str(tmp_path)
+    win.exports.gif()
+    assert last() == str(tmp_path / "convergence.gif")
+    project = tmp_path / "projects" / "p.iaproj"
+    project.parent.mkdir()
+    assert win.projects.save_to(str(project))
+    win.exports.csv()  # a saved project: beside it
+    assert last() == str(project.parent / "assignments.csv")
+    assert all(str(elsewhere) not in d for _, d in seen), seen

@@ -113,6 +113,39 @@ def test_nothing_usable_exits_1_with_one_line(tmp_path, capsys):
     assert "Traceback" not in "\n".join(err)
 
 
+def test_an_out_under_a_file_is_refused_in_plain_words_before_the_run(tmp_path, capsys):
+    """The trial: "failed: [Errno 17] File exists: '/tmp/trial17/ro_parent'", after the whole run."""
+    parent = tmp_path / "ro_parent"
+    parent.write_text("a file")
+    with pytest.raises(SystemExit) as stop:
+        main(["demo:shapes", "--out", str(parent / "x"), *FAST])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().endswith(f"--out: cannot write the results to {parent / 'x'}: {parent} is a file, not a "
+                                "folder")
+    assert "Errno" not in err
+
+
+def test_a_results_folder_that_cannot_be_written_is_said_plainly(tmp_path, capsys, monkeypatch):
+    """An OSError while writing the results names the path and the reason, not "[Errno 13] …"."""
+    import errno
+
+    from iastudio.core.atomic import ResultFolder
+
+    out = tmp_path / "o"
+
+    def refused(self):
+        raise PermissionError(errno.EACCES, "Permission denied", str(out.parent / ".o.partial"))
+
+    monkeypatch.setattr(ResultFolder, "open", refused)
+    assert main(["demo:shapes", "--out", str(out), "--iterations", "1", *FAST]) == 1
+    err = capsys.readouterr().err
+    assert f"ia-cluster: failed: cannot write the results to {out}: {out.parent / '.o.partial'}: permission " \
+           "denied (" in err
+    assert "Errno" not in err
+    assert "Traceback" not in err
+
+
 def test_failure_exits_1_and_logs_traceback(tmp_path, capsys, monkeypatch):
     import iastudio.core.attention
 

@@ -5,7 +5,15 @@ import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 
 from iastudio.core.run_output import host_view, max_abs_diff, rows_cols
-from iastudio.core.run_readout import GUARD_GAIN, guard_note, guard_verdict, read_labels, same_partition, separation
+from iastudio.core.run_readout import (
+    GUARD_GAIN,
+    guard_note,
+    guard_verdict,
+    read_labels,
+    same_partition,
+    separation,
+    settle_note,
+)
 from iastudio.core.run_steps import entry_transforms, with_mirrors
 
 # two tight pairs far apart: {0, 1} and {2, 3}
@@ -100,10 +108,33 @@ def test_the_guard_keeps_a_clear_improvement_and_refuses_a_mix():
 
 def test_guard_notes_name_the_iteration_and_what_was_kept():
     assert guard_note(1, 0.9, None) == (
+        "Kept the clusters the run started from: iteration 1 moved images between clusters without making them "
+        "fit better, so it was undone. Details: "
         "iteration 1 moved images between clusters without fitting the input images better (silhouette on the "
         "input distances 0.900 -> not defined (one cluster, or each image alone)); kept the clusters of the input "
         "images and stopped")
     assert guard_note(3, 0.5, 0.25, forecast=True) == (
+        "Stopped after iteration 2: another iteration would move images between clusters without making them fit "
+        "better. Details: "
         "iteration 3 not run: its forecast (the distances of its means estimated from the current distances and "
         "W) moves images between clusters without fitting the input images better (silhouette on the input "
         "distances 0.500 -> 0.250); kept the clusters of iteration 2 and stopped")
+
+
+def test_the_guards_notes_say_first_in_plain_words_where_the_run_stopped():
+    """The trial: "iteration 2 not run: its forecast (the distances of its means estimated from the current
+    distances and W) …" was all a user read; the iterations asked for were not said."""
+    assert guard_note(2, 0.488, 0.487, forecast=True, asked=3).startswith(
+        "Stopped after iteration 1 of 3: another iteration would move images between clusters without making "
+        "them fit better. Details: iteration 2 not run: its forecast")
+    assert "(silhouette on the input distances 0.488 -> 0.487)" in guard_note(2, 0.488, 0.487, forecast=True, asked=3)
+    assert guard_note(1, 0.3, 0.2, forecast=True, asked=3).startswith(
+        "Stopped before the first iteration of 3: an iteration would move images between clusters without making "
+        "them fit better. Details: ")
+    assert guard_note(3, 0.5, 0.25, asked=4).startswith(
+        "Stopped after iteration 2 of 4: iteration 3 moved images between clusters without making them fit "
+        "better, so it was undone. Details: ")
+    assert guard_note(1, 0.5, 0.25, asked=4).startswith("Kept the clusters the run started from (0 of 4 iterations): ")
+    assert settle_note(2, asked=3).startswith(
+        "Stopped after iteration 1 of 3: another iteration would leave the clusters as they are. Details: "
+        "iteration 2 not run: its forecast")
