@@ -45,10 +45,10 @@ def build_menus(window) -> None:
     window.remove_action = add_action(window, edit, "Remove selected images from the set",
                                       lambda: window.remove_images(), QKeySequence.StandardKey.Delete)
     edit.addSeparator()  # the Clusters tab's buttons, from the keyboard (on the clusters selected in its list)
-    add_action(window, edit, "Rename the selected cluster…", lambda: window.edit_selected_clusters("rename"), "F2")
-    add_action(window, edit, "Merge the selected clusters", lambda: window.edit_selected_clusters("merge"), "Ctrl+M")
+    add_action(window, edit, "Rename the selected cluster…", lambda: edit_selected_clusters(window, "rename"), "F2")
+    add_action(window, edit, "Merge the selected clusters", lambda: edit_selected_clusters(window, "merge"), "Ctrl+M")
     add_action(window, edit, "Split the selected cluster (into the k= next to the Split button)",
-               lambda: window.edit_selected_clusters("split"), "Ctrl+K")
+               lambda: edit_selected_clusters(window, "split"), "Ctrl+K")
     listen(m.session.events.history, lambda: update_undo_actions(window))
     update_undo_actions(window)
     window.undo_anywhere = UndoAnywhere(window)
@@ -141,3 +141,21 @@ def _matches(event, actions) -> bool:
     pressed = QKeySequence(event.keyCombination())
     return any(seq.matches(pressed) == QKeySequence.SequenceMatch.ExactMatch
                for act in actions for seq in act.shortcuts())
+
+
+def edit_selected_clusters(window, what: str) -> bool:
+    """Rename, merge or split (``what``) the clusters selected in the Clusters tab's list (Edit menu)."""
+    s, cp = window.model.session, window.clusters_panel
+    if s.book is None:
+        s.message("Run first: there are no clusters yet.")
+        return False
+    chosen = cp.selected_clusters()
+    if what == "merge":
+        return s.merge_clusters(chosen)
+    if len(chosen) != 1:
+        s.message(f"Select one cluster in the Clusters tab to {what} it.")
+        return False
+    if what == "rename":
+        window.rename_cluster(chosen[0])
+        return True
+    return s.split_cluster(chosen[0], cp.split_k.value())

@@ -8,6 +8,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog
 
 from .edition import can_draw_figures, figures_hint
+from .projects import export_folder
 
 
 def progress_dialog(parent, title: str, total: int):
@@ -44,7 +45,7 @@ class ExportActions:
 
     def _beside(self, name: str = "") -> str:
         """Where an export dialog starts: the folder beside the images (or the project), ``name`` in it."""
-        folder = self.window.projects.export_folder()
+        folder = export_folder(self.window.projects)
         return os.path.join(folder, name) if name else folder
 
     def csv(self, path=None):

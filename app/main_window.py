@@ -30,7 +30,7 @@ from .help import APP_NAME, about_dialog
 from .layout import build_central
 from .model import StudioModel, gpu_status
 from .panels import ClustersPanel, ImageSetPanel, RunPanel, TransformPanel
-from .projects import CANCEL, ProjectController, settings
+from .projects import CANCEL, ProjectController, settings, start_folder
 from .remember import remember_run_settings, restore_run_settings
 from .sync import ViewSync
 from .views import CompareView, ConvergenceView, InspectView, MeansView, WeightsView
@@ -102,7 +102,7 @@ class MainWindow(QMainWindow):
         rp.resumeRequested.connect(m.resume)
         for panel in (rp, cp, tp):  # a typed number that cannot be taken: why
             panel.refused.connect(lambda text: self.statusBar().showMessage(text, 15000))
-            panel.taken.connect(self._refusal_withdrawn)
+            panel.taken.connect(lambda label: withdraw_refusal(self.statusBar(), label))
         rp.size.valueChanged.connect(self._set_size)  # once typing is finished (keyboard tracking is off)
         cp.list.imagesDropped.connect(m.session.move_images)
         cp.renameRequested.connect(self.rename_cluster)
@@ -215,7 +215,7 @@ class MainWindow(QMainWindow):
 
     def open_folder(self, folder=None) -> None:
         folder = folder or QFileDialog.getExistingDirectory(self, "Open a folder of images",
-                                                            self.projects.start_folder())
+                                                            start_folder(self.projects))
         # Read first: the question whether to discard a run comes only once images were found
         # (StudioModel.confirm); a folder without images changes nothing.
         if folder and self.load_paths([folder], replace=True, size=self.size_after_demo):
@@ -224,7 +224,7 @@ class MainWindow(QMainWindow):
 
     def add_files(self) -> None:
         files, _ = QFileDialog.getOpenFileNames(
-            self, "Add images", self.projects.start_folder(),
+            self, "Add images", start_folder(self.projects),
             "Images and stacks (*.png *.jpg *.jpeg *.tif *.tiff *.bmp *.mrcs *.mrc *.npy *.star);;All files (*)")
         if files:
             self.load_paths(files)
@@ -237,11 +237,6 @@ class MainWindow(QMainWindow):
         paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
         if paths and self.load_paths(paths):
             event.acceptProposedAction()
-
-    def _refusal_withdrawn(self, label: str) -> None:
-        """The field ``label`` took a number typed after refusing one: its refusal leaves the status bar."""
-        if self.statusBar().currentMessage().startswith(f"{label}: "):
-            self.statusBar().clearMessage()
 
     def _set_size(self, size: int) -> None:
         self._changing_inputs("Changing the working size", lambda: self.model.session.set_size(size),
@@ -287,23 +282,6 @@ class MainWindow(QMainWindow):
             if not ok:
                 return
         m.session.rename_cluster(cluster, name)
-
-    def edit_selected_clusters(self, what: str) -> bool:
-        """Rename, merge or split (``what``) the clusters selected in the Clusters tab's list."""
-        s, cp = self.model.session, self.clusters_panel
-        if s.book is None:
-            s.message("Run first: there are no clusters yet.")
-            return False
-        chosen = cp.selected_clusters()
-        if what == "merge":
-            return s.merge_clusters(chosen)
-        if len(chosen) != 1:
-            s.message(f"Select one cluster in the Clusters tab to {what} it.")
-            return False
-        if what == "rename":
-            self.rename_cluster(chosen[0])
-            return True
-        return s.split_cluster(chosen[0], cp.split_k.value())
 
     def inspect_pair(self, i, j) -> None:
         self.model.session.select([i, j] if i != j else [i])
@@ -371,3 +349,9 @@ def show_loading(window: MainWindow, title: str, ended) -> None:
 
     m.imagesLoading.connect(reading)
     ended.connect(loaded)
+
+
+def withdraw_refusal(bar, label: str) -> None:
+    """The field ``label`` took a number typed after refusing one: its refusal leaves the status bar ``bar``."""
+    if bar.currentMessage().startswith(f"{label}: "):
+        bar.clearMessage()

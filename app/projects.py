@@ -336,31 +336,8 @@ class ProjectController(QObject):
             self.model.session.adopt_recovered()
 
     # ------------------------------------------------------------ open and save
-    def start_folder(self) -> str:
-        """Where a dialog that opens images or a project starts: the folder images were last opened from
-        (File → Open recent folder's first), else the current images' folder, else the home folder; never
-        the folder the app happened to be started in."""
-        for folder in self.recent("recent/folders")[:1]:
-            if os.path.isdir(folder):
-                return folder
-        images, _ = set_source(self.model.session.data.paths)
-        if images is not None and images.is_dir():
-            return str(images)
-        return str(Path.home())
-
-    def export_folder(self) -> str:
-        """Where an export dialog proposes to write: beside the project's file, else beside the images'
-        folder (not inside it, where it would be read as part of the set), else :meth:`start_folder`."""
-        s = self.model.session
-        if s.project_path and Path(s.project_path).parent.is_dir():
-            return str(Path(s.project_path).absolute().parent)
-        images, _ = set_source(s.data.paths)
-        if images is not None and images.parent.is_dir():
-            return str(images.parent)
-        return self.start_folder()
-
     def open_project_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.window, "Open project", self.start_folder(), "Projects (*.iaproj)")
+        path, _ = QFileDialog.getOpenFileName(self.window, "Open project", start_folder(self), "Projects (*.iaproj)")
         if path:
             self.open_project(path)
 
@@ -396,7 +373,7 @@ class ProjectController(QObject):
 
     def save_as(self, *, wait: bool = True) -> bool:
         suggested = suggested_project_path(self.model.session)  # a demo's is a bare name: in the start folder
-        path, _ = QFileDialog.getSaveFileName(self.window, "Save project", os.path.join(self.start_folder(), suggested),
+        path, _ = QFileDialog.getSaveFileName(self.window, "Save project", os.path.join(start_folder(self), suggested),
                                               "Projects (*.iaproj)")
         if not path:
             return False
@@ -461,3 +438,28 @@ class ProjectController(QObject):
                 act = menu.addAction(path)
                 act.triggered.connect(lambda _=False, p=path, f=fn: f(p))
             menu.setEnabled(bool(items))
+
+
+def start_folder(projects) -> str:
+    """Where a dialog that opens images or a project starts: the folder images were last opened from
+    (File → Open recent folder's first), else the current images' folder, else the home folder; never
+    the folder the app happened to be started in.  ``projects``: the window's :class:`ProjectController`."""
+    for folder in projects.recent("recent/folders")[:1]:
+        if os.path.isdir(folder):
+            return folder
+    images, _ = set_source(projects.model.session.data.paths)
+    if images is not None and images.is_dir():
+        return str(images)
+    return str(Path.home())
+
+
+def export_folder(projects) -> str:
+    """Where an export dialog proposes to write: beside the project's file, else beside the images'
+    folder (not inside it, where it would be read as part of the set), else :func:`start_folder`."""
+    s = projects.model.session
+    if s.project_path and Path(s.project_path).parent.is_dir():
+        return str(Path(s.project_path).absolute().parent)
+    images, _ = set_source(s.data.paths)
+    if images is not None and images.parent.is_dir():
+        return str(images.parent)
+    return start_folder(projects)

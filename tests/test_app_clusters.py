@@ -15,6 +15,7 @@ from PySide6.QtGui import QDropEvent, QImage  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
+from iastudio.app.actions import edit_selected_clusters  # noqa: E402
 from iastudio.app.help import about_text  # noqa: E402
 from iastudio.app.main_window import MainWindow  # noqa: E402
 from iastudio.app.panels import MIME_IMAGES, to_qimage  # noqa: E402
@@ -220,13 +221,13 @@ def test_the_highlighted_clusters_are_the_selected_images_after_every_edit(fresh
     _click_cluster(w, 2, ctrl=True)  # two clusters chosen in the list: both their images selected
     assert sorted(m.session.selection) == book.members_of([1, 2]).tolist()
     assert _highlighted_and_selected_agree(w) == [("Cluster 2", 6), ("Cluster 3", 6)]
-    w.edit_selected_clusters("merge")  # Ctrl+M
+    edit_selected_clusters(w, "merge")  # Ctrl+M
     assert _highlighted_and_selected_agree(w) == [("Cluster 2", 12)]
     w.undo_action.trigger()
     assert _highlighted_and_selected_agree(w) == [("Cluster 2", 6), ("Cluster 3", 6)]
     w.redo_action.trigger()
     assert _highlighted_and_selected_agree(w) == [("Cluster 2", 12)]
-    assert w.edit_selected_clusters("split")  # the merged cluster split again: its images are both parts
+    assert edit_selected_clusters(w, "split")  # the merged cluster split again: its images are both parts
     assert _highlighted_and_selected_agree(w) == [("Cluster 2", 6), ("Cluster 2 a", 6)]
     w.undo_action.trigger()
     assert _highlighted_and_selected_agree(w) == [("Cluster 2", 12)]

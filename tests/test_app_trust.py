@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QFileDialog  # noqa: E402
 
 from iastudio.app.main_window import MainWindow  # noqa: E402
 from iastudio.app.panels import PAPER_BETA  # noqa: E402
+from iastudio.app.projects import start_folder  # noqa: E402
 from iastudio.core.demos import PAPER_DEMO  # noqa: E402
 
 RUN = dict(iterations=1, mean_steps=2)
@@ -444,7 +445,7 @@ def test_save_as_proposes_a_name_after_the_images_folder(win, qtbot, tmp_path, m
     monkeypatch.setattr(QFileDialog, "getSaveFileName",
                         staticmethod(lambda parent, title, path, *a, **k: (proposed.append(path), ("", ""))[1]))
     win.model.session.load_demo("shapes")
-    start = win.projects.start_folder()
+    start = start_folder(win.projects)
     assert not win.projects.save_as()
     folder = tmp_path / "my particles"
     folder.mkdir()
