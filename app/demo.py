@@ -55,10 +55,10 @@ def narration(snapshot, *, iterations: int) -> str:
         return ("Show me, step 1: every image is compared with every other at every turn and shift. "
                 "W shows how alike each pair is at its best match (bright: alike).")
     if snapshot.stage == Stage.SIMILARITY:
-        return (f"Show me, iteration {it} of {iterations}: the new images are compared again. "
+        return (f"Show me, iteration {it} of at most {iterations}: the new images are compared again. "
                 "W's blocks grow brighter as the clusters emerge.")
-    return (f"Show me, iteration {it} of {iterations}: each image is replaced by its invariant mean, the images "
-            "its column of W weights, turned and shifted onto it and averaged. Watch the means sharpen.")
+    return (f"Show me, iteration {it} of at most {iterations}: each image is replaced by its invariant mean, "
+            "the images its column of W weights, turned and shifted onto it and averaged. Watch the means sharpen.")
 
 
 class Narration(QFrame):

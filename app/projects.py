@@ -70,8 +70,9 @@ def ask(parent, title: str, text: str, save_text: str | None = "Save…", discar
 
 def _saved_result_goes(action: str, risk: str, path) -> str:
     """The question when changing a saved project's inputs would take its result from the window."""
-    return f"{action} discards {risk} from the window. {Path(path).name} keeps them as saved, as long as you do " \
-           "not save over it."
+    them = "them" if " and " in risk else "it"
+    return f"{action} discards {risk} from the window. {Path(path).name} keeps {them} as saved, as long as you " \
+           "do not save over it."
 
 
 class ProjectWrite:

@@ -113,7 +113,7 @@ def test_changing_a_saved_projects_inputs_asks_before_its_result_goes_from_the_w
     assert len(asked) == 1
     title, text = asked[0]
     assert title == "Discard the result?"
-    assert "séance.iaproj keeps them as saved" in text
+    assert "séance.iaproj keeps it as saved" in text
     assert "working size" in text
     assert m.session.final is final  # Cancel: the result is still there ...
     assert m.session.size == 24
