@@ -9,8 +9,8 @@ Unsaved work is never lost silently: the window asks first, as for any action th
 
 While it runs, a line above W says what the method is doing at that moment (:func:`narration`: the
 similarity, each iteration's invariant means) and, at the end, what the comparison shows.  It follows
-the latest frame on the window's redraw timer, stays after the run until the user closes it or loads
-other images, and goes when the run fails or is stopped.
+the latest frame on its own timer, stays after the run until the user closes it (×: also for the rest of
+that run), loads other images or starts a run of their own, and goes when the run fails or is stopped.
 """
 from __future__ import annotations
 
@@ -87,13 +87,19 @@ class Narration(QFrame):
         self.close_btn.setText("×")
         self.close_btn.setToolTip("Hide this line")
         self.close_btn.setAutoRaise(True)
-        self.close_btn.clicked.connect(self.dismiss)
+        self.closed = False  # the user closed it (×): not shown again until the next Show me
+        self.close_btn.clicked.connect(self._close)
         lay.addWidget(self.label, 1)
         lay.addWidget(self.close_btn, 0, Qt.AlignmentFlag.AlignTop)
         self.hide()
 
+    def _close(self) -> None:
+        self.closed = True
+        self.dismiss()
+
     def follow(self, source) -> None:
-        """Show ``source()``'s text now and on every tick, until :meth:`stop`."""
+        """Show ``source()``'s text now and on every tick, until :meth:`stop` (it is back after ×)."""
+        self.closed = False
         self._source = source
         self.say(source())
         self.timer.start()
@@ -119,6 +125,12 @@ def _now(window) -> str:
     """Show me's line for the run's latest frame."""
     latest = window.model.session.latest
     return narration(latest and latest.snapshot, iterations=DEMO_SETTINGS["iterations"])
+
+
+def _other_images(window) -> None:
+    """Other images came in: the line and Show me's last result are about a set no longer there."""
+    window.narration.dismiss()
+    window.show_me_result = None
 
 
 def add_demo_menu(window, before=None) -> QMenu:
@@ -147,7 +159,7 @@ def add_demo_menu(window, before=None) -> QMenu:
     listen(window.model.session.events.finished, lambda _frame: _finished(window))
     listen(window.model.session.events.state, lambda state: _state_changed(window, state))
     # other images: the line is about a run that is no longer there (Show me's own demo set comes in while it starts)
-    listen(window.model.session.events.images, lambda: window.show_me_pending or window.narration.dismiss())
+    listen(window.model.session.events.images, lambda: window.show_me_pending or _other_images(window))
     return menu
 
 
@@ -192,6 +204,8 @@ def _put_back_settings(window) -> None:
 
 
 def _state_changed(window, state: str) -> None:
+    if state == "running" and not window.show_me_pending:
+        window.narration.dismiss()  # the user's own run: the line was about Show me's
     if state in ("failed", "stopped", "idle") and window.show_me_pending:
         window.show_me_pending = False
         window.narration.dismiss()
@@ -205,7 +219,8 @@ def _finished(window) -> None:
     window.show_me_result = window.model.session.final
     _put_back_settings(window)
     window.narration.stop()
-    window.narration.say(_now(window))
+    if not window.narration.closed:  # closed with × during the run: it stays closed
+        window.narration.say(_now(window))
     show_comparison(window)
 
 

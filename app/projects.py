@@ -65,7 +65,8 @@ def ask(parent, title: str, text: str, save_text: str | None = "Save…", discar
     cancel = box.addButton(QMessageBox.StandardButton.Cancel)
     box.setDefaultButton(save or cancel)
     box.exec()
-    return {save: SAVE, discard: DISCARD}.get(box.clickedButton(), CANCEL)
+    answers = {b: a for b, a in ((save, SAVE), (discard, DISCARD)) if b is not None}  # no button: no answer
+    return answers.get(box.clickedButton(), CANCEL)
 
 
 def _saved_result_goes(action: str, risk: str, path) -> str:

@@ -384,6 +384,8 @@ def _os_error_text(exc: OSError, out) -> str:
     'cannot write the results to /r/x: /r/x/.x.partial: permission denied'
     >>> _os_error_text(FileNotFoundError(2, "No such file or directory", "/in/a.png"), "/r/x")
     '/in/a.png: no such file or directory'
+    >>> _os_error_text(PermissionError(13, "Permission denied", "/r/imgs"), "/r/x")  # beside it, not its own
+    '/r/imgs: permission denied'
     """
     reason = exc.strerror[:1].lower() + exc.strerror[1:]
     if not exc.filename:
@@ -396,7 +398,8 @@ def _os_error_text(exc: OSError, out) -> str:
     except OSError:
         pass
     text = f"{printable(exc.filename)}{' ' if reason.startswith('is a') else ': '}{reason}"
-    ours = where == final or where in final.parents or final in where.parents or where.parent == final.parent
+    ours = where == final or where in final.parents or final in where.parents or (
+        where.parent == final.parent and where.name.startswith(f".{final.name}"))  # its hidden partial folder
     return f"cannot write the results to {printable(out)}: {text}" if ours else text
 
 

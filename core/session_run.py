@@ -80,6 +80,7 @@ class SessionRun:
         # a denoised run's canvas (live, or a reopened project's): every run starts from the previews
         shown = self._preview is not None or self.opened_denoised
         self.discard_run()  # (which it brings back)
+        self._mark_dirty()  # a new run: the session is no longer what a saved project holds (even if stopped)
         if shown:
             run = on_inputs(run, self.working)
         self.run = run
@@ -221,7 +222,7 @@ class SessionRun:
         self.events.finished.emit(frame)
         k, kept = frame.result.n_clusters, frame.result.iterations
         asked = self.run.settings.iterations if self.run is not None else kept
-        fewer = f" ({kept} of {asked} iterations kept)" if kept < asked else ""  # the guard, or W stopped moving
+        fewer = f" (stopped after {kept} of {asked} iterations)" if kept < asked else ""  # the guard, or W settled
         self.message(f"Done: {count_of(k, 'cluster')} in {self.elapsed:.1f} s{fewer}")
 
     def on_stopped(self, elapsed: float = 0.0) -> None:

@@ -257,3 +257,21 @@ def test_show_me_again_does_not_ask_about_its_own_result_but_does_after_an_edit(
     assert len(asked) == 1
     assert asked[0][0] == "Discard your work?"
     assert m.session.book.name_of(0) == "horses"
+
+
+def test_the_show_me_line_stays_closed_after_x_and_goes_when_the_user_runs(win, qtbot, monkeypatch):
+    demo = _quick_show_me(monkeypatch)
+    m = win.model
+    assert demo.show_me(win)
+    win.narration.close_btn.click()  # closed during the run: not back at its end
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=120000)
+    qtbot.waitUntil(lambda: win.show_me_result is m.session.final, timeout=10000)
+    assert win.narration.isHidden()
+    assert demo.show_me(win)  # the next Show me shows it again
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=120000)
+    qtbot.waitUntil(lambda: "KA vs IA" in win.narration.label.text(), timeout=10000)
+    assert not win.narration.isHidden()
+    assert win.start_run()  # the user's own run on the same images: the line was about Show me's
+    qtbot.waitUntil(lambda: win.narration.isHidden(), timeout=10000)
+    qtbot.waitUntil(lambda: m.session.state == "finished", timeout=120000)
+    assert win.narration.isHidden()

@@ -130,6 +130,20 @@ def test_changing_a_saved_projects_inputs_asks_before_its_result_goes_from_the_w
     qtbot.waitUntil(lambda: m.session.state == "finished", timeout=120000)
 
 
+def test_a_run_stopped_on_a_saved_project_is_unsaved_work_not_the_files(win, qtbot, tmp_path, asked):
+    project = tmp_path / "P.iaproj"
+    _saved_project(win, qtbot, project)
+    m = win.model
+    assert win.start_run()
+    m.stop()
+    qtbot.waitUntil(lambda: m.session.state in ("stopped", "finished"), timeout=120000)
+    assert m.session.dirty  # the window no longer shows what the file holds
+    asked.answer = "cancel"
+    win.transform_panel.reset.emit()
+    assert asked[-1][0] == "Discard your work?"  # Save… offered, not "the file keeps it"
+    assert "Save the project first?" in asked[-1][1]
+
+
 # ------------------------------------------------------------------ 2. the size field
 def _type_into(spin, text):
     spin.setFocus()

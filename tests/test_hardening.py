@@ -275,7 +275,7 @@ def test_full_disk_leaves_no_partial_result(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(iastudio.core.report, "save_weights_png", full)
     assert main(["demo:shapes", "--out", str(out), *FAST]) == 1
-    assert "No space left on device" in capsys.readouterr().err
+    assert "failed: no space left on device" in capsys.readouterr().err
     assert sorted(os.listdir(out)) == ["mine.txt"]  # no half-written set beside the user's file
     assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []  # the hidden folder is gone
 
@@ -475,7 +475,7 @@ def test_project_export_on_a_full_disk_leaves_nothing(tmp_path, capsys, monkeypa
 
     monkeypatch.setattr(iastudio.core.report, "atomic_write", full)
     assert main(["--project", str(proj), "--out", str(tmp_path / "o"), "--quiet"]) == 1
-    assert "No space left on device" in capsys.readouterr().err
+    assert "no space left on device" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["logs", "p.iaproj"]
 
 

@@ -410,7 +410,7 @@ def test_the_events_are_typed_signals_that_carry_the_new_state():
     s.run_here(iterations=1, mean_steps=1, clusters=3)
     assert states == ["idle", "running", "finished"]  # start() discards the last run first
     assert messages[-1].startswith("Done: 3 clusters")
-    assert "iterations kept" not in messages[-1]  # the one iteration asked for was kept
+    assert "stopped after" not in messages[-1]  # the one iteration asked for was kept
 
 
 def test_done_says_when_fewer_iterations_than_asked_were_kept():
@@ -421,7 +421,8 @@ def test_done_says_when_fewer_iterations_than_asked_were_kept():
     s.events.message.connect(messages.append)
     res = s.run_here(backend="numpy", iterations=3, mean_steps=2)
     assert res.iterations == 1  # iteration 1 left the clusters as they were
-    assert re.fullmatch(r"Done: 3 clusters in \d+\.\d s \(1 of 3 iterations kept\)", messages[-1]), messages[-1]
+    done = r"Done: 3 clusters in \d+\.\d s \(stopped after 1 of 3 iterations\)"
+    assert re.fullmatch(done, messages[-1]), messages[-1]
     assert res.notes[-1].startswith("Stopped after iteration 1 of 3: it left the clusters as they were, so more "
                                     "would not change them. Details: iteration 1 left the clusters as they were")
     assert s.events.state.signature.parameters["p0"].annotation is str  # typed: what a connection can check
