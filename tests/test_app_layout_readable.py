@@ -6,7 +6,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
-from _qt import wait_until  # noqa: E402
+from _qt import window_after_a_run  # noqa: E402
 from PySide6.QtCore import QRectF, Qt  # noqa: E402
 
 from iastudio.app.demo import narration, show_comparison  # noqa: E402
@@ -25,16 +25,7 @@ def _settle(qapp, rounds=10):
 @pytest.fixture(scope="module")
 def ran(qapp, home):
     """A window after a short run on the demo shapes."""
-    w = MainWindow()
-    w.projects.ask = lambda *a, **k: "discard"
-    w.resize(1280, 800)
-    w.show()
-    w.model.session.load_demo("shapes")
-    w.run_panel.size.setValue(24)
-    w.start_run()
-    wait_until(qapp, lambda: w.model.session.state in ("finished", "failed"), 120)
-    assert w.model.session.state == "finished"
-    w.redraw()
+    w = window_after_a_run(qapp)
     _settle(qapp)
     yield w
     w.presentation_action.setChecked(False)

@@ -9,7 +9,7 @@ from types import SimpleNamespace  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from _qt import wait_until  # noqa: E402
+from _qt import window_after_a_run  # noqa: E402
 from PIL import Image  # noqa: E402
 from PySide6.QtCore import QEvent, QPoint, Qt  # noqa: E402
 from PySide6.QtGui import QHelpEvent  # noqa: E402
@@ -29,17 +29,7 @@ LONG_NAME = "the horses of the first cluster"
 @pytest.fixture(scope="module")
 def win(qapp, home):
     """A window after a run with the default settings on the demo shapes (the guard stops it after iteration 1)."""
-    w = MainWindow()
-    w.projects.ask = lambda *a, **k: "discard"
-    w.resize(1280, 800)
-    w.show()
-    w.model.session.load_demo("shapes")
-    w.run_panel.size.setValue(24)
-    w.start_run()
-    wait_until(qapp, lambda: w.model.session.state in ("finished", "failed"), 120)
-    assert w.model.session.state == "finished"
-    w.redraw()
-    qapp.processEvents()
+    w = window_after_a_run(qapp)
     yield w
     w.close()
 
