@@ -978,6 +978,9 @@ class ClusterList(QListWidget):
 LIST_ROWS = 3  # clusters the Clusters list shows at least
 
 
+CLUSTERS_HINT = "Drag images onto a cluster; right-click for more."
+
+
 class ClustersPanel(QGroupBox):
     """Named clusters with counts and means; edits; re-reading k or a distance threshold."""
 
@@ -1041,7 +1044,7 @@ class ClustersPanel(QGroupBox):
         # one line at least: in a short window it gives its room to the list first (it scrolls)
         self.evidence_area = scrolling(self.evidence, min_height=self.fontMetrics().lineSpacing() + 4)
         lay.addWidget(self.evidence_area, 1)
-        self.hint = muted(QLabel("Drag images onto a cluster; right-click for more."))
+        self.hint = muted(QLabel(CLUSTERS_HINT))
         self.hint.setToolTip("Drag thumbnails onto a cluster to move them; right-click a cluster or a thumbnail "
                              "for more (or Edit: F2 renames, Ctrl+M merges, Ctrl+K splits). Ctrl+Z undoes any edit.")
         self.hint.setWordWrap(True)
@@ -1058,6 +1061,10 @@ class ClustersPanel(QGroupBox):
         self.list.itemSelectionChanged.connect(self._highlighted)
         # the fields only set values; only the Re-read buttons change the clusters (a wheel notch must not undo edits)
         self.k_auto.toggled.connect(lambda on: self.k.setEnabled(not on))
+        # a k typed and left (Tab, a click elsewhere) is not read yet: say so, rather than show 5 beside 3 clusters
+        self._shown_k: int | None = None
+        self.k.valueChanged.connect(self._cue_pending_k)
+        self.k_auto.toggled.connect(self._cue_pending_k)
         self.k_apply.clicked.connect(lambda: self.rereadK.emit("auto" if self.k_auto.isChecked() else self.k.value()))
         self.t_apply.clicked.connect(lambda: self.rereadThreshold.emit(float(self.threshold.value())))
         # Enter in a field does what its button does, once the number typed was taken
@@ -1069,6 +1076,20 @@ class ClustersPanel(QGroupBox):
             box.taken.connect(lambda label=label: self.taken.emit(label))
         self._updating = False
         apply_tooltips(self)
+
+    def pending_k(self) -> int | None:
+        """The k in the field when it is not the number of clusters shown and Re-read has not read it yet."""
+        k = self.k.value()
+        return k if self._shown_k is not None and not self.k_auto.isChecked() and k != self._shown_k else None
+
+    def _cue_pending_k(self, *_) -> None:
+        k = self.pending_k()
+        self.hint.setText(CLUSTERS_HINT if k is None else
+                          f"Clusters k says {k}, {count_of(self._shown_k, 'cluster')} shown: press Re-read "
+                          f"(or Enter in the field) to read {k}.")
+        font = self.k_apply.font()
+        font.setBold(k is not None)  # the button that would read it
+        self.k_apply.setFont(font)
 
     def _one(self, signal):
         sel = self.selected_clusters()
@@ -1112,6 +1133,8 @@ class ClustersPanel(QGroupBox):
 
     def _fill(self, book, means: dict) -> None:
         self.list.clear()
+        self._shown_k = (len(book.cluster_ids()) or None) if book is not None else None  # None: nothing to cue
+        self._cue_pending_k()
         if book is None:
             return
         counts = book.counts()
@@ -1128,6 +1151,7 @@ class ClustersPanel(QGroupBox):
         self.k.setMaximum(max(1, book.n))  # a typed k above the number of images is refused, and said so
         self.k.setValue(max(1, len(book.cluster_ids())))
         self.k.blockSignals(False)
+        self._cue_pending_k()
 
     def show_evidence(self, result, paths=()) -> None:
         """The run's k read-out ("4 clusters - unsure: 3 or 5 also plausible"), blank images and the guard's notes."""

@@ -207,6 +207,35 @@ def test_a_typed_number_out_of_range_is_refused_out_loud(win, qtbot, asked):
     assert win.statusBar().currentMessage().startswith("Working size: 1000")  # nothing new said
 
 
+def test_a_k_typed_and_left_says_it_is_not_read_yet(win, qtbot):
+    """Tab out of Clusters k left "5" beside 3 clusters with nothing said; now the tab says to press Re-read."""
+    m, cp = win.model, win.clusters_panel
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
+    _run(win, qtbot, clusters=3)
+    book, usual = m.session.book, cp.hint.text()
+    cp.k_auto.setChecked(False)
+    assert not cp.k_apply.font().bold()
+    _type_into(cp.k, "5")
+    QTest.keyClick(cp.k.lineEdit(), Qt.Key.Key_Tab)
+    assert m.session.book is book  # leaving the field reads nothing
+    assert cp.hint.text() == "Clusters k says 5, 3 clusters shown: press Re-read (or Enter in the field) to read 5."
+    assert cp.k_apply.font().bold()
+    cp.k_auto.setChecked(True)  # auto: Re-read would choose, nothing typed is pending
+    assert cp.hint.text() == usual
+    assert not cp.k_apply.font().bold()
+    cp.k_auto.setChecked(False)
+    assert cp.pending_k() == 5
+    _type_into(cp.k, "3")  # back to what is shown
+    QTest.keyClick(cp.k.lineEdit(), Qt.Key.Key_Tab)
+    assert cp.hint.text() == usual
+    _type_into(cp.k, "2")
+    QTest.keyClick(cp.k.lineEdit(), Qt.Key.Key_Return)  # read: the cue goes
+    assert len(m.session.book.cluster_ids()) == 2
+    assert cp.hint.text() == usual
+    assert not cp.k_apply.font().bold()
+
+
 def test_the_clusters_tab_fields_refuse_out_loud_and_enter_does_what_the_button_does(win, qtbot, asked):
     """Re-read k above the number of images was read as n, silently; Enter did nothing."""
     m, cp = win.model, win.clusters_panel
