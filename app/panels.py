@@ -1085,8 +1085,7 @@ class ClustersPanel(QGroupBox):
     def _cue_pending_k(self, *_) -> None:
         k = self.pending_k()
         self.hint.setText(CLUSTERS_HINT if k is None else
-                          f"Clusters k says {k}, {count_of(self._shown_k, 'cluster')} shown: press Re-read "
-                          f"(or Enter in the field) to read {k}.")
+                          f"Press Re-read to show {count_of(k, 'cluster')} ({self._shown_k} shown now).")
         font = self.k_apply.font()
         font.setBold(k is not None)  # the button that would read it
         self.k_apply.setFont(font)

@@ -219,7 +219,7 @@ def test_a_k_typed_and_left_says_it_is_not_read_yet(win, qtbot):
     _type_into(cp.k, "5")
     QTest.keyClick(cp.k.lineEdit(), Qt.Key.Key_Tab)
     assert m.session.book is book  # leaving the field reads nothing
-    assert cp.hint.text() == "Clusters k says 5, 3 clusters shown: press Re-read (or Enter in the field) to read 5."
+    assert cp.hint.text() == "Press Re-read to show 5 clusters (3 shown now)."
     assert cp.k_apply.font().bold()
     cp.k_auto.setChecked(True)  # auto: Re-read would choose, nothing typed is pending
     assert cp.hint.text() == usual
