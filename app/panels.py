@@ -1039,15 +1039,14 @@ class ClustersPanel(QGroupBox):
         self.evidence.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         self.evidence.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.evidence.setToolTip("How the number of clusters was chosen: when no clear gap was seen, the other "
-                                 "counts worth a look are named. Type a k and press Re-read to try one.")
+                                 "counts worth a look are named: click one in the line below, or type a k "
+                                 "and press Re-read.")
         # the run's lines can be long (the denoiser, the guard's notes): they scroll rather than being cut off
         # one line at least: in a short window it gives its room to the list first (it scrolls)
         self.evidence_area = scrolling(self.evidence, min_height=self.fontMetrics().lineSpacing() + 4)
         lay.addWidget(self.evidence_area, 1)
-        self.hint = muted(QLabel(CLUSTERS_HINT))
-        self.hint.setToolTip("Drag thumbnails onto a cluster to move them; right-click a cluster or a thumbnail "
-                             "for more (or Edit: F2 renames, Ctrl+M merges, Ctrl+K splits). Ctrl+Z undoes any edit.")
-        self.hint.setWordWrap(True)
+        self.hint = self._hint_line()
+        self._other_counts: list[int] = []  # the run's count and the others it found plausible, when unsure
         lay.addWidget(self.hint)
         self.rename_btn.clicked.connect(lambda: self._one(self.renameRequested))
         self.merge_btn.clicked.connect(lambda: self.mergeRequested.emit(self.selected_clusters()))
@@ -1077,15 +1076,39 @@ class ClustersPanel(QGroupBox):
         self._updating = False
         apply_tooltips(self)
 
+    def _hint_line(self) -> QLabel:
+        """The line at the foot: how to edit; a typed k not read yet; an unsure run's other counts as links
+        (one click re-reads with that k, undoable)."""
+        hint = muted(QLabel(CLUSTERS_HINT))
+        hint.setWordWrap(True)
+        hint.setTextFormat(Qt.TextFormat.RichText)
+        hint.setTextInteractionFlags(Qt.TextInteractionFlag.LinksAccessibleByMouse
+                                     | Qt.TextInteractionFlag.LinksAccessibleByKeyboard)
+        hint.linkActivated.connect(lambda link: link.startswith("k:") and self.rereadK.emit(int(link[2:])))
+        hint.setToolTip("Drag thumbnails onto a cluster to move them; right-click a cluster or a thumbnail "
+                        "for more (or Edit: F2 renames, Ctrl+M merges, Ctrl+K splits). Ctrl+Z undoes any edit. "
+                        "When the run was unsure of the count, the other plausible counts are links here: a "
+                        "click re-reads the clusters with that count.")
+        return hint
+
     def pending_k(self) -> int | None:
         """The k in the field when it is not the number of clusters shown and Re-read has not read it yet."""
         k = self.k.value()
         return k if self._shown_k is not None and not self.k_auto.isChecked() and k != self._shown_k else None
 
+    def other_counts(self) -> list[int]:
+        """The counts the hint offers as links: an unsure run's count and its plausible ones, but the one shown."""
+        return [k for k in self._other_counts if k != self._shown_k]
+
     def _cue_pending_k(self, *_) -> None:
-        k = self.pending_k()
-        self.hint.setText(CLUSTERS_HINT if k is None else
-                          f"Press Re-read to show {count_of(k, 'cluster')} ({self._shown_k} shown now).")
+        k, others = self.pending_k(), self.other_counts()
+        if k is not None:
+            self.hint.setText(f"Press Re-read to show {count_of(k, 'cluster')} ({self._shown_k} shown now).")
+        elif others and self._shown_k is not None:
+            links = " · ".join(f'<a href="k:{c}">{count_of(c, "cluster")}</a>' for c in others)
+            self.hint.setText(f"Unsure of the count? Show {links}")
+        else:
+            self.hint.setText(CLUSTERS_HINT)
         font = self.k_apply.font()
         font.setBold(k is not None)  # the button that would read it
         self.k_apply.setFont(font)
@@ -1154,7 +1177,11 @@ class ClustersPanel(QGroupBox):
 
     def show_evidence(self, result, paths=()) -> None:
         """The run's k read-out ("4 clusters - unsure: 3 or 5 also plausible"), blank images and the guard's notes."""
-        if result is None or result.k_choice is None:
+        choice = None if result is None else result.k_choice
+        self._other_counts = [] if choice is None or not choice.unsure else \
+            sorted({int(result.n_clusters), *choice.plausible()})
+        self._cue_pending_k()
+        if choice is None:
             self.evidence.setText("")
             return
         lines = [f"Run: {result.k_choice.describe(result.n_clusters)}"]

@@ -236,6 +236,42 @@ def test_a_k_typed_and_left_says_it_is_not_read_yet(win, qtbot):
     assert not cp.k_apply.font().bold()
 
 
+def test_an_unsure_runs_other_counts_are_one_click_away(win, qtbot):
+    """"unsure: 2 or 4 also plausible" meant typing 2 into Clusters k and pressing Re-read; now each is a link."""
+    from dataclasses import replace
+
+    from iastudio.core.clustering import KChoice
+
+    m, cp = win.model, win.clusters_panel
+    m.session.load_demo("shapes")
+    m.session.set_size(24)
+    _run(win, qtbot, clusters=3)
+    usual = cp.hint.text()
+    result = m.session.final.result
+    assert not result.k_choice.unsure
+    assert cp.other_counts() == []  # a sure run offers nothing
+    unsure = replace(result, k_choice=KChoice(3, 2, 0.1, "silhouette", [(3, 0.30), (4, 0.29), (2, 0.28)]))
+    cp.show_evidence(unsure, m.session.data.paths)
+    assert cp.evidence.text().startswith("Run: 3 clusters \u2014 unsure: 2 or 4 also plausible")
+    assert cp.other_counts() == [2, 4]
+    assert '<a href="k:2">2 clusters</a>' in cp.hint.text()
+    assert '<a href="k:4">4 clusters</a>' in cp.hint.text()
+    cp.hint.linkActivated.emit("k:2")  # what a click on "2 clusters" sends
+    assert len(m.session.book.cluster_ids()) == 2
+    assert win.statusBar().currentMessage() == "Re-read clusters with k = 2 (2 clusters now)"
+    assert cp.other_counts() == [3, 4]  # the run's own count is offered back
+    assert '<a href="k:3">3 clusters</a>' in cp.hint.text()
+    assert m.session.undo()
+    assert cp.other_counts() == [2, 4]
+    cp.k_auto.setChecked(False)
+    _type_into(cp.k, "5")  # a typed k waiting for Re-read says so first
+    QTest.keyClick(cp.k.lineEdit(), Qt.Key.Key_Tab)
+    assert cp.hint.text() == "Press Re-read to show 5 clusters (3 shown now)."
+    cp.show_evidence(None)  # the run discarded: nothing offered
+    cp.k.setValue(3)
+    assert cp.hint.text() == usual
+
+
 def test_the_clusters_tab_fields_refuse_out_loud_and_enter_does_what_the_button_does(win, qtbot, asked):
     """Re-read k above the number of images was read as n, silently; Enter did nothing."""
     m, cp = win.model, win.clusters_panel
