@@ -26,7 +26,8 @@ Three steps, so that a rule for choosing k can be studied without re-running the
     in the stored input distances, and count the sets where that finds the true k (:func:`density`).
 ``check``
     Full default runs (this version's rule inside the engine) on the sets, printing k, whether the
-    run said it was unsure, ARI and the time.
+    run said it was unsure, ARI, the time and the other counts it found plausible (what the app's
+    Clusters tab offers as one-click links), and how often a wrong k's offer holds the true k.
 
 The sets (:func:`kauto_sets`):
 
@@ -461,7 +462,7 @@ def density(cache, splits=("tune", "holdout"), only=()):
 def check(split, only=()):
     from iastudio.core.clustering import KChoice  # noqa: F401
 
-    n_sets = right = unsure_wrong = 0
+    n_sets = right = unsure_wrong = offered = 0
     for name, build in kauto_sets(split):
         if only and name not in only:
             continue
@@ -473,11 +474,13 @@ def check(split, only=()):
         n_sets += 1
         right += ok
         unsure_wrong += (not ok) and res.k_choice.unsure
+        others = res.k_choice.plausible()  # what the app's Clusters tab offers as one-click links
+        offered += (not ok) and k_true in others
         print(f"{split:8s} {name:28s} n={len(truth):5d} k_true={k_true:3d} k={res.n_clusters:3d}"
               f"{'?' if res.k_choice.unsure else ' '} ARI {ari:.3f} {secs:7.1f} s  {res.k_choice.method} "
-              f"conf {res.k_choice.confidence:.2f}", flush=True)
-    print(f"{split}: true k on {right} of {n_sets}; wrong and unsure {unsure_wrong}; "
-          f"wrong and sure {n_sets - right - unsure_wrong}")
+              f"conf {res.k_choice.confidence:.2f}  offered {' '.join(map(str, others)) or '-'}", flush=True)
+    print(f"{split}: true k on {right} of {n_sets}; wrong and unsure {unsure_wrong} (the true k among the "
+          f"plausible ones offered: {offered}); wrong and sure {n_sets - right - unsure_wrong}")
 
 
 def main(argv=None) -> int:
