@@ -16,6 +16,12 @@ Three steps, so that a rule for choosing k can be studied without re-running the
     For each stored set, the ARI of every partition the read-out could choose (k = 2-20, neighbour
     scales 1-3) and whether the true k is the k of the one most like the truth: where it is not, no
     rule that picks one of these partitions can find the true k without picking a worse partition.
+``partitioners``
+    The ``ceiling`` question for other partitioners on the same (input) distances: average- and
+    complete-linkage agglomerative clustering (SciPy), spectral clustering on Zelnik-Manor & Perona's
+    self-tuned affinity at the 7th neighbour (all pairs), the read-out's spectral partitions, and the
+    best of all of them per k (:func:`partitioners`); ``--silhouette`` adds the k of the best silhouette
+    among each partitioner's partitions.
 ``clear``
     How the thresholds of ``clustering.clear_choice`` (when a silhouette choice is not "unsure") were
     chosen: a grid of silhouette leads and eigengap ratios counted on the tune split's stored
@@ -46,6 +52,7 @@ Usage::
     python benchmarks/bench_kauto.py collect --split tune --cache /tmp/kauto
     python benchmarks/bench_kauto.py rules --cache /tmp/kauto
     python benchmarks/bench_kauto.py ceiling --cache /tmp/kauto
+    python benchmarks/bench_kauto.py partitioners --split tune --cache /tmp/kauto
     python benchmarks/bench_kauto.py clear --cache /tmp/kauto
     python benchmarks/bench_kauto.py density --cache /tmp/kauto
     python benchmarks/bench_kauto.py check --split holdout --only real-mnist-5
@@ -343,6 +350,114 @@ def ceiling(cache, splits=("tune", "holdout"), which=("input", "last"), only=())
                   f"(the default rule finds it on {default_true})")
 
 
+def _filled(d):
+    """Dense distances of ``d``; on a pruned run's graph the pairs off it at ``max(r_i, r_j)``.
+
+    ``r_i`` is image ``i``'s farthest computed distance (the estimate the graph silhouette uses
+    where no probe joins two clusters; a lower bound for those pairs).
+    """
+    import scipy.sparse as sp
+
+    if not sp.issparse(d):
+        d = np.asarray(d, dtype=float)
+        return 0.5 * (d + d.T)
+    g = sp.csr_matrix(d, dtype=float)
+    g = g.maximum(g.T).tocoo()  # a pair either image computed
+    r = np.zeros(g.shape[0])
+    np.maximum.at(r, g.row, g.data)
+    out = np.maximum.outer(r, r)
+    out[g.row, g.col] = g.data
+    np.fill_diagonal(out, 0.0)
+    return out
+
+
+def _other_partitions(d, ks):
+    """``{partitioner: {k: labels}}`` of the alternative partitioners on dense distances ``d``."""
+    from scipy.cluster.hierarchy import cut_tree, linkage
+    from scipy.spatial.distance import squareform
+
+    from iastudio.core import clustering
+
+    out = {}
+    condensed = squareform(d, checks=False)
+    for method in ("average", "complete"):
+        tree = linkage(condensed, method=method)
+        cuts = cut_tree(tree, n_clusters=list(ks))
+        out[method] = {k: cuts[:, i] for i, k in enumerate(ks)}
+    # Zelnik-Manor & Perona (2004): s_i at the 7th neighbour, every pair kept
+    out["spectral m=7"] = clustering._partitions(clustering.local_scaling_affinity(d, neighbor=7), ks)
+    return out
+
+
+PARTITIONERS = ("spectral (read-out)", "average", "complete", "spectral m=7", "best of all")
+
+
+def partitioners(cache, splits=("tune", "holdout"), only=(), with_silhouette=False):
+    """``ceiling`` for other partitioners on the same input distances (an experiment; nothing adopted).
+
+    For each stored set, partitions for k = 2 .. ``MAX_K`` from: the read-out's spectral clustering
+    (scales 1-3, the best ARI of the three per k, as :func:`ceiling`), SciPy's average- and
+    complete-linkage trees, and spectral clustering on the self-tuned affinity at the 7th neighbour
+    with every pair kept; and "best of all", the best ARI of any of them per k.  Per partitioner:
+    the k of the partition most like the truth (ARI), whether that is the true k, and the ARI at the
+    true k.  A pruned run's sparse distances are filled in first (:func:`_filled`) for all but the
+    read-out's partitions.  ``with_silhouette``: also the k whose partition has the best silhouette
+    (on the stored distances, probes as the read-out uses them), per partitioner but "best of all".
+    """
+    import scipy.sparse as sp
+    from sklearn.metrics import adjusted_rand_score
+
+    from iastudio.core import clustering
+
+    for split in splits:
+        hits = {name: 0 for name in PARTITIONERS}
+        sil_hits = {name: 0 for name in PARTITIONERS[:-1]}
+        at_true = {name: [] for name in PARTITIONERS}
+        n_sets = 0
+        print(f"\n## {split}, input distances: true k; per partitioner the best partition's k "
+              "(ARI at the true k / best ARI)" + ("; the best silhouette's k" if with_silhouette else ""))
+        print("  columns: " + ", ".join(PARTITIONERS) + "; '*': the true k")
+        for name, truth, reads in _cases(cache, split, only):
+            t0 = time.perf_counter()
+            d, p = reads[0]
+            d = sp.csr_matrix(d, dtype=float) if sp.issparse(d) else np.asarray(d, dtype=float)
+            k_true = int(truth.max()) + 1
+            ks = list(range(2, min(d.shape[0] - 1, clustering.MAX_K) + 1))
+            affinity = clustering._affinities(d)
+            spectral = [clustering._partitions(affinity(m), ks) for m in clustering.SCALES]
+            parts = {"spectral (read-out)": {k: [s[k] for s in spectral] for k in ks}}
+            others = _other_partitions(_filled(d), ks)
+            parts.update({pn: {k: [lab] for k, lab in ps.items()} for pn, ps in others.items()})
+            ari = {}
+            for pn, ps in parts.items():
+                ari[pn] = {k: max(adjusted_rand_score(truth, lab) for lab in labs) for k, labs in ps.items()}
+                ari[pn][1] = 1.0 if k_true == 1 else 0.0
+            ari["best of all"] = {k: max(ari[pn][k] for pn in parts) for k in ari["spectral (read-out)"]}
+            n_sets += 1
+            cells = []
+            for pn in PARTITIONERS:
+                a = ari[pn]
+                k_best = max(a, key=lambda k: (a[k], -abs(k - k_true)))
+                hits[pn] += k_best == k_true
+                at_true[pn].append(a.get(k_true, float("nan")))
+                mark = "*" if k_best == k_true else " "
+                cell = f"{k_best:2d}{mark}({a.get(k_true, float('nan')):.3f}/{a[k_best]:.3f})"
+                if with_silhouette and pn in parts:
+                    labs = {k: parts[pn][k][min(1, len(parts[pn][k]) - 1)] for k in ks}  # the read-out's: m = 2
+                    sil = {k: clustering._silhouette(d, lab, p) for k, lab in labs.items()}
+                    k_sil = max(sil, key=sil.get) if k_true != 1 else 1
+                    sil_hits[pn] += k_sil == k_true
+                    cell += f" sil {k_sil:2d}"
+                cells.append(cell)
+            print(f"  {name:26s} n={d.shape[0]:5d} true {k_true:3d}  " + "  ".join(cells)
+                  + f"  {time.perf_counter() - t0:5.1f} s", flush=True)
+        print(f"{split}, {n_sets} sets: the true k is the best partition's on / mean ARI at the true k"
+              + (" / the best silhouette finds the true k on" if with_silhouette else ""))
+        for pn in PARTITIONERS:
+            print(f"  {pn:22s} {hits[pn]:3d} of {n_sets}  {np.nanmean(at_true[pn]):.3f}"
+                  + (f"  {sil_hits[pn]:3d}" if with_silhouette and pn in sil_hits else ""), flush=True)
+
+
 def _silhouette_choices(cache, split, which):
     """``(right, lead, gap_ratio)`` of every stored read-out where the silhouette chose k (see :func:`clear`)."""
     import scipy.sparse as sp
@@ -485,7 +600,8 @@ def check(split, only=()):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("collect", "rules", "ceiling", "check", "clear", "density"))
+    p.add_argument("what", choices=("collect", "rules", "ceiling", "check", "clear", "density",
+                                     "partitioners"))
     p.add_argument("--split", choices=("tune", "holdout", "both"), default="both")
     p.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "ia-kauto"))
     p.add_argument("--only", nargs="*", default=())
@@ -493,6 +609,8 @@ def main(argv=None) -> int:
                    help="collect: stop each run after its first read-out (the input distances; much faster)")
     p.add_argument("--blur", type=float, default=0.0,
                    help="collect: smooth the preprocessed images by a Gaussian of this many pixels (an experiment)")
+    p.add_argument("--silhouette", action="store_true",
+                   help="partitioners: also the k of the best silhouette among each partitioner's partitions")
     a = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     splits = ("tune", "holdout") if a.split == "both" else (a.split,)
@@ -507,6 +625,8 @@ def main(argv=None) -> int:
         clear(a.cache)
     if a.what == "density":
         density(a.cache, splits, a.only)
+    if a.what == "partitioners":
+        partitioners(a.cache, splits, a.only, a.silhouette)
     if a.what == "ceiling":
         ceiling(a.cache, splits, ("input",) if a.inputs else ("input", "last"), a.only)
     return 0
