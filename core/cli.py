@@ -28,7 +28,7 @@ from .atomic import ResultFolder, signals_held
 from .backend import threads
 from .demos import DEMO_NAMES, load_demo
 from .filenames import display_name, printable
-from .imageset import ImageSet, NoUsableImagesError, load_images
+from .imageset import ImageSet, NoUsableImagesError, load_images, skipped_lines
 from .outliers import poor_fit_line, poor_fits
 from .project import ProjectError
 from .report import write_json
@@ -620,8 +620,8 @@ def _usable_inputs(args, progress=None) -> ImageSet:
     data = gather_inputs(args.inputs, args.seed)
     if progress is not None and data.skipped:
         progress.clear()
-    for s in data.skipped:
-        print(f"ia-cluster: skipped {printable(s['path'])}: {printable(s['reason'])}", file=sys.stderr)
+    for line in skipped_lines(data.skipped):  # a missing stack: one line, not one per particle
+        print(f"ia-cluster: skipped {printable(line)}", file=sys.stderr)
     n = len(data)
     if n < 2:
         raise NoUsableImagesError(f"need at least 2 usable images, found {n}", data.skipped)

@@ -1,10 +1,14 @@
-"""What ``ia-cluster`` says while it works: the progress inside a long stage."""
+"""What ``ia-cluster`` says while it works: the progress inside a long stage, and skipped images said once."""
+import json
 import re
 
+import mrcfile
+import numpy as np
 import pytest
 
 from iastudio.core import cli
 from iastudio.core.cli import main
+from iastudio.core.imageset import skipped_lines
 
 
 @pytest.fixture(autouse=True)
@@ -42,3 +46,40 @@ def test_on_a_terminal_the_bar_is_redrawn_in_place_and_ends_its_line_before_othe
     assert err.split("\n")[1] == "ia-cluster: skipped x.png: empty"
     assert "[############             ]  50% invariant similarity 10 %" in err
     assert err.endswith("\n")
+
+
+def test_skipped_lines_say_a_run_of_one_files_images_once_and_keep_the_rest_apart():
+    entries = ([{"path": f"d/gone.mrcs#{i}", "reason": "does not exist"} for i in range(1, 601)]
+               + [{"path": "d/s.mrcs#2500", "reason": "no image 2500 in the stack (it holds 1800)"},
+                  {"path": "d/gone.mrcs#700", "reason": "does not exist"},
+                  {"path": "d/other.mrcs#1", "reason": "does not exist"},
+                  {"path": "d/other.mrcs#2", "reason": "truncated file"},
+                  {"path": "d/a#b.png", "reason": "empty"}])
+    assert skipped_lines(entries) == [
+        "d/gone.mrcs#1 to #600 (600 images): does not exist",
+        "d/s.mrcs#2500: no image 2500 in the stack (it holds 1800)",
+        "d/gone.mrcs#700: does not exist",
+        "d/other.mrcs#1: does not exist",
+        "d/other.mrcs#2: truncated file",
+        "d/a#b.png: empty",
+    ]
+    short = skipped_lines(entries[:2], name=lambda p: p.split("/")[-1])
+    assert short == ["gone.mrcs#1 to #2 (2 images): does not exist"]
+
+
+def test_a_star_file_whose_stack_is_missing_says_so_in_one_line_and_the_rest_runs(tmp_path, capsys):
+    starfile = pytest.importorskip("starfile")
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    with mrcfile.new(tmp_path / "s.mrcs") as m:
+        m.set_data(rng.random((6, 16, 16)).astype(np.float32))
+    names = [f"{i:06d}@s.mrcs" for i in range(1, 7)] + [f"{i:06d}@gone.mrcs" for i in range(1, 401)]
+    starfile.write(pd.DataFrame({"rlnImageName": names}), tmp_path / "p.star")
+    out = tmp_path / "o"
+    assert main([str(tmp_path / "p.star"), "--size", "16", "--clusters", "2", "--quiet", "--out", str(out)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    skipped = [line for line in err if line.startswith("ia-cluster: skipped")]
+    assert skipped == [f"ia-cluster: skipped {tmp_path / 'gone.mrcs'}#1 to #400 (400 images): does not exist"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n_images"] == 6
+    assert len(summary["skipped"]) == 400  # every row is kept there
