@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMainWindow, QMessageBo
 from iastudio.core import __version__
 from iastudio.core.clusterbook import UNASSIGNED
 from iastudio.core.filenames import display_name, printable
+from iastudio.core.imageset import skipped_lines
 from iastudio.core.logs import log_dir
 from iastudio.core.wording import count_of
 
@@ -290,8 +291,9 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------ dialogs
     def show_skipped(self) -> None:
         skipped = self.model.session.data.skipped
-        text = "\n".join(f"{s['path']}: {s['reason']}" for s in skipped) or "Nothing was skipped."
-        self.dialog(QMessageBox.Icon.Information, "Skipped files", f"{len(skipped)} file(s) were skipped.", text)
+        text = "\n".join(skipped_lines(skipped)) or "Nothing was skipped."  # a missing stack: one line
+        self.dialog(QMessageBox.Icon.Information, "Skipped files", f"{len(skipped):,} skipped (files, or images "
+                    "of a stack or STAR file).", text)
 
     def _failed(self, message, tb, title: str = "The run failed") -> None:
         from .errors import show_error

@@ -26,6 +26,7 @@ from .events import listen
 
 log = logging.getLogger(__name__)
 QUEUED = Qt.ConnectionType.QueuedConnection
+FINISHING = 0.99  # the bar while the worker makes a finished run's final frame (the engine's part is done)
 
 
 def gpu_status() -> tuple[bool, str]:
@@ -248,7 +249,7 @@ class StudioModel(QObject):
     def _on_yield(self, item) -> None:
         self.session.take(item)
         if item[0] == "frame":
-            self._on_progress(item[1].snapshot.progress, _stage_text(item[1].snapshot))
+            _frame_progress(self, item[1].snapshot)
 
     def _on_error(self, exc: BaseException) -> None:
         tb = "".join(traceback.format_exception(exc))
@@ -368,6 +369,16 @@ def _reraising(generator_function, *args):
         return (yield from generator_function(*args))
     except RuntimeError as exc:
         raise EngineError(str(exc) or type(exc).__name__) from exc
+
+
+def _frame_progress(model: StudioModel, snap) -> None:
+    """The Run panel's bar and stage for a frame of the run ``snap`` (its snapshot)."""
+    if snap.stage == "done":
+        # the engine is done; its worker still makes the final frame (the class averages, those before
+        # denoising, the final read-out): seconds on a large set, not "100 % · ~0 s left"
+        model.session.on_progress(FINISHING, "finishing: the class averages and the final read-out", -1.0)
+    else:
+        model._on_progress(snap.progress, _stage_text(snap))
 
 
 def _stage_text(snap) -> str:

@@ -36,6 +36,7 @@ from iastudio.core import options
 from iastudio.core.clusterbook import UNASSIGNED
 from iastudio.core.demos import DEMO_NAMES, PAPER_MODE
 from iastudio.core.filenames import display_name
+from iastudio.core.imageset import skipped_lines
 from iastudio.core.options import option
 from iastudio.core.outliers import poor_fit_line, poor_fits
 from iastudio.core.particle_ctf import NO_CTF
@@ -254,9 +255,10 @@ class ImageSetPanel(QGroupBox):
     def set_skipped(self, skipped) -> None:
         """List the files that were skipped (name and reason; the full path in the tooltip)."""
         self.skipped_list.clear()
-        for s in skipped:
-            item = QListWidgetItem(f"Skipped {display_name(s['path'])}: {s['reason']}")
-            item.setToolTip(f"{s['path']}\n{s['reason']}")
+        # a missing stack's images in one line, not one line per particle
+        for short, full in zip(skipped_lines(skipped, display_name), skipped_lines(skipped), strict=True):
+            item = QListWidgetItem(f"Skipped {short}")
+            item.setToolTip(full)
             self.skipped_list.addItem(item)
         self.skipped_list.setVisible(bool(skipped))
 

@@ -405,6 +405,10 @@ class WeightsView(_Titled):
 
 
 MEANS_TITLE = "Invariant means (shown upright and centred)"
+#: More images than this: a finished run's means view opens on one mean per cluster (the class averages),
+#: unless the user has chosen; a grid of one mean per image would have tiles of a few pixels (issue: 1,800
+#: particles drew 1,024 tiles of 7 px in a 1280 x 800 window).
+PER_IMAGE_READABLE = 256
 UNDENOISED_TITLE = "Class averages before denoising (upright)"
 UNDENOISED_TIP = ("Before denoising: each cluster's images as they were before the denoiser, turned and shifted "
                   "by the poses the run found on their denoised copies, then averaged (noisier, but with the "
@@ -467,6 +471,8 @@ class MeansView(_Titled):
         self.image_item.mouseClickEvent = self._click
         self.per_cluster.toggled.connect(self._per_cluster_toggled)
         self.averages.currentIndexChanged.connect(self._averages_changed)
+        self.per_cluster_chosen = False  # set once "one per cluster" is set by anyone but show_frame's default
+        self._auto_per_cluster = False  # show_frame ticked it for a large set
 
     def _body_height(self) -> int:
         """The controls above the grid, a grid as tall as W's square and a caption of two lines."""
@@ -494,6 +500,7 @@ class MeansView(_Titled):
         self.averages_label.setToolTip(tip)
 
     def _per_cluster_toggled(self, on: bool) -> None:
+        self.per_cluster_chosen, self._auto_per_cluster = True, False
         if not on and self.averages.currentData() == "undenoised":  # class averages are one per cluster
             self.averages.blockSignals(True)
             self.averages.setCurrentIndex(0)
@@ -553,9 +560,20 @@ class MeansView(_Titled):
                 over[y:y + h, x:x + w] = 0
         self.overlay.setImage(over, autoLevels=False)
 
+    def _large_set_default(self, frame) -> None:
+        """Tick "one per cluster" for a finished large run the user has not chosen for (:data:`PER_IMAGE_READABLE`)."""
+        if (self.per_cluster_chosen or self.per_cluster.isChecked() or frame.cluster_means is None
+                or len(frame.order) <= PER_IMAGE_READABLE):
+            return
+        self.per_cluster.blockSignals(True)  # not the user's choice: not remembered, and drawn below
+        self.per_cluster.setChecked(True)
+        self.per_cluster.blockSignals(False)
+        self._auto_per_cluster = True
+
     def show_frame(self, frame):
         self._frame = frame
         snap = frame.snapshot
+        self._large_set_default(frame)
         self._set_averages_enabled(frame.undenoised_means is not None and frame.cluster_means is not None)
         undenoised = self.shows_undenoised
         self.title.setText(UNDENOISED_TITLE if undenoised else MEANS_TITLE)
@@ -582,6 +600,9 @@ class MeansView(_Titled):
                 + _names_text(frame))
         if undenoised:
             text = _undenoised_text(frame, self.n_tiles)
+        if self._auto_per_cluster:
+            text += (f" · one per cluster: {len(frame.order):,} images are too many for one mean each "
+                     "(untick to see a sample)")
         self.caption.setText(text)
         self.caption.setToolTip(text)
         self.set_empty(False)

@@ -28,7 +28,7 @@ from .atomic import ResultFolder, signals_held
 from .backend import threads
 from .demos import DEMO_NAMES, load_demo
 from .filenames import display_name, printable
-from .imageset import ImageSet, NoUsableImagesError, load_images
+from .imageset import ImageSet, NoUsableImagesError, load_images, skipped_lines
 from .outliers import poor_fit_line, poor_fits
 from .project import ProjectError
 from .report import write_json
@@ -122,26 +122,55 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _Progress:
-    def __init__(self, quiet):
+    """The progress bar on stderr: redrawn in place on a terminal, plain lines otherwise (a log, a batch job).
+
+    Called with the run's overall fraction and a stage's text, both from the run's snapshots and from
+    :attr:`~iastudio.core.attention.AttentionRun.on_progress` inside a long stage (the invariant similarity
+    of a pruned run is most of its time and yields no snapshot until it ends).  Every line shows the time
+    since the command started.  Without a terminal a line is written when the overall tenth changes, the
+    stage changes, or :data:`LINE_EVERY_S` seconds have passed since the last line.
+    """
+
+    LINE_EVERY_S = 10.0
+    REDRAW_S = 0.2  # a terminal's bar at most five times a second (the stage's first text always)
+
+    def __init__(self, quiet, *, t0: float | None = None):
         self.quiet = quiet
         self.tty = sys.stderr.isatty()
+        self.t0 = time.perf_counter() if t0 is None else t0
         self.last = -1
+        self.drawn = False  # a terminal's bar is on the current line
+        self._stage = None
+        self._said = -math.inf
 
     def __call__(self, frac, text):
         if self.quiet:
             return
-        pct = int(100 * frac)
+        pct, now = int(100 * frac), time.perf_counter()
+        stage = "".join(c for c in text if not (c.isdigit() or c == "%")).strip()
+        new_stage, self._stage = stage != self._stage, stage
+        elapsed = int(now - self.t0)
+        clock = f" · {elapsed // 60}:{elapsed % 60:02d}"
         if self.tty:
-            bar = "#" * (pct // 4)
-            sys.stderr.write(f"\r[{bar:<25}] {pct:3d}% {text:<40}")
+            if new_stage or pct == 100 or now - self._said >= self.REDRAW_S:
+                bar = "#" * (pct // 4)
+                sys.stderr.write(f"\r[{bar:<25}] {pct:3d}% {text + clock:<48}")
+                sys.stderr.flush()
+                self.drawn, self._said = True, now
+        elif new_stage or pct // 10 != self.last // 10 or pct == 100 or now - self._said >= self.LINE_EVERY_S:
+            sys.stderr.write(f"{pct:3d}% {text}{clock}\n")
             sys.stderr.flush()
-        elif pct // 10 != self.last // 10 or pct == 100:
-            sys.stderr.write(f"{pct:3d}% {text}\n")
+            self._said = now
         self.last = pct
 
-    def close(self):
-        if not self.quiet and self.tty:
+    def clear(self):
+        """End a terminal's bar line, so that a message printed next starts a line of its own."""
+        if not self.quiet and self.tty and self.drawn:
             sys.stderr.write("\n")
+            self.drawn = False
+
+    def close(self):
+        self.clear()
 
 
 def gather_inputs(inputs, seed) -> ImageSet:
@@ -509,8 +538,11 @@ def _run_body(args, client) -> int:
 
     t_start = time.perf_counter()
     start_warmup(numpy_warp=args.backend != "cupy")  # the compiled warp loads while the images are read
-    data = _usable_inputs(args)
+    progress = _Progress(args.quiet, t0=t_start)
+    progress(0.0, "reading the images")
+    data = _usable_inputs(args, progress)
     relion_names = _relion_inputs(args, data)
+    progress(0.0, f"preparing the images (denoise {getattr(args, 'denoise', 'off')})")
     canvas, images, tau = _working_images(args, data)
     run = AttentionRun(images, backend=args.backend, method=args.method, beta=args.beta,
                        iterations=args.iterations, clusters=args.clusters,
@@ -519,8 +551,10 @@ def _run_body(args, client) -> int:
                        readout=getattr(args, "readout", "auto"),
                        realign_rounds=getattr(args, "realign_rounds", options.option("realign_rounds").default),
                        preset="paper" if getattr(args, "paper", False) else None)
-    history = _iterate(run, args)
+    run.on_progress = progress  # inside a long stage: the similarity yields no snapshot until it ends
+    history = _iterate(run, args, progress)
     res = run.result()
+    progress(1.0, "writing the results")  # the class averages before denoising, the figures: seconds
     out = args.results.open()  # a hidden folder beside --out; moved into place when complete
     undenoised = _undenoised_means(args, canvas, res)
     _write_results(out, args, data, canvas, res, undenoised)
@@ -541,6 +575,7 @@ def _run_body(args, client) -> int:
             result=res.arrays(), ctf=ctf_to_array(data.ctf, len(data)), undenoised_means=undenoised,
         )
         save_project(args.save_project, proj)
+    progress.close()
     out = args.results.commit()
     if not args.quiet:
         extra = f", ARI {summary['metrics']['ari']:.3f}" if "metrics" in summary else ""
@@ -580,11 +615,13 @@ def _left_out_line(canvas, data) -> str | None:
             + (f" and {more} more" if more else ""))
 
 
-def _usable_inputs(args) -> ImageSet:
+def _usable_inputs(args, progress=None) -> ImageSet:
     """The inputs, loaded; skipped files reported; at least 2 images and no more clusters than images."""
     data = gather_inputs(args.inputs, args.seed)
-    for s in data.skipped:
-        print(f"ia-cluster: skipped {printable(s['path'])}: {printable(s['reason'])}", file=sys.stderr)
+    if progress is not None and data.skipped:
+        progress.clear()
+    for line in skipped_lines(data.skipped):  # a missing stack: one line, not one per particle
+        print(f"ia-cluster: skipped {printable(line)}", file=sys.stderr)
     n = len(data)
     if n < 2:
         raise NoUsableImagesError(f"need at least 2 usable images, found {n}", data.skipped)
@@ -671,8 +708,9 @@ def _phase_flip_record(data, applied: bool) -> dict:
     return phase_flip_record(data.ctf) if applied else {"applied": False}
 
 
-def _iterate(run, args) -> list:
-    """Run to the end with a progress bar; the project history (when ``--save-project``)."""
+def _iterate(run, args, progress=None) -> list:
+    """Run to the end with a progress bar (``progress``, a :class:`_Progress`); the project history (when
+    ``--save-project``)."""
     from .attention import Stage
     from .project import RECORDED_STAGES, history_entry
 
@@ -680,13 +718,15 @@ def _iterate(run, args) -> list:
                    Stage.ITERATION: "iteration done", Stage.DONE: "done"}
     if args.method == "ka":
         stage_names[Stage.SIMILARITY] = "kernel similarity"
-    progress = _Progress(args.quiet)
+    own = progress is None
+    progress = progress or _Progress(args.quiet)
     history = []
     for snap in run.steps():
         progress(snap.progress, f"iteration {snap.iteration}: {stage_names.get(snap.stage, snap.stage)}")
         if args.save_project and snap.stage in RECORDED_STAGES:
             history.append(history_entry(snap))
-    progress.close()
+    if own:
+        progress.close()
     return history
 
 

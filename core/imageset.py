@@ -407,10 +407,36 @@ def not_loaded(files) -> list[dict]:
     return [{"path": str(f), "reason": "not loaded: cancelled"} for f, _ in files]
 
 
+def skipped_lines(skipped, name=str) -> list[str]:
+    """The skipped entries as lines ``"path: reason"``, each run of images of one file skipped for one reason
+    in one line; ``name(path)`` writes the path (e.g. :func:`~iastudio.core.filenames.display_name`).
+
+    A STAR file whose stack is missing skips every image it names, one entry each (``summary.json`` keeps
+    them all); said once, the other messages are not buried under thousands of lines.
+
+    >>> skipped_lines([{"path": f"gone.mrcs#{i}", "reason": "does not exist"} for i in (1, 2, 3)]
+    ...               + [{"path": "a.mrcs#9", "reason": "no image 9"}, {"path": "b.png", "reason": "empty"}])
+    ['gone.mrcs#1 to #3 (3 images): does not exist', 'a.mrcs#9: no image 9', 'b.png: empty']
+    """
+    groups: list[list] = []  # [file, reason, first path, last number, count]
+    for entry in skipped:
+        path, reason = str(entry["path"]), str(entry["reason"])
+        stack, _, number = path.rpartition("#")
+        if not (stack and number.isdigit()):
+            stack, number = path, ""
+        if number and groups and groups[-1][:2] == [stack, reason] and groups[-1][3]:
+            groups[-1][3:] = [number, groups[-1][4] + 1]
+        else:
+            groups.append([stack, reason, path, number, 1])
+    return [f"{name(first)}: {reason}" if count == 1 else f"{name(first)} to #{last} ({count:,} images): {reason}"
+            for _, reason, first, last, count in groups]
+
+
 def no_usable_images(skipped) -> NoUsableImagesError:
     """The error for a set in which no input gave an image, listing the first reasons."""
-    detail = "; ".join(f"{s['path']}: {s['reason']}" for s in skipped[:5])
-    more = f" (and {len(skipped) - 5} more)" if len(skipped) > 5 else ""
+    lines = skipped_lines(skipped)
+    detail = "; ".join(lines[:5])
+    more = f" (and {len(lines) - 5} more)" if len(lines) > 5 else ""
     return NoUsableImagesError(f"no usable image found in the input{': ' + detail if detail else ''}{more}",
                                skipped)
 

@@ -75,3 +75,24 @@ def test_cluster_folders_name_each_stack_image_apart(tmp_path):
                               book=ClusterBook.from_labels([0, 0, 1]), working=np.ones((3, 8, 8), np.float32))
     out = export_cluster_folders(session, tmp_path / "out", aligned=False)
     assert sorted(p.name for p in out.rglob("*.png")) == ["s_1.png", "s_2.png", "s_3.png"]
+
+
+def test_a_star_file_whose_stack_is_missing_lists_its_images_in_one_skipped_line(window, qtbot, tmp_path):
+    starfile = pytest.importorskip("starfile")
+    pd = pytest.importorskip("pandas")
+    _particles(tmp_path / "s.mrcs", n=3)
+    names = ["1@s.mrcs", "2@s.mrcs", "3@s.mrcs", "9@s.mrcs"] + [f"{i}@gone.mrcs" for i in range(1, 501)]
+    starfile.write(pd.DataFrame({"rlnImageName": names}), tmp_path / "p.star")
+    with qtbot.waitSignal(window.model.imagesLoaded, timeout=WAIT_MS):
+        assert window.load_paths([tmp_path / "p.star"])
+    assert window.model.session.n == 3
+    lst = window.images_panel.skipped_list
+    assert [lst.item(i).text() for i in range(lst.count())] == [
+        "Skipped s.mrcs#9: no image 9 in the stack (it holds 3)",
+        "Skipped gone.mrcs#1 to #500 (500 images): does not exist"]  # not 500 lines, one per particle
+    assert lst.item(1).toolTip().startswith(str(tmp_path / "gone.mrcs#1"))
+    window.show_skipped()
+    box = window.last_dialog
+    assert box.text() == "501 skipped (files, or images of a stack or STAR file)."
+    assert box.detailedText().splitlines()[1] == f"{tmp_path / 'gone.mrcs'}#1 to #500 (500 images): does not exist"
+    box.close()
