@@ -103,10 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transform", type=_transform, default=None, metavar="ROT_DEG,SHIFT_FRAC",
                    help="first apply random transforms: rotation in [-ROT, ROT], shift up to SHIFT_FRAC of the size")
     p.add_argument("--export", choices=("relion",), default=None,
-                   help="relion: also write particles.star (class, psi, origin in Angstrom, score) and "
-                        "class_averages.mrcs for RELION/cryoSPARC; needs MRC inputs and --pixel-size")
+                   help="relion: also write particles.star (class, psi, origin in Angstrom, score; a STAR "
+                        "input's CTF and optics groups kept) and class_averages.mrcs for RELION/cryoSPARC; needs "
+                        "MRC inputs and --pixel-size (a STAR file with rlnImagePixelSize gives it)")
     p.add_argument("--pixel-size", type=_positive_float("--pixel-size"), default=None, metavar="A",
-                   help="the particles' pixel size in Angstrom (for --export relion)")
+                   help="the particles' pixel size in Angstrom (for --export relion; default: the STAR file's)")
     p.add_argument("--phase-flip", action="store_true",
                    help="phase-flip each particle with its own CTF (defocus, voltage, Cs, amplitude contrast and "
                         "pixel size read from the RELION STAR file INPUT) before preprocessing and denoising; "
@@ -240,7 +241,8 @@ def check_options(args) -> str | None:
     if getattr(args, "transform", None) is not None and args.transform[0] > 360:
         return "--transform ROT_DEG must be at most 360"
     if getattr(args, "export", None) == "relion":
-        if getattr(args, "pixel_size", None) is None:
+        stars = any(str(item).lower().endswith(".star") for item in getattr(args, "inputs", None) or ())
+        if getattr(args, "pixel_size", None) is None and not stars:  # a STAR file may give it: checked once read
             return "--export relion needs --pixel-size (the particles' pixel size in Angstrom)"
         if getattr(args, "group", "se2") == "e2":
             return "--export relion cannot write mirrored images (RELION's 2-D poses have no mirror): use --group se2"
@@ -541,7 +543,7 @@ def _run_body(args, client) -> int:
     progress = _Progress(args.quiet, t0=t_start)
     progress(0.0, "reading the images")
     data = _usable_inputs(args, progress)
-    relion_names = _relion_inputs(args, data)
+    relion = _relion_inputs(args, data)
     progress(0.0, f"preparing the images (denoise {getattr(args, 'denoise', 'off')})")
     canvas, images, tau = _working_images(args, data)
     run = AttentionRun(images, backend=args.backend, method=args.method, beta=args.beta,
@@ -558,8 +560,8 @@ def _run_body(args, client) -> int:
     out = args.results.open()  # a hidden folder beside --out; moved into place when complete
     undenoised = _undenoised_means(args, canvas, res)
     _write_results(out, args, data, canvas, res, undenoised)
-    if relion_names is not None:
-        _write_relion(out, args, data, canvas, res, tau, relion_names, undenoised)
+    if relion is not None:
+        _write_relion(out, args, data, canvas, res, tau, relion, undenoised)
     summary = _summary(args, data, canvas, run, res, time.perf_counter() - t_start)
     write_json(out / "summary.json", summary)
     if args.save_project:
@@ -630,8 +632,9 @@ def _usable_inputs(args, progress=None) -> ImageSet:
     return data
 
 
-def _relion_inputs(args, data) -> list[str] | None:
-    """With ``--export relion``: each image's ``rlnImageName``, checked before the run (MRC files, one box size)."""
+def _relion_inputs(args, data) -> tuple[list[str], list | None] | None:
+    """With ``--export relion``: each image's ``rlnImageName`` and CTF (None: not every image has one from its
+    STAR row), checked before the run (MRC files, one box size, a pixel size: ``--pixel-size`` or the STAR's)."""
     if args.export != "relion":
         return None
     from .relion import relion_image_name
@@ -645,12 +648,34 @@ def _relion_inputs(args, data) -> list[str] | None:
     if len(shapes) > 1 or any(h != w for h, w in shapes):
         listed = ", ".join(f"{w}x{h}" for h, w in sorted(shapes)[:4])
         raise _UsageError(f"--export relion needs square particles of one box size; found {listed}")
-    return names
+    return names, _relion_ctf(args, data)
 
 
-def _write_relion(out, args, data, canvas, res, tau, names, undenoised=None) -> None:
+def _relion_ctf(args, data) -> list | None:
+    """Each particle's CTF where every one came from a STAR row with one; fills in ``args.pixel_size`` from them."""
+    from .particle_ctf import ParticleCtf
+
+    ctf = list(data.ctf or [])
+    if len(ctf) != len(data) or not all(isinstance(c, ParticleCtf) for c in ctf):
+        if args.pixel_size is None:
+            raise _UsageError("--export relion needs --pixel-size (the particles' pixel size in Angstrom): the "
+                              "images' STAR rows do not all give one")
+        return None
+    pixels = sorted({c.pixel_size for c in ctf})
+    if args.pixel_size is not None and any(abs(px - args.pixel_size) > 1e-3 * px for px in pixels):
+        raise _UsageError(f"--pixel-size {args.pixel_size:g} differs from the STAR file's pixel size "
+                          f"({', '.join(f'{px:g}' for px in pixels[:3])} Angstrom): leave --pixel-size out to "
+                          "use the file's")
+    if args.pixel_size is None:
+        args.pixel_size = float(np.median([c.pixel_size for c in ctf]))  # each particle's own goes in its row
+    return ctf
+
+
+def _write_relion(out, args, data, canvas, res, tau, relion, undenoised=None) -> None:
     """``particles.star`` and ``class_averages.mrcs`` (see :mod:`iastudio.core.relion` for the conventions);
-    ``class_averages_undenoised.mrcs`` where the run denoised (``undenoised``: :func:`_undenoised_means`)."""
+    ``class_averages_undenoised.mrcs`` where the run denoised (``undenoised``: :func:`_undenoised_means`).
+    ``relion``: what :func:`_relion_inputs` returned, each image's name and CTF."""
+    names, ctf = relion
     from .preprocess import canvas_to_original
     from .relion import relion_pose, write_class_averages, write_particles_star
 
@@ -662,7 +687,7 @@ def _write_relion(out, args, data, canvas, res, tau, names, undenoised=None) -> 
         poses[i] = relion_pose([np.deg2rad(o["theta_deg"]), o["tx_px"], o["ty_px"]],
                                center=(o["center_row"], o["center_col"]), box=(box, box))
     write_particles_star(out / "particles.star", names=names, clusters=res.labels, poses=poses, scores=res.scores,
-                         pixel_size=args.pixel_size, box=box)
+                         pixel_size=args.pixel_size, box=box, ctf=ctf)
     write_class_averages(out / "class_averages.mrcs", res.cluster_means,
                          pixel_size=args.pixel_size / float(np.mean(canvas.scale)))
     if undenoised is not None:

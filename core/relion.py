@@ -18,6 +18,12 @@ Conventions (RELION's, checked by ``tests/test_relion.py`` against a known trans
   matrix in ``(x, y)`` is ``R(theta)`` and its translation ``b``, so
   ``psi = -theta`` and ``o = -b`` (``rlnOriginXAngst = -b_x * pixel size``).
 
+Particles read from a RELION STAR file keep their CTF: each particle's defocus (``rlnDefocusU``,
+``rlnDefocusV``, ``rlnDefocusAngle``) and an optics group per microscope (voltage, spherical
+aberration, amplitude contrast, pixel size), so that RELION can go on from the file (2-D or 3-D
+refinement with CTF correction).  Other columns of the input (micrograph names, coordinates) are not
+carried over.
+
 ``rlnClassNumber`` counts from 1 (cluster 0 is class 1); ``class_averages.mrcs``
 holds the invariant means in class order (image ``N`` is class ``N``), on the
 working canvas.
@@ -89,7 +95,8 @@ def relion_image_name(name: str) -> str | None:
     return None
 
 
-def write_particles_star(path, *, names, clusters, poses, scores, pixel_size: float, box: int) -> None:
+def write_particles_star(path, *, names, clusters, poses, scores, pixel_size: float | None = None, box: int,
+                         ctf=None) -> None:
     """Write RELION 3.1's ``particles.star`` (blocks ``optics`` and ``particles``) with ``starfile``.
 
     Parameters
@@ -103,27 +110,60 @@ def write_particles_star(path, *, names, clusters, poses, scores, pixel_size: fl
         ``(psi_deg, origin_x_px, origin_y_px)`` per image (:func:`relion_pose`).
     scores : sequence of float
         Written as ``iaScore``.
-    pixel_size : float
-        Å per pixel of the particles (``rlnImagePixelSize``; origins are written in Å).
+    pixel_size : float, optional
+        Å per pixel of the particles (``rlnImagePixelSize``; origins are written in Å).  Needed
+        without ``ctf``; with it, each particle's own pixel size is used.
     box : int
         The particles' side (``rlnImageSize``).
+    ctf : sequence of ParticleCtf, optional
+        Each particle's CTF (:class:`~iastudio.core.particle_ctf.ParticleCtf`, read from its STAR
+        row): written as ``rlnDefocusU``, ``rlnDefocusV`` and ``rlnDefocusAngle`` (U = V and angle 0
+        without astigmatism), and one optics group per distinct microscope and pixel size.
+
+    Examples
+    --------
+    >>> import starfile, tempfile, os
+    >>> from iastudio.core.particle_ctf import ParticleCtf
+    >>> scope = ParticleCtf(12000.0, 300.0, 2.7, 0.1, 1.5)
+    >>> path = os.path.join(tempfile.mkdtemp(), "particles.star")
+    >>> write_particles_star(path, names=["000001@/d/p.mrcs"], clusters=[0], poses=[[30.0, 2.0, 0.0]],
+    ...                      scores=[0.9], box=64, ctf=[scope])
+    >>> star = starfile.read(path, always_dict=True)
+    >>> float(star["particles"]["rlnOriginXAngst"][0]), float(star["optics"]["rlnVoltage"][0])
+    (3.0, 300.0)
     """
     import pandas as pd
     import starfile
 
     poses = np.asarray(poses, dtype=float).reshape(-1, 3)
+    if ctf is None:
+        if pixel_size is None:
+            raise ValueError("the particles' pixel size is needed (pixel_size, or each particle's ctf)")
+        scopes = [(None, None, None, float(pixel_size))]
+        group = np.zeros(len(poses), dtype=int)
+    else:
+        scopes = list(dict.fromkeys(c.microscope() for c in ctf))  # one optics group each, in order of first use
+        group = np.array([scopes.index(c.microscope()) for c in ctf], dtype=int)
+    pixels = np.array([scopes[g][3] for g in group], dtype=float)
     particles = pd.DataFrame({
         "rlnImageName": list(names),
         "rlnClassNumber": np.asarray(clusters, dtype=int) + 1,
         "rlnAnglePsi": poses[:, 0],
-        "rlnOriginXAngst": poses[:, 1] * pixel_size,
-        "rlnOriginYAngst": poses[:, 2] * pixel_size,
-        "rlnOpticsGroup": np.ones(len(poses), dtype=int),
+        "rlnOriginXAngst": poses[:, 1] * pixels,
+        "rlnOriginYAngst": poses[:, 2] * pixels,
+        "rlnOpticsGroup": group + 1,
         "iaScore": np.asarray(scores, dtype=float),
     })
-    optics = pd.DataFrame({"rlnOpticsGroup": [1], "rlnOpticsGroupName": ["opticsGroup1"],
-                           "rlnImagePixelSize": [float(pixel_size)], "rlnImageSize": [int(box)],
-                           "rlnImageDimensionality": [2]})
+    optics = pd.DataFrame({"rlnOpticsGroup": np.arange(1, len(scopes) + 1),
+                           "rlnOpticsGroupName": [f"opticsGroup{g + 1}" for g in range(len(scopes))],
+                           "rlnImagePixelSize": [sc[3] for sc in scopes], "rlnImageSize": [int(box)] * len(scopes),
+                           "rlnImageDimensionality": [2] * len(scopes)})
+    if ctf is not None:
+        particles["rlnDefocusU"] = [c.defocus for c in ctf]
+        particles["rlnDefocusV"] = [c.defocus if c.defocus_v is None else c.defocus_v for c in ctf]
+        particles["rlnDefocusAngle"] = [0.0 if c.astigmatism_angle is None else c.astigmatism_angle for c in ctf]
+        for k, column in enumerate(("rlnVoltage", "rlnSphericalAberration", "rlnAmplitudeContrast")):
+            optics[column] = [sc[k] for sc in scopes]
     starfile.write({"optics": optics, "particles": particles}, Path(path), overwrite=True, float_format="%.6f")
 
 

@@ -220,7 +220,7 @@ def test_cli_flag_api_keyword_and_app_paper_mode_give_the_same_settings(monkeypa
 
     monkeypatch.setattr("iastudio.core.attention.AttentionRun", Spy)
     monkeypatch.setattr(cli, "_working_images", lambda args, data: (None, v, None))
-    monkeypatch.setattr(cli, "_usable_inputs", lambda args: None)
+    monkeypatch.setattr(cli, "_usable_inputs", lambda args, progress=None: None)
     monkeypatch.setattr(cli, "_relion_inputs", lambda args, data: None)
     with pytest.raises(SystemExit):
         cli._run_body(args, None)

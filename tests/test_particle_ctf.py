@@ -209,6 +209,34 @@ def test_cli_phase_flip_flips_every_loaded_particle_with_its_own_row(tmp_path, c
     assert exported == [f"{k:06d}@{a}" for k in range(1, 5)] + [f"{k:06d}@{b}" for k in range(1, 5)]
 
 
+def test_export_relion_keeps_each_particles_ctf_and_takes_the_star_files_pixel_size(tmp_path, capsys):
+    """The exported particles.star had no defocus or microscope (RELION could not refine from it) and needed
+    --pixel-size although the STAR file gives it."""
+    star, _, defocus = _ctf_particles(tmp_path)
+    args = [str(star), "--denoise", "off", "--size", "24", "--iterations", "1", "--clusters", "2", "--quiet",
+            "--export", "relion"]
+    out = tmp_path / "out"
+    assert main([*args, "--out", str(out)]) == 0  # no --pixel-size
+    exported = starfile.read(out / "particles.star", always_dict=True)
+    particles, optics = exported["particles"], exported["optics"]
+    assert_allclose(particles["rlnDefocusU"], defocus, rtol=1e-7)  # U -/+ 100 without an angle: their mean
+    assert_allclose(particles["rlnDefocusV"], defocus, rtol=1e-7)
+    assert_allclose(particles["rlnDefocusAngle"], 0.0)
+    assert particles["rlnOpticsGroup"].tolist() == [1] * len(defocus)
+    assert optics["rlnVoltage"].tolist() == [300.0]
+    assert optics["rlnSphericalAberration"].tolist() == [2.7]
+    assert optics["rlnAmplitudeContrast"].tolist() == [0.1]
+    assert optics["rlnImagePixelSize"].tolist() == [3.0]
+    assert json.loads((out / "summary.json").read_text())["parameters"]["pixel_size"] == 3.0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:  # a pixel size the file contradicts: refused before the run
+        main([*args, "--out", str(tmp_path / "o2"), "--pixel-size", "2"])
+    assert exc.value.code == 2
+    assert "--pixel-size 2 differs from the STAR file's pixel size (3 Angstrom)" in capsys.readouterr().err
+    assert not (tmp_path / "o2").exists()
+    assert main([*args, "--out", str(tmp_path / "o3"), "--pixel-size", "3"]) == 0  # the same: taken
+
+
 @pytest.mark.parametrize("make", ["png", "mrcs", "no-defocus", "demo", "colour"])
 def test_cli_phase_flip_without_ctf_parameters_stops_with_one_line(tmp_path, capsys, make):
     from PIL import Image

@@ -79,6 +79,32 @@ def test_relion_pose_known_answers():
     np.testing.assert_allclose((psi, ox, oy), (-90, -2, 2), atol=1e-12)
 
 
+def test_particles_star_writes_each_particles_ctf_and_one_optics_group_per_microscope(tmp_path):
+    from iastudio.core.particle_ctf import ParticleCtf
+    from iastudio.core.relion import write_particles_star
+
+    a = ParticleCtf(10000.0, 300.0, 2.7, 0.1, 1.0, defocus_v=12000.0, astigmatism_angle=30.0)
+    b = ParticleCtf(20000.0, 200.0, 0.01, 0.07, 2.0)
+    write_particles_star(tmp_path / "p.star", names=["1@s.mrcs", "2@s.mrcs", "3@s.mrcs"], clusters=[0, 1, 0],
+                         poses=[[10.0, 1.0, -2.0], [0.0, 1.0, 0.0], [0.0, 0.0, 3.0]], scores=[1, 1, 1], box=32,
+                         ctf=[a, b, a])
+    star = starfile.read(tmp_path / "p.star", always_dict=True)
+    parts, optics = star["particles"], star["optics"]
+    assert parts["rlnOpticsGroup"].tolist() == [1, 2, 1]
+    np.testing.assert_allclose(parts["rlnDefocusU"], [10000, 20000, 10000])
+    np.testing.assert_allclose(parts["rlnDefocusV"], [12000, 20000, 12000])
+    np.testing.assert_allclose(parts["rlnDefocusAngle"], [30, 0, 30])
+    np.testing.assert_allclose(parts["rlnOriginXAngst"], [1.0, 2.0, 0.0])  # pixels times the particle's own size
+    np.testing.assert_allclose(parts["rlnOriginYAngst"], [-2.0, 0.0, 3.0])
+    np.testing.assert_allclose(optics["rlnVoltage"], [300, 200])
+    np.testing.assert_allclose(optics["rlnSphericalAberration"], [2.7, 0.01])
+    np.testing.assert_allclose(optics["rlnAmplitudeContrast"], [0.1, 0.07])
+    np.testing.assert_allclose(optics["rlnImagePixelSize"], [1.0, 2.0])
+    with pytest.raises(ValueError, match="pixel size"):
+        write_particles_star(tmp_path / "q.star", names=["1@s.mrcs"], clusters=[0], poses=[[0, 0, 0]], scores=[1],
+                             box=32)
+
+
 @pytest.mark.slow
 def test_export_relion_round_trip_aligns_every_particle_as_relion_would(tmp_path):
     parts, truth = _particles(tmp_path)
