@@ -33,6 +33,7 @@ def build_menus(window) -> None:
     add_action(window, e, "Assignments (CSV)…", ex.csv, "Ctrl+E")
     add_action(window, e, "Cluster folders (original images)…", lambda: ex.folders(False))
     add_action(window, e, "Cluster folders (aligned images)…", lambda: ex.folders(True))
+    add_action(window, e, "For RELION (particles.star, class averages)…", ex.relion)
     add_action(window, e, "Panels as figures (PNG, PDF, SVG)…", ex.panels)
     add_action(window, e, "Convergence animation (GIF)…", ex.gif)
     f.addSeparator()

@@ -1,4 +1,5 @@
-"""Exports: assignments CSV, per-cluster folders, panels as figures (PNG, PDF, SVG), the convergence GIF.
+"""Exports: assignments CSV, per-cluster folders, panels as figures (PNG, PDF, SVG), the convergence GIF,
+and for particles read from MRC files, RELION's ``particles.star`` with ``class_averages.mrcs``.
 
 A run that denoised its images also exports its class averages of the images before denoising with the
 panels, under ``ia-cluster``'s names: ``means_undenoised.npy`` (one per run cluster, float32) and the
@@ -16,7 +17,7 @@ import numpy as np
 from iastudio.core import alignment
 from iastudio.core.atomic import atomic_write_bytes
 from iastudio.core.display import mosaic
-from iastudio.core.frames import cluster_tiles
+from iastudio.core.frames import book_frame, cluster_tiles
 from iastudio.core.imageset import set_source
 from iastudio.core.report import assignment_rows as _rows
 from iastudio.core.report import write_assignments
@@ -157,6 +158,80 @@ def export_cluster_folders(session, folder, *, aligned: bool, progress=None) -> 
     if progress is not None:
         progress(session.n, session.n)
     return folder
+
+
+def relion_problem(session) -> str | None:
+    """Why the session's clusters cannot be written for RELION (None: they can)."""
+    from iastudio.core.relion import mrc_box, relion_image_name
+
+    names = [relion_image_name(p) for p in session.data.paths]
+    if not names or any(n is None for n in names):
+        other = sum(n is None for n in names)
+        return (f"RELION export needs particles from MRC files (.mrcs, .mrc or a STAR file listing them); "
+                f"{other} of {len(names)} images are not")
+    res = session.final.result
+    if res.mirrored is not None and np.asarray(res.mirrored).any():
+        return "RELION's 2-D poses have no mirror, and this run mirrored some images (Transforms: mirror)"
+    try:
+        boxes = mrc_box(names)
+    except (OSError, ValueError) as exc:
+        return f"RELION export reads each stack's box size, and could not: {exc}"
+    if len(boxes) != 1 or boxes[0][0] != boxes[0][1]:
+        return "RELION export needs square particles of one box size; found " + \
+            ", ".join(f"{w}x{h}" for w, h in boxes[:4])
+    return None
+
+
+def relion_pixel_size(session) -> float | None:
+    """The particles' pixel size (Å) from their STAR rows, when every image has one (else None: ask)."""
+    from iastudio.core.particle_ctf import ParticleCtf
+
+    ctf = session.data.ctf or []
+    if len(ctf) != session.n or not all(isinstance(c, ParticleCtf) for c in ctf):
+        return None
+    return float(np.median([c.pixel_size for c in ctf]))
+
+
+def export_relion(session, folder, *, pixel_size: float | None = None, progress=None, notes=None) -> Path:
+    """Into a new folder "<set> relion" inside ``folder``: ``particles.star`` (each assigned image's class, in
+    the order of the Clusters list, its pose onto its cluster's mean, in the file's pixels, and its STAR
+    row's CTF where every image has one) and ``class_averages.mrcs`` (image N: class N's invariant mean).
+
+    ``pixel_size`` (Å) is needed where the images have no CTF from a STAR file (:func:`relion_pixel_size`).
+    Images without a cluster, or whose edited cluster's mean was not computed, are left out (``notes``).
+    ``progress(done, total)``: after each edited cluster whose poses are computed (:func:`cluster_poses`).
+    """
+    from iastudio.core import se2
+    from iastudio.core.particle_ctf import ParticleCtf
+    from iastudio.core.relion import (
+        mrc_box,
+        relion_image_name,
+        relion_poses,
+        write_class_averages,
+        write_particles_star,
+    )
+
+    book = session.book
+    frame = book_frame(session.final, book.labels, book.names, images=session.working, means=session.cluster_means)
+    order = {c: k for k, c in enumerate(frame.cluster_ids)}  # class k + 1: the k-th cluster, its mean image k
+    transforms, scores, _ = cluster_poses(session, progress=progress)
+    transforms = se2.compose(np.asarray(session.transforms, dtype=float), np.asarray(transforms, dtype=float))
+    names = [relion_image_name(p) for p in session.data.paths]
+    box = mrc_box(names)[0][0]
+    poses = relion_poses(transforms, session.canvas, box=box)
+    keep = np.array([c in order for c in book.labels]) & np.isfinite(poses).all(axis=1)
+    ctf = session.data.ctf or []
+    ctf = [ctf[i] for i in np.flatnonzero(keep)] if all(isinstance(c, ParticleCtf) for c in ctf) and ctf else None
+    pixel = relion_pixel_size(session) if pixel_size is None else float(pixel_size)
+    out = new_folder(folder, f"{set_name(session)} relion")
+    write_particles_star(out / "particles.star", names=[names[i] for i in np.flatnonzero(keep)],
+                         clusters=[order[c] for c in np.asarray(book.labels)[keep]], poses=poses[keep],
+                         scores=np.asarray(scores, dtype=float)[keep], pixel_size=pixel, box=box, ctf=ctf)
+    write_class_averages(out / "class_averages.mrcs", np.asarray(frame.cluster_means),
+                         pixel_size=pixel / float(np.mean(session.canvas.scale)))
+    if notes is not None and (left := int((~keep).sum())):
+        notes.append(f"{count_of(left, 'image')} left out (no cluster, or no pose onto its edited cluster's mean)")
+    return out
 
 
 PANEL_WIDTH_CM = 16.0  # an exported figure's width: a page's text width; at 300 dpi its PNG is 1,890 px wide

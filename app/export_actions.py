@@ -5,7 +5,7 @@ import os
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QFileDialog, QMessageBox, QProgressDialog
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QProgressDialog
 
 from .edition import can_draw_figures, figures_hint
 from .projects import export_folder
@@ -84,6 +84,39 @@ class ExportActions:
             return None
         dlg.close()
         self.model.session.message(f"Exported the cluster folders into {written}")
+        return str(written)
+
+    def relion(self, folder=None, pixel_size: float | None = None):
+        """RELION's particles.star and class_averages.mrcs, for particles read from MRC files (a STAR file)."""
+        from .export import export_relion, relion_pixel_size, relion_problem
+
+        if not self._need_result():
+            return None
+        session = self.model.session
+        if (why := relion_problem(session)) is not None:
+            self.window.dialog(QMessageBox.Icon.Information, "Not exported for RELION", f"{why}.")
+            return None
+        pixel = pixel_size or relion_pixel_size(session)  # a STAR file's rows give it
+        if pixel is None:
+            pixel, ok = QInputDialog.getDouble(self.window, "Export for RELION",
+                                               "The particles' pixel size, in Å per pixel:", 1.0, 0.01, 100.0, 3)
+            if not ok:
+                return None
+        folder = folder or QFileDialog.getExistingDirectory(
+            self.window, "Export for RELION: choose where (a new folder is made inside it)", self._beside())
+        if not folder:
+            return None
+        dlg, step = progress_dialog(self.window, "Aligning the edited clusters' images onto their means…", 1)
+        notes: list = []
+        try:
+            written = export_relion(session, folder, pixel_size=pixel, progress=step, notes=notes)
+        except OSError as exc:
+            self.window.dialog(QMessageBox.Icon.Warning, "Not exported for RELION",
+                               f"{exc.filename or folder}: {(exc.strerror or str(exc)).rstrip('.')}.")
+            return None
+        finally:
+            dlg.close()
+        session.message(_with_notes(f"Exported particles.star and class_averages.mrcs into {written}", notes))
         return str(written)
 
     def panels(self, folder=None):

@@ -44,7 +44,8 @@ To see why two images were put together, select both, or click their square in W
 <i>Clusters</i> tab or by right-clicking a group or a thumbnail. <b>Ctrl+Z</b> undoes any edit.</p>
 <h3>5. Export</h3>
 <p><b>File → Export</b>: a table of which image went where (CSV), one folder per group with the original
-or aligned images, the panels as pictures, or an animation of the run. <b>File → Save project</b>
+or aligned images, particles and class averages for RELION (particles from MRC files), the panels as
+pictures, or an animation of the run. <b>File → Save project</b>
 keeps everything, edits included, in one file.</p>
 <p>Help → <b>Keyboard shortcuts</b> lists the keys. View → <b>Presentation mode</b> enlarges the views
 for a projector.</p>

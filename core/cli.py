@@ -676,16 +676,12 @@ def _write_relion(out, args, data, canvas, res, tau, relion, undenoised=None) ->
     ``class_averages_undenoised.mrcs`` where the run denoised (``undenoised``: :func:`_undenoised_means`).
     ``relion``: what :func:`_relion_inputs` returned, each image's name and CTF."""
     names, ctf = relion
-    from .preprocess import canvas_to_original
-    from .relion import relion_pose, write_class_averages, write_particles_star
+    from .relion import relion_poses, write_class_averages, write_particles_star
 
     box = int(data.images[0].shape[0])
-    poses = np.zeros((len(data), 3))
-    for i in range(len(data)):
-        t = se2.compose(tau[i], res.image_transforms[i])  # the file's image, through --transform, onto the mean
-        o = canvas_to_original(t, canvas, i)
-        poses[i] = relion_pose([np.deg2rad(o["theta_deg"]), o["tx_px"], o["ty_px"]],
-                               center=(o["center_row"], o["center_col"]), box=(box, box))
+    # the file's image, through --transform, onto the mean
+    poses = relion_poses(se2.compose(np.asarray(tau, dtype=float), np.asarray(res.image_transforms, dtype=float)),
+                         canvas, box=box)
     write_particles_star(out / "particles.star", names=names, clusters=res.labels, poses=poses, scores=res.scores,
                          pixel_size=args.pixel_size, box=box, ctf=ctf)
     write_class_averages(out / "class_averages.mrcs", res.cluster_means,

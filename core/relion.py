@@ -16,7 +16,13 @@ Conventions (RELION's, checked by ``tests/test_relion.py`` against a known trans
 * this package's ``tau = (theta, tx, ty)`` about the centre ``C`` aligns the
   particle as ``aligned = X o tau``; written about the box centre, ``tau``'s
   matrix in ``(x, y)`` is ``R(theta)`` and its translation ``b``, so
-  ``psi = -theta`` and ``o = -b`` (``rlnOriginXAngst = -b_x * pixel size``).
+  ``psi = -theta`` and ``o = -b`` (``rlnOriginXAngst = -b_x * pixel size``);
+* a run's transform is found on the working canvas (:func:`relion_poses`), whose centre is the
+  file's point ``C`` (the object's centroid with ``scale="content"``, the default; the box centre
+  with ``"frame"``): the aligned image is centred on ``C`` moved by the transform's shift ``t`` (in the
+  file's pixels), so about the box centre ``b = t + (C - centre)``.  (Until this version the export
+  turned about ``C`` in the box's own frame instead, which is the same only where ``C`` is the box
+  centre: with ``scale="content"`` a class's particles came out misaligned.)
 
 Particles read from a RELION STAR file keep their CTF: each particle's defocus (``rlnDefocusU``,
 ``rlnDefocusV``, ``rlnDefocusAngle``) and an optics group per microscope (voltage, spherical
@@ -37,7 +43,8 @@ import numpy as np
 
 from . import se2
 
-__all__ = ["RELION_COLUMNS", "relion_image_name", "relion_pose", "write_class_averages", "write_particles_star"]
+__all__ = ["RELION_COLUMNS", "mrc_box", "relion_image_name", "relion_pose", "relion_poses", "write_class_averages",
+           "write_particles_star"]
 
 RELION_COLUMNS = ["rlnImageName", "rlnClassNumber", "rlnAnglePsi", "rlnOriginXAngst", "rlnOriginYAngst",
                   "rlnOpticsGroup", "iaScore"]
@@ -79,6 +86,51 @@ def relion_pose(params, *, center, box) -> tuple[float, float, float]:
     b = np.array([ty, tx]) + d - a @ d  # the same map written about RELION's centre, (row, col)
     psi = -float(np.rad2deg(se2.wrap_angle(theta)))
     return psi + 0.0, -float(b[1]) + 0.0, -float(b[0]) + 0.0  # + 0.0: no negative zeros
+
+
+def relion_poses(transforms, canvas, *, box: int) -> np.ndarray:
+    """RELION's ``(psi_deg, origin_x_px, origin_y_px)`` of each image from its transform on the working canvas.
+
+    Parameters
+    ----------
+    transforms : ndarray, shape (n, 3)
+        ``(theta, tx, ty)`` per image (radians, canvas pixels) aligning the image as it is in its file
+        onto its class; a row holding NaN (no pose) gives NaN.
+    canvas : Canvas
+        The preprocessing's geometry (:func:`~iastudio.core.preprocess.canvas_to_original`).
+    box : int
+        The particles' side in their files.
+
+    Returns
+    -------
+    ndarray, shape (n, 3)
+        :func:`relion_pose` of each image, in original pixels.
+    """
+    from .preprocess import canvas_to_original
+
+    transforms = np.asarray(transforms, dtype=float).reshape(-1, 3)
+    poses = np.full((len(transforms), 3), np.nan)
+    mid = float(box // 2)
+    for i, t in enumerate(transforms):
+        if np.isfinite(t).all():
+            o = canvas_to_original(t, canvas, i)
+            # the aligned image is centred where the canvas is: on the file's point C (the object's centroid
+            # with scale="content", the box's centre with "frame"), moved by t; RELION's frame is centred on
+            # the box, so the pose is t + (C - box centre), turning about the box centre
+            poses[i] = relion_pose([np.deg2rad(o["theta_deg"]), o["tx_px"] + o["center_col"] - mid,
+                                    o["ty_px"] + o["center_row"] - mid], center=(mid, mid), box=(box, box))
+    return poses
+
+
+def mrc_box(names) -> list[tuple[int, int]]:
+    """The distinct ``(width, height)`` of the MRC files ``names`` (:func:`relion_image_name`'s) hold, from headers."""
+    import mrcfile
+
+    sizes = set()
+    for path in {name.rpartition("@")[2] for name in names}:
+        with mrcfile.open(path, header_only=True, permissive=True) as mrc:
+            sizes.add((int(mrc.header.nx), int(mrc.header.ny)))
+    return sorted(sizes)
 
 
 def relion_image_name(name: str) -> str | None:

@@ -155,3 +155,60 @@ def test_a_reopened_project_phase_flips_its_original_files(tmp_path):
     assert u.start(phase_flip=True) is None  # refused, saying why
     assert u.run is None
     assert Path(u.data.paths[0]).suffix == ".png"
+
+
+def test_export_for_relion_writes_the_clusters_poses_and_each_particles_ctf(window, qtbot, tmp_path):
+    """The app had no RELION export (only ia-cluster --export relion): File → Export → For RELION writes the
+    current clusters, edits included, in the Clusters list's order, with the STAR file's CTF and pixel size."""
+    import mrcfile
+    import starfile
+
+    star, _, defocus = _star_set(tmp_path)
+    _load(window, qtbot, star)
+    panel, s = window.run_panel, window.model.session
+    panel.denoise.setCurrentIndex(panel.denoise.findData("off"))
+    panel.size.setValue(24)
+    panel.iterations.setValue(1)
+    panel.angle_step.setValue(15.0)
+    panel.clusters_auto.setChecked(False)
+    panel.clusters.setValue(2)
+    assert window.start_run()
+    qtbot.waitUntil(lambda: s.state in ("finished", "failed"), timeout=60000)
+    assert s.state == "finished"
+    out = Path(window.exports.relion(str(tmp_path / "to relion")))
+    assert out.parent == tmp_path / "to relion"  # a new folder inside the one chosen
+    assert window.statusBar().currentMessage() == f"Exported particles.star and class_averages.mrcs into {out}"
+    exported = starfile.read(out / "particles.star", always_dict=True)
+    parts, optics = exported["particles"], exported["optics"]
+    order = {c: k + 1 for k, c in enumerate(s.book.cluster_ids())}
+    assert parts["rlnClassNumber"].tolist() == [order[c] for c in s.book.labels]
+    assert parts["rlnImageName"].tolist()[0] == f"000001@{(star.parent / 'a.mrcs').resolve()}"
+    assert_allclose(parts["rlnDefocusU"], defocus, rtol=1e-7)
+    assert optics["rlnImagePixelSize"].tolist() == [3.0]
+    assert optics["rlnVoltage"].tolist() == [300.0]
+    assert np.isfinite(parts["rlnAnglePsi"]).all()
+    with mrcfile.open(out / "class_averages.mrcs") as mrc:
+        assert mrc.data.shape == (2, 24, 24)
+        assert mrc.voxel_size.x == pytest.approx(3.0 / float(np.mean(s.canvas.scale)), rel=1e-5)
+    assert s.merge_clusters(s.book.cluster_ids())  # an edit: one class now, every particle in it
+    again = Path(window.exports.relion(str(tmp_path / "to relion")))
+    assert again != out
+    parts = starfile.read(again / "particles.star", always_dict=True)["particles"]
+    assert parts["rlnClassNumber"].tolist() == [1] * s.n
+    assert np.isfinite(parts["rlnAnglePsi"]).all()  # posed onto the merged cluster's own mean
+    with mrcfile.open(again / "class_averages.mrcs") as mrc:  # a stack of one image (mrcfile reads it 2-D)
+        assert (int(mrc.header.nz), int(mrc.header.ispg)) == (1, 0)
+        assert mrc.data.shape[-2:] == (24, 24)
+
+
+def test_export_for_relion_says_why_not_for_images_that_are_not_from_mrc_files(window, qtbot, tmp_path):
+    _load(window, qtbot, _pngs(tmp_path / "pngs", n=4))
+    s = window.model.session
+    window.run_panel.size.setValue(16)
+    window.run_panel.iterations.setValue(1)
+    assert window.start_run()
+    qtbot.waitUntil(lambda: s.state in ("finished", "failed"), timeout=60000)
+    assert window.exports.relion(str(tmp_path / "out")) is None
+    assert window.last_dialog.text() == ("RELION export needs particles from MRC files (.mrcs, .mrc or a STAR file "
+                                         "listing them); 4 of 4 images are not.")
+    assert not (tmp_path / "out").exists()
