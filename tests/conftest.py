@@ -143,12 +143,31 @@ def dispose(window) -> None:
 
 @pytest.fixture(autouse=True)
 def _free_closed_windows():
-    """After each test (pytest-qt has closed its widgets by then), the widgets it deleted go."""
+    """After each test (pytest-qt has closed its widgets by then), the widgets it deleted go, and Python's
+    cycles are collected on the GUI thread (:func:`collect_on_the_gui_thread`)."""
     yield
     if _qt_app() is not None:
         from PySide6.QtCore import QCoreApplication, QEvent
 
         QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+        collect_on_the_gui_thread()
+
+
+def collect_on_the_gui_thread() -> None:
+    """Once Qt is up, Python's automatic collection is off for the rest of the session: cycles are collected
+    here, between tests, on the GUI thread, with Python's thresholds (as the app's own
+    :class:`iastudio.app.collector.GuiThreadCollector` does on a timer).
+
+    Left automatic, a cycle holding an earlier test's Qt object could be collected in a later test's run
+    worker, where PySide's destructor waits for the GIL: seen once, a run's worker stuck in ``~QObject``
+    under ``gc_collect_main`` and the whole suite hung.
+    """
+    gc.disable()
+    counts, limits = gc.get_count(), gc.get_threshold()
+    for gen in (2, 1, 0):
+        if counts[gen] > limits[gen]:
+            gc.collect(gen)
+            return
 
 
 @pytest.fixture(scope="module", autouse=True)

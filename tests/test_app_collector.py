@@ -9,6 +9,17 @@ import pytest
 pytest.importorskip("pytestqt")
 
 
+@pytest.fixture(autouse=True)
+def _automatic_collection():
+    """These tests start from Python's automatic collection (the suite turns it off once Qt is up, see conftest's
+    ``collect_on_the_gui_thread``) and leave it as they found it."""
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if not was:
+        gc.disable()
+
+
 class _Cycle:
     """A reference cycle that records the thread it was destroyed on."""
 
