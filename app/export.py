@@ -25,7 +25,7 @@ from iastudio.core.stacks import split_member
 from iastudio.core.wording import count_of
 
 
-def cluster_poses(session, *, progress=None) -> tuple:
+def cluster_poses(session, *, progress=None, means=None) -> tuple:
     """Each image's pose onto its current cluster's mean and its score, edits included.
 
     ``(transforms, scores, changed)`` (:func:`iastudio.core.cluster_means.poses_onto_clusters`): the
@@ -33,6 +33,8 @@ def cluster_poses(session, *, progress=None) -> tuple:
     from its images (as the means view shows it).  ``(None, None, {})`` before a run.
     """
     from iastudio.core.cluster_means import poses_onto_clusters
+
+    # ``means``: filled with the invariant means of the edited clusters whose poses are computed here
 
     book, final = session.book, session.final
     res = final.result if final is not None else None
@@ -46,7 +48,7 @@ def cluster_poses(session, *, progress=None) -> tuple:
     distances = res.input_distances if res.input_distances is not None else final.snapshot.distances
     return poses_onto_clusters(working, book.labels, run_labels=res.labels, transforms=res.image_transforms,
                                scores=res.scores, n_run=len(res.cluster_means), distances=distances,
-                               progress=progress, **session.alignment_options())
+                               progress=progress, means=means, **session.alignment_options())
 
 
 def assignment_rows(session, *, poses=None) -> list[dict]:
@@ -192,14 +194,15 @@ def relion_pixel_size(session) -> float | None:
     return float(np.median([c.pixel_size for c in ctf]))
 
 
-def export_relion(session, folder, *, pixel_size: float | None = None, progress=None, notes=None) -> Path:
+def export_relion(session, folder, *, pixel_size: float | None = None, progress=None, notes=None) -> Path | None:
     """Into a new folder "<set> relion" inside ``folder``: ``particles.star`` (each assigned image's class, in
     the order of the Clusters list, its pose onto its cluster's mean, in the file's pixels, and its STAR
-    row's CTF where every image has one) and ``class_averages.mrcs`` (image N: class N's invariant mean).
+    row's CTF where every image has one) and ``class_averages.mrcs`` (image N: class N's invariant mean, the
+    one its particles' poses are onto: an edited cluster's is computed here with its poses).
 
     ``pixel_size`` (Å) is needed where the images have no CTF from a STAR file (:func:`relion_pixel_size`).
-    Images without a cluster, or whose edited cluster's mean was not computed, are left out (``notes``).
-    ``progress(done, total)``: after each edited cluster whose poses are computed (:func:`cluster_poses`).
+    Unassigned images are left out (``notes``).  ``progress(done, total)``: after each edited cluster whose
+    poses are computed (:func:`cluster_poses`); returning False cancels: nothing is written, None returned.
     """
     from iastudio.core import se2
     from iastudio.core.particle_ctf import ParticleCtf
@@ -211,10 +214,24 @@ def export_relion(session, folder, *, pixel_size: float | None = None, progress=
         write_particles_star,
     )
 
+    cancelled = []
+
+    def step(done, total):
+        going = progress is None or progress(done, total) is not False
+        if not going:
+            cancelled.append(True)
+        return going
+
     book = session.book
+    computed: dict = {}  # the edited clusters' invariant means, which their poses are onto
+    transforms, scores, _ = cluster_poses(session, progress=step, means=computed)
+    if cancelled:
+        return None
     frame = book_frame(session.final, book.labels, book.names, images=session.working, means=session.cluster_means)
     order = {c: k for k, c in enumerate(frame.cluster_ids)}  # class k + 1: the k-th cluster, its mean image k
-    transforms, scores, _ = cluster_poses(session, progress=progress)
+    means = np.array(frame.cluster_means, dtype=np.float32)
+    for c, mean in computed.items():
+        means[order[c]] = mean
     transforms = se2.compose(np.asarray(session.transforms, dtype=float), np.asarray(transforms, dtype=float))
     names = [relion_image_name(p) for p in session.data.paths]
     box = mrc_box(names)[0][0]
@@ -227,10 +244,9 @@ def export_relion(session, folder, *, pixel_size: float | None = None, progress=
     write_particles_star(out / "particles.star", names=[names[i] for i in np.flatnonzero(keep)],
                          clusters=[order[c] for c in np.asarray(book.labels)[keep]], poses=poses[keep],
                          scores=np.asarray(scores, dtype=float)[keep], pixel_size=pixel, box=box, ctf=ctf)
-    write_class_averages(out / "class_averages.mrcs", np.asarray(frame.cluster_means),
-                         pixel_size=pixel / float(np.mean(session.canvas.scale)))
+    write_class_averages(out / "class_averages.mrcs", means, pixel_size=pixel / float(np.mean(session.canvas.scale)))
     if notes is not None and (left := int((~keep).sum())):
-        notes.append(f"{count_of(left, 'image')} left out (no cluster, or no pose onto its edited cluster's mean)")
+        notes.append(f"{count_of(left, 'image')} left out (unassigned)")
     return out
 
 

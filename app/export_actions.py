@@ -116,6 +116,9 @@ class ExportActions:
             return None
         finally:
             dlg.close()
+        if written is None:
+            session.message("Cancelled: nothing was exported for RELION.")
+            return None
         session.message(_with_notes(f"Exported particles.star and class_averages.mrcs into {written}", notes))
         return str(written)
 

@@ -1111,6 +1111,8 @@ class ClustersPanel(QGroupBox):
             self.hint.setText(f"Unsure of the count? Show {links}")
         else:
             self.hint.setText(CLUSTERS_HINT)
+        # its links are reached by Tab (Enter follows one) only while it has some
+        self.hint.setFocusPolicy(Qt.FocusPolicy.TabFocus if "<a " in self.hint.text() else Qt.FocusPolicy.NoFocus)
         font = self.k_apply.font()
         font.setBold(k is not None)  # the button that would read it
         self.k_apply.setFont(font)

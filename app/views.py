@@ -522,6 +522,7 @@ class MeansView(_Titled):
 
     def clear(self):
         self._frame, self._tile_ids, self.n_tiles = None, [], 0
+        self._untick_large_set_default()  # the next set chooses afresh
         self._set_averages_enabled(False)
         self.title.setText(MEANS_TITLE)
         super().clear()
@@ -560,8 +561,18 @@ class MeansView(_Titled):
                 over[y:y + h, x:x + w] = 0
         self.overlay.setImage(over, autoLevels=False)
 
+    def _untick_large_set_default(self) -> None:
+        """Undo what :meth:`_large_set_default` ticked (not the user's choice), e.g. for a smaller set."""
+        if self._auto_per_cluster:
+            self.per_cluster.blockSignals(True)
+            self.per_cluster.setChecked(False)
+            self.per_cluster.blockSignals(False)
+            self._auto_per_cluster = False
+
     def _large_set_default(self, frame) -> None:
         """Tick "one per cluster" for a finished large run the user has not chosen for (:data:`PER_IMAGE_READABLE`)."""
+        if len(frame.order) <= PER_IMAGE_READABLE:
+            self._untick_large_set_default()
         if (self.per_cluster_chosen or self.per_cluster.isChecked() or frame.cluster_means is None
                 or len(frame.order) <= PER_IMAGE_READABLE):
             return

@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--export", choices=("relion",), default=None,
                    help="relion: also write particles.star (class, psi, origin in Angstrom, score; a STAR "
                         "input's CTF and optics groups kept) and class_averages.mrcs for RELION/cryoSPARC; needs "
-                        "MRC inputs and --pixel-size (a STAR file with rlnImagePixelSize gives it)")
+                        "MRC inputs and --pixel-size (a STAR file whose rows give the whole CTF gives it)")
     p.add_argument("--pixel-size", type=_positive_float("--pixel-size"), default=None, metavar="A",
                    help="the particles' pixel size in Angstrom (for --export relion; default: the STAR file's)")
     p.add_argument("--phase-flip", action="store_true",
@@ -535,12 +535,20 @@ def _run(args, parser) -> int:
 
 
 def _run_body(args, client) -> int:
-    from .attention import AttentionRun
     from .warmup import start_warmup
 
     t_start = time.perf_counter()
     start_warmup(numpy_warp=args.backend != "cupy")  # the compiled warp loads while the images are read
     progress = _Progress(args.quiet, t0=t_start)
+    try:
+        return _run_with(args, client, progress, t_start)
+    finally:
+        progress.close()  # a terminal's bar line ends: an error or Ctrl-C printed next starts a line of its own
+
+
+def _run_with(args, client, progress, t_start) -> int:
+    from .attention import AttentionRun
+
     progress(0.0, "reading the images")
     data = _usable_inputs(args, progress)
     relion = _relion_inputs(args, data)
@@ -658,8 +666,10 @@ def _relion_ctf(args, data) -> list | None:
     ctf = list(data.ctf or [])
     if len(ctf) != len(data) or not all(isinstance(c, ParticleCtf) for c in ctf):
         if args.pixel_size is None:
-            raise _UsageError("--export relion needs --pixel-size (the particles' pixel size in Angstrom): the "
-                              "images' STAR rows do not all give one")
+            why = next((c for c in ctf if isinstance(c, str)), "")
+            raise _UsageError("--export relion needs --pixel-size (the particles' pixel size in Angstrom): it is "
+                              "taken from a STAR file only where every image's row gives its whole CTF (defocus, "
+                              "voltage, Cs, amplitude contrast, pixel size)" + (f"; {why}" if why else ""))
         return None
     pixels = sorted({c.pixel_size for c in ctf})
     if args.pixel_size is not None and any(abs(px - args.pixel_size) > 1e-3 * px for px in pixels):

@@ -273,7 +273,7 @@ def edited_cluster_means(images, clusters, *, undenoised=None, **options) -> tup
 
 
 def poses_onto_clusters(images, labels, *, run_labels=None, transforms=None, scores=None, n_run=None,
-                        distances=None, progress=None, **options) -> tuple:
+                        distances=None, progress=None, means=None, **options) -> tuple:
     """Each image's pose onto its (edited) cluster's invariant mean, and its score there.
 
     A cluster exactly as the run found it keeps the run's poses and scores (onto the run's mean).  A
@@ -301,6 +301,9 @@ def poses_onto_clusters(images, labels, *, run_labels=None, transforms=None, sco
     progress : callable, optional
         ``progress(done, total)`` after each changed cluster; returning False stops (the clusters
         not yet done keep no pose).
+    means : dict, optional
+        Filled with ``{cluster: invariant mean}`` of the clusters whose poses were computed here (the
+        means the poses are onto).
     **options
         ``angle_step``, ``rotation_range`` (:func:`cluster_invariant_means`).
 
@@ -341,6 +344,8 @@ def poses_onto_clusters(images, labels, *, run_labels=None, transforms=None, sco
         out_t[members] = pose
         out_s[members] = (a @ m) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(m), 1e-12)
         done[c] = members
+        if means is not None:
+            means[c] = mean
         if progress is not None and progress(k + 1, len(todo)) is False:
             break
     return out_t, out_s, done

@@ -417,6 +417,8 @@ def skipped_lines(skipped, name=str) -> list[str]:
     >>> skipped_lines([{"path": f"gone.mrcs#{i}", "reason": "does not exist"} for i in (1, 2, 3)]
     ...               + [{"path": "a.mrcs#9", "reason": "no image 9"}, {"path": "b.png", "reason": "empty"}])
     ['gone.mrcs#1 to #3 (3 images): does not exist', 'a.mrcs#9: no image 9', 'b.png: empty']
+    >>> skipped_lines([{"path": f"g.mrcs#{i}", "reason": "gone"} for i in (9, 1, 2, 7)])  # runs only
+    ['g.mrcs#9: gone', 'g.mrcs#1 to #2 (2 images): gone', 'g.mrcs#7: gone']
     """
     groups: list[list] = []  # [file, reason, first path, last number, count]
     for entry in skipped:
@@ -424,7 +426,8 @@ def skipped_lines(skipped, name=str) -> list[str]:
         stack, _, number = path.rpartition("#")
         if not (stack and number.isdigit()):
             stack, number = path, ""
-        if number and groups and groups[-1][:2] == [stack, reason] and groups[-1][3]:
+        if (number and groups and groups[-1][:2] == [stack, reason] and groups[-1][3]
+                and int(number) == int(groups[-1][3]) + 1):  # the next image of a run: "#1 to #600"
             groups[-1][3:] = [number, groups[-1][4] + 1]
         else:
             groups.append([stack, reason, path, number, 1])

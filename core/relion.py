@@ -18,17 +18,18 @@ Conventions (RELION's, checked by ``tests/test_relion.py`` against a known trans
   matrix in ``(x, y)`` is ``R(theta)`` and its translation ``b``, so
   ``psi = -theta`` and ``o = -b`` (``rlnOriginXAngst = -b_x * pixel size``);
 * a run's transform is found on the working canvas (:func:`relion_poses`), whose centre is the
-  file's point ``C`` (the object's centroid with ``scale="content"``, the default; the box centre
-  with ``"frame"``): the aligned image is centred on ``C`` moved by the transform's shift ``t`` (in the
-  file's pixels), so about the box centre ``b = t + (C - centre)``.  (Until this version the export
-  turned about ``C`` in the box's own frame instead, which is the same only where ``C`` is the box
-  centre: with ``scale="content"`` a class's particles came out misaligned.)
+  file's point ``C`` (the object's centroid with ``scale="content"``, the default; with ``"frame"``
+  the box centre to half a pixel, ``(N - 1) / 2``): the aligned image is centred on ``C`` moved by
+  the transform's shift ``t`` (in the file's pixels), so about the box centre
+  ``b = t + (C - centre)``.  (Until this version the export turned about ``C`` in the box's own
+  frame instead, which is the same only where ``C`` is the box centre: with ``scale="content"`` a
+  class's particles came out misaligned.)
 
 Particles read from a RELION STAR file keep their CTF: each particle's defocus (``rlnDefocusU``,
 ``rlnDefocusV``, ``rlnDefocusAngle``) and an optics group per microscope (voltage, spherical
 aberration, amplitude contrast, pixel size), so that RELION can go on from the file (2-D or 3-D
-refinement with CTF correction).  Other columns of the input (micrograph names, coordinates) are not
-carried over.
+refinement with CTF correction).  Other columns of the input (micrograph names, coordinates, phase
+shift, CTF B-factor and scale, beam tilt, the optics groups' names) are not carried over.
 
 ``rlnClassNumber`` counts from 1 (cluster 0 is class 1); ``class_averages.mrcs``
 holds the invariant means in class order (image ``N`` is class ``N``), on the
@@ -126,8 +127,12 @@ def mrc_box(names) -> list[tuple[int, int]]:
     """The distinct ``(width, height)`` of the MRC files ``names`` (:func:`relion_image_name`'s) hold, from headers."""
     import mrcfile
 
+    def file_of(name: str) -> str:  # "000017@/data/user@host/s.mrcs": the file after the leading number only
+        number, at, path = name.partition("@")
+        return path if at and number.isdigit() else name
+
     sizes = set()
-    for path in {name.rpartition("@")[2] for name in names}:
+    for path in {file_of(name) for name in names}:
         with mrcfile.open(path, header_only=True, permissive=True) as mrc:
             sizes.add((int(mrc.header.nx), int(mrc.header.ny)))
     return sorted(sizes)

@@ -191,14 +191,22 @@ def test_export_for_relion_writes_the_clusters_poses_and_each_particles_ctf(wind
         assert mrc.data.shape == (2, 24, 24)
         assert mrc.voxel_size.x == pytest.approx(3.0 / float(np.mean(s.canvas.scale)), rel=1e-5)
     assert s.merge_clusters(s.book.cluster_ids())  # an edit: one class now, every particle in it
-    again = Path(window.exports.relion(str(tmp_path / "to relion")))
+    from iastudio.app.export import export_relion
+    from iastudio.core.cluster_means import edited_cluster_means
+
+    assert export_relion(s, tmp_path / "cancelled", progress=lambda done, total: False) is None  # Cancel
+    assert not (tmp_path / "cancelled").exists()
+    again = Path(window.exports.relion(str(tmp_path / "to relion")))  # at once: the means' worker may still run
     assert again != out
     parts = starfile.read(again / "particles.star", always_dict=True)["particles"]
     assert parts["rlnClassNumber"].tolist() == [1] * s.n
     assert np.isfinite(parts["rlnAnglePsi"]).all()  # posed onto the merged cluster's own mean
+    res = s.final.result
+    (mean,), _ = edited_cluster_means(s.working, [np.arange(s.n)], distances=res.input_distances,
+                                      **s.alignment_options())
     with mrcfile.open(again / "class_averages.mrcs") as mrc:  # a stack of one image (mrcfile reads it 2-D)
         assert (int(mrc.header.nz), int(mrc.header.ispg)) == (1, 0)
-        assert mrc.data.shape[-2:] == (24, 24)
+        assert_allclose(mrc.data.reshape(24, 24), mean, rtol=1e-5, atol=1e-6)  # that mean, not a placeholder
 
 
 def test_export_for_relion_says_why_not_for_images_that_are_not_from_mrc_files(window, qtbot, tmp_path):

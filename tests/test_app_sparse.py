@@ -436,6 +436,28 @@ def test_a_finished_small_run_keeps_one_mean_per_image(qtbot):
     assert view.n_tiles == 200
 
 
+def test_the_large_set_default_does_not_stick_to_the_next_smaller_set(qtbot):
+    """From the review: after a large set, a new set of 200 stayed on one mean per cluster, its caption
+    saying "200 images are too many for one mean each"."""
+    import dataclasses
+
+    view = MeansView()
+    qtbot.addWidget(view)
+    large = _finished_frame()
+    view.show_frame(large)
+    assert view.per_cluster.isChecked()  # ticked for the large set, not by the user
+    snap = dataclasses.replace(large.snapshot, means=large.snapshot.means[:200], labels=large.snapshot.labels[:200])
+    small = dataclasses.replace(large, snapshot=snap, order=np.argsort(snap.labels, kind="stable"),
+                                mds=large.mds[:200])
+    view.clear()  # new images
+    assert not view.per_cluster.isChecked()
+    view.show_frame(large)
+    view.show_frame(small)  # or straight to a smaller frame
+    assert not view.per_cluster.isChecked()
+    assert view.n_tiles == 200
+    assert "too many" not in view.caption.text()
+
+
 def test_the_run_panel_says_finishing_not_100_percent_while_the_final_frame_is_made(qtbot):
     """The engine's last snapshot arrives seconds before the finished frame on a large set (4 to 10 s on
     1,800 particles): the bar said "run 100 % · at most ~0 s left" all that time."""

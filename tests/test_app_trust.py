@@ -263,6 +263,12 @@ def test_an_unsure_runs_other_counts_are_one_click_away(win, qtbot):
     assert '<a href="k:3">3 clusters</a>' in cp.hint.text()
     assert m.session.undo()
     assert cp.other_counts() == [2, 4]
+    assert cp.hint.focusPolicy() == Qt.FocusPolicy.TabFocus  # the links from the keyboard too
+    cp.hint.setFocus()
+    QTest.keyClick(cp.hint, Qt.Key.Key_Tab)  # onto the first link
+    QTest.keyClick(cp.hint, Qt.Key.Key_Return)
+    assert len(m.session.book.cluster_ids()) == 2
+    assert m.session.undo()
     cp.k_auto.setChecked(False)
     _type_into(cp.k, "5")  # a typed k waiting for Re-read says so first
     QTest.keyClick(cp.k.lineEdit(), Qt.Key.Key_Tab)
@@ -270,6 +276,7 @@ def test_an_unsure_runs_other_counts_are_one_click_away(win, qtbot):
     cp.show_evidence(None)  # the run discarded: nothing offered
     cp.k.setValue(3)
     assert cp.hint.text() == usual
+    assert cp.hint.focusPolicy() == Qt.FocusPolicy.NoFocus
 
 
 def test_the_clusters_tab_fields_refuse_out_loud_and_enter_does_what_the_button_does(win, qtbot, asked):

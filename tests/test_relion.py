@@ -79,6 +79,19 @@ def test_relion_pose_known_answers():
     np.testing.assert_allclose((psi, ox, oy), (-90, -2, 2), atol=1e-12)
 
 
+def test_the_box_size_is_read_from_a_stack_whose_folder_name_holds_an_at_sign(tmp_path):
+    from iastudio.core.relion import mrc_box, relion_image_name
+
+    folder = tmp_path / "user@host"
+    folder.mkdir()
+    with mrcfile.new(folder / "s.mrcs") as m:
+        m.set_data(np.zeros((3, 40, 40), np.float32))
+        m.set_image_stack()
+    name = relion_image_name(f"{folder / 's.mrcs'}#2")
+    assert name == f"000002@{folder / 's.mrcs'}"  # "#2": the second image
+    assert mrc_box([name]) == [(40, 40)]
+
+
 def test_particles_star_writes_each_particles_ctf_and_one_optics_group_per_microscope(tmp_path):
     from iastudio.core.particle_ctf import ParticleCtf
     from iastudio.core.relion import write_particles_star
