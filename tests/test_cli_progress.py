@@ -83,3 +83,19 @@ def test_a_star_file_whose_stack_is_missing_says_so_in_one_line_and_the_rest_run
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_images"] == 6
     assert len(summary["skipped"]) == 400  # every row is kept there
+
+
+def test_on_a_terminal_an_error_after_the_bar_starts_on_a_line_of_its_own(monkeypatch, capsys, tmp_path):
+    """From the review: a usage error found once the images were read printed on the bar's line."""
+    from PIL import Image
+
+    monkeypatch.setattr(cli.sys.stderr, "isatty", lambda: True, raising=False)
+    for k in range(3):
+        Image.fromarray(np.full((8, 8), 40 * k, np.uint8)).save(tmp_path / f"{k}.png")
+    with pytest.raises(SystemExit) as exc:  # PNGs: refused for RELION after they were read, with --pixel-size
+        cli.main([str(tmp_path), "--out", str(tmp_path / "o"), "--export", "relion", "--pixel-size", "1"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "\r[" in err  # the bar was drawn
+    refusal = next(line for line in err.split("\n") if "needs images from MRC files" in line)
+    assert "\r" not in refusal  # not written over the bar's line
