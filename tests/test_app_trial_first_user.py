@@ -5,8 +5,13 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import pytest  # noqa: E402
+from _qt import PointerEvent  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
 
 from iastudio.app.help import shortcuts_dialog  # noqa: E402
+
+SIZES = ((1024, 700), (1280, 800))
 
 
 def _settle(qapp, rounds=10):
@@ -33,3 +38,21 @@ def test_the_keyboard_shortcuts_show_every_key_whole(window, qapp):
         lines = -(-fm.horizontalAdvance(command) // max(1, table.columnWidth(1) - 8))
         assert table.rowHeight(r) >= lines * fm.height() - 2, command  # a long command wraps, not cut
     dlg.close()
+
+
+# ------------------------------------------------------------------ 2. W's hover line keeps its value
+
+@pytest.mark.parametrize("size", SIZES)
+def test_hovering_w_shows_the_value_at_1024x700(run_win, qapp, size):
+    """The trial: "i = 21 (noisy_sieben_01.png), j = 39 (noisy_siebe…" — the elided line lost W_ij."""
+    w = run_win
+    w.resize(*size)
+    _settle(qapp)
+    view = w.weights_view
+    view.set_names([f"/data/particles/a_longer_file_name_{i:03d}.png" for i in range(w.model.session.n)])
+    view._hover(PointerEvent(2.5, 1.5))  # row 1, column 2 of the grouped matrix
+    label = view.hover
+    value = f"{view.weights[1, 2]:.4f}"
+    assert value in label.text()
+    drawn = label.fontMetrics().elidedText(label.text(), Qt.TextElideMode.ElideRight, label.contentsRect().width())
+    assert f"W_ij = {value}" in drawn, drawn  # what the label draws in the width it has
