@@ -56,3 +56,26 @@ def test_hovering_w_shows_the_value_at_1024x700(run_win, qapp, size):
     assert value in label.text()
     drawn = label.fontMetrics().elidedText(label.text(), Qt.TextElideMode.ElideRight, label.contentsRect().width())
     assert f"W_ij = {value}" in drawn, drawn  # what the label draws in the width it has
+
+
+# ------------------------------------------------------------------ 3. a skipped file's reason wraps
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_skipped_files_reason_is_not_cut_off(window, qapp, size):
+    """The trial: "Skipped broken.png: not an image (the file's contents are" and a horizontal scroll bar."""
+    window.resize(*size)
+    panel = window.images_panel
+    reason = "not an image (the file's contents are not a readable image)"
+    panel.set_skipped([{"path": "/tmp/trial/imgs/broken.png", "reason": reason}])
+    _settle(qapp)
+    box = panel.skipped_list
+    assert box.isVisible()
+    assert not box.horizontalScrollBar().isVisible()
+    rect = box.visualItemRect(box.item(0))
+    assert rect.left() >= 0
+    assert rect.right() <= box.viewport().width(), (rect, box.viewport().width())
+    fm = box.fontMetrics()
+    text = box.item(0).text()
+    if fm.horizontalAdvance(text) > box.viewport().width():  # wider than the panel: wrapped onto more lines
+        assert rect.height() >= 2 * fm.height()
+    assert rect.bottom() <= box.viewport().height()  # and the wrapped lines in view
