@@ -5,9 +5,11 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from _qt import PointerEvent  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
+from test_session_denoise import _noisy_set  # noqa: E402
 
 from iastudio.app.help import shortcuts_dialog  # noqa: E402
 
@@ -79,3 +81,39 @@ def test_a_skipped_files_reason_is_not_cut_off(window, qapp, size):
     if fm.horizontalAdvance(text) > box.viewport().width():  # wider than the panel: wrapped onto more lines
         assert rect.height() >= 2 * fm.height()
     assert rect.bottom() <= box.viewport().height()  # and the wrapped lines in view
+
+
+# ------------------------------------------------------------------ 4. a denoised image says so when shown large
+
+def test_an_image_shown_large_after_a_denoised_run_says_it_is_denoised(window, qtbot):
+    """The trial: double-clicking a noisy particle after a denoised run showed a smooth blob above the file's
+    path, nothing saying that the file is not what is shown."""
+    from iastudio.app.dialogs import show_image
+
+    data, _ = _noisy_set(n=15, seed=1)
+    window.model.session.set_images(data)
+    before = show_image(window, 0)
+    assert "denoised" not in before.name_label.text()  # the file's own image: nothing to say
+    before.close()
+    panel = window.run_panel
+    panel.denoise.setCurrentIndex(panel.denoise.findData("on"))
+    panel.size.setValue(32)
+    panel.iterations.setValue(1)
+    panel.clusters_auto.setChecked(False)
+    panel.clusters.setValue(3)
+    panel.start_btn.click()
+    qtbot.waitUntil(lambda: window.model.session.state in ("finished", "failed"), timeout=60000)
+    assert window.model.session.denoise_report.applied
+    dlg = show_image(window, 0)
+    shown = dlg.picture.pixmap().toImage()
+    assert not shown.isNull()
+    assert "denoised" in dlg.name_label.text()
+    assert "file itself is unchanged" in dlg.name_label.text()
+    assert "denoised" in dlg.windowTitle()
+    assert dlg.path.text() == data.paths[0]
+    dlg.close()
+    window.model.session.set_size(24)  # an input change: the run goes, the images are the files' again
+    again = show_image(window, 0)
+    assert "denoised" not in again.name_label.text()
+    again.close()
+    assert np.isfinite(window.model.session.working[0]).all()
