@@ -8,6 +8,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
+    QHeaderView,
     QMenu,
     QTableWidget,
     QTableWidgetItem,
@@ -124,12 +125,24 @@ def shortcuts_dialog(window) -> QDialog:
             item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
             table.setItem(r, c, item)
     table.verticalHeader().hide()
-    table.horizontalHeader().setStretchLastSection(True)
     table.setSelectionMode(QTableWidget.SelectionMode.NoSelection)
     table.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+    # the keys (what the table is for) always whole: the menu and keys as wide as their text, the
+    # command taking the rest and wrapping, never a column pushed out of sight behind a scroll bar
+    header = table.horizontalHeader()
+    header.setStretchLastSection(False)
+    for column, mode in enumerate((QHeaderView.ResizeMode.ResizeToContents, QHeaderView.ResizeMode.Stretch,
+                                   QHeaderView.ResizeMode.ResizeToContents)):
+        header.setSectionResizeMode(column, mode)
+    table.setWordWrap(True)
+    table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    header.sectionResized.connect(lambda *_: table.resizeRowsToContents())  # a narrower command column: taller rows
     table.resizeColumnsToContents()
+    needed = sum(table.sizeHintForColumn(c) for c in range(3)) + table.verticalScrollBar().sizeHint().width() + 48
+    screen = window.screen().availableGeometry().width() if window.screen() is not None else needed
+    dlg = closable_dialog(window, "Keyboard shortcuts", table, (max(520, min(needed, screen - 40)), 480))
     table.resizeRowsToContents()
-    dlg = closable_dialog(window, "Keyboard shortcuts", table, (520, 460))
     dlg.table = table
     window.shortcuts_dialog = dlg
     return dlg

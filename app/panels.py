@@ -196,6 +196,9 @@ class ImageSetPanel(QGroupBox):
         lay.addWidget(self.summary)
         self.skipped_list = QListWidget()
         self.skipped_list.setMaximumHeight(4 * self.fontMetrics().height() + 8)
+        self.skipped_list.setWordWrap(True)  # the reason wraps to the panel's width, never cut off at its edge
+        self.skipped_list.setResizeMode(QListView.ResizeMode.Adjust)
+        self.skipped_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.skipped_list.hide()
         lay.addWidget(self.skipped_list)
         self.thumbs = ThumbnailModel(self)

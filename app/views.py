@@ -399,7 +399,8 @@ class WeightsView(_Titled):
             i, j = cell
             ni = self.names[i] if i < len(self.names) else str(i)
             nj = self.names[j] if j < len(self.names) else str(j)
-            text = f"i = {i} ({display_name(ni)}), j = {j} ({display_name(nj)}): W_ij = {self.weights[i, j]:.4f}"
+            # the value first: a narrow window elides the file names at the end, never the number hovered for
+            text = f"W_ij = {self.weights[i, j]:.4f} · i = {i} ({display_name(ni)}), j = {j} ({display_name(nj)})"
             self.hover.setText(text)
             self.hover.setToolTip(text)
 

@@ -224,6 +224,11 @@ class SessionInputs:
         self.events.transforms.emit()
 
     @property
+    def shows_denoised(self) -> bool:
+        """The images shown are a denoised run's (live, or a reopened project's), not as their files hold them."""
+        return self._preview is not None or self.opened_denoised
+
+    @property
     def originals_to_read(self) -> list[str] | None:
         """The files the next input change reads again, or None when it reads none.
 

@@ -78,7 +78,7 @@ class SessionRun:
             self.message(f"Cannot start: {exc}")
             return None
         # a denoised run's canvas (live, or a reopened project's): every run starts from the previews
-        shown = self._preview is not None or self.opened_denoised
+        shown = self.shows_denoised
         self.discard_run()  # (which it brings back)
         self._mark_dirty()  # a new run: the session is no longer what a saved project holds (even if stopped)
         if shown:
