@@ -85,27 +85,39 @@ class _Asked(list):
 _ASKED = _Asked()
 
 
+def _ask(parent, title, text, **_):
+    _ASKED.append((title, text))
+    return _ASKED.answer
+
+
+def _answer_the_apps_questions(mp) -> None:
+    """Patch the app's question once its module is imported (only where the app is under test)."""
+    projects = sys.modules.get("iastudio.app.projects")
+    if projects is not None and projects.ProjectController.ask is not _ask:
+        mp.setattr(projects.ProjectController, "ask", staticmethod(_ask))
+
+
+_SESSION_PATCH = pytest.MonkeyPatch()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _answer_for_the_user():
     """The app's "Discard your work?" / "Save changes?" never block a test (windows that module fixtures
-    close after a test's own patches are undone included): they are answered from ``_ASKED.answer``."""
-    projects = sys.modules.get("iastudio.app.projects")  # only where the app is under test
-    if projects is None:
-        yield
-        return
+    close after a test's own patches are undone included): they are answered from ``_ASKED.answer``.
 
-    def ask(parent, title, text, **_):
-        _ASKED.append((title, text))
-        return _ASKED.answer
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(projects.ProjectController, "ask", staticmethod(ask))
-        yield
+    Patched here when a test module imported the app at collection, else by :func:`asked` before the first
+    test that has the app imported (a module fixture may import it first: a file run alone once hung at
+    the end, its module window asking "Save changes?" with no one to answer).
+    """
+    _answer_the_apps_questions(_SESSION_PATCH)
+    yield
+    _SESSION_PATCH.undo()
 
 
 @pytest.fixture(autouse=True)
 def asked():
     """The questions asked during this test; set ``asked.answer`` to "save", "discard" or "cancel"."""
+    _answer_the_apps_questions(_SESSION_PATCH)
     _ASKED.clear()
     _ASKED.answer = "discard"
     yield _ASKED
