@@ -81,7 +81,7 @@ def _body(*widgets, stretch_index=0):
     return w
 
 
-HOVER_HINT = "Hover over W to see i, j, W_ij and the two images."
+HOVER_HINT = "Hover over W for W_ij; click it for the two images."  # shown in Inspect
 
 
 class _Titled(QWidget):
