@@ -26,6 +26,11 @@ def progress_dialog(parent, title: str, total: int):
     return dlg, step
 
 
+def _os_error_text(exc: OSError, where) -> str:
+    """"<file>: <reason>." for an export's file error (``where``: when the error names no file)."""
+    return f"{exc.filename or where}: {(exc.strerror or str(exc)).rstrip('.')}."
+
+
 def _with_notes(text: str, notes) -> str:
     """The status line of an export: what was written, then what the person should know (``; ``-joined)."""
     return "; ".join([text, *notes])
@@ -80,7 +85,7 @@ class ExportActions:
         except OSError as exc:
             dlg.close()
             self.window.dialog(QMessageBox.Icon.Warning, "Cluster folders not exported",
-                               f"{exc.filename or folder}: {(exc.strerror or str(exc)).rstrip('.')}.")
+                               _os_error_text(exc, folder))
             return None
         dlg.close()
         self.model.session.message(f"Exported the cluster folders into {written}")
@@ -112,7 +117,7 @@ class ExportActions:
             written = export_relion(session, folder, pixel_size=pixel, progress=step, notes=notes)
         except OSError as exc:
             self.window.dialog(QMessageBox.Icon.Warning, "Not exported for RELION",
-                               f"{exc.filename or folder}: {(exc.strerror or str(exc)).rstrip('.')}.")
+                               _os_error_text(exc, folder))
             return None
         finally:
             dlg.close()
@@ -141,7 +146,7 @@ class ExportActions:
                 dlg.close()
         except OSError as exc:
             self.window.dialog(QMessageBox.Icon.Warning, "Figures not exported",
-                               f"{exc.filename or folder}: {(exc.strerror or str(exc)).rstrip('.')}.")
+                               _os_error_text(exc, folder))
             return None
         if not files:
             self.window.dialog(QMessageBox.Icon.Information, "Nothing to export yet",

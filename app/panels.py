@@ -1163,8 +1163,8 @@ class ClustersPanel(QGroupBox):
     def _fill(self, book, means: dict) -> None:
         self.list.clear()
         self._shown_k = (len(book.cluster_ids()) or None) if book is not None else None  # None: nothing to cue
-        self._cue_pending_k()
         if book is None:
+            self._cue_pending_k()
             return
         counts = book.counts()
         ids = [c for c in [*book.cluster_ids(), UNASSIGNED] if c in means]
